@@ -1,0 +1,142 @@
+"""Core configuration: the hardware parameters shared by the RTL, golden model and compiler.
+
+One :class:`CoreConfig` describes one build of the core.  The RTL is elaborated from it, the
+golden model checks buffer bounds and lane banking against it, and the compiler tiles to it.
+It round-trips through JSON (``snpu verilog --core cfg.json``, ``snpu compile --core``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+
+
+def _pow2(x: int) -> bool:
+    return x > 0 and (x & (x - 1)) == 0
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """Parameters of one core.
+
+    Parameters
+    ----------
+    lanes:
+        Number of MAC lanes ``P``.  Lane ``g`` owns the output rows ``r`` with ``r % P == g``;
+        accumulator and output words are ``P`` elements wide.
+    chunk_bits:
+        Index bits a lane scans per cycle (``B``).  Direct-index rows are padded to a
+        multiple of ``B`` bits.
+    nbuf_bytes:
+        Neuron buffer (first input cache) size in bytes.  Each lane holds a private copy so
+        lanes never wait for each other.
+    nidx_bytes:
+        Neuron index buffer size in bytes (thresholded bitmaps and loaded indices).
+    wbuf_bytes, widx_bytes:
+        Per-lane weight value bank and weight index bank sizes (second input cache).
+    acc_words:
+        Accumulator depth in words of ``P`` int32 elements.
+    obuf_bytes:
+        Output cache size in bytes.
+    param_rows:
+        Requantisation parameter rows (``P`` channels each).
+    axi_data_bits:
+        AXI4 data bus width (64 only, for now).
+    queue_depth:
+        Instruction queue depth in front of each unit.
+    token_depth:
+        Capacity of each dependency-token channel between two units.
+    """
+
+    lanes: int = 16
+    chunk_bits: int = 64
+    nbuf_bytes: int = 16384
+    nidx_bytes: int = 4096
+    wbuf_bytes: int = 16384
+    widx_bytes: int = 8192
+    acc_words: int = 512
+    obuf_bytes: int = 16384
+    param_rows: int = 256
+    axi_data_bits: int = 64
+    queue_depth: int = 8
+    token_depth: int = 8
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("lanes", _pow2(self.lanes) and 1 <= self.lanes <= 64, "a power of two in 1..64"),
+            ("chunk_bits", self.chunk_bits in (32, 64), "32 or 64"),
+            ("nbuf_bytes", _pow2(self.nbuf_bytes) and 256 <= self.nbuf_bytes <= 65536,
+             "a power of two in 256..65536"),
+            ("nidx_bytes", _pow2(self.nidx_bytes) and self.nbuf_bytes // 8 <= self.nidx_bytes <= 16384,
+             "a power of two in nbuf_bytes/8..16384"),
+            ("wbuf_bytes", _pow2(self.wbuf_bytes) and 64 <= self.wbuf_bytes <= 65536,
+             "a power of two in 64..65536"),
+            ("widx_bytes", _pow2(self.widx_bytes) and 64 <= self.widx_bytes <= 65536,
+             "a power of two in 64..65536"),
+            ("acc_words", _pow2(self.acc_words) and self.acc_words * self.lanes <= 65536,
+             "a power of two with acc_words*lanes <= 65536"),
+            ("obuf_bytes", _pow2(self.obuf_bytes) and self.lanes <= self.obuf_bytes <= 65536,
+             "a power of two in lanes..65536"),
+            ("param_rows", _pow2(self.param_rows) and self.param_rows <= 4096,
+             "a power of two <= 4096"),
+            ("axi_data_bits", self.axi_data_bits == 64, "64"),
+            ("queue_depth", _pow2(self.queue_depth) and 2 <= self.queue_depth <= 64,
+             "a power of two in 2..64"),
+            ("token_depth", 1 <= self.token_depth <= 255, "in 1..255"),
+        ]
+        for name, ok, want in checks:
+            if not ok:
+                raise ConfigError(f"core config: {name}={getattr(self, name)!r} must be {want}")
+
+    # Derived sizes -------------------------------------------------------------------------
+    @property
+    def acc_elems(self) -> int:
+        """Accumulator size in int32 elements."""
+        return self.acc_words * self.lanes
+
+    @property
+    def axi_bytes(self) -> int:
+        """Bytes per AXI beat."""
+        return self.axi_data_bits // 8
+
+    @property
+    def param_row_bytes(self) -> int:
+        """Bytes of one requantisation parameter row (8 bytes per channel)."""
+        return self.lanes * 8
+
+    @property
+    def param_bytes(self) -> int:
+        return self.param_rows * self.param_row_bytes
+
+    # Serialisation --------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict, *, source: str = "core config") -> "CoreConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"{source}: unknown parameter(s) {', '.join(unknown)}; "
+                              f"known: {', '.join(sorted(known))}")
+        for k, v in d.items():
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ConfigError(f"{source}: {k} must be an integer, got {v!r}")
+        return cls(**d)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CoreConfig":
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such core config file") from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        if not isinstance(d, dict):
+            raise ConfigError(f"{path}: expected a JSON object of core parameters")
+        return cls.from_dict(d, source=str(path))

@@ -1,0 +1,101 @@
+"""The snpu command line: round trips, one-line errors, exit codes."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from snpu.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+    return invoke
+
+
+def test_asm_disasm_round_trip(cli, tmp_path):
+    src = tmp_path / "prog.s"
+    src.write_text("cfg reg=mx.nvec value=2\n"
+                   "ld buf=nbuf ext=0x40 dst=0 cols=64 signal=mx\n"
+                   "fc nbuf=0 nidx=0 wbuf=0 widx=0 acc=0 n_in=64 rows=16 wait=ld\n"
+                   "halt\n")
+    r = cli("asm", src, "-o", tmp_path / "prog.hex")
+    assert r.exit_code == 0, r.output
+    r = cli("disasm", tmp_path / "prog.hex", "--no-addresses")
+    assert r.exit_code == 0
+    (tmp_path / "again.s").write_text(r.output)
+    cli("asm", tmp_path / "again.s", "-o", tmp_path / "again.bin")
+    r2 = cli("disasm", tmp_path / "again.bin", "--no-addresses")
+    assert r2.output == r.output
+    assert r.output.splitlines()[1].startswith("ld buf=nbuf lane=0 ext=0x00000040")
+
+
+def test_illegal_word_is_one_line_error(cli, tmp_path):
+    (tmp_path / "bad.hex").write_text("0" * 31 + "1\n" + "f" * 32 + "\n")
+    r = CliRunner().invoke(main, ["disasm", str(tmp_path / "bad.hex")])
+    assert r.exit_code == 1
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("error: illegal instruction at ROM word 1 0xffff")
+
+
+def test_asm_error_names_file_and_line(tmp_path):
+    (tmp_path / "p.s").write_text("halt\nfc nbuf=0\n")
+    r = CliRunner().invoke(main, ["asm", str(tmp_path / "p.s"), "-o", str(tmp_path / "p.hex")])
+    assert r.exit_code == 1
+    assert r.output.strip() == f"error: {tmp_path / 'p.s'}:2: fc: missing operand nidx"
+    assert not (tmp_path / "p.hex").exists(), "no output file on error"
+
+
+def test_sim_runs_the_example_and_checks_it(tmp_path):
+    out = tmp_path / "demo"
+    subprocess.run([sys.executable, str(ROOT / "examples" / "sparse_fc.py"), str(out)], check=True,
+                   capture_output=True)
+    runner = CliRunner()
+    r = runner.invoke(main, ["asm", str(out / "sparse_fc.s"), "-o", str(out / "p.hex")])
+    assert r.exit_code == 0
+    r = runner.invoke(main, ["sim", str(out / "p.hex"), "--mem", str(out / "mem.bin"),
+                             "--expect", str(out / "expected.npz"), "--out", str(out / "res")])
+    assert r.exit_code == 0, r.output
+    assert "match: y equal the expected arrays bit for bit" in r.output
+    assert (out / "res" / "y.npy").exists()
+
+
+def test_sim_reports_mismatch_with_nonzero_exit(tmp_path):
+    import numpy as np
+
+    out = tmp_path / "demo"
+    subprocess.run([sys.executable, str(ROOT / "examples" / "sparse_fc.py"), str(out)], check=True,
+                   capture_output=True)
+    runner = CliRunner()
+    runner.invoke(main, ["asm", str(out / "sparse_fc.s"), "-o", str(out / "p.hex")])
+    np.savez(out / "wrong.npz", y=np.zeros(64, np.int8))
+    r = runner.invoke(main, ["sim", str(out / "p.hex"), "--mem", str(out / "mem.bin"),
+                             "--expect", str(out / "wrong.npz")])
+    assert r.exit_code == 1
+    assert "MISMATCH: y:" in r.output
+
+
+def test_bad_core_config_is_one_line(tmp_path):
+    (tmp_path / "c.json").write_text('{"lanes": 3}')
+    (tmp_path / "p.hex").write_text("")
+    (tmp_path / "m.bin").write_bytes(bytes(64))
+    r = CliRunner().invoke(main, ["sim", str(tmp_path / "p.hex"), "--mem", str(tmp_path / "m.bin"),
+                                  "--core", str(tmp_path / "c.json")])
+    assert r.exit_code == 1
+    assert r.output.strip() == "error: core config: lanes=3 must be a power of two in 1..64"
+
+
+def test_help_everywhere(cli):
+    for cmd in ([], ["asm"], ["disasm"], ["sim"]):
+        r = cli(*cmd, "--help")
+        assert r.exit_code == 0 and "Usage:" in r.output

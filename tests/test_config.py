@@ -1,0 +1,35 @@
+"""Core configuration: validation and JSON round trip."""
+
+import json
+
+import pytest
+
+from snpu.config import CoreConfig
+from snpu.errors import ConfigError
+
+
+def test_defaults_and_round_trip(tmp_path):
+    c = CoreConfig()
+    (tmp_path / "c.json").write_text(json.dumps(c.to_dict()))
+    assert CoreConfig.load(tmp_path / "c.json") == c
+    assert c.acc_elems == c.acc_words * c.lanes
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"lanes": 12}, "lanes=12 must be a power of two"),
+    ({"chunk_bits": 16}, "chunk_bits=16 must be 32 or 64"),
+    ({"nidx_bytes": 64}, "nidx_bytes=64"),
+    ({"axi_data_bits": 128}, "axi_data_bits=128 must be 64"),
+])
+def test_bad_parameters_are_named(kw, message):
+    with pytest.raises(ConfigError, match=message):
+        CoreConfig(**kw)
+
+
+def test_unknown_and_mistyped_keys(tmp_path):
+    with pytest.raises(ConfigError, match="unknown parameter\\(s\\) lane"):
+        CoreConfig.from_dict({"lane": 4})
+    with pytest.raises(ConfigError, match="lanes must be an integer"):
+        CoreConfig.from_dict({"lanes": "4"})
+    with pytest.raises(ConfigError, match="no such core config"):
+        CoreConfig.load(tmp_path / "none.json")

@@ -1,0 +1,34 @@
+"""Hypothesis strategies for legal instructions (derived from the ISA tables)."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from snpu.verif import isa
+from snpu.verif.isa import IMPLEMENTED_UNITS, Instr
+
+
+def field_value(f: isa.Field) -> st.SearchStrategy[int]:
+    if f.kind == "enum":
+        return st.sampled_from(sorted(f.enum.values()))
+    if f.kind == "sint":
+        return st.integers(-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1)
+    return st.integers(0, (1 << f.width) - 1)
+
+
+@st.composite
+def legal_instr(draw) -> Instr:
+    opc = draw(st.sampled_from([o for o in isa.OPCODES if not o.reserved]))
+    if opc.mnemonic == "cfg":
+        reg = draw(st.sampled_from(isa.REGISTERS))
+        args = {"reg": reg.number, "value": draw(st.integers(0, (1 << reg.width) - 1))}
+        unit = reg.unit
+    else:
+        args = {f.name: draw(field_value(f)) for f in opc.fields}
+        unit = opc.unit
+    if unit is None:
+        return Instr(opc.mnemonic, args)
+    others = [u for u in IMPLEMENTED_UNITS if u != unit]
+    wait = draw(st.frozensets(st.sampled_from(others)))
+    signal = draw(st.frozensets(st.sampled_from(others)))
+    return Instr(opc.mnemonic, args, wait, signal)

@@ -1,0 +1,93 @@
+"""The ISA tables, encoder and decoder: round trips and illegal words."""
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from snpu.errors import IllegalInstruction
+from snpu.verif import isa
+from snpu.verif.isa import Unit, decode, encode, make
+
+from .strategies import legal_instr
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@given(legal_instr())
+def test_encode_decode_round_trip(instr):
+    word = encode(instr)
+    assert 0 <= word < 1 << 128
+    assert decode(word) == instr
+
+
+@settings(max_examples=3000)
+@given(st.integers(0, (1 << 128) - 1))
+def test_every_word_is_rejected_or_canonical(word):
+    """A random word is either illegal or decodes to an instruction that encodes back to it."""
+    try:
+        instr = decode(word)
+    except IllegalInstruction as e:
+        assert f"0x{word:032x}" in str(e)
+        return
+    assert encode(instr) == word
+
+
+@settings(max_examples=500)
+@given(legal_instr(), st.integers(16, 127))
+def test_reserved_bits_are_rejected(instr, bit):
+    word = encode(instr)
+    if bit < instr.opcode.used_bits:
+        return
+    with pytest.raises(IllegalInstruction, match="reserved bits"):
+        decode(word | (1 << bit))
+
+
+def _w(op, **kw):
+    return encode(make(op, **kw))
+
+
+ILLEGAL = [
+    (0, "unknown opcode 0x00"),
+    (0x3F, "unknown opcode 0x3f"),
+    (0x09, "reserved in ISA v1"),  # ldc
+    (0x28, "reserved in ISA v1"),  # send
+    (_w("ld", buf="nbuf", ext=0, dst=0, cols=1) | 7 << 16, "buf=7 is not one of"),
+    (_w("ld", buf="nbuf", ext=0, dst=0, cols=1) | 1 << 6, "own unit LD"),
+    (_w("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=0, n_in=1, rows=1) | 1 << (11 + 4),
+     "unit NET"),
+    (_w("halt") | 1 << 7, "control instructions"),
+    (0x03 | 0x7F << 16, "register number 127 is not defined"),
+    (0x03 | isa.REGISTER_BY_NAME["mx.nfmt"].number << 16 | 4 << 24,
+     "does not fit 2-bit register mx.nfmt"),
+    (_w("halt") | 1 << 100, "reserved bits 16..127"),
+]
+
+
+@pytest.mark.parametrize("word,message", ILLEGAL, ids=[m for _, m in ILLEGAL])
+def test_illegal_words(word, message):
+    with pytest.raises(IllegalInstruction, match=message):
+        decode(word, address=7)
+    with pytest.raises(IllegalInstruction, match="at ROM word 7"):
+        decode(word, address=7)
+
+
+def test_field_layout_is_packed_from_bit_16():
+    for o in isa.OPCODES:
+        pos = isa.HEADER_BITS
+        for f in o.fields:
+            assert o.offsets[f.name] == pos
+            pos += f.width
+        assert pos <= 128
+
+
+def test_cfg_executes_on_the_registers_unit():
+    assert make("cfg", reg="mx.nvec", value=3).unit == Unit.MX
+    assert make("cfg", reg="st.ext_stride", value=3).unit == Unit.ST
+    assert make("halt").unit is None
+
+
+def test_isa_doc_is_generated_from_the_tables():
+    doc = (ROOT / "docs" / "isa.md").read_text()
+    assert doc == isa.render_markdown(), "docs/isa.md is stale: run `make docs`"

@@ -1,0 +1,584 @@
+"""The golden model: an instruction-level simulator of one snpu core.
+
+It is the executable specification of the ISA (:mod:`.isa`), the index formats
+(:mod:`.index`, :mod:`.layout`) and the numerics (:mod:`.numerics`).  The RTL is checked
+against it bit for bit, and the compiler's int8 reference is checked against it too.
+
+:func:`run` executes a ROM image against an external-memory image.  Instructions are
+dispatched in order into per-unit queues and started when their dependency tokens are
+available, as in the hardware; each instruction takes the cycles :mod:`.timing` estimates.
+The result holds the final memory, per-unit busy cycles, the estimated total and the counters
+the RTL also reports.  Every error (illegal word, address out of range, malformed index,
+deadlock, race between units) is an :class:`~snpu.errors.SnpuError` naming the ROM word.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from snpu.config import CoreConfig
+from snpu.errors import ExecutionError, IndexFormatError, SnpuError
+
+from . import index as ix
+from . import isa, layout, numerics, timing
+from .hazards import Access, HazardChecker
+from .isa import IMPLEMENTED_UNITS, Instr, Unit
+
+
+@dataclass
+class Stats:
+    """What one run did.  ``cycles`` and ``busy`` are estimates; the counts are exact and
+    match the RTL's performance counters."""
+
+    cycles: int = 0
+    busy: dict[str, int] = field(default_factory=lambda: {u.name: 0 for u in IMPLEMENTED_UNITS})
+    instructions: dict[str, int] = field(default_factory=lambda: {u.name: 0 for u in IMPLEMENTED_UNITS})
+    mac_pairs: int = 0  #: neuron/weight pairs multiplied
+    dense_pairs: int = 0  #: pairs a dense core would have multiplied
+    dma_read_bytes: int = 0
+    dma_write_bytes: int = 0
+
+    @property
+    def pairs_skipped(self) -> int:
+        return self.dense_pairs - self.mac_pairs
+
+    def to_dict(self) -> dict:
+        return {"cycles": self.cycles, "busy": dict(self.busy),
+                "instructions": dict(self.instructions), "mac_pairs": self.mac_pairs,
+                "dense_pairs": self.dense_pairs, "pairs_skipped": self.pairs_skipped,
+                "dma_read_bytes": self.dma_read_bytes, "dma_write_bytes": self.dma_write_bytes}
+
+
+@dataclass
+class RunResult:
+    ext: np.ndarray  #: external memory after the run (uint8)
+    stats: Stats
+    machine: "Machine"
+    trace: list[tuple[int, str, int, int]] = field(default_factory=list)  #: (word, unit, start, end)
+
+
+@dataclass
+class _Exec:
+    cycles: int
+    accesses: list[Access]
+
+
+class Machine:
+    """Architectural state of one core and the functional semantics of each instruction.
+
+    Parameters
+    ----------
+    config:
+        The core parameters (buffer sizes, lanes, chunk width).
+    ext:
+        External memory, modified in place by stores.
+    protect:
+        ``(lo, hi)`` byte ranges of external memory that stores must not write (the ROM).
+    """
+
+    def __init__(self, config: CoreConfig, ext: np.ndarray,
+                 protect: Sequence[tuple[int, int]] = ()):
+        c = self.config = config
+        self.ext = ext
+        self.protect = list(protect)
+        self.nbuf = np.zeros(c.nbuf_bytes, np.uint8)
+        self.nidx = np.zeros(c.nidx_bytes, np.uint8)
+        self.wbuf = np.zeros((c.lanes, c.wbuf_bytes), np.uint8)
+        self.widx = np.zeros((c.lanes, c.widx_bytes), np.uint8)
+        self.acc = np.zeros(c.acc_elems, np.int32)
+        self.obuf = np.zeros(c.obuf_bytes, np.uint8)
+        self.param = np.zeros(c.param_bytes, np.uint8)
+        self.regs = {r.name: r.reset for r in isa.REGISTERS}
+        self.stats = Stats()
+        self._weight_epoch = 0
+        self._tile_cache: dict[tuple, layout.DecodedTile] = {}
+        self._handlers: dict[str, Callable[[Instr], _Exec]] = {
+            "cfg": self._cfg, "ld": self._ld, "fc": self._fc, "vred": self._vred,
+            "vew": self._vew, "req": self._req, "st": self._st,
+        }
+
+    # ------------------------------------------------------------------------------------
+    def execute(self, instr: Instr) -> _Exec:
+        return self._handlers[instr.op](instr)
+
+    def buffer(self, name: str, lane: int = 0) -> np.ndarray:
+        return {"nbuf": self.nbuf, "nidx": self.nidx, "acc": self.acc, "obuf": self.obuf,
+                "param": self.param, "wbuf": self.wbuf[lane], "widx": self.widx[lane]}[name]
+
+    # ------------------------------------------------------------------------------------
+    def _cfg(self, i: Instr) -> _Exec:
+        self.regs[isa.REGISTER_BY_NUMBER[i.reg].name] = i.value
+        return _Exec(timing.CFG_CYCLES, [])
+
+    @staticmethod
+    def _grid(base: int, n3: int, rows: int, cols: int, s3: int, s: int) -> np.ndarray:
+        p = np.arange(n3, dtype=np.int64)[:, None, None] * s3
+        r = np.arange(rows, dtype=np.int64)[None, :, None] * s
+        c = np.arange(cols, dtype=np.int64)[None, None, :]
+        return (base + p + r + c).reshape(-1)
+
+    @staticmethod
+    def _check_range(addrs: np.ndarray, size: int, what: str) -> None:
+        if addrs.size and (addrs.min() < 0 or addrs.max() >= size):
+            raise ExecutionError(f"{what} [{int(addrs.min())}, {int(addrs.max()) + 1}) lies "
+                                 f"outside 0..{size}")
+
+    @staticmethod
+    def _check_unique(addrs: np.ndarray, what: str) -> None:
+        if addrs.size > 1 and np.unique(addrs).size != addrs.size:
+            raise ExecutionError(f"{what}: rows overlap (an address would be written twice)")
+
+    def _span(self, buf: str, addrs: np.ndarray, write: bool, scale: int = 1) -> Access:
+        if addrs.size == 0:
+            return Access(buf, 0, 0, write)
+        return Access(buf, int(addrs.min()) * scale, (int(addrs.max()) + 1) * scale, write)
+
+    def _ld(self, i: Instr) -> _Exec:
+        c, r = self.config, self.regs
+        buf = next(k for k, v in isa.BUFFERS.items() if v == i.buf)
+        if buf in ("wbuf", "widx"):
+            if i.lane >= c.lanes:
+                raise ExecutionError(f"ld: lane {i.lane} does not exist (core has {c.lanes} lanes)")
+        elif i.lane:
+            raise ExecutionError(f"ld: lane must be 0 for buf={buf} (got {i.lane})")
+        src = self._grid(i.ext, i.n3, i.rows, i.cols, r["ld.ext_stride3"], r["ld.ext_stride"])
+        dst = self._grid(i.dst, i.n3, i.rows, i.cols, r["ld.dst_stride3"], r["ld.dst_stride"])
+        target = self.buffer(buf, i.lane)
+        self._check_range(src, self.ext.size, "ld: external source")
+        self._check_range(dst, target.size, f"ld: destination {buf}")
+        self._check_unique(dst, f"ld: destination {buf}")
+        data = self.ext[src]
+        accesses = [self._span("ext", src, False)]
+        if buf == "acc":
+            target[dst] = data.view(np.int8).astype(np.int32)
+        else:
+            target[dst] = data
+        accesses.append(self._span(buf + (str(i.lane) if buf in ("wbuf", "widx") else ""), dst, True))
+        if buf in ("wbuf", "widx"):
+            self._weight_epoch += 1
+        if buf == "nbuf" and r["ld.nidx_mode"]:
+            self._threshold(i, dst, data)
+            accesses.append(Access("nidx", int(dst.min()) // 8 if dst.size else 0,
+                                   int(dst.max()) // 8 + 1 if dst.size else 0, True))
+        self.stats.dma_read_bytes += int(src.size)
+        return _Exec(timing.dma_cycles(timing.DmaShape(i.n3, i.rows, i.cols, c.axi_bytes)), accesses)
+
+    def _threshold(self, i: Instr, dst: np.ndarray, data: np.ndarray) -> None:
+        """The sparse processing unit: write nidx bits for bytes loaded into nbuf."""
+        r = self.regs
+        bits = ix.threshold(data.view(np.int8), r["ld.thresh"])
+        g = r["ld.group_log2"]
+        if g:
+            size = 1 << g
+            rows = dst.reshape(-1, i.cols) if i.cols else dst.reshape(0, 0)
+            if i.cols % size or (rows.size and (rows[:, 0] % size).any()):
+                raise ExecutionError(f"ld: group pruning with groups of {size} needs every row "
+                                     f"to start and end on a group boundary (dst={i.dst}, "
+                                     f"cols={i.cols}, strides {r['ld.dst_stride']}/"
+                                     f"{r['ld.dst_stride3']})")
+            keep = ix.group_prune(data.view(np.int8).reshape(-1, size), size,
+                                  r["ld.group_t3"], r["ld.group_t4"]).reshape(-1)
+            bits &= keep
+        byte, bit = dst >> 3, (dst & 7).astype(np.uint8)
+        one = np.left_shift(np.uint8(1), bit)
+        np.bitwise_and.at(self.nidx, byte, ~one)
+        np.bitwise_or.at(self.nidx, byte[bits], one[bits])
+
+    # ------------------------------------------------------------------------------------
+    def _neurons(self, i: Instr, v: int, fmt: str, packed: bool) -> tuple[np.ndarray, np.ndarray, int]:
+        """Vector ``v`` of an fc: (values int8 [n_in] zeroed outside the index, mask,
+        index entries read) and records its footprint."""
+        r, n = self.regs, i.n_in
+        nb = i.nbuf + v * r["mx.nstride"]
+        ni = i.nidx + v * r["mx.nidx_stride"]
+        entries = 0
+        if fmt == "dense":
+            mask = np.ones(n, bool)
+        elif fmt == "direct":
+            mask = ix.decode_direct(self.nidx, n, ni)
+            self._nidx_span.append((ni, ni + -(-n // 8)))
+        else:
+            strides, used = ix.decode_stride(self.nidx, ni)
+            mask = ix.stride_to_direct(strides, n)
+            entries = used - 2
+            self._nidx_span.append((ni, ni + used))
+        if packed and fmt != "dense":
+            k = int(mask.sum())
+            if nb + k > self.nbuf.size:
+                raise ExecutionError(f"fc: packed neurons of vector {v} [{nb}, {nb + k}) run past nbuf")
+            vals = np.zeros(n, np.int8)
+            vals[mask] = self.nbuf[nb:nb + k].view(np.int8)
+            self._nbuf_span.append((nb, nb + k))
+        else:
+            if nb + n > self.nbuf.size:
+                raise ExecutionError(f"fc: vector {v} [{nb}, {nb + n}) runs past nbuf ({self.nbuf.size} bytes)")
+            vals = self.nbuf[nb:nb + n].view(np.int8) * mask
+            self._nbuf_span.append((nb, nb + n))
+        return vals.astype(np.int8), mask, entries
+
+    def _weights(self, i: Instr, fmt: str) -> layout.DecodedTile:
+        key = (self._weight_epoch, i.wbuf, i.widx, i.n_in, i.rows, fmt)
+        tile = self._tile_cache.get(key)
+        if tile is None:
+            try:
+                tile = layout.decode_weight_tile(self.wbuf, self.widx, i.wbuf, i.widx, i.n_in,
+                                                 i.rows, fmt, self.config.chunk_bits)
+            except IndexError as e:
+                raise ExecutionError(f"fc: {e}") from None
+            if len(self._tile_cache) > 8:
+                self._tile_cache.clear()
+            self._tile_cache[key] = tile
+        return tile
+
+    def _fc(self, i: Instr) -> _Exec:
+        c, r = self.config, self.regs
+        P, B = c.lanes, c.chunk_bits
+        nfmt = ix.FORMATS[r["mx.nfmt"]] if r["mx.nfmt"] < 3 else None
+        wfmt = ix.FORMATS[r["mx.wfmt"]] if r["mx.wfmt"] < 3 else None
+        if nfmt is None or wfmt is None:
+            raise ExecutionError(f"fc: mx.nfmt={r['mx.nfmt']} / mx.wfmt={r['mx.wfmt']}: format 3 "
+                                 "is undefined")
+        nvec, astride = r["mx.nvec"], r["mx.acc_stride"]
+        if i.acc % P or (nvec > 1 and astride % P):
+            raise ExecutionError(f"fc: acc={i.acc} and mx.acc_stride={astride} must be multiples "
+                                 f"of lanes={P}")
+        last = i.acc + (nvec - 1) * astride + i.rows
+        if nvec and i.rows and last > c.acc_elems:
+            raise ExecutionError(f"fc: outputs reach acc element {last} > {c.acc_elems}")
+        if nvec == 0 or i.rows == 0:
+            return _Exec(timing.FC_PIPELINE, [])
+        self._nbuf_span, self._nidx_span = [], []
+        try:
+            tile = self._weights(i, wfmt)
+            neurons = [self._neurons(i, v, nfmt, bool(r["mx.npacked"])) for v in range(nvec)]
+        except IndexFormatError as e:
+            raise ExecutionError(f"fc: {e}") from None
+        x = np.stack([n[0] for n in neurons]).astype(np.float64)
+        nmask = np.stack([n[1] for n in neurons])
+        # Exact: |sum| <= n_in * 128 * 128 < 2**53.
+        dots = (x @ tile.values.astype(np.float64).T).astype(np.int64)
+        out = i.acc + np.arange(nvec)[:, None] * astride + np.arange(i.rows)[None, :]
+        old = self.acc[out].astype(np.int64) if i.accumulate else 0
+        self.acc[out] = numerics.wrap32(old + dots)
+        # Counters and the cost model.
+        nm, wm = nmask.astype(np.float64), tile.mask.astype(np.float64)
+        pairs = (nm @ wm.T).astype(np.int64)
+        self.stats.mac_pairs += int(pairs.sum())
+        self.stats.dense_pairs += nvec * i.rows * i.n_in
+        if nfmt == "stride" and wfmt == "stride":
+            n_entries = np.array([n[2] for n in neurons])
+            w_entries = tile.mask.sum(axis=1)
+            row_cycles = timing.fc_row_cycles_merge(pairs, n_entries, w_entries)
+        else:
+            chunk_pairs = np.zeros((nvec, i.rows, -(-i.n_in // B)), np.int64)
+            for k, lo in enumerate(range(0, i.n_in, B)):
+                chunk_pairs[:, :, k] = (nm[:, lo:lo + B] @ wm[:, lo:lo + B].T).astype(np.int64)
+            row_cycles = timing.fc_row_cycles_bitmap(chunk_pairs)
+        cycles = int(timing.fc_lane_cycles(row_cycles, P).max()) + timing.FC_PIPELINE
+        acc_span = Access("acc", int(out.min()), int(out.max()) + 1, True)
+        accesses = [acc_span]
+        if i.accumulate:
+            accesses.append(Access("acc", acc_span.lo, acc_span.hi, False))
+        for lo, hi in self._nbuf_span:
+            accesses.append(Access("nbuf", lo, hi, False))
+        for lo, hi in self._nidx_span:
+            accesses.append(Access("nidx", lo, hi, False))
+        for lane in range(P):
+            accesses.append(Access(f"wbuf{lane}", i.wbuf, i.wbuf + tile.wbuf_end[lane], False))
+            accesses.append(Access(f"widx{lane}", i.widx, i.widx + tile.widx_end[lane], False))
+        return _Exec(cycles, accesses)
+
+    # ------------------------------------------------------------------------------------
+    def _words(self, what: str, base: int, n_o: int, n_i: int, so: int,
+               k1: int = 1, k2: int = 1, s1: int = 0, s2: int = 0, size: int | None = None) -> np.ndarray:
+        """Word base addresses [n_o, n_i, k1*k2] of a VX operand (elements, lane-aligned)."""
+        P = self.config.lanes
+        for name, val in ((what, base), ("outer stride", so), ("k1 stride", s1), ("k2 stride", s2)):
+            if val % P:
+                raise ExecutionError(f"{what}: {name} {val} is not a multiple of lanes={P}")
+        a = (base + np.arange(n_o, dtype=np.int64)[:, None, None] * so
+             + np.arange(n_i, dtype=np.int64)[None, :, None] * P
+             + (np.arange(k1, dtype=np.int64)[:, None] * s1
+                + np.arange(k2, dtype=np.int64)[None, :] * s2).reshape(1, 1, -1))
+        size = self.acc.size if size is None else size
+        if a.size and (a.min() < 0 or a.max() + P > size):
+            raise ExecutionError(f"{what}: words [{int(a.min())}, {int(a.max()) + P}) lie "
+                                 f"outside 0..{size}")
+        return a
+
+    def _gather(self, words: np.ndarray) -> np.ndarray:
+        P = self.config.lanes
+        return self.acc[words[..., None] + np.arange(P)].astype(np.int64)
+
+    @staticmethod
+    def _check_in_place(op: str, dst: np.ndarray, *srcs: np.ndarray) -> None:
+        """Pipelined VX reads iteration t+1 before writing iteration t: a word written at
+        iteration t must not be read by a later iteration."""
+        wr = dst.reshape(-1)
+        it = np.arange(wr.size)
+        for s in srcs:
+            s = s.reshape(wr.size, -1)
+            rd_words = s.reshape(-1)
+            rd_iter = np.repeat(it, s.shape[1])
+            common = np.intersect1d(wr, rd_words)
+            if common.size == 0:
+                continue
+            last_read = np.full(common.size, -1)
+            sel = np.isin(rd_words, common)
+            np.maximum.at(last_read, np.searchsorted(common, rd_words[sel]), rd_iter[sel])
+            write_iter = np.zeros(common.size, np.int64)
+            selw = np.isin(wr, common)
+            write_iter[np.searchsorted(common, wr[selw])] = it[selw]
+            bad = last_read > write_iter
+            if bad.any():
+                w = int(common[bad][0])
+                raise ExecutionError(f"{op}: acc word {w} is written at iteration "
+                                     f"{int(write_iter[bad][0])} and read again later "
+                                     f"(iteration {int(last_read[bad][0])}); results would "
+                                     "depend on the pipeline")
+
+    def _acc_access(self, words: np.ndarray, write: bool) -> Access:
+        P = self.config.lanes
+        if words.size == 0:
+            return Access("acc", 0, 0, write)
+        return Access("acc", int(words.min()), int(words.max()) + P, write)
+
+    def _vred(self, i: Instr) -> _Exec:
+        r = self.regs
+        src = self._words("vred src", i.src, i.n_o, i.n_i, r["vx.src_stride"], i.k1, i.k2,
+                          r["vx.k1_stride"], r["vx.k2_stride"])
+        dst = self._words("vred dst", i.dst, i.n_o, i.n_i, r["vx.dst_stride"])[..., 0]
+        self._check_in_place("vred", dst, src)
+        vals = self._gather(src)  # [n_o, n_i, k, P]
+        if vals.shape[2] == 0:
+            raise ExecutionError("vred: k1 and k2 must be at least 1")
+        res = vals.max(axis=2) if i.mode == isa.REDUCE_OPS["max"] else vals.sum(axis=2)
+        self.acc[dst[..., None] + np.arange(self.config.lanes)] = numerics.wrap32(res)
+        return _Exec(timing.vx_cycles(i.n_o * i.n_i, i.k1 * i.k2),
+                     [self._acc_access(src, False), self._acc_access(dst, True)])
+
+    def _vew(self, i: Instr) -> _Exec:
+        r = self.regs
+        a = self._words("vew a", i.a, i.n_o, i.n_i, r["vx.src_stride"])
+        b = self._words("vew b", i.b, i.n_o, i.n_i, r["vx.b_stride"])
+        dst = self._words("vew dst", i.dst, i.n_o, i.n_i, r["vx.dst_stride"])
+        self._check_in_place("vew", dst, a, b)
+        res = numerics.wrap32(self._gather(a) * i.ma + self._gather(b) * i.mb)
+        if i.relu:
+            res = np.maximum(res, 0)
+        self.acc[dst[..., 0, None] + np.arange(self.config.lanes)] = res[..., 0, :]
+        return _Exec(timing.vx_cycles(i.n_o * i.n_i, 1),
+                     [self._acc_access(a, False), self._acc_access(b, False),
+                      self._acc_access(dst, True)])
+
+    def _req(self, i: Instr) -> _Exec:
+        c, r = self.config, self.regs
+        P = c.lanes
+        src = self._words("req src", i.src, i.n_o, i.n_i, r["vx.src_stride"])[..., 0]
+        dst = self._words("req dst", i.dst, i.n_o, i.n_i, r["vx.dst_stride"], size=c.obuf_bytes)[..., 0]
+        if i.param + i.n_i > c.param_rows:
+            raise ExecutionError(f"req: parameter rows [{i.param}, {i.param + i.n_i}) exceed "
+                                 f"{c.param_rows}")
+        prm = self.param[i.param * c.param_row_bytes:(i.param + i.n_i) * c.param_row_bytes]
+        bias, mult, shift = (p.reshape(i.n_i, P) for p in numerics.unpack_params(prm))
+        if (shift > numerics.SHIFT_MAX).any():
+            raise ExecutionError(f"req: a parameter shift exceeds {numerics.SHIFT_MAX}")
+        acc = self._gather(src)  # [n_o, n_i, P]
+        y = numerics.requantize(acc, bias[None], mult[None], shift[None], bool(i.relu))
+        self.obuf[dst[..., None] + np.arange(P)] = y.view(np.uint8)
+        acc_access = self._acc_access(src, False)
+        obuf_access = Access("obuf", int(dst.min()), int(dst.max()) + P, True) if dst.size else \
+            Access("obuf", 0, 0, True)
+        param_access = Access("param", i.param * c.param_row_bytes,
+                              (i.param + i.n_i) * c.param_row_bytes, False)
+        return _Exec(timing.vx_cycles(i.n_o * i.n_i, 1), [acc_access, obuf_access, param_access])
+
+    # ------------------------------------------------------------------------------------
+    def _st(self, i: Instr) -> _Exec:
+        c, r = self.config, self.regs
+        src = self._grid(i.src, i.n3, i.rows, i.cols, r["st.src_stride3"], r["st.src_stride"])
+        dst = self._grid(i.ext, i.n3, i.rows, i.cols, r["st.ext_stride3"], r["st.ext_stride"])
+        self._check_range(src, self.obuf.size, "st: source obuf")
+        self._check_range(dst, self.ext.size, "st: external destination")
+        self._check_unique(dst, "st: external destination")
+        for lo, hi in self.protect:
+            if dst.size and ((dst >= lo) & (dst < hi)).any():
+                raise ExecutionError(f"st: would overwrite the program at [0x{lo:x}, 0x{hi:x})")
+        self.ext[dst] = self.obuf[src]
+        self.stats.dma_write_bytes += int(dst.size)
+        return _Exec(timing.dma_cycles(timing.DmaShape(i.n3, i.rows, i.cols, c.axi_bytes)),
+                     [self._span("obuf", src, False), self._span("ext", dst, True)])
+
+
+# --------------------------------------------------------------------------------------------
+# The scheduler: in-order dispatch, per-unit queues, dependency tokens
+# --------------------------------------------------------------------------------------------
+
+
+def run(words: Sequence[int], ext: np.ndarray, config: CoreConfig | None = None, *,
+        protect: Sequence[tuple[int, int]] = (), check_races: bool = True,
+        trace: bool = False, max_instructions: int | None = None,
+        progress: Callable[[int], None] | None = None) -> RunResult:
+    """Run a ROM image on the golden model.
+
+    Parameters
+    ----------
+    words:
+        Instruction words (the ROM).  Execution ends at ``halt``; running off the end of the
+        ROM is an error.
+    ext:
+        External memory (uint8); it is copied, the result holds the final contents.
+    protect:
+        Byte ranges stores must not touch (where the ROM lives in external memory).
+    check_races:
+        Check that every pair of conflicting accesses on different units is ordered by tokens.
+    progress:
+        Called now and then with the number of instructions dispatched so far.
+    """
+    config = config or CoreConfig()
+    prog = [isa.decode(w, address=a) for a, w in enumerate(words)]
+    machine = Machine(config, np.array(ext, dtype=np.uint8, copy=True), protect)
+    sched = _Scheduler(prog, machine, check_races, trace, progress)
+    sched.run(max_instructions)
+    return RunResult(machine.ext, machine.stats, machine, sched.trace)
+
+
+class _Scheduler:
+    def __init__(self, prog: list[Instr], machine: Machine, check_races: bool, trace: bool,
+                 progress: Callable[[int], None] | None = None):
+        self.prog, self.m = prog, machine
+        self.progress = progress
+        self.cfg = machine.config
+        self.queues = {u: deque() for u in IMPLEMENTED_UNITS}
+        self.tokens = {(a, b): 0 for a in IMPLEMENTED_UNITS for b in IMPLEMENTED_UNITS if a != b}
+        self.busy_until = {u: None for u in IMPLEMENTED_UNITS}  # end time of running instr
+        self.running: dict[Unit, tuple[int, Instr]] = {}
+        self.pending_signals: dict[Unit, tuple[int, Instr]] = {}  # finished, waiting to push
+        self.hz = HazardChecker() if check_races else None
+        self.trace: list | None = [] if trace else None
+
+    def _error(self, msg: str, addr: int) -> ExecutionError:
+        return ExecutionError(msg, address=addr, text=str(self.prog[addr]))
+
+    def run(self, max_instructions: int | None) -> None:
+        prog, m, cfg = self.prog, self.m, self.cfg
+        t, pc, next_dispatch = 0, 0, 0
+        halted = False
+        while not halted:
+            progress = True
+            while progress:
+                progress = False
+                # Finish running instructions whose time is up; push their tokens.
+                for u in IMPLEMENTED_UNITS:
+                    if u in self.running and self.busy_until[u] <= t:
+                        self.pending_signals[u] = self.running.pop(u)
+                        progress = True
+                    if u in self.pending_signals:
+                        addr, ins = self.pending_signals[u]
+                        if all(self.tokens[(u, s)] < cfg.token_depth for s in ins.signal):
+                            for s in ins.signal:
+                                self.tokens[(u, s)] += 1
+                            if self.hz:
+                                self.hz.finish(u, sorted(ins.signal))
+                            del self.pending_signals[u]
+                            progress = True
+                # Start queued instructions whose tokens are available.
+                for u in IMPLEMENTED_UNITS:
+                    if u in self.running or u in self.pending_signals or not self.queues[u]:
+                        continue
+                    addr, ins = self.queues[u][0]
+                    if not all(self.tokens[(w, u)] > 0 for w in ins.wait):
+                        continue
+                    self.queues[u].popleft()
+                    for w in ins.wait:
+                        self.tokens[(w, u)] -= 1
+                    seq = self.hz.start(u, sorted(ins.wait)) if self.hz else 0
+                    try:
+                        ex = m.execute(ins)
+                    except ExecutionError as e:
+                        if e.address is None:
+                            raise self._error(str(e), addr) from None
+                        raise
+                    except SnpuError as e:
+                        raise self._error(str(e), addr) from None
+                    if self.hz:
+                        self.hz.access(u, seq, ex.accesses, addr, str(ins))
+                    m.stats.busy[u.name] += ex.cycles
+                    m.stats.instructions[u.name] += 1
+                    self.running[u] = (addr, ins)
+                    self.busy_until[u] = t + ex.cycles
+                    if self.trace is not None:
+                        self.trace.append((addr, u.name, t, t + ex.cycles))
+                    progress = True
+                # Dispatch the next instruction.
+                if pc < len(prog) and next_dispatch <= t:
+                    ins = prog[pc]
+                    unit = ins.unit
+                    if unit is None:  # sync / halt: wait for everything to drain
+                        if self._idle():
+                            if self.hz:
+                                self.hz.barrier()
+                            if ins.op == "halt":
+                                halted = True
+                                break
+                            pc += 1
+                            next_dispatch = t + 1
+                            progress = True
+                    elif len(self.queues[unit]) < cfg.queue_depth:
+                        self.queues[unit].append((pc, ins))
+                        pc += 1
+                        next_dispatch = t + timing.DISPATCH_CYCLES
+                        progress = True
+                        if self.progress is not None and pc % 256 == 0:
+                            self.progress(pc)
+                        if max_instructions is not None and pc > max_instructions:
+                            raise self._error(f"more than {max_instructions} instructions", pc - 1)
+            if halted:
+                break
+            # Advance time to the next event.
+            events = [e for u, e in self.busy_until.items() if u in self.running]
+            if pc < len(prog) and next_dispatch > t:
+                events.append(next_dispatch)
+            future = [e for e in events if e > t]
+            if not future:
+                if pc >= len(prog) and self._idle():
+                    raise ExecutionError(f"the program ran past its last word ({len(prog)}) "
+                                         "without halt", address=max(len(prog) - 1, 0))
+                raise ExecutionError(self._deadlock_report(pc, t))
+            t = min(future)
+        m.stats.cycles = t
+
+    def _idle(self) -> bool:
+        return not self.running and not self.pending_signals and not any(self.queues.values())
+
+    def _deadlock_report(self, pc: int, t: int) -> str:
+        parts = [f"deadlock at cycle {t}:"]
+        for u in IMPLEMENTED_UNITS:
+            if u in self.pending_signals:
+                addr, ins = self.pending_signals[u]
+                full = [s.name for s in ins.signal if self.tokens[(u, s)] >= self.cfg.token_depth]
+                parts.append(f"{u.name} cannot signal {','.join(full)} (channel full) after ROM "
+                             f"word {addr} ({ins.op});")
+            elif self.queues[u]:
+                addr, ins = self.queues[u][0]
+                missing = [w.name for w in ins.wait if self.tokens[(w, u)] == 0]
+                parts.append(f"{u.name} waits for a token from {','.join(missing)} at ROM word "
+                             f"{addr} ({ins.op});")
+        if pc < len(self.prog):
+            ins = self.prog[pc]
+            if ins.unit is None:
+                parts.append(f"dispatcher waits for the units to drain at ROM word {pc} ({ins.op})")
+            else:
+                parts.append(f"dispatcher blocked at ROM word {pc} ({ins.op}): {ins.unit.name} "
+                             f"queue full ({self.cfg.queue_depth})")
+        return " ".join(parts)
+
+
+def run_image(rom: Sequence[int], image, config: CoreConfig | None = None, **kw) -> RunResult:
+    """Run a ROM against a :class:`~snpu.verif.image.MemoryImage`, protecting its rom region."""
+    protect = [(r.addr, r.end) for r in image.regions.values() if r.kind == "rom"]
+    return run(rom, image.data, config, protect=protect, **kw)

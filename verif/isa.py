@@ -1,0 +1,565 @@
+"""The snpu instruction set, defined once.
+
+Everything else derives from the tables in this module: the encoder and decoder below, the
+assembler and disassembler (:mod:`snpu.verif.asm`), the generated reference
+``docs/isa.md`` (:func:`render_markdown`, checked by a test), the RTL instruction decoder and
+the compiler's code generator.
+
+Word format
+-----------
+Every instruction is one 128-bit word.  Bits are numbered from the least significant bit.
+
+====== ======== ===========================================================================
+bits   field    meaning
+====== ======== ===========================================================================
+0-5    opcode   selects the instruction and the unit that executes it
+6-10   wait     bit ``u`` set: before starting, take one token from channel ``u -> self``
+11-15  signal   bit ``u`` set: after finishing, put one token into channel ``self -> u``
+16-127 operands laid out in declaration order, each field right after the previous one
+====== ======== ===========================================================================
+
+Bits above the last operand of an opcode are reserved and must be zero; a word with a
+reserved bit set, an unknown or reserved opcode, an undefined enumeration value, a token
+bit naming the instruction's own unit or an unimplemented unit, or a ``cfg`` value wider
+than its register is illegal.
+
+Units and dependency tokens
+---------------------------
+The dispatcher reads instructions in order and appends each one to the queue of its unit.
+The units (LD, MX, VX, ST) run concurrently; each executes its own queue in order.  Between
+every ordered pair of units there is a token channel (a counter of capacity
+``CoreConfig.token_depth``).  An instruction whose ``wait`` names unit ``u`` starts only
+after taking a token from ``u -> self``; when it finishes it puts a token into
+``self -> v`` for each ``v`` in ``signal`` (stalling while that channel is full).  This is
+the load/compute/store token scheme of VTA generalised to four units; it is how the
+compiler expresses double buffering.  ``sync`` waits until every queue is empty and every
+unit idle; ``halt`` does the same and then stops the core.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from snpu.errors import IllegalInstruction
+
+WORD_BITS = 128
+WORD_BYTES = WORD_BITS // 8
+
+
+class Unit(enum.IntEnum):
+    """Execution units.  ``NET`` is reserved for the tiled array's mesh interface."""
+
+    LD = 0  #: DMA loads: external memory -> on-chip buffers (with the sparse processing unit)
+    MX = 1  #: matrix unit: mapping unit + MAC lanes (sparse / dense FC)
+    VX = 2  #: vector unit: pooling, element-wise, ReLU, requantisation
+    ST = 3  #: DMA stores: output cache -> external memory
+    NET = 4  #: reserved: inter-core send/receive over the 2-D mesh
+
+
+#: Units whose instructions exist in ISA v1.  Token bits for other units are illegal.
+IMPLEMENTED_UNITS = (Unit.LD, Unit.MX, Unit.VX, Unit.ST)
+NUM_UNIT_BITS = 5
+
+OPCODE_BITS = 6
+HEADER_BITS = OPCODE_BITS + 2 * NUM_UNIT_BITS
+assert HEADER_BITS == 16
+
+
+@dataclass(frozen=True)
+class Field:
+    """One operand field.
+
+    ``kind`` is ``"uint"``, ``"sint"`` (two's complement), ``"enum"`` (named values),
+    ``"flag"`` (1 bit) or ``"reg"`` (a configuration register number).  ``default`` is used by
+    the assembler when the field is omitted (``None``: the field is required).  ``hex`` makes
+    the disassembler print the value in hexadecimal (addresses in external memory).
+    """
+
+    name: str
+    width: int
+    doc: str
+    kind: str = "uint"
+    enum: Mapping[str, int] | None = None
+    default: int | None = None
+    hex: bool = False
+
+    def check(self, value: int) -> str | None:
+        """Return why ``value`` does not fit this field, or ``None`` if it does."""
+        if self.kind == "sint":
+            lo, hi = -(1 << (self.width - 1)), (1 << (self.width - 1)) - 1
+        else:
+            lo, hi = 0, (1 << self.width) - 1
+        if not lo <= value <= hi:
+            return f"{self.name}={value} is outside {lo}..{hi} ({self.width}-bit {self.kind})"
+        if self.kind == "enum" and value not in self.enum.values():
+            names = ", ".join(f"{k}={v}" for k, v in self.enum.items())
+            return f"{self.name}={value} is not one of {names}"
+        return None
+
+
+@dataclass(frozen=True)
+class Opcode:
+    """One instruction: its code, executing unit (``None``: the dispatcher) and operands."""
+
+    mnemonic: str
+    code: int
+    unit: Unit | None
+    fields: tuple[Field, ...]
+    doc: str
+    semantics: str = ""
+    reserved: bool = False
+    #: bit offset of each operand field (derived: operands are packed in order from bit 16)
+    offsets: Mapping[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        offs, pos = {}, HEADER_BITS
+        for f in self.fields:
+            offs[f.name] = pos
+            pos += f.width
+        if pos > WORD_BITS:
+            raise AssertionError(f"{self.mnemonic}: operands need {pos} bits > {WORD_BITS}")
+        object.__setattr__(self, "offsets", offs)
+
+    @property
+    def used_bits(self) -> int:
+        return HEADER_BITS + sum(f.width for f in self.fields)
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Register:
+    """A configuration register, written by ``cfg`` and read by its unit's instructions."""
+
+    name: str  #: ``unit.name``, e.g. ``mx.nvec``
+    unit: Unit
+    index: int
+    width: int
+    doc: str
+    reset: int = 0
+
+    @property
+    def number(self) -> int:
+        """The register number carried in ``cfg``'s ``reg`` field: ``unit << 5 | index``."""
+        return (int(self.unit) << 5) | self.index
+
+
+# --------------------------------------------------------------------------------------------
+# Enumerations
+# --------------------------------------------------------------------------------------------
+
+BUFFERS = {"nbuf": 0, "nidx": 1, "wbuf": 2, "widx": 3, "acc": 4, "param": 5}
+FORMATS = {"dense": 0, "direct": 1, "stride": 2}
+REDUCE_OPS = {"max": 0, "sum": 1}
+
+# --------------------------------------------------------------------------------------------
+# Configuration registers
+# --------------------------------------------------------------------------------------------
+
+REGISTERS: tuple[Register, ...] = (
+    # LD: DMA address generation (3-D: n3 x rows x cols bytes) and the sparse processing unit.
+    Register("ld.ext_stride", Unit.LD, 0, 32, "bytes between rows in external memory"),
+    Register("ld.dst_stride", Unit.LD, 1, 20,
+             "units between rows in the destination buffer (bytes; int32 elements for acc)"),
+    Register("ld.ext_stride3", Unit.LD, 2, 32, "bytes between planes (n3) in external memory"),
+    Register("ld.dst_stride3", Unit.LD, 3, 20, "units between planes (n3) in the destination"),
+    Register("ld.nidx_mode", Unit.LD, 4, 1,
+             "1: loads into nbuf also write the neuron direct index (bit a of nidx = "
+             "|nbuf[a]| > ld.thresh, after group pruning); 0: nidx untouched"),
+    Register("ld.thresh", Unit.LD, 5, 7, "neuron threshold t of the sparse processing unit"),
+    Register("ld.group_log2", Unit.LD, 6, 2,
+             "neuron group pruning: 0 off, g>0 groups of 2**g consecutive nbuf bytes"),
+    Register("ld.group_t3", Unit.LD, 7, 7, "group pruning: an element is small if |x| <= t3"),
+    Register("ld.group_t4", Unit.LD, 8, 4,
+             "group pruning: a group is deleted when more than t4 of its elements are small"),
+    # MX: formats and the vector loop of fc.
+    Register("mx.nfmt", Unit.MX, 0, 2, "neuron index format: 0 dense, 1 direct, 2 stride"),
+    Register("mx.npacked", Unit.MX, 1, 1,
+             "1: nbuf holds only the kept neurons, packed in order; 0: neuron i at offset i"),
+    Register("mx.wfmt", Unit.MX, 2, 2,
+             "weight index format: 0 dense, 1 direct, 2 stride (sparse weights are packed)"),
+    Register("mx.nvec", Unit.MX, 3, 12, "number of input vectors fc processes", reset=1),
+    Register("mx.nstride", Unit.MX, 4, 16, "bytes between input vectors in nbuf"),
+    Register("mx.nidx_stride", Unit.MX, 5, 14, "bytes between input vectors' indices in nidx"),
+    Register("mx.acc_stride", Unit.MX, 6, 16,
+             "int32 elements between output vectors in acc (a multiple of lanes)"),
+    # VX: outer-loop and reduction strides.
+    Register("vx.src_stride", Unit.VX, 0, 16, "elements between outer iterations of src / a"),
+    Register("vx.dst_stride", Unit.VX, 1, 16,
+             "units between outer iterations of dst (acc elements, or obuf bytes for req)"),
+    Register("vx.k1_stride", Unit.VX, 2, 16, "elements between steps of the first reduction"),
+    Register("vx.k2_stride", Unit.VX, 3, 16, "elements between steps of the second reduction"),
+    Register("vx.b_stride", Unit.VX, 4, 16, "elements between outer iterations of b (vew)"),
+    # ST: DMA address generation.
+    Register("st.ext_stride", Unit.ST, 0, 32, "bytes between rows in external memory"),
+    Register("st.src_stride", Unit.ST, 1, 16, "bytes between rows in obuf"),
+    Register("st.ext_stride3", Unit.ST, 2, 32, "bytes between planes (n3) in external memory"),
+    Register("st.src_stride3", Unit.ST, 3, 16, "bytes between planes (n3) in obuf"),
+)
+
+REGISTER_BY_NAME: dict[str, Register] = {r.name: r for r in REGISTERS}
+REGISTER_BY_NUMBER: dict[int, Register] = {r.number: r for r in REGISTERS}
+assert len(REGISTER_BY_NUMBER) == len(REGISTERS)
+
+# --------------------------------------------------------------------------------------------
+# Opcodes
+# --------------------------------------------------------------------------------------------
+
+_U = "uint"
+
+
+def _f(name, width, doc, kind=_U, **kw) -> Field:
+    return Field(name, width, doc, kind, **kw)
+
+
+OPCODES: tuple[Opcode, ...] = (
+    Opcode("halt", 0x01, None, (), "Wait until every unit is idle, then stop the core (done).",
+           "drain all queues; done <- 1"),
+    Opcode("sync", 0x02, None, (), "Barrier: wait until every queue is empty and every unit idle.",
+           "drain all queues"),
+    Opcode(
+        "cfg", 0x03, None,
+        (_f("reg", 8, "register number (unit << 5 | index); see the register table", "reg"),
+         _f("value", 32, "value; must fit the register's width")),
+        "Write a configuration register.  Executes in order on the register's unit.",
+        "R[reg] <- value",
+    ),
+    Opcode(
+        "ld", 0x08, Unit.LD,
+        (_f("buf", 3, "destination buffer", "enum", enum=BUFFERS),
+         _f("lane", 6, "lane bank for wbuf / widx (must be 0 for other buffers)", default=0),
+         _f("ext", 32, "source byte address in external memory", hex=True),
+         _f("dst", 20, "destination address (bytes; int32 elements for acc)"),
+         _f("n3", 12, "planes", default=1),
+         _f("rows", 12, "rows per plane", default=1),
+         _f("cols", 16, "bytes per row")),
+        "3-D DMA load from external memory into an on-chip buffer.",
+        "for p<n3, r<rows, c<cols: B[dst + p*ld.dst_stride3 + r*ld.dst_stride + c] <- "
+        "E[ext + p*ld.ext_stride3 + r*ld.ext_stride + c]; acc sign-extends int8 to int32; "
+        "nbuf loads with ld.nidx_mode=1 also write nidx bits (threshold, group pruning)",
+    ),
+    Opcode("ldc", 0x09, Unit.LD, (), "Reserved: load activations kept in compressed form "
+           "(index + nonzero values) and expand them.", reserved=True),
+    Opcode(
+        "fc", 0x10, Unit.MX,
+        (_f("nbuf", 16, "first input vector in nbuf (bytes)"),
+         _f("nidx", 14, "first input vector's index in nidx (bytes)"),
+         _f("wbuf", 16, "first weight value in every lane's wbuf bank (bytes)"),
+         _f("widx", 16, "first weight index record in every lane's widx bank (bytes)"),
+         _f("acc", 16, "first output element in acc (a multiple of lanes)"),
+         _f("n_in", 16, "input neurons per vector"),
+         _f("rows", 12, "output neurons (weight rows); row r lives in lane r % lanes"),
+         _f("accumulate", 1, "1: add to acc; 0: overwrite", "flag", default=0)),
+        "Sparse or dense fully connected layer over mx.nvec input vectors (matrix-vector or "
+        "matrix-matrix).  Convolution is lowered to fc over im2col patches loaded by ld.",
+        "for v<mx.nvec, r<rows: acc[acc + v*mx.acc_stride + r] (+)= "
+        "sum over pairs i selected by index(neurons v) AND index(weights r) of x[v,i]*w[r,i] "
+        "(int8 x int8, int32 wrap-around)",
+    ),
+    Opcode(
+        "vred", 0x18, Unit.VX,
+        (_f("mode", 2, "reduction", "enum", enum=REDUCE_OPS),
+         _f("dst", 16, "destination in acc (elements, multiple of lanes)"),
+         _f("src", 16, "source in acc (elements, multiple of lanes)"),
+         _f("n_o", 12, "outer iterations", default=1),
+         _f("n_i", 8, "words (of lanes elements) per outer iteration", default=1),
+         _f("k1", 8, "first reduction extent", default=1),
+         _f("k2", 8, "second reduction extent", default=1)),
+        "Windowed reduction over accumulator words: max pooling, sum for average pooling, "
+        "copies (k1 = k2 = 1).",
+        "for o<n_o, i<n_i: acc[dst + o*vx.dst_stride + i*P ..+P] <- mode over j1<k1, j2<k2 of "
+        "acc[src + o*vx.src_stride + i*P + j1*vx.k1_stride + j2*vx.k2_stride ..+P]",
+    ),
+    Opcode(
+        "vew", 0x19, Unit.VX,
+        (_f("dst", 16, "destination in acc (elements, multiple of lanes)"),
+         _f("a", 16, "first operand in acc (elements, multiple of lanes)"),
+         _f("b", 16, "second operand in acc (elements, multiple of lanes)"),
+         _f("n_o", 12, "outer iterations", default=1),
+         _f("n_i", 8, "words per outer iteration", default=1),
+         _f("ma", 16, "multiplier of a", "sint", default=1),
+         _f("mb", 16, "multiplier of b", "sint", default=0),
+         _f("relu", 1, "1: clamp negative results to 0 (ReLU)", "flag", default=0)),
+        "Element-wise scaled add over accumulator words (residual add, ReLU, scaling).",
+        "for o<n_o, i<n_i, l<P: d = wrap32(a[..]*ma + b[..]*mb); acc[dst..] <- relu ? max(d,0) : d "
+        "(a advances by vx.src_stride, b by vx.b_stride, dst by vx.dst_stride)",
+    ),
+    Opcode(
+        "req", 0x1A, Unit.VX,
+        (_f("dst", 16, "destination in obuf (bytes, multiple of lanes)"),
+         _f("src", 16, "source in acc (elements, multiple of lanes)"),
+         _f("param", 12, "first requantisation parameter row"),
+         _f("n_o", 12, "outer iterations", default=1),
+         _f("n_i", 8, "words per outer iteration; word i uses parameter row param + i", default=1),
+         _f("relu", 1, "1: ReLU (clamp to 0..127)", "flag", default=0)),
+        "Requantise int32 accumulators to int8 into the output cache, with per-channel bias, "
+        "multiplier and shift, optional ReLU, saturation.",
+        "y = sat8(round_half_up(wrap32(acc + bias[c]) * mult[c] / 2**shift[c])), ReLU optional",
+    ),
+    Opcode(
+        "st", 0x20, Unit.ST,
+        (_f("src", 16, "source in obuf (bytes)"),
+         _f("ext", 32, "destination byte address in external memory", hex=True),
+         _f("n3", 12, "planes", default=1),
+         _f("rows", 12, "rows per plane", default=1),
+         _f("cols", 16, "bytes per row")),
+        "3-D DMA store from the output cache to external memory.",
+        "for p<n3, r<rows, c<cols: E[ext + p*st.ext_stride3 + r*st.ext_stride + c] <- "
+        "obuf[src + p*st.src_stride3 + r*st.src_stride + c]",
+    ),
+    Opcode("stc", 0x21, Unit.ST, (), "Reserved: store activations in compressed form "
+           "(threshold, index + nonzero values).", reserved=True),
+    Opcode("send", 0x28, Unit.NET, (), "Reserved: send a buffer region to a neighbouring core "
+           "of the 2-D mesh.", reserved=True),
+    Opcode("recv", 0x29, Unit.NET, (), "Reserved: receive a buffer region from a neighbouring "
+           "core of the 2-D mesh.", reserved=True),
+)
+
+OPCODE_BY_NAME: dict[str, Opcode] = {o.mnemonic: o for o in OPCODES}
+OPCODE_BY_CODE: dict[int, Opcode] = {o.code: o for o in OPCODES}
+assert len(OPCODE_BY_CODE) == len(OPCODES)
+assert all(0 < o.code < (1 << OPCODE_BITS) for o in OPCODES)
+
+# The cfg instruction's reg field is an enumeration over the register table.
+_CFG = OPCODE_BY_NAME["cfg"]
+
+
+# --------------------------------------------------------------------------------------------
+# Decoded instruction
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Instr:
+    """A decoded (or to-be-encoded) instruction."""
+
+    op: str
+    args: Mapping[str, int] = field(default_factory=dict)
+    wait: frozenset[Unit] = frozenset()
+    signal: frozenset[Unit] = frozenset()
+
+    @property
+    def opcode(self) -> Opcode:
+        return OPCODE_BY_NAME[self.op]
+
+    @property
+    def unit(self) -> Unit | None:
+        """The unit that executes this instruction (``None`` for halt / sync)."""
+        if self.op == "cfg":
+            return REGISTER_BY_NUMBER[self.args["reg"]].unit
+        return self.opcode.unit
+
+    def __getattr__(self, name: str) -> int:
+        # Operand access as attributes: ``instr.rows``.
+        args = self.__dict__.get("args")
+        if args is not None and name in args:
+            return args[name]
+        raise AttributeError(name)
+
+    def __str__(self) -> str:  # the disassembler's canonical text
+        from .asm import format_instr
+
+        return format_instr(self)
+
+
+def make(op: str, *, wait: Iterable[Unit] = (), signal: Iterable[Unit] = (), **args: int) -> Instr:
+    """Build an instruction, filling defaulted operands; raises ``KeyError``/``ValueError``."""
+    opc = OPCODE_BY_NAME[op]
+    full = {}
+    for f in opc.fields:
+        if f.name in args:
+            v = args.pop(f.name)
+            if f.kind == "reg" and isinstance(v, str):
+                v = REGISTER_BY_NAME[v].number
+            elif f.kind == "enum" and isinstance(v, str):
+                v = f.enum[v]
+            full[f.name] = int(v)
+        elif f.default is not None:
+            full[f.name] = f.default
+        else:
+            raise ValueError(f"{op}: missing operand {f.name}")
+    if args:
+        raise ValueError(f"{op}: unknown operand(s) {', '.join(sorted(args))}")
+    return Instr(op, full, frozenset(Unit(u) for u in wait), frozenset(Unit(u) for u in signal))
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding and decoding
+# --------------------------------------------------------------------------------------------
+
+
+def _token_problem(instr_unit: Unit | None, units: Iterable[Unit], what: str) -> str | None:
+    for u in units:
+        if instr_unit is None:
+            return f"{what} token bits are not allowed on control instructions"
+        if u == instr_unit:
+            return f"{what} token names the instruction's own unit {u.name}"
+        if u not in IMPLEMENTED_UNITS:
+            return f"{what} token names unit {u.name}, which ISA v1 does not implement"
+    return None
+
+
+def validate(instr: Instr) -> str | None:
+    """Return why ``instr`` is illegal, or ``None``."""
+    opc = OPCODE_BY_NAME.get(instr.op)
+    if opc is None:
+        return f"unknown mnemonic {instr.op!r}"
+    if opc.reserved:
+        return f"opcode {opc.mnemonic} (0x{opc.code:02x}) is reserved in ISA v1"
+    if set(instr.args) != {f.name for f in opc.fields}:
+        return f"{opc.mnemonic}: operands {sorted(instr.args)} != {[f.name for f in opc.fields]}"
+    for f in opc.fields:
+        why = f.check(instr.args[f.name])
+        if why:
+            return f"{opc.mnemonic}: {why}"
+    if opc.mnemonic == "cfg":
+        reg = REGISTER_BY_NUMBER.get(instr.args["reg"])
+        if reg is None:
+            return f"cfg: register number {instr.args['reg']} is not defined"
+        if instr.args["value"] >= (1 << reg.width):
+            return (f"cfg: value {instr.args['value']} does not fit {reg.width}-bit register "
+                    f"{reg.name}")
+    unit = instr.unit
+    return (_token_problem(unit, instr.wait, "wait")
+            or _token_problem(unit, instr.signal, "signal"))
+
+
+def _mask(units: Iterable[Unit]) -> int:
+    m = 0
+    for u in units:
+        m |= 1 << int(u)
+    return m
+
+
+def _units(mask: int) -> frozenset[Unit]:
+    return frozenset(Unit(i) for i in range(NUM_UNIT_BITS) if mask >> i & 1)
+
+
+def encode(instr: Instr) -> int:
+    """Encode a legal instruction into its 128-bit word."""
+    why = validate(instr)
+    if why:
+        raise ValueError(why)
+    opc = instr.opcode
+    word = opc.code | _mask(instr.wait) << OPCODE_BITS | _mask(instr.signal) << (
+        OPCODE_BITS + NUM_UNIT_BITS)
+    for f in opc.fields:
+        v = instr.args[f.name] & ((1 << f.width) - 1)
+        word |= v << opc.offsets[f.name]
+    return word
+
+
+def decode(word: int, *, address: int | None = None) -> Instr:
+    """Decode a 128-bit word; raise :class:`IllegalInstruction` naming the problem."""
+    if not 0 <= word < (1 << WORD_BITS):
+        raise IllegalInstruction(word & ((1 << WORD_BITS) - 1), "word wider than 128 bits",
+                                 address=address)
+    code = word & ((1 << OPCODE_BITS) - 1)
+    opc = OPCODE_BY_CODE.get(code)
+    if opc is None:
+        raise IllegalInstruction(word, f"unknown opcode 0x{code:02x}", address=address)
+    if opc.reserved:
+        raise IllegalInstruction(word, f"opcode {opc.mnemonic} (0x{code:02x}) is reserved in "
+                                 "ISA v1", address=address)
+    if word >> opc.used_bits:
+        raise IllegalInstruction(word, f"{opc.mnemonic}: reserved bits {opc.used_bits}..127 "
+                                 "are not zero", address=address)
+    args = {}
+    for f in opc.fields:
+        v = (word >> opc.offsets[f.name]) & ((1 << f.width) - 1)
+        if f.kind == "sint" and v >> (f.width - 1):
+            v -= 1 << f.width
+        args[f.name] = v
+    instr = Instr(opc.mnemonic, args, _units(word >> OPCODE_BITS & 0x1F),
+                  _units(word >> (OPCODE_BITS + NUM_UNIT_BITS) & 0x1F))
+    why = validate(instr)
+    if why:
+        raise IllegalInstruction(word, why, address=address)
+    return instr
+
+
+def decode_program(words: Iterable[int]) -> list[Instr]:
+    return [decode(w, address=i) for i, w in enumerate(words)]
+
+
+# --------------------------------------------------------------------------------------------
+# Documentation
+# --------------------------------------------------------------------------------------------
+
+
+def render_markdown() -> str:
+    """Render the ISA reference (``docs/isa.md``) from the tables above."""
+    out = [
+        "# snpu ISA v1",
+        "",
+        "<!-- Generated by `python -m snpu.verif.isa > docs/isa.md` from verif/isa.py; "
+        "tests/verif/test_isa.py fails when this file is out of date. -->",
+        "",
+    ]
+    out += [line[4:] if line.startswith("    ") else line
+            for line in (__doc__ or "").strip().splitlines()[2:]]
+    out += ["", "## Opcodes", "",
+            "| opcode | mnemonic | unit | operand bits | summary |",
+            "|---|---|---|---|---|"]
+    for o in OPCODES:
+        unit = o.unit.name if o.unit is not None else ("(register's unit)" if o.mnemonic == "cfg"
+                                                       else "dispatcher")
+        summary = o.doc + (" **Reserved.**" if o.reserved else "")
+        out.append(f"| 0x{o.code:02x} | `{o.mnemonic}` | {unit} | {o.used_bits - HEADER_BITS} | "
+                   f"{summary} |")
+    for o in OPCODES:
+        if o.reserved:
+            continue
+        out += ["", f"### `{o.mnemonic}` (0x{o.code:02x})", "", o.doc, ""]
+        if o.semantics:
+            out += [f"Semantics: `{o.semantics}`", ""]
+        if o.fields:
+            out += ["| bits | field | kind | default | meaning |", "|---|---|---|---|---|"]
+            for f in o.fields:
+                lo = o.offsets[f.name]
+                kind = f.kind
+                if f.enum:
+                    kind += ": " + ", ".join(f"{k}={v}" for k, v in f.enum.items())
+                dflt = "required" if f.default is None else str(f.default)
+                out.append(f"| {lo}-{lo + f.width - 1} | `{f.name}` | {kind} | {dflt} | "
+                           f"{f.doc} |")
+        else:
+            out.append("No operands.")
+    out += ["", "## Configuration registers", "",
+            "`cfg reg=<name> value=<v>` writes a register.  It executes in order on the "
+            "register's unit, so a register change never affects an instruction already queued "
+            "on another unit.",
+            "", "| number | name | bits | reset | meaning |", "|---|---|---|---|---|"]
+    for r in REGISTERS:
+        out.append(f"| {r.number} | `{r.name}` | {r.width} | {r.reset} | {r.doc} |")
+    out += ["", "## Numerics", "", NUMERICS_DOC.strip(), ""]
+    return "\n".join(out) + "\n"
+
+
+NUMERICS_DOC = """
+* Activations and weights are int8, accumulators int32.  All int32 arithmetic (fc sums,
+  `vew`, `vred` sums, bias addition) wraps around modulo 2**32; because wrap-around addition
+  is associative, results do not depend on the order in which lanes add pairs.
+* `req` per channel c reads bias (int32), mult (int16) and shift (uint8, 0..47) from the
+  parameter row: `v = wrap32(acc + bias)`, `p = v * mult` (exact, 48-bit),
+  `r = (p + 2**(shift-1)) >> shift` for shift > 0 (round half up; arithmetic shift) and
+  `r = p` for shift 0, then `y = clamp(r, -128, 127)`, or `clamp(r, 0, 127)` with ReLU.
+* Parameter row layout (8 bytes per channel, channel l of row k at byte `k*8*P + 8*l`):
+  bias int32 little-endian, mult int16 little-endian, shift uint8, one zero byte.
+* Neuron threshold (the sparse processing unit): with `ld.nidx_mode=1`, loading byte x to
+  nbuf address a sets nidx bit a (byte a//8, bit a%8) to `|x| > ld.thresh`.  With group
+  pruning (`ld.group_log2 = g > 0`) the nbuf addresses are split into aligned groups of
+  2**g; a group whose count of elements with `|x| <= ld.group_t3` is greater than
+  `ld.group_t4` has all its bits cleared.  A group-pruned load must start and end on group
+  boundaries in every row.  |-128| is 128.
+"""
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(render_markdown(), end="")

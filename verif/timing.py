@@ -1,0 +1,69 @@
+"""Cycle estimates per instruction: the cost model of the golden model and the compiler.
+
+These are estimates from the hardware parameters, not a cycle-exact model of the RTL (seed
+002 allows either "measured by running" or "estimated from the hardware parameters").  The
+constants are calibrated against RTL runs (``bench/core_perf.py`` reports both side by
+side).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: cycles from issuing an AXI burst to its first beat, including address generation
+DMA_LATENCY = 12
+#: extra cycles per DMA row (address generation, burst split, realignment)
+DMA_ROW_OVERHEAD = 2
+#: cycles a lane spends per row besides its pairs (record header, accumulator write)
+FC_ROW_OVERHEAD = 3
+#: pipeline fill/drain of the MX unit per instruction
+FC_PIPELINE = 8
+#: stride merge entries consumed per cycle per list in a lane
+MERGE_RATE = 1
+#: pipeline fill/drain of the VX unit per instruction
+VX_PIPELINE = 5
+#: cycles of a cfg instruction
+CFG_CYCLES = 1
+#: cycles to dispatch one instruction (fetch bandwidth: 16 bytes over an 8-byte bus)
+DISPATCH_CYCLES = 2
+
+
+@dataclass(frozen=True)
+class DmaShape:
+    n3: int
+    rows: int
+    cols: int
+    axi_bytes: int
+
+
+def dma_cycles(s: DmaShape) -> int:
+    if s.n3 * s.rows * s.cols == 0:
+        return 1
+    beats_per_row = -(-s.cols // s.axi_bytes) + 1  # +1: unaligned start may need one more
+    return DMA_LATENCY + s.n3 * s.rows * (beats_per_row + DMA_ROW_OVERHEAD)
+
+
+def fc_lane_cycles(row_cycles: np.ndarray, lanes: int) -> np.ndarray:
+    """Sum per-(vector, row) cycles into per-lane cycles (row r runs on lane r % lanes)."""
+    nvec, rows = row_cycles.shape
+    pad = (-rows) % lanes
+    rc = np.pad(row_cycles, ((0, 0), (0, pad)))
+    return rc.reshape(nvec, -1, lanes).sum(axis=(0, 1))
+
+
+def fc_row_cycles_bitmap(chunk_pairs: np.ndarray) -> np.ndarray:
+    """Cycles per (vector, row) when a lane scans chunks: one cycle per pair, at least one per
+    chunk.  ``chunk_pairs[v, r, c]`` is the pairs in chunk ``c``."""
+    return np.maximum(chunk_pairs, 1).sum(axis=-1) + FC_ROW_OVERHEAD
+
+
+def fc_row_cycles_merge(pairs: np.ndarray, n_entries: np.ndarray, w_entries: np.ndarray) -> np.ndarray:
+    """Cycles per (vector, row) of the stride-merge path (both indices stride)."""
+    merge = -(-(n_entries[:, None] + w_entries[None, :]) // MERGE_RATE)
+    return np.maximum(pairs, merge) + FC_ROW_OVERHEAD
+
+
+def vx_cycles(iterations: int, reads_per_iteration: int) -> int:
+    return VX_PIPELINE + iterations * max(1, reads_per_iteration)
