@@ -29,8 +29,8 @@ class CoreConfig:
         Number of MAC lanes ``P``.  Lane ``g`` owns the output rows ``r`` with ``r % P == g``;
         accumulator and output words are ``P`` elements wide.
     chunk_bits:
-        Index bits a lane scans per cycle (``B``).  Direct-index rows are padded to a
-        multiple of ``B`` bits.
+        Index bits a lane scans per cycle (``B``), one 64-bit buffer word.  Direct-index rows
+        are padded to a multiple of ``B`` bits.
     nbuf_bytes:
         Neuron buffer (first input cache) size in bytes.  Each lane holds a private copy so
         lanes never wait for each other.
@@ -68,7 +68,7 @@ class CoreConfig:
     def __post_init__(self) -> None:
         checks = [
             ("lanes", _pow2(self.lanes) and 1 <= self.lanes <= 64, "a power of two in 1..64"),
-            ("chunk_bits", self.chunk_bits in (32, 64), "32 or 64"),
+            ("chunk_bits", self.chunk_bits == 64, "64 (one 64-bit buffer word per chunk)"),
             ("nbuf_bytes", _pow2(self.nbuf_bytes) and 256 <= self.nbuf_bytes <= 65536,
              "a power of two in 256..65536"),
             ("nidx_bytes", _pow2(self.nidx_bytes) and self.nbuf_bytes // 8 <= self.nidx_bytes <= 16384,

@@ -17,7 +17,7 @@ def test_defaults_and_round_trip(tmp_path):
 
 @pytest.mark.parametrize("kw,message", [
     ({"lanes": 12}, "lanes=12 must be a power of two"),
-    ({"chunk_bits": 16}, "chunk_bits=16 must be 32 or 64"),
+    ({"chunk_bits": 32}, "chunk_bits=32 must be 64"),
     ({"nidx_bytes": 64}, "nidx_bytes=64"),
     ({"axi_data_bits": 128}, "axi_data_bits=128 must be 64"),
 ])

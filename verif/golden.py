@@ -199,6 +199,9 @@ class Machine:
         if fmt == "dense":
             mask = np.ones(n, bool)
         elif fmt == "direct":
+            if ni % 8:
+                raise ExecutionError(f"fc: the direct neuron index of vector {v} at nidx byte {ni} "
+                                     "is not 8-byte aligned (lanes read it in 64-bit chunks)")
             mask = ix.decode_direct(self.nidx, n, ni)
             self._nidx_span.append((ni, ni + -(-n // 8)))
         else:
@@ -251,6 +254,9 @@ class Machine:
             raise ExecutionError(f"fc: outputs reach acc element {last} > {c.acc_elems}")
         if nvec == 0 or i.rows == 0:
             return _Exec(timing.FC_PIPELINE, [])
+        if wfmt == "direct" and i.widx % 8:
+            raise ExecutionError(f"fc: widx={i.widx} must be 8-byte aligned for direct weight "
+                                 "indices (lanes read them in 64-bit chunks)")
         self._nbuf_span, self._nidx_span = [], []
         try:
             tile = self._weights(i, wfmt)
@@ -269,9 +275,11 @@ class Machine:
         pairs = (nm @ wm.T).astype(np.int64)
         self.stats.mac_pairs += int(pairs.sum())
         self.stats.dense_pairs += nvec * i.rows * i.n_in
-        if nfmt == "stride" and wfmt == "stride":
-            n_entries = np.array([n[2] for n in neurons])
-            w_entries = tile.mask.sum(axis=1)
+        merge = (nfmt == "stride" and wfmt == "stride") or (
+            r["mx.mixed"] and {nfmt, wfmt} == {"direct", "stride"})
+        if merge:
+            n_entries = np.array([n[2] if nfmt == "stride" else int(n[1].sum()) for n in neurons])
+            w_entries = tile.mask.sum(axis=1)  # escapes are rare; counted as elements
             row_cycles = timing.fc_row_cycles_merge(pairs, n_entries, w_entries)
         else:
             chunk_pairs = np.zeros((nvec, i.rows, -(-i.n_in // B)), np.int64)

@@ -189,6 +189,9 @@ REGISTERS: tuple[Register, ...] = (
     Register("mx.nidx_stride", Unit.MX, 5, 14, "bytes between input vectors' indices in nidx"),
     Register("mx.acc_stride", Unit.MX, 6, 16,
              "int32 elements between output vectors in acc (a multiple of lanes)"),
+    Register("mx.mixed", Unit.MX, 7, 1,
+             "direct x stride indices: 0 expand the stride side to direct and AND (claim 9), "
+             "1 convert the direct side to stride and merge (claim 10); same result"),
     # VX: outer-loop and reduction strides.
     Register("vx.src_stride", Unit.VX, 0, 16, "elements between outer iterations of src / a"),
     Register("vx.dst_stride", Unit.VX, 1, 16,
@@ -249,9 +252,10 @@ OPCODES: tuple[Opcode, ...] = (
     Opcode(
         "fc", 0x10, Unit.MX,
         (_f("nbuf", 16, "first input vector in nbuf (bytes)"),
-         _f("nidx", 14, "first input vector's index in nidx (bytes)"),
+         _f("nidx", 14, "first input vector's index in nidx (bytes; 8-aligned when direct)"),
          _f("wbuf", 16, "first weight value in every lane's wbuf bank (bytes)"),
-         _f("widx", 16, "first weight index record in every lane's widx bank (bytes)"),
+         _f("widx", 16, "first weight index record in every lane's widx bank (bytes; "
+                        "8-aligned when direct)"),
          _f("acc", 16, "first output element in acc (a multiple of lanes)"),
          _f("n_in", 16, "input neurons per vector"),
          _f("rows", 12, "output neurons (weight rows); row r lives in lane r % lanes"),

@@ -20,8 +20,6 @@ DMA_ROW_OVERHEAD = 2
 FC_ROW_OVERHEAD = 3
 #: pipeline fill/drain of the MX unit per instruction
 FC_PIPELINE = 8
-#: stride merge entries consumed per cycle per list in a lane
-MERGE_RATE = 1
 #: pipeline fill/drain of the VX unit per instruction
 VX_PIPELINE = 5
 #: cycles of a cfg instruction
@@ -60,9 +58,10 @@ def fc_row_cycles_bitmap(chunk_pairs: np.ndarray) -> np.ndarray:
 
 
 def fc_row_cycles_merge(pairs: np.ndarray, n_entries: np.ndarray, w_entries: np.ndarray) -> np.ndarray:
-    """Cycles per (vector, row) of the stride-merge path (both indices stride)."""
-    merge = -(-(n_entries[:, None] + w_entries[None, :]) // MERGE_RATE)
-    return np.maximum(pairs, merge) + FC_ROW_OVERHEAD
+    """Cycles per (vector, row) of the stride-merge path: one entry of each list per cycle,
+    both advance on a pair, plus the terminators."""
+    merge = n_entries[:, None] + w_entries[None, :] - pairs + 1
+    return np.maximum(merge, 1) + FC_ROW_OVERHEAD
 
 
 def vx_cycles(iterations: int, reads_per_iteration: int) -> int:

@@ -10,7 +10,7 @@ from snpu.verif.isa import Unit
 from snpu.verif.program import Program
 
 LD, MX, VX, ST = Unit.LD, Unit.MX, Unit.VX, Unit.ST
-SMALL = CoreConfig(lanes=4, chunk_bits=32, nbuf_bytes=2048, nidx_bytes=512, wbuf_bytes=4096,
+SMALL = CoreConfig(lanes=4, chunk_bits=64, nbuf_bytes=2048, nidx_bytes=512, wbuf_bytes=4096,
                    widx_bytes=2048, acc_words=256, obuf_bytes=1024, param_rows=16)
 FMT = {"dense": 0, "direct": 1, "stride": 2}
 
@@ -62,7 +62,7 @@ def test_fc_all_format_combinations_match_numpy(nfmt, npacked, wfmt, seed):
         p.cfgs(ld__dst_stride=nstride, ld__ext_stride=nstride)
         p.emit("ld", buf="nbuf", ext=p.data("x", vals), dst=0, rows=nvec, cols=nstride)
         if nfmt != "dense":
-            istride = max(len(r) for r in idx_rows)
+            istride = -(-max(len(r) for r in idx_rows) // 8) * 8
             ibuf = np.zeros((nvec, istride), np.uint8)
             for v, r in enumerate(idx_rows):
                 ibuf[v, :len(r)] = np.frombuffer(r, np.uint8)

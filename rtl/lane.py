@@ -1,0 +1,163 @@
+"""One MAC lane of the matrix unit: mapping unit + operation unit for its rows of an fc."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .compactor import Compactor
+from .connection import ConnectionUnit
+from .layouts import ADDR
+from .mac import MacUnit
+from .side_source import Fmt, SideSource
+
+#: Configuration of one fc instruction as a lane sees it (registers mx.* and the operands).
+FC_CONFIG = data.StructLayout({
+    "nfmt": Fmt,
+    "npacked": 1,
+    "wfmt": Fmt,
+    "mixed_to_stride": 1,   # mx.mixed: take claim 10's path for direct x stride
+    "n_in": 16,
+    "nvec": 12,
+    "rows": 12,             # rows of the whole instruction
+    "nbuf": ADDR,
+    "nidx": ADDR,
+    "wbuf": ADDR,
+    "widx": ADDR,
+    "nstride": 16,
+    "nidx_stride": 16,
+})
+
+RESULT = data.StructLayout({"sum": signed(32)})  #: the MacUnit's output
+
+
+class MatrixLane(wiring.Component):
+    """Computes, for every input vector ``v`` and every row ``r`` of the fc with
+    ``r % lanes == lane``, the sum of ``x[v, i] * w[r, i]`` over the pairs selected by the
+    combined index (:mod:`snpu.verif.golden`'s fc, one lane's share).
+
+    Pipeline: two :class:`SideSource` (neurons, weights) -> :class:`ConnectionUnit` (AND or
+    stride merge) -> :class:`Compactor` (one pair per cycle) -> operand fetch from the lane's
+    neuron-buffer copy and weight bank -> :class:`MacUnit`.  Rows of one lane follow each
+    other without bubbles on the AND path.
+
+    Throughput one pair per cycle; a row costs ``sum over its chunks of max(1, pairs)``
+    cycles on the AND path.  Results leave in order (vector-major, then row), about 10
+    cycles after the row's last chunk is read.
+
+    Parameters
+    ----------
+    lane, lanes:
+        This lane's number and the number of lanes ``P``.
+
+    Members
+    -------
+    start : In(1)
+        Begin an instruction; ``cfg`` must stay stable until ``busy`` falls.
+    results : Out(stream)
+        One int32 sum per (vector, row) of this lane.
+    pairs : Out(32)
+        Pairs multiplied since ``start`` (the performance counter).
+    nidx_*, widx_*, nbuf_*, wbuf_* :
+        Synchronous read ports of the lane's four 64-bit memories.
+    """
+
+    def __init__(self, lane: int, lanes: int, window: int = 4):
+        if not 0 <= lane < lanes:
+            raise ValueError(f"lane {lane} is not in 0..{lanes - 1}")
+        self._lane, self._lanes = lane, lanes
+        self._nsrc, self._wsrc = SideSource(window), SideSource(window)
+        self._conn = ConnectionUnit()
+        self._compactor = Compactor(1)
+        self._mac = MacUnit(1)
+        ports = {}
+        for mem in ("nidx", "widx", "nbuf", "wbuf"):
+            ports[f"{mem}_addr"] = Out(ADDR - 3)
+            ports[f"{mem}_en"] = Out(1)
+            ports[f"{mem}_data"] = In(64)
+        super().__init__({
+            "start": In(1),
+            "busy": Out(1),
+            "error": Out(1),
+            "cfg": In(FC_CONFIG),
+            "results": Out(stream.Signature(RESULT)),
+            "pairs": Out(32),
+            **ports,
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        P, g = self._lanes, self._lane
+        m.submodules.nsrc = nsrc = self._nsrc
+        m.submodules.wsrc = wsrc = self._wsrc
+        m.submodules.conn = conn = self._conn
+        m.submodules.compactor = comp = self._compactor
+        m.submodules.mac = mac = self._mac
+        c = self.cfg
+
+        my_rows = Signal(12)
+        m.d.comb += my_rows.eq(Mux(c.rows > g, (c.rows - g + P - 1) // P, 0))
+        n_stride, w_stride = c.nfmt == Fmt.STRIDE, c.wfmt == Fmt.STRIDE
+        n_direct, w_direct = c.nfmt == Fmt.DIRECT, c.wfmt == Fmt.DIRECT
+        merge = Signal()
+        m.d.comb += merge.eq((n_stride & w_stride) |
+                             (c.mixed_to_stride & ((n_stride & w_direct) | (w_stride & n_direct))))
+        n_packed, w_packed = Signal(), Signal()
+        m.d.comb += [n_packed.eq(c.npacked & (c.nfmt != Fmt.DENSE)),
+                     w_packed.eq(c.wfmt != Fmt.DENSE)]
+
+        for src, fmt, packed, follow, idx, val, istr, vstr in (
+                (nsrc, c.nfmt, n_packed, 0, c.nidx, c.nbuf, c.nidx_stride, c.nstride),
+                (wsrc, c.wfmt, w_packed, 1, c.widx, c.wbuf, 0, 0)):
+            m.d.comb += [
+                src.start.eq(self.start), src.fmt.eq(fmt), src.packed.eq(packed),
+                src.to_entries.eq(merge), src.rows_follow.eq(follow), src.n.eq(c.n_in),
+                src.nvec.eq(c.nvec), src.rows.eq(my_rows), src.idx_base.eq(idx),
+                src.val_base.eq(val), src.idx_vec_stride.eq(istr), src.val_vec_stride.eq(vstr),
+            ]
+        m.d.comb += [
+            self.nidx_addr.eq(nsrc.mem_addr), self.nidx_en.eq(nsrc.mem_en),
+            nsrc.mem_data.eq(self.nidx_data),
+            self.widx_addr.eq(wsrc.mem_addr), self.widx_en.eq(wsrc.mem_en),
+            wsrc.mem_data.eq(self.widx_data),
+        ]
+        wiring.connect(m, nsrc.chunks, conn.n_chunks)
+        wiring.connect(m, wsrc.chunks, conn.w_chunks)
+        wiring.connect(m, nsrc.entries, conn.n_entries)
+        wiring.connect(m, wsrc.entries, conn.w_entries)
+        m.d.comb += [conn.merge.eq(merge), conn.n_packed.eq(n_packed), conn.w_packed.eq(w_packed),
+                     comp.n_packed.eq(n_packed), comp.w_packed.eq(w_packed)]
+        wiring.connect(m, conn.o, comp.i)
+
+        # Operand fetch: addresses this cycle, bytes from the memories the next.
+        s1_valid, s1_pair, s1_last = Signal(), Signal(), Signal()
+        s1_noff, s1_woff = Signal(3), Signal(3)
+        advance = Signal()
+        m.d.comb += [advance.eq(~s1_valid | mac.i.ready), comp.o.ready.eq(advance)]
+        pr = comp.o.payload
+        m.d.comb += [
+            self.nbuf_addr.eq(pr.n_addr[0][3:]), self.wbuf_addr.eq(pr.w_addr[0][3:]),
+            self.nbuf_en.eq(advance), self.wbuf_en.eq(advance),
+        ]
+        with m.If(advance):
+            m.d.sync += [s1_valid.eq(comp.o.valid), s1_pair.eq(pr.valid[0]), s1_last.eq(pr.last),
+                         s1_noff.eq(pr.n_addr[0][:3]), s1_woff.eq(pr.w_addr[0][:3])]
+        m.d.comb += [
+            mac.i.valid.eq(s1_valid),
+            mac.i.payload.n[0].eq(self.nbuf_data.word_select(s1_noff, 8)),
+            mac.i.payload.w[0].eq(self.wbuf_data.word_select(s1_woff, 8)),
+            mac.i.payload.valid.eq(s1_pair),
+            mac.i.payload.last.eq(s1_last),
+        ]
+        wiring.connect(m, mac.o, wiring.flipped(self.results))
+
+        # Bookkeeping: pairs counter, results outstanding.
+        outstanding = Signal(24)
+        with m.If(self.start):
+            m.d.sync += [self.pairs.eq(0), outstanding.eq(c.nvec * my_rows)]
+        with m.Else():
+            with m.If(mac.i.valid & mac.i.ready & s1_pair):
+                m.d.sync += self.pairs.eq(self.pairs + 1)
+            with m.If(self.results.valid & self.results.ready):
+                m.d.sync += outstanding.eq(outstanding - 1)
+        m.d.comb += [self.busy.eq(outstanding != 0), self.error.eq(nsrc.error | wsrc.error)]
+        return m

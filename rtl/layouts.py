@@ -1,0 +1,50 @@
+"""Payload layouts shared by the datapath blocks.
+
+Every stream between blocks carries one of these ``data.StructLayout``s; fields have names,
+never bit ranges.  ``CHUNK`` is the index chunk width ``B`` (one 64-bit buffer word).
+"""
+
+from __future__ import annotations
+
+from amaranth.lib import data
+
+CHUNK = 64  #: index bits per chunk (CoreConfig.chunk_bits)
+ADDR = 16  #: byte address width inside nbuf / wbuf / nidx / widx
+
+
+def chunk_layout() -> data.StructLayout:
+    """One side's index chunk: its bits and where its first element lives in value storage.
+
+    ``base`` is the value address of position 0 of the chunk (unpacked storage) or of the
+    chunk's first kept element (packed storage)."""
+    return data.StructLayout({"bits": CHUNK, "base": ADDR, "last": 1})
+
+
+def entry_layout() -> data.StructLayout:
+    """One stride-index entry of a row.  ``none`` marks the end of an empty list."""
+    return data.StructLayout({"value": 8, "base": ADDR, "none": 1, "last": 1})
+
+
+def combined_layout() -> data.StructLayout:
+    """The connection unit's output: either a combined chunk (``stride = 0``) or one entry of
+    the merged stride index (``stride = 1``) with its pair's addresses in the bases."""
+    return data.StructLayout({
+        "stride": 1,
+        "bits": CHUNK,      # combined bits (chunk)
+        "n_bits": CHUNK,    # neuron-side bits (chunk, for ranks in packed storage)
+        "w_bits": CHUNK,    # weight-side bits
+        "n_base": ADDR,
+        "w_base": ADDR,
+        "pair": 1,          # stride item: 1 if it is a pair, 0 for an empty row's end marker
+        "last": 1,          # last item of the row
+    })
+
+
+def pairs_layout(lanes: int) -> data.StructLayout:
+    """Up to ``lanes`` processed pairs (addresses of the neuron and the weight)."""
+    return data.StructLayout({
+        "n_addr": data.ArrayLayout(ADDR, lanes),
+        "w_addr": data.ArrayLayout(ADDR, lanes),
+        "valid": lanes,
+        "last": 1,
+    })

@@ -1,0 +1,256 @@
+"""Index source for one side (neurons or weights) of a lane's mapping unit."""
+
+from amaranth import *
+from amaranth.lib import enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from .bits import popcount
+from .direct_to_stride import DirectToStride
+from .fetch import ByteFetcher
+from .layouts import ADDR, CHUNK, chunk_layout, entry_layout
+from .stride_to_direct import StrideToDirect
+
+
+class Fmt(enum.Enum, shape=2):
+    DENSE = 0
+    DIRECT = 1
+    STRIDE = 2
+
+
+class SideSource(wiring.Component):
+    """Walks the rows of an ``fc`` for one side and produces that side's connection index.
+
+    Rows are visited vector by vector (``nvec``), ``rows`` per vector.  On the neuron side
+    (``rows_follow = 0``) every row re-reads vector ``v``'s index at
+    ``idx_base + v * idx_vec_stride`` with values at ``val_base + v * val_vec_stride``; on the
+    weight side (``rows_follow = 1``) the rows' indices and values follow each other from the
+    bases, restarting at every vector.
+
+    Output, per row:
+
+    * ``to_entries = 0``: ``max(1, ceil(n / 64))`` chunks on ``chunks`` (dense: all ones;
+      direct: the index words; stride: expanded by a :class:`StrideToDirect`, claim 9).  A
+      chunk's ``base`` is where its first element's value lives.
+    * ``to_entries = 1``: the row's stride entries and a terminator on ``entries`` (stride: as
+      stored; direct: converted by a :class:`DirectToStride`, claim 10), for the merge.
+
+    Throughput: one chunk per cycle (dense, direct; stride when a chunk holds at most
+    ``window`` entries); one entry per cycle on the entry path.  Row overhead: none for
+    dense / direct, about 3 cycles for stride (count read).
+
+    Members
+    -------
+    start : In(1)
+        Begin an instruction; the configuration inputs must stay stable until ``busy`` falls.
+    busy : Out(1)
+    error : Out(1)
+        A stride position beyond ``n`` (sticky until the next ``start``).
+    mem_addr, mem_en, mem_data
+        Synchronous read port of the side's 64-bit index memory.
+    """
+
+    def __init__(self, window: int = 4):
+        if not 2 <= window <= 8:
+            raise ValueError(f"window must be in 2..8 (the count is 2 bytes), got {window}")
+        self._window = window
+        self._fifo = SyncFIFOBuffered(width=len(Signal(chunk_layout()).as_value()), depth=8)
+        self._d2s = DirectToStride()
+        self._fetch = ByteFetcher(window)
+        self._s2d = StrideToDirect(window)
+        super().__init__({
+            "start": In(1),
+            "busy": Out(1),
+            "error": Out(1),
+            "fmt": In(Fmt),
+            "packed": In(1),
+            "to_entries": In(1),
+            "rows_follow": In(1),
+            "n": In(16),
+            "nvec": In(12),
+            "rows": In(12),
+            "idx_base": In(ADDR),
+            "val_base": In(ADDR),
+            "idx_vec_stride": In(16),
+            "val_vec_stride": In(16),
+            "chunks": Out(stream.Signature(chunk_layout())),
+            "entries": Out(stream.Signature(entry_layout())),
+            "mem_addr": Out(ADDR - 3),
+            "mem_en": Out(1),
+            "mem_data": In(64),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.fifo = fifo = self._fifo
+        m.submodules.d2s = d2s = self._d2s
+        m.submodules.fetch = fetch = self._fetch
+        m.submodules.s2d = s2d = self._s2d
+
+        nchunks = Signal(11)
+        m.d.comb += nchunks.eq(Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> 6))
+        is_stride = Signal()
+        m.d.comb += is_stride.eq(self.fmt == Fmt.STRIDE)
+
+        # ---- Words engine (dense / direct): issue one chunk per cycle, receive a cycle later.
+        w_active = Signal()
+        w_v, w_k, w_c = Signal(12), Signal(12), Signal(11)
+        w_vec_idx, w_row_idx = Signal(ADDR), Signal(ADDR)
+        inflight = Signal()
+        credit = Signal()
+        m.d.comb += credit.eq(fifo.level + inflight < fifo.depth - 1)
+        issue = Signal()
+        m.d.comb += issue.eq(w_active & credit)
+        c_last, row_last = Signal(), Signal()
+        m.d.comb += [c_last.eq(w_c == nchunks - 1), row_last.eq(w_k == self.rows - 1)]
+        # metadata travelling with the read
+        r_valid, r_c, r_clast, r_rowlast = Signal(), Signal(11), Signal(), Signal()
+        with m.If(self.start):
+            m.d.sync += [w_active.eq(~is_stride & (self.nvec != 0) & (self.rows != 0)),
+                         w_v.eq(0), w_k.eq(0), w_c.eq(0),
+                         w_vec_idx.eq(self.idx_base), w_row_idx.eq(self.idx_base)]
+        with m.Elif(issue):
+            m.d.sync += w_c.eq(w_c + 1)
+            with m.If(c_last):
+                m.d.sync += [w_c.eq(0), w_k.eq(w_k + 1),
+                             w_row_idx.eq(Mux(self.rows_follow, w_row_idx + (nchunks << 3),
+                                              w_vec_idx))]
+                with m.If(row_last):
+                    m.d.sync += [w_k.eq(0), w_v.eq(w_v + 1),
+                                 w_vec_idx.eq(w_vec_idx + self.idx_vec_stride),
+                                 w_row_idx.eq(w_vec_idx + self.idx_vec_stride)]
+                    with m.If(w_v == self.nvec - 1):
+                        m.d.sync += w_active.eq(0)
+        m.d.sync += [inflight.eq(issue), r_valid.eq(issue), r_c.eq(w_c),
+                     r_clast.eq(c_last), r_rowlast.eq(row_last)]
+
+        # receive: mask the tail, compute the value base
+        rv_vec, rv_row, rv_run = Signal(ADDR), Signal(ADDR), Signal(ADDR)
+        tail = Signal(7)  # valid bits in this chunk
+        m.d.comb += tail.eq(Mux(r_clast, self.n - (r_c << 6), CHUNK))
+        mask = Signal(CHUNK)
+        m.d.comb += mask.eq(Mux(tail >= CHUNK, (1 << CHUNK) - 1, (Const(1, CHUNK + 1) << tail) - 1))
+        bits = Signal(CHUNK)
+        m.d.comb += bits.eq(Mux(self.fmt == Fmt.DENSE, (1 << CHUNK) - 1, self.mem_data) & mask)
+        kept = popcount(m, bits, name="kept")
+        run_next = Signal(ADDR)
+        m.d.comb += run_next.eq(rv_run + Mux(self.packed, kept, CHUNK))
+        chunk_payload = Signal(chunk_layout())
+        m.d.comb += [chunk_payload.bits.eq(bits), chunk_payload.base.eq(rv_run),
+                     chunk_payload.last.eq(r_clast)]
+        m.d.comb += [fifo.w_data.eq(chunk_payload), fifo.w_en.eq(r_valid)]
+        with m.If(self.start):
+            m.d.sync += [rv_vec.eq(self.val_base), rv_row.eq(self.val_base),
+                         rv_run.eq(self.val_base)]
+        with m.Elif(r_valid):
+            m.d.sync += rv_run.eq(run_next)
+            with m.If(r_clast):
+                next_row = Mux(self.rows_follow, Mux(self.packed, run_next, rv_row + self.n), rv_vec)
+                m.d.sync += [rv_row.eq(next_row), rv_run.eq(next_row)]
+                with m.If(r_rowlast):
+                    m.d.sync += [rv_vec.eq(rv_vec + self.val_vec_stride),
+                                 rv_row.eq(rv_vec + self.val_vec_stride),
+                                 rv_run.eq(rv_vec + self.val_vec_stride)]
+
+        # ---- Stride engine: count, then the converter or the raw entries.
+        s_v, s_k = Signal(12), Signal(12)
+        s_vec_idx, s_vec_val, s_row_val = Signal(ADDR), Signal(ADDR), Signal(ADDR)
+        remaining = Signal(16)
+        cursor = Signal(18)
+        s_kept = Signal(ADDR)
+        s_error = Signal()
+        emit_term, emit_entry = Signal(), Signal()
+        with m.FSM() as stride_fsm:
+            with m.State("IDLE"):
+                with m.If(self.start & is_stride & (self.nvec != 0) & (self.rows != 0)):
+                    m.d.sync += [s_v.eq(0), s_k.eq(0), s_vec_idx.eq(self.idx_base),
+                                 s_vec_val.eq(self.val_base), s_row_val.eq(self.val_base),
+                                 s_error.eq(0)]
+                    m.next = "ROW_START"
+            with m.State("ROW_START"):
+                # The weight side's rows follow each other: keep streaming after row 0.
+                with m.If(~self.rows_follow | (s_k == 0)):
+                    m.d.comb += [fetch.start.eq(1), fetch.start_addr.eq(s_vec_idx)]
+                m.next = "COUNT"
+            with m.State("COUNT"):
+                with m.If(fetch.avail >= 2):
+                    m.d.comb += fetch.take.eq(2)
+                    count = Cat(fetch.bytes[0], fetch.bytes[1])
+                    m.d.sync += [remaining.eq(count), cursor.eq(0), s_kept.eq(0)]
+                    with m.If(self.to_entries):
+                        m.next = "EMIT"
+                    with m.Else():
+                        m.d.comb += [s2d.start.eq(1), s2d.count.eq(count)]
+                        m.next = "CONVERT"
+            with m.State("CONVERT"):
+                m.d.comb += fetch.take.eq(s2d.take)
+                with m.If(~s2d.busy):
+                    m.d.sync += s_kept.eq(s2d.kept)
+                    m.d.sync += s_error.eq(s_error | s2d.error)
+                    m.next = "ROW_DONE"
+            with m.State("EMIT"):
+                head = fetch.bytes[0]
+                with m.If(remaining == 0):
+                    m.d.comb += emit_term.eq(1)
+                    with m.If(self.entries.ready):
+                        m.next = "ROW_DONE"
+                with m.Elif(fetch.avail != 0):
+                    m.d.comb += emit_entry.eq(1)
+                with m.If(emit_entry & self.entries.ready):
+                    m.d.comb += fetch.take.eq(1)
+                    m.d.sync += [remaining.eq(remaining - 1), cursor.eq(cursor + head)]
+                    with m.If(head != 255):
+                        m.d.sync += s_kept.eq(s_kept + 1)
+                        with m.If(cursor + head >= self.n):
+                            m.d.sync += s_error.eq(1)
+            with m.State("ROW_DONE"):
+                m.d.sync += s_k.eq(s_k + 1)
+                m.d.sync += s_row_val.eq(Mux(self.rows_follow,
+                                             s_row_val + Mux(self.packed, s_kept, self.n),
+                                             s_vec_val))
+                m.next = "ROW_START"
+                with m.If(s_k == self.rows - 1):
+                    m.d.sync += [s_k.eq(0), s_v.eq(s_v + 1),
+                                 s_vec_idx.eq(s_vec_idx + self.idx_vec_stride),
+                                 s_vec_val.eq(s_vec_val + self.val_vec_stride),
+                                 s_row_val.eq(s_vec_val + self.val_vec_stride)]
+                    with m.If(s_v == self.nvec - 1):
+                        m.next = "IDLE"
+
+        m.d.comb += [s2d.n.eq(self.n), s2d.val_base.eq(s_row_val), s2d.packed.eq(self.packed),
+                     s2d.bytes.eq(fetch.bytes), s2d.avail.eq(fetch.avail)]
+
+        # ---- Memory port: words engine or fetcher.
+        m.d.comb += [
+            self.mem_addr.eq(Mux(is_stride, fetch.mem_addr, (w_row_idx >> 3) + w_c)),
+            self.mem_en.eq(Mux(is_stride, fetch.mem_en, issue & (self.fmt == Fmt.DIRECT))),
+            fetch.mem_data.eq(self.mem_data),
+        ]
+
+        # ---- Outputs.
+        fifo_chunk = Signal(chunk_layout())
+        m.d.comb += fifo_chunk.eq(fifo.r_data)
+        with m.If(is_stride):
+            m.d.comb += [
+                self.chunks.valid.eq(s2d.o.valid & ~self.to_entries),
+                self.chunks.payload.eq(s2d.o.payload),
+                s2d.o.ready.eq(self.chunks.ready),
+                self.entries.valid.eq(emit_term | emit_entry),
+                self.entries.payload.value.eq(Mux(emit_term, 0, fetch.bytes[0])),
+                self.entries.payload.base.eq(s_row_val),
+                self.entries.payload.none.eq(emit_term),
+                self.entries.payload.last.eq(emit_term),
+            ]
+        with m.Else():
+            with m.If(self.to_entries):
+                m.d.comb += [d2s.i.valid.eq(fifo.r_rdy), d2s.i.payload.eq(fifo_chunk),
+                             fifo.r_en.eq(d2s.i.ready)]
+            with m.Else():
+                m.d.comb += [self.chunks.valid.eq(fifo.r_rdy), self.chunks.payload.eq(fifo_chunk),
+                             fifo.r_en.eq(self.chunks.ready)]
+            m.d.comb += [self.entries.valid.eq(d2s.o.valid), self.entries.payload.eq(d2s.o.payload),
+                         d2s.o.ready.eq(self.entries.ready)]
+
+        m.d.comb += self.error.eq(s_error | s2d.error)
+        m.d.comb += self.busy.eq(w_active | r_valid | ~stride_fsm.ongoing("IDLE"))
+        return m

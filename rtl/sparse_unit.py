@@ -1,0 +1,98 @@
+"""Sparse processing unit: thresholding and group pruning of neurons (seed 000 claims 5, 11)."""
+
+from __future__ import annotations
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+
+class SparseProcessingUnit(wiring.Component):
+    """Derives the neuron direct index of bytes as the DMA writes them into the neuron buffer.
+
+    For each enabled byte ``x`` of a beat, the output bit is ``|x| > thresh``.  With group
+    pruning (``group_log2 = g > 0``), the beat's bytes form aligned groups of ``2**g``; a
+    group in which more than ``t4`` elements have ``|x| <= t3`` has all its bits cleared
+    (claim 11).  Groups never straddle beats because beats are word aligned in the neuron
+    buffer and group-pruned loads start and end on group boundaries (checked by the golden
+    model).
+
+    Throughput one beat per cycle; latency one cycle.
+
+    Parameters
+    ----------
+    beat_bytes:
+        Bytes per beat (the neuron buffer word).
+
+    Members
+    -------
+    i : In(stream)
+        ``data`` (the beat), ``be`` (byte enables), ``addr`` (word address).
+    o : Out(stream)
+        ``bits`` (one per byte), ``be`` and ``addr`` passed through.
+    thresh, group_log2, t3, t4 : In
+        Configuration (registers ``ld.thresh``, ``ld.group_log2``, ``ld.group_t3``,
+        ``ld.group_t4``), stable while a load runs.
+    """
+
+    def __init__(self, beat_bytes: int = 8, addr_bits: int = 13):
+        if beat_bytes not in (4, 8, 16):
+            raise ValueError(f"beat_bytes must be 4, 8 or 16, got {beat_bytes}")
+        self._n = beat_bytes
+        self._in_layout = data.StructLayout({"data": 8 * beat_bytes, "be": beat_bytes,
+                                             "addr": addr_bits})
+        self._out_layout = data.StructLayout({"bits": beat_bytes, "be": beat_bytes,
+                                              "addr": addr_bits})
+        super().__init__({
+            "i": In(stream.Signature(self._in_layout)),
+            "o": Out(stream.Signature(self._out_layout)),
+            "thresh": In(7),
+            "group_log2": In(2),
+            "t3": In(7),
+            "t4": In(4),
+        })
+
+    @property
+    def beat_bytes(self) -> int:
+        return self._n
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._n
+        xs = [self.i.payload.data[8 * k:8 * k + 8].as_signed() for k in range(n)]
+        # |x| as 8-bit unsigned: |-128| = 128 fits.
+        mags = [Mux(x < 0, -x, x)[:8] for x in xs]
+        keep = Signal(n)
+        small = Signal(n)
+        m.d.comb += [keep[k].eq(mags[k] > self.thresh) for k in range(n)]
+        m.d.comb += [small[k].eq(mags[k] <= self.t3) for k in range(n)]
+
+        # Group survival for each supported group size; pick by group_log2.
+        survive = {0: Const(-1, n)}
+        for g in (1, 2, 3):
+            size = 1 << g
+            if size > n:
+                continue
+            s = Signal(n, name=f"survive{size}")
+            for grp in range(n // size):
+                count = sum(small[grp * size + k] for k in range(size))
+                ok = count <= self.t4
+                m.d.comb += s[grp * size:(grp + 1) * size].eq(Mux(ok, (1 << size) - 1, 0))
+            survive[g] = s
+        groups = Signal(n)
+        with m.Switch(self.group_log2):
+            for g, s in survive.items():
+                with m.Case(g):
+                    m.d.comb += groups.eq(s)
+            with m.Default():
+                m.d.comb += groups.eq(-1)
+
+        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+        with m.If(self.i.ready):
+            m.d.sync += [
+                self.o.valid.eq(self.i.valid),
+                self.o.payload.bits.eq(keep & groups & self.i.payload.be),
+                self.o.payload.be.eq(self.i.payload.be),
+                self.o.payload.addr.eq(self.i.payload.addr),
+            ]
+        return m

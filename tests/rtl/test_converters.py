@@ -1,0 +1,117 @@
+"""Direct -> stride and stride merge against the index library (claims 8 and 10)."""
+
+import random
+
+import numpy as np
+import pytest
+
+from snpu.rtl.direct_to_stride import DirectToStride
+from snpu.rtl.stride_merge import StrideMerge
+from snpu.verif import index as ix
+
+from .sim import seeded, simulate, stream_get, stream_put
+
+
+def _rows(rng, nrng, k):
+    rows = []
+    for _ in range(k):
+        n = rng.choice([1, 63, 64, 65, 200, 700])
+        bits = nrng.random(n) < rng.choice([0.0, 0.005, 0.1, 0.6, 1.0])
+        rows.append(bits)
+    return rows
+
+
+def _chunks(bits):
+    n = bits.size
+    padded = np.zeros(64 * max(1, -(-n // 64)), bool)
+    padded[:n] = bits
+    out = []
+    for c in range(padded.size // 64):
+        out.append({"bits": sum(int(x) << j for j, x in enumerate(padded[64 * c:64 * c + 64])),
+                    "base": 7 if c == 0 else 999, "last": int(c == padded.size // 64 - 1)})
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+@seeded
+def test_direct_to_stride_entries(seed):
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    rows = _rows(rng, nrng, 6)
+    dut = DirectToStride()
+    got = []
+
+    async def producer(ctx):
+        for bits in rows:
+            for ch in _chunks(bits):
+                await stream_put(ctx, dut.i, ch, rng, 0.3)
+
+    async def consumer(ctx):
+        for _ in rows:
+            entries = []
+            while True:
+                e = await stream_get(ctx, dut.o, rng, 0.3)
+                assert e.base == 7
+                if e.none:
+                    assert e.last
+                    break
+                entries.append(e.value)
+            got.append(entries)
+
+    simulate(dut, producer, consumer)
+    for bits, entries in zip(rows, got):
+        assert entries == ix.stride_entries(ix.direct_to_stride(bits)).tolist()
+
+
+def _entries(bits, base):
+    es = [{"value": int(v), "base": base, "none": 0, "last": 0}
+          for v in ix.stride_entries(ix.direct_to_stride(bits))]
+    return es + [{"value": 0, "base": base, "none": 1, "last": 1}]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@seeded
+def test_stride_merge_selects_the_common_positions(seed):
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    pairs_of_rows = []
+    for _ in range(6):
+        n = rng.choice([1, 64, 300, 900])
+        a = nrng.random(n) < rng.choice([0.0, 0.01, 0.3, 1.0])
+        b = nrng.random(n) < rng.choice([0.0, 0.01, 0.3, 1.0])
+        pairs_of_rows.append((a, b))
+    n_packed, w_packed = rng.randrange(2), rng.randrange(2)
+    dut = StrideMerge()
+    got = []
+
+    async def feed(ctx, port, side):
+        for row in pairs_of_rows:
+            for e in _entries(row[side], 1000 * (side + 1)):
+                await stream_put(ctx, port, e, rng, 0.3)
+
+    async def feed_a(ctx):
+        ctx.set(dut.n_packed, n_packed)
+        ctx.set(dut.w_packed, w_packed)
+        await feed(ctx, dut.a, 0)
+
+    async def feed_b(ctx):
+        await feed(ctx, dut.b, 1)
+
+    async def consumer(ctx):
+        for _ in pairs_of_rows:
+            row = []
+            while True:
+                it = await stream_get(ctx, dut.o, rng, 0.3)
+                assert it.stride
+                if it.last:
+                    assert not it.pair
+                    break
+                row.append((it.n_base, it.w_base))
+            got.append(row)
+
+    simulate(dut, feed_a, feed_b, consumer)
+    for (a, b), row in zip(pairs_of_rows, got):
+        common = ix.positions_from_stride(ix.merge_stride(ix.direct_to_stride(a), ix.direct_to_stride(b)))
+        na = ix.ranks(ix.Index.direct(a), common) if n_packed else common
+        wb = ix.ranks(ix.Index.direct(b), common) if w_packed else common
+        assert row == [(1000 + int(x), 2000 + int(y)) for x, y in zip(na, wb)]

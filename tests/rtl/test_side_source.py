@@ -1,0 +1,151 @@
+"""Index source: every format, both sides, both outputs, against the golden layouts."""
+
+import random
+
+import numpy as np
+import pytest
+
+from snpu.rtl.side_source import Fmt, SideSource
+from snpu.verif import index as ix
+from snpu.verif import layout
+
+from .harness import WithMemory, words_of
+from .sim import seeded, simulate, stream_get
+
+FMTS = {"dense": Fmt.DENSE, "direct": Fmt.DIRECT, "stride": Fmt.STRIDE}
+
+
+def _expected_chunks(mask, base, packed):
+    n = mask.size
+    nch = max(1, -(-n // 64))
+    padded = np.zeros(64 * nch, bool)
+    padded[:n] = mask
+    out = []
+    for c in range(nch):
+        seg = padded[64 * c:64 * c + 64]
+        b = base + (int(padded[:64 * c].sum()) if packed else 64 * c)
+        out.append((sum(int(x) << j for j, x in enumerate(seg)), b, int(c == nch - 1)))
+    return out
+
+
+def _expected_entries(mask, base):
+    return [(int(e), base, 0) for e in ix.stride_entries(ix.direct_to_stride(mask))] + [(0, base, 1)]
+
+
+@pytest.mark.parametrize("fmt", ["dense", "direct", "stride"])
+@pytest.mark.parametrize("to_entries", [0, 1])
+@pytest.mark.parametrize("seed", range(2))
+@seeded
+def test_weight_side(fmt, to_entries, seed):
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    n = rng.choice([1, 64, 100, 200])
+    rows, nvec = rng.randrange(1, 5), 2
+    w = nrng.integers(-128, 128, (rows, n)).astype(np.int8)
+    w[nrng.random(w.shape) < rng.choice([0.0, 0.3, 0.9, 1.0])] = 0
+    bank = layout.encode_weight_tile(w, fmt, 1, 64)[0]
+    idx_base, val_base = 8 * rng.randrange(4), rng.randrange(100)
+    mem = bytes(idx_base) + bank.widx
+    src = SideSource()
+    top = WithMemory(src, {"mem": words_of(mem, len(mem) // 8 + 2)},
+                     {"mem": (src.mem_addr, src.mem_en, src.mem_data)})
+    packed = int(fmt != "dense")
+    masks = (w != 0) if fmt != "dense" else np.ones_like(w, bool)
+    want = []
+    for _ in range(nvec):
+        vb = val_base
+        for r in range(rows):
+            want += (_expected_entries(masks[r], vb) if to_entries
+                     else _expected_chunks(masks[r], vb, packed))
+            vb += int(masks[r].sum()) if packed else n
+    got = []
+
+    async def driver(ctx):
+        for k, v in dict(fmt=FMTS[fmt], packed=packed, to_entries=to_entries, rows_follow=1,
+                         n=n, nvec=nvec, rows=rows, idx_base=idx_base, val_base=val_base,
+                         idx_vec_stride=0, val_vec_stride=0).items():
+            ctx.set(getattr(src, k), v)
+        ctx.set(src.start, 1)
+        await ctx.tick()
+        ctx.set(src.start, 0)
+        port = src.entries if to_entries else src.chunks
+        while len(got) < len(want):
+            p = await stream_get(ctx, port, rng, 0.3)
+            got.append((p.value, p.base, p.last) if to_entries else (p.bits, p.base, p.last))
+        await ctx.tick().repeat(5)
+        assert not ctx.get(src.busy) and not ctx.get(src.error)
+
+    simulate(top, driver)
+    assert got == want
+
+
+@pytest.mark.parametrize("fmt", ["direct", "stride"])
+@pytest.mark.parametrize("packed", [0, 1])
+@pytest.mark.parametrize("seed", range(2))
+@seeded
+def test_neuron_side_rereads_each_vector(fmt, packed, seed):
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    n, nvec, rows = rng.choice([5, 64, 130]), 3, 3
+    masks = nrng.random((nvec, n)) < rng.choice([0.1, 0.5, 1.0])
+    istride = 8 * rng.randrange(3, 8) if fmt == "direct" else 200
+    mem = bytearray(istride * nvec + 16)
+    for v in range(nvec):
+        enc = ix.encode_direct(masks[v], 64) if fmt == "direct" else \
+            ix.encode_stride(ix.direct_to_stride(masks[v]))
+        mem[v * istride:v * istride + len(enc)] = enc
+    src = SideSource()
+    top = WithMemory(src, {"mem": words_of(bytes(mem), len(mem) // 8 + 2)},
+                     {"mem": (src.mem_addr, src.mem_en, src.mem_data)})
+    vstride = 256
+    want = []
+    for v in range(nvec):
+        for _ in range(rows):
+            want += _expected_chunks(masks[v], 40 + v * vstride, packed)
+    got = []
+
+    async def driver(ctx):
+        for k, val in dict(fmt=FMTS[fmt], packed=packed, to_entries=0, rows_follow=0, n=n,
+                           nvec=nvec, rows=rows, idx_base=0, val_base=40,
+                           idx_vec_stride=istride, val_vec_stride=vstride).items():
+            ctx.set(getattr(src, k), val)
+        ctx.set(src.start, 1)
+        await ctx.tick()
+        ctx.set(src.start, 0)
+        while len(got) < len(want):
+            p = await stream_get(ctx, src.chunks, rng, 0.2)
+            got.append((p.bits, p.base, p.last))
+
+    simulate(top, driver)
+    assert got == want
+
+
+def test_direct_chunks_at_one_per_cycle():
+    n, rows = 640, 4
+    w = np.ones((rows, n), np.int8)
+    bank = layout.encode_weight_tile(w, "direct", 1, 64)[0]
+    src = SideSource()
+    top = WithMemory(src, {"mem": words_of(bank.widx, len(bank.widx) // 8 + 1)},
+                     {"mem": (src.mem_addr, src.mem_en, src.mem_data)})
+    span = {}
+
+    async def driver(ctx):
+        for k, v in dict(fmt=Fmt.DIRECT, packed=1, to_entries=0, rows_follow=1, n=n, nvec=1,
+                         rows=rows, idx_base=0, val_base=0, idx_vec_stride=0,
+                         val_vec_stride=0).items():
+            ctx.set(getattr(src, k), v)
+        ctx.set(src.start, 1)
+        await ctx.tick()
+        ctx.set(src.start, 0)
+        ctx.set(src.chunks.ready, 1)
+        t, first, count = 0, None, 0
+        while count < rows * 10:
+            _, _, valid = await ctx.tick().sample(src.chunks.valid)
+            t += 1
+            if valid:
+                first = t if first is None else first
+                count += 1
+        span["cycles"] = t - first + 1
+
+    simulate(top, driver)
+    assert span["cycles"] == rows * 10
