@@ -21,7 +21,8 @@ class Compactor(wiring.Component):
     it holds no pair, so every row ends with exactly one ``last`` beat.
 
     Throughput: an item with ``k`` pairs takes ``max(1, ceil(k / lanes))`` cycles; an item is
-    taken in the cycle it arrives.  Latency 2 cycles (select, then rank and address).
+    taken in the cycle it arrives.  Latency 3 cycles (select; position and ranks;
+    address).
 
     Parameters
     ----------
@@ -114,25 +115,34 @@ class Compactor(wiring.Component):
             for j in range(L):
                 m.d.sync += [a_onehot[j].eq(picked[j]), a_sel[j].eq(picked[j] != 0)]
 
-        # Stage B: ranks and addresses.
+        # Stage B: positions and ranks.
+        b_valid, b_last, b_stride = Signal(), Signal(), Signal()
+        b_sel = Signal(L)
+        b_n_base, b_w_base = Signal(ADDR), Signal(ADDR)
+        b_pos = [Signal(6, name=f"b_pos{j}") for j in range(L)]
+        b_n_rank = [Signal(7, name=f"b_n_rank{j}") for j in range(L)]
+        b_w_rank = [Signal(7, name=f"b_w_rank{j}") for j in range(L)]
         with m.If(advance):
-            m.d.sync += [self.o.valid.eq(a_valid), self.o.payload.last.eq(a_last)]
-            with m.If(a_stride):
+            m.d.sync += [b_valid.eq(a_valid), b_last.eq(a_last), b_stride.eq(a_stride),
+                         b_sel.eq(Mux(a_stride, a_pair, a_sel)),
+                         b_n_base.eq(a_n_base), b_w_base.eq(a_w_base)]
+            for j in range(L):
+                pos = encode_onehot(m, a_onehot[j], name=f"pos{j}")
+                below = Signal(CHUNK, name=f"below{j}")
+                m.d.comb += below.eq(a_onehot[j] - 1)
                 m.d.sync += [
-                    self.o.payload.n_addr[0].eq(a_n_base),
-                    self.o.payload.w_addr[0].eq(a_w_base),
-                    self.o.payload.valid.eq(a_pair),
+                    b_pos[j].eq(pos),
+                    b_n_rank[j].eq(popcount(m, a_n_bits & below, name=f"n_rank{j}")),
+                    b_w_rank[j].eq(popcount(m, a_w_bits & below, name=f"w_rank{j}")),
                 ]
-            with m.Else():
-                m.d.sync += self.o.payload.valid.eq(a_sel)
-                for j in range(L):
-                    pos = encode_onehot(m, a_onehot[j], name=f"pos{j}")
-                    below = Signal(CHUNK, name=f"below{j}")
-                    m.d.comb += below.eq(a_onehot[j] - 1)
-                    n_rank = popcount(m, a_n_bits & below, name=f"n_rank{j}")
-                    w_rank = popcount(m, a_w_bits & below, name=f"w_rank{j}")
-                    m.d.sync += [
-                        self.o.payload.n_addr[j].eq(a_n_base + Mux(self.n_packed, n_rank, pos)),
-                        self.o.payload.w_addr[j].eq(a_w_base + Mux(self.w_packed, w_rank, pos)),
-                    ]
+
+        # Stage C: addresses.
+        with m.If(advance):
+            m.d.sync += [self.o.valid.eq(b_valid), self.o.payload.last.eq(b_last),
+                         self.o.payload.valid.eq(b_sel)]
+            for j in range(L):
+                n_off = Mux(b_stride, 0, Mux(self.n_packed, b_n_rank[j], b_pos[j]))
+                w_off = Mux(b_stride, 0, Mux(self.w_packed, b_w_rank[j], b_pos[j]))
+                m.d.sync += [self.o.payload.n_addr[j].eq(b_n_base + n_off),
+                             self.o.payload.w_addr[j].eq(b_w_base + w_off)]
         return m

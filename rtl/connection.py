@@ -2,6 +2,7 @@
 
 from amaranth import *
 from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .layouts import chunk_layout, combined_layout, entry_layout
@@ -17,7 +18,7 @@ class ConnectionUnit(wiring.Component):
       its source, claim 10); a :class:`StrideMerge` intersects them (claim 8).
 
     Throughput one chunk per cycle on the AND path; see :class:`StrideMerge` for the merge.
-    Latency 1 cycle.
+    Latency 1 cycle (AND), 3 cycles (merge, through its input queues).
     """
 
     n_chunks: In(stream.Signature(chunk_layout()))
@@ -31,14 +32,21 @@ class ConnectionUnit(wiring.Component):
 
     def __init__(self):
         self._merger = StrideMerge()
+        width = len(Signal(entry_layout()).as_value())
+        # Registered queues in front of the merge: its pop decisions depend on the entries'
+        # values, and must not reach back into the sources' fetchers in the same cycle.
+        self._queues = [SyncFIFOBuffered(width=width, depth=2) for _ in range(2)]
         super().__init__()
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.merger = merger = self._merger
         m.d.comb += [merger.n_packed.eq(self.n_packed), merger.w_packed.eq(self.w_packed)]
-        wiring.connect(m, wiring.flipped(self.n_entries), merger.a)
-        wiring.connect(m, wiring.flipped(self.w_entries), merger.b)
+        for k, (src, dst) in enumerate(((self.n_entries, merger.a), (self.w_entries, merger.b))):
+            q = self._queues[k]
+            m.submodules[f"queue{k}"] = q
+            m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid), src.ready.eq(q.w_rdy),
+                         dst.payload.eq(q.r_data), dst.valid.eq(q.r_rdy), q.r_en.eq(dst.ready)]
 
         and_out = Signal(combined_layout())
         and_valid = Signal()

@@ -1,7 +1,7 @@
 """Direct -> stride index converter (the direct side of seed 000 claim 10)."""
 
 from amaranth import *
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .bits import encode_onehot, lowest_set
@@ -20,7 +20,9 @@ class DirectToStride(wiring.Component):
     (``none = 1, last = 1``) closes the list.  Every entry carries the ``base`` of the row's
     first chunk (where the row's values start).
 
-    Throughput one entry per cycle; a chunk without set bits takes one cycle.  Latency 1.
+    Two stages: a position extractor (one set bit per cycle, lowest first) and a stride
+    encoder (distance, escapes).  Throughput one entry per cycle; a chunk without set bits
+    takes one cycle.  Latency 2 cycles.
     """
 
     i: In(stream.Signature(chunk_layout()))
@@ -28,26 +30,27 @@ class DirectToStride(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        out_free = Signal()
-        m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
+        # ---- Stage 1: positions.
+        token = data.StructLayout({"pos": 17, "end": 1, "base": ADDR})
+        t_valid = Signal()
+        t = Signal(token)
+        t_ready = Signal()
 
-        busy = Signal()            # holding a chunk
-        rem = Signal(CHUNK)        # its bits not yet emitted
+        busy = Signal()           # holding a chunk
+        rem = Signal(CHUNK)
         last = Signal()
-        chunk_lo = Signal(17)      # position of the held chunk's bit 0
-        prev = Signal(18)          # position the next distance is measured from
+        chunk_lo = Signal(17)
         row_base = Signal(ADDR)
         first_chunk = Signal(init=1)
-
         low = Signal(CHUNK)
         m.d.comb += low.eq(lowest_set(rem))
         offset = encode_onehot(m, low, name="offset")
-        gap = Signal(18)
-        m.d.comb += gap.eq(chunk_lo + offset - prev)
 
-        m.d.comb += self.i.ready.eq(out_free & ~busy)
-        with m.If(out_free):
-            m.d.sync += self.o.valid.eq(0)
+        t_free = Signal()
+        m.d.comb += t_free.eq(~t_valid | t_ready)
+        m.d.comb += self.i.ready.eq(t_free & ~busy)
+        with m.If(t_free):
+            m.d.sync += t_valid.eq(0)
             with m.If(~busy):
                 with m.If(self.i.valid):
                     m.d.sync += [busy.eq(1), rem.eq(self.i.payload.bits),
@@ -57,18 +60,32 @@ class DirectToStride(wiring.Component):
                     with m.Else():
                         m.d.sync += chunk_lo.eq(chunk_lo + CHUNK)
             with m.Elif(rem != 0):
-                m.d.sync += [self.o.valid.eq(1), self.o.payload.base.eq(row_base),
-                             self.o.payload.none.eq(0), self.o.payload.last.eq(0)]
-                with m.If(gap >= ESCAPE):
-                    m.d.sync += [self.o.payload.value.eq(ESCAPE), prev.eq(prev + ESCAPE)]
-                with m.Else():
-                    m.d.sync += [self.o.payload.value.eq(gap), prev.eq(chunk_lo + offset),
-                                 rem.eq(rem & ~low)]
+                m.d.sync += [t_valid.eq(1), t.pos.eq(chunk_lo + offset), t.end.eq(0),
+                             t.base.eq(row_base), rem.eq(rem & ~low)]
             with m.Else():
                 m.d.sync += busy.eq(0)
                 with m.If(last):
-                    m.d.sync += [self.o.valid.eq(1), self.o.payload.none.eq(1),
-                                 self.o.payload.last.eq(1), self.o.payload.value.eq(0),
-                                 self.o.payload.base.eq(row_base),
-                                 prev.eq(0), first_chunk.eq(1)]
+                    m.d.sync += [t_valid.eq(1), t.end.eq(1), t.base.eq(row_base),
+                                 first_chunk.eq(1)]
+
+        # ---- Stage 2: distances and escapes.
+        prev = Signal(17)
+        gap = Signal(18)
+        m.d.comb += gap.eq(t.pos - prev)
+        out_free = Signal()
+        m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
+        escape = Signal()
+        m.d.comb += escape.eq(~t.end & (gap >= ESCAPE))
+        m.d.comb += t_ready.eq(out_free & ~escape)
+        with m.If(out_free):
+            m.d.sync += self.o.valid.eq(t_valid)
+            with m.If(t_valid):
+                m.d.sync += [self.o.payload.base.eq(t.base), self.o.payload.none.eq(t.end),
+                             self.o.payload.last.eq(t.end)]
+                with m.If(t.end):
+                    m.d.sync += [self.o.payload.value.eq(0), prev.eq(0)]
+                with m.Elif(escape):
+                    m.d.sync += [self.o.payload.value.eq(ESCAPE), prev.eq(prev + ESCAPE)]
+                with m.Else():
+                    m.d.sync += [self.o.payload.value.eq(gap), prev.eq(t.pos)]
         return m

@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 from .layouts import ADDR
 
 WORD_BYTES = 8
+RING_BYTES = 16  # two words
 
 
 class ByteFetcher(wiring.Component):
@@ -14,9 +15,13 @@ class ByteFetcher(wiring.Component):
 
     Pulse ``start`` with ``start_addr``: everything buffered is dropped and bytes from
     ``start_addr`` on become available.  Each cycle the window ``bytes`` holds the next
-    ``avail`` bytes (at most ``window``); the consumer removes ``take <= avail`` of them in that
-    cycle (``take`` may depend combinationally on the window).  Reads are issued ahead, so a
-    consumer taking up to 8 bytes per cycle is never starved after the first word.
+    ``avail`` bytes (at most ``window``); the consumer removes ``take <= avail`` of them.
+    Words are prefetched into a two-word ring, so a consumer taking up to ``window`` bytes per
+    cycle is never starved after the first word.
+
+    ``take`` should be computed from counters (``avail``), not from the window's contents:
+    then the only loop through this block is the ring pointer, and the window multiplexers sit
+    on forward paths only.
 
     Latency from ``start`` to the first bytes: 2 cycles.  The memory read port is synchronous
     (data the cycle after the address).
@@ -29,7 +34,7 @@ class ByteFetcher(wiring.Component):
         Width of the memory's word address.
     """
 
-    def __init__(self, window: int = 4, word_addr_bits: int = ADDR - 3):
+    def __init__(self, window: int = 2, word_addr_bits: int = ADDR - 3):
         if not 1 <= window <= WORD_BYTES:
             raise ValueError(f"window must be in 1..{WORD_BYTES}, got {window}")
         self._window = window
@@ -50,49 +55,50 @@ class ByteFetcher(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        cap = 3 * WORD_BYTES
-        buf = Signal(8 * cap)
-        fill = Signal(range(cap + 1))
+        E = self._window
+        ring = [Signal(64, name=f"slot{k}") for k in range(2)]
+        ring_bytes = [ring[k // 8][8 * (k % 8):8 * (k % 8) + 8] for k in range(RING_BYTES)]
+        rp = Signal(4)                       # ring byte index of the window's first byte
+        fill = Signal(range(RING_BYTES + 1))  # valid bytes from rp on
+        slot = Signal()                      # where the next arriving word goes
+        skip = Signal(3)                     # bytes of the next arriving word before the start
+        inflight = Signal()
         next_word = Signal(len(self.mem_addr))
-        inflight = Signal()  # a read issued last cycle returns now
-        skip = Signal(3)  # bytes to drop from the next arriving word (first word after start)
 
-        m.d.comb += [
-            self.avail.eq(Mux(fill > self._window, self._window, fill)),
-            self.bytes.eq(buf[:8 * self._window]),
-        ]
+        for j in range(E):
+            idx = Signal(4, name=f"idx{j}")
+            m.d.comb += idx.eq(rp + j)
+            with m.Switch(idx):
+                for k in range(RING_BYTES):
+                    with m.Case(k):
+                        m.d.comb += self.bytes[j].eq(ring_bytes[k])
+        # avail is a register (kept equal to min(window, fill)): consumers decide on it
+        # without a path through the fill arithmetic.
 
-        after_take = Signal(range(cap + 1))
-        m.d.comb += after_take.eq(fill - self.take)
-        # Issue a read if, after this cycle, the data in flight will still fit.
-        room = Signal()
-        m.d.comb += room.eq(after_take + Mux(inflight, WORD_BYTES, 0) + WORD_BYTES <= cap)
+        after = Signal(range(RING_BYTES + 1))
+        m.d.comb += after.eq(fill - self.take)
+        issue = Signal()
+        # Prefetch from registered state only (not this cycle's take): no path from the
+        # consumer to the memory port.
+        m.d.comb += issue.eq(fill + Mux(inflight, WORD_BYTES, 0) <= RING_BYTES - WORD_BYTES)
         m.d.comb += [
-            self.mem_en.eq(self.start | room),
+            self.mem_en.eq(self.start | issue),
             self.mem_addr.eq(Mux(self.start, self.start_addr[3:], next_word)),
         ]
 
-        arriving = self.mem_data >> (skip << 3)
-        count = Signal(4)
-        m.d.comb += count.eq(WORD_BYTES - skip)
-        shifted = Signal(8 * cap)
-        m.d.comb += shifted.eq(buf >> (self.take << 3))
+        fill_next = Signal(range(RING_BYTES + 1))
+        m.d.comb += fill_next.eq(Mux(inflight, after + WORD_BYTES - skip, after))
         with m.If(self.start):
-            m.d.sync += [
-                fill.eq(0), buf.eq(0), inflight.eq(1),
-                next_word.eq(self.start_addr[3:] + 1),
-                skip.eq(self.start_addr[:3]),
-            ]
+            m.d.sync += [rp.eq(self.start_addr[:3]), fill.eq(0), self.avail.eq(0), slot.eq(0),
+                         inflight.eq(1), skip.eq(self.start_addr[:3]),
+                         next_word.eq(self.start_addr[3:] + 1)]
         with m.Else():
-            m.d.sync += inflight.eq(room)
-            with m.If(room):
+            m.d.sync += [rp.eq(rp + self.take), inflight.eq(issue), fill.eq(fill_next),
+                         self.avail.eq(Mux(fill_next > E, E, fill_next))]
+            with m.If(issue):
                 m.d.sync += next_word.eq(next_word + 1)
             with m.If(inflight):
-                m.d.sync += [
-                    buf.eq(shifted | (arriving << (after_take << 3))),
-                    fill.eq(after_take + count),
-                    skip.eq(0),
-                ]
-            with m.Else():
-                m.d.sync += [buf.eq(shifted), fill.eq(after_take)]
+                m.d.sync += [ring[0].eq(Mux(slot, ring[0], self.mem_data)),
+                             ring[1].eq(Mux(slot, self.mem_data, ring[1])),
+                             slot.eq(~slot), skip.eq(0)]
         return m

@@ -61,7 +61,7 @@ class MatrixLane(wiring.Component):
         Synchronous read ports of the lane's four 64-bit memories.
     """
 
-    def __init__(self, lane: int, lanes: int, window: int = 4):
+    def __init__(self, lane: int, lanes: int, window: int = 2):
         if not 0 <= lane < lanes:
             raise ValueError(f"lane {lane} is not in 0..{lanes - 1}")
         self._lane, self._lanes = lane, lanes
@@ -94,8 +94,13 @@ class MatrixLane(wiring.Component):
         m.submodules.mac = mac = self._mac
         c = self.cfg
 
-        my_rows = Signal(12)
+        my_rows = Signal(12)  # rows of this lane (a function of cfg only)
         m.d.comb += my_rows.eq(Mux(c.rows > g, (c.rows - g + P - 1) // P, 0))
+        start_d = Signal()  # the sources start one cycle late, on registered row counts
+        rows_reg = Signal(12)
+        m.d.sync += start_d.eq(self.start)
+        with m.If(self.start):
+            m.d.sync += rows_reg.eq(my_rows)
         n_stride, w_stride = c.nfmt == Fmt.STRIDE, c.wfmt == Fmt.STRIDE
         n_direct, w_direct = c.nfmt == Fmt.DIRECT, c.wfmt == Fmt.DIRECT
         merge = Signal()
@@ -109,9 +114,9 @@ class MatrixLane(wiring.Component):
                 (nsrc, c.nfmt, n_packed, 0, c.nidx, c.nbuf, c.nidx_stride, c.nstride),
                 (wsrc, c.wfmt, w_packed, 1, c.widx, c.wbuf, 0, 0)):
             m.d.comb += [
-                src.start.eq(self.start), src.fmt.eq(fmt), src.packed.eq(packed),
+                src.start.eq(start_d), src.fmt.eq(fmt), src.packed.eq(packed),
                 src.to_entries.eq(merge), src.rows_follow.eq(follow), src.n.eq(c.n_in),
-                src.nvec.eq(c.nvec), src.rows.eq(my_rows), src.idx_base.eq(idx),
+                src.nvec.eq(c.nvec), src.rows.eq(rows_reg), src.idx_base.eq(idx),
                 src.val_base.eq(val), src.idx_vec_stride.eq(istr), src.val_vec_stride.eq(vstr),
             ]
         m.d.comb += [
@@ -152,12 +157,13 @@ class MatrixLane(wiring.Component):
 
         # Bookkeeping: pairs counter, results outstanding.
         outstanding = Signal(24)
-        with m.If(self.start):
-            m.d.sync += [self.pairs.eq(0), outstanding.eq(c.nvec * my_rows)]
+        with m.If(start_d):
+            m.d.sync += [self.pairs.eq(0), outstanding.eq(c.nvec * rows_reg)]
         with m.Else():
             with m.If(mac.i.valid & mac.i.ready & s1_pair):
                 m.d.sync += self.pairs.eq(self.pairs + 1)
             with m.If(self.results.valid & self.results.ready):
                 m.d.sync += outstanding.eq(outstanding - 1)
-        m.d.comb += [self.busy.eq(outstanding != 0), self.error.eq(nsrc.error | wsrc.error)]
+        m.d.comb += [self.busy.eq((outstanding != 0) | start_d),
+                     self.error.eq(nsrc.error | wsrc.error)]
         return m

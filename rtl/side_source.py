@@ -50,7 +50,7 @@ class SideSource(wiring.Component):
         Synchronous read port of the side's 64-bit index memory.
     """
 
-    def __init__(self, window: int = 4):
+    def __init__(self, window: int = 2):
         if not 2 <= window <= 8:
             raise ValueError(f"window must be in 2..8 (the count is 2 bytes), got {window}")
         self._window = window
@@ -87,8 +87,13 @@ class SideSource(wiring.Component):
         m.submodules.fetch = fetch = self._fetch
         m.submodules.s2d = s2d = self._s2d
 
+        # Configuration-derived values, computed once at start (short paths afterwards).
         nchunks = Signal(11)
-        m.d.comb += nchunks.eq(Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> 6))
+        last_chunk, last_row, last_vec = Signal(11), Signal(12), Signal(12)
+        with m.If(self.start):
+            chunks = Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> 6)
+            m.d.sync += [nchunks.eq(chunks), last_chunk.eq(chunks - 1),
+                         last_row.eq(self.rows - 1), last_vec.eq(self.nvec - 1)]
         is_stride = Signal()
         m.d.comb += is_stride.eq(self.fmt == Fmt.STRIDE)
 
@@ -97,12 +102,13 @@ class SideSource(wiring.Component):
         w_v, w_k, w_c = Signal(12), Signal(12), Signal(11)
         w_vec_idx, w_row_idx = Signal(ADDR), Signal(ADDR)
         inflight = Signal()
+        q_pending = Signal()  # a chunk in the receiver's second stage
         credit = Signal()
-        m.d.comb += credit.eq(fifo.level + inflight < fifo.depth - 1)
+        m.d.comb += credit.eq(fifo.level + inflight + q_pending < fifo.depth - 1)
         issue = Signal()
         m.d.comb += issue.eq(w_active & credit)
         c_last, row_last = Signal(), Signal()
-        m.d.comb += [c_last.eq(w_c == nchunks - 1), row_last.eq(w_k == self.rows - 1)]
+        m.d.comb += [c_last.eq(w_c == last_chunk), row_last.eq(w_k == last_row)]
         # metadata travelling with the read
         r_valid, r_c, r_clast, r_rowlast = Signal(), Signal(11), Signal(), Signal()
         with m.If(self.start):
@@ -119,35 +125,41 @@ class SideSource(wiring.Component):
                     m.d.sync += [w_k.eq(0), w_v.eq(w_v + 1),
                                  w_vec_idx.eq(w_vec_idx + self.idx_vec_stride),
                                  w_row_idx.eq(w_vec_idx + self.idx_vec_stride)]
-                    with m.If(w_v == self.nvec - 1):
+                    with m.If(w_v == last_vec):
                         m.d.sync += w_active.eq(0)
         m.d.sync += [inflight.eq(issue), r_valid.eq(issue), r_c.eq(w_c),
                      r_clast.eq(c_last), r_rowlast.eq(row_last)]
 
-        # receive: mask the tail, compute the value base
-        rv_vec, rv_row, rv_run = Signal(ADDR), Signal(ADDR), Signal(ADDR)
+        # receive (stage 1): mask the tail, count the kept elements
         tail = Signal(7)  # valid bits in this chunk
         m.d.comb += tail.eq(Mux(r_clast, self.n - (r_c << 6), CHUNK))
         mask = Signal(CHUNK)
-        m.d.comb += mask.eq(Mux(tail >= CHUNK, (1 << CHUNK) - 1, (Const(1, CHUNK + 1) << tail) - 1))
+        m.d.comb += mask.eq(Cat(*[tail > b for b in range(CHUNK)]))  # thermometer, no shifter
         bits = Signal(CHUNK)
         m.d.comb += bits.eq(Mux(self.fmt == Fmt.DENSE, (1 << CHUNK) - 1, self.mem_data) & mask)
-        kept = popcount(m, bits, name="kept")
+        q_valid, q_clast, q_rowlast = Signal(), Signal(), Signal()
+        q_bits = Signal(CHUNK)
+        q_kept = Signal(range(CHUNK + 1))
+        m.d.sync += [q_valid.eq(r_valid & ~self.start), q_clast.eq(r_clast),
+                     q_rowlast.eq(r_rowlast), q_bits.eq(bits),
+                     q_kept.eq(popcount(m, bits, name="kept"))]
+        # receive (stage 2): the value base; into the FIFO
+        rv_vec, rv_row, rv_run = Signal(ADDR), Signal(ADDR), Signal(ADDR)
         run_next = Signal(ADDR)
-        m.d.comb += run_next.eq(rv_run + Mux(self.packed, kept, CHUNK))
+        m.d.comb += run_next.eq(rv_run + Mux(self.packed, q_kept, CHUNK))
         chunk_payload = Signal(chunk_layout())
-        m.d.comb += [chunk_payload.bits.eq(bits), chunk_payload.base.eq(rv_run),
-                     chunk_payload.last.eq(r_clast)]
-        m.d.comb += [fifo.w_data.eq(chunk_payload), fifo.w_en.eq(r_valid)]
+        m.d.comb += [chunk_payload.bits.eq(q_bits), chunk_payload.base.eq(rv_run),
+                     chunk_payload.last.eq(q_clast)]
+        m.d.comb += [fifo.w_data.eq(chunk_payload), fifo.w_en.eq(q_valid)]
         with m.If(self.start):
             m.d.sync += [rv_vec.eq(self.val_base), rv_row.eq(self.val_base),
                          rv_run.eq(self.val_base)]
-        with m.Elif(r_valid):
+        with m.Elif(q_valid):
             m.d.sync += rv_run.eq(run_next)
-            with m.If(r_clast):
+            with m.If(q_clast):
                 next_row = Mux(self.rows_follow, Mux(self.packed, run_next, rv_row + self.n), rv_vec)
                 m.d.sync += [rv_row.eq(next_row), rv_run.eq(next_row)]
-                with m.If(r_rowlast):
+                with m.If(q_rowlast):
                     m.d.sync += [rv_vec.eq(rv_vec + self.val_vec_stride),
                                  rv_row.eq(rv_vec + self.val_vec_stride),
                                  rv_run.eq(rv_vec + self.val_vec_stride)]
@@ -156,6 +168,7 @@ class SideSource(wiring.Component):
         s_v, s_k = Signal(12), Signal(12)
         s_vec_idx, s_vec_val, s_row_val = Signal(ADDR), Signal(ADDR), Signal(ADDR)
         remaining = Signal(16)
+        rem_zero = Signal()  # remaining == 0, kept beside it
         cursor = Signal(18)
         s_kept = Signal(ADDR)
         s_error = Signal()
@@ -176,7 +189,8 @@ class SideSource(wiring.Component):
                 with m.If(fetch.avail >= 2):
                     m.d.comb += fetch.take.eq(2)
                     count = Cat(fetch.bytes[0], fetch.bytes[1])
-                    m.d.sync += [remaining.eq(count), cursor.eq(0), s_kept.eq(0)]
+                    m.d.sync += [remaining.eq(count), rem_zero.eq(count == 0), cursor.eq(0),
+                                 s_kept.eq(0)]
                     with m.If(self.to_entries):
                         m.next = "EMIT"
                     with m.Else():
@@ -190,7 +204,7 @@ class SideSource(wiring.Component):
                     m.next = "ROW_DONE"
             with m.State("EMIT"):
                 head = fetch.bytes[0]
-                with m.If(remaining == 0):
+                with m.If(rem_zero):
                     m.d.comb += emit_term.eq(1)
                     with m.If(self.entries.ready):
                         m.next = "ROW_DONE"
@@ -198,7 +212,8 @@ class SideSource(wiring.Component):
                     m.d.comb += emit_entry.eq(1)
                 with m.If(emit_entry & self.entries.ready):
                     m.d.comb += fetch.take.eq(1)
-                    m.d.sync += [remaining.eq(remaining - 1), cursor.eq(cursor + head)]
+                    m.d.sync += [remaining.eq(remaining - 1), rem_zero.eq(remaining == 1),
+                                 cursor.eq(cursor + head)]
                     with m.If(head != 255):
                         m.d.sync += s_kept.eq(s_kept + 1)
                         with m.If(cursor + head >= self.n):
@@ -209,12 +224,12 @@ class SideSource(wiring.Component):
                                              s_row_val + Mux(self.packed, s_kept, self.n),
                                              s_vec_val))
                 m.next = "ROW_START"
-                with m.If(s_k == self.rows - 1):
+                with m.If(s_k == last_row):
                     m.d.sync += [s_k.eq(0), s_v.eq(s_v + 1),
                                  s_vec_idx.eq(s_vec_idx + self.idx_vec_stride),
                                  s_vec_val.eq(s_vec_val + self.val_vec_stride),
                                  s_row_val.eq(s_vec_val + self.val_vec_stride)]
-                    with m.If(s_v == self.nvec - 1):
+                    with m.If(s_v == last_vec):
                         m.next = "IDLE"
 
         m.d.comb += [s2d.n.eq(self.n), s2d.val_base.eq(s_row_val), s2d.packed.eq(self.packed),
@@ -252,5 +267,6 @@ class SideSource(wiring.Component):
                          d2s.o.ready.eq(self.entries.ready)]
 
         m.d.comb += self.error.eq(s_error | s2d.error)
-        m.d.comb += self.busy.eq(w_active | r_valid | ~stride_fsm.ongoing("IDLE"))
+        m.d.comb += q_pending.eq(q_valid)
+        m.d.comb += self.busy.eq(w_active | r_valid | q_valid | ~stride_fsm.ongoing("IDLE"))
         return m

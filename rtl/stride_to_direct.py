@@ -4,39 +4,44 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .bits import popcount
 from .layouts import ADDR, CHUNK, chunk_layout
 
 ESCAPE = 255
+QUEUE = 4  # element positions between the prefix-sum stage and the chunk assembler
 
 
 class StrideToDirect(wiring.Component):
     """Expands one row's stride index into direct-index chunks.
 
     ``start`` begins a row of ``n`` positions whose stride index has ``count`` entries
-    (escapes included); ``start`` must not be raised while ``busy``.  Entries come from a byte window (a :class:`~.fetch.ByteFetcher`):
-    up to ``window`` of them are examined per cycle, their positions found by a prefix sum, and
-    those that fall in the current chunk set its bits.  Exactly ``ceil(n / CHUNK)`` chunks
-    leave per row (one for ``n = 0``); the last one has ``last`` set.  A chunk's ``base`` is
-    ``val_base + rank`` (packed storage: ``rank`` kept elements precede the chunk) or
-    ``val_base + chunk_start`` (unpacked).
+    (escapes included); ``start`` must not be raised while ``busy``.  Two stages:
 
-    ``kept`` counts the row's kept elements emitted so far (the row total once ``busy``
-    falls).  An entry whose position is ``>= n`` is a malformed index: ``error`` rises (sticky until
-    the next ``start``) and the row still ends after its last chunk, so nothing hangs.
+    1. *Prefix sum*: up to ``window`` entries per cycle are taken from a byte window (a
+       :class:`~.fetch.ByteFetcher`) — how many depends only on counters, never on their
+       values — and turned into absolute positions by a running prefix sum.  Escapes only
+       move the cursor; elements enter a small position queue.
+    2. *Chunk assembly*: queued positions below the current chunk's end set its bits;
+       when the head lies beyond it (or the row's entries are exhausted) the chunk leaves.
 
-    Throughput: one chunk per cycle when a chunk holds at most ``window`` entries, otherwise
-    ``ceil(entries / window)`` cycles.  Latency from an entry to its chunk: 1 cycle.
+    Exactly ``max(1, ceil(n / CHUNK))`` chunks leave per row; the last one has ``last`` set.
+    A chunk's ``base`` is ``val_base + rank`` (packed storage: ``rank`` kept elements precede
+    the chunk) or ``val_base + chunk_start`` (unpacked).  ``kept`` counts the row's elements
+    emitted so far (the row total once ``busy`` falls).  A position ``>= n`` is a malformed
+    index: ``error`` rises (sticky until the next ``start``) and the row still ends after its
+    last chunk, so nothing hangs.
+
+    Throughput: one chunk per cycle while chunks hold at most ``window`` entries, otherwise
+    ``ceil(entries / window)`` cycles per chunk.  Latency from an entry to its chunk: 2 cycles.
 
     Parameters
     ----------
     window:
-        Entries examined per cycle (``E``).
+        Entries taken per cycle (``E``, 1..2).
     """
 
-    def __init__(self, window: int = 4):
-        if not 1 <= window <= 8:
-            raise ValueError(f"window must be in 1..8, got {window}")
+    def __init__(self, window: int = 2):
+        if window not in (1, 2):
+            raise ValueError(f"window must be 1 or 2, got {window}")
         self._window = window
         super().__init__({
             "start": In(1),
@@ -57,95 +62,117 @@ class StrideToDirect(wiring.Component):
         m = Module()
         E = self._window
         n = Signal(16)
-        remaining = Signal(16)
         packed = Signal()
         val_base = Signal(ADDR)
-        chunk_lo = Signal(17)       # position of bit 0 of the current chunk
-        chunks_left = Signal(11)    # chunks still to emit in this row, current included
-        cursor = Signal(18)         # position reached by the entries taken so far
-        rank = self.kept            # kept elements before the current chunk
-        acc_bits = Signal(CHUNK)    # bits gathered so far for the current chunk
-        acc_kept = Signal(range(CHUNK + 1))
 
-        out_free = Signal()
-        m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
-
-        # Examine the window: positions by prefix sum, which entries fit the current chunk.
-        visible = Signal(range(E + 1))
-        m.d.comb += visible.eq(Mux(remaining < self.avail, remaining, self.avail))
-        pos = [Signal(18, name=f"pos{k}") for k in range(E)]
-        esc = [Signal(name=f"esc{k}") for k in range(E)]
-        fits = [Signal(name=f"fits{k}") for k in range(E)]
+        # ---- Stage 1: prefix sum.
+        remaining = Signal(16)
+        rem_cap = Signal(range(E + 1))  # min(remaining, E), kept beside remaining
+        cursor = Signal(17)
+        queue = [Signal(17, name=f"q{k}") for k in range(QUEUE)]
+        qlen = Signal(range(QUEUE + 1))
+        pop = Signal(range(E + 1))  # set by stage 2
+        space = Signal(range(QUEUE + 1))
+        m.d.comb += space.eq(QUEUE - qlen)  # this cycle's pops are not counted: no path from them
+        take = Signal(range(E + 1))
+        lim = Mux(rem_cap < self.avail, rem_cap, self.avail)
+        m.d.comb += take.eq(Mux(space < lim, space, lim))
+        m.d.comb += self.take.eq(Mux(self.busy, take, 0))
+        pos = [Signal(17, name=f"pos{k}") for k in range(E)]
+        elem = [Signal(name=f"elem{k}") for k in range(E)]
         run = cursor
         for k in range(E):
-            m.d.comb += [
-                esc[k].eq(self.bytes[k] == ESCAPE),
-                pos[k].eq(run + self.bytes[k]),
-                fits[k].eq((k < visible) & (esc[k] | (pos[k] < chunk_lo + CHUNK))),
-            ]
+            m.d.comb += [pos[k].eq(run + self.bytes[k]),
+                         elem[k].eq((k < take) & (self.bytes[k] != ESCAPE))]
             run = pos[k]
-        take = Signal(range(E + 1))
-        # the leading entries that fit: a priority chain over the window
-        with m.If(Cat(fits).all()):
-            m.d.comb += take.eq(E)
-        for k in reversed(range(1, E)):
-            with m.Elif(Cat(fits[:k]).all()):
-                m.d.comb += take.eq(k)
-        new_bits = Signal(CHUNK)
-        bad = Signal()
-        offs = [Signal(range(CHUNK), name=f"off{k}") for k in range(E)]
-        m.d.comb += [offs[k].eq((pos[k] - chunk_lo)[:6]) for k in range(E)]
-        keep = [Signal(name=f"keep{k}") for k in range(E)]
-        m.d.comb += [keep[k].eq((k < take) & ~esc[k]) for k in range(E)]
-        m.d.comb += new_bits.eq(Cat(*[Cat(*[keep[k] & (offs[k] == b) for k in range(E)]).any()
-                                      for b in range(CHUNK)]))
-        m.d.comb += bad.eq(Cat(*[keep[k] & (pos[k] >= n) for k in range(E)]).any())
-        cursor_next = Signal(18)
-        m.d.comb += cursor_next.eq(cursor)
-        for k in range(E):
-            with m.If(take == k + 1):
-                m.d.comb += cursor_next.eq(pos[k])
-        blocked = Signal()  # a visible entry lies beyond this chunk
-        m.d.comb += blocked.eq(take < visible)
-        row_entries_done = Signal()
-        m.d.comb += row_entries_done.eq(remaining == take)
-        is_last_chunk = Signal()
-        m.d.comb += is_last_chunk.eq(chunks_left == 1)
-        emit = Signal()
-        m.d.comb += emit.eq(self.busy & (blocked | row_entries_done))
-        chunk_bits = Signal(CHUNK)
-        m.d.comb += chunk_bits.eq(acc_bits | new_bits)
-        kept_now = popcount(m, new_bits, name="kept_now")
+        cursor_next = Signal(17)
+        m.d.comb += cursor_next.eq(Mux(take == 0, cursor, pos[0]))
+        if E == 2:
+            with m.If(take == 2):
+                m.d.comb += cursor_next.eq(pos[1])
 
-        m.d.comb += self.take.eq(Mux(self.busy & out_free, take, 0))
+        # the queue after stage 2 pops and stage 1 appends (at most E each)
+        shifted = [queue[k + p] if k + p < QUEUE else Const(0, 17)
+                   for p in range(E + 1) for k in range(QUEUE)]
+        base_q = [Signal(17, name=f"base_q{k}") for k in range(QUEUE)]
+        for k in range(QUEUE):
+            m.d.comb += base_q[k].eq(queue[k])
+            for p in range(1, E + 1):
+                with m.If(pop == p):
+                    m.d.comb += base_q[k].eq(shifted[p * QUEUE + k])
+        left = Signal(range(QUEUE + 1))
+        m.d.comb += left.eq(qlen - pop)
+        appended = [Signal(17, name=f"app{k}") for k in range(QUEUE)]
+        n_new = Signal(range(E + 1))
+        m.d.comb += n_new.eq(sum(elem))
+        for k in range(QUEUE):
+            m.d.comb += appended[k].eq(base_q[k])
+            # element 0 (or element 1 when 0 is an escape) goes to position `left`
+            first = Mux(elem[0], pos[0], pos[E - 1])
+            with m.If(left == k):
+                with m.If(n_new != 0):
+                    m.d.comb += appended[k].eq(first)
+            if E == 2 and k > 0:
+                with m.If((left == k - 1) & elem[0] & elem[1]):
+                    m.d.comb += appended[k].eq(pos[1])
+
+        # ---- Stage 2: chunk assembly.
+        chunk_lo = Signal(17)
+        chunks_left = Signal(11)
+        acc_bits = Signal(CHUNK)
+        acc_kept = Signal(range(CHUNK + 1))
+        rank = self.kept
+        end = Signal(17)  # registered: n for the last chunk, else chunk_lo + CHUNK
+        fits = [Signal(name=f"fits{k}") for k in range(E)]
+        for k in range(E):
+            m.d.comb += fits[k].eq((qlen > k) & (queue[k] < end) & (fits[k - 1] if k else 1))
+        out_free = Signal()
+        m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
+        m.d.comb += pop.eq(Mux(self.busy & out_free, sum(fits), 0))
+        new_bits = Signal(CHUNK)
+        m.d.comb += new_bits.eq(Cat(*[Cat(*[fits[k] & (queue[k][:6] == b) for k in range(E)]).any()
+                                      for b in range(CHUNK)]))
+        blocked = Signal()  # the queue head lies beyond this chunk
+        m.d.comb += blocked.eq((qlen > pop) & (pop < E))
+        drained = Signal()  # every entry of the row is in this chunk or earlier
+        m.d.comb += drained.eq((rem_cap == 0) & (qlen == pop))
+        is_last = Signal()
+        m.d.comb += is_last.eq(chunks_left == 1)
+        emit = Signal()
+        m.d.comb += emit.eq(self.busy & out_free & (blocked | drained))
 
         with m.If(self.start):
             m.d.sync += [
-                self.busy.eq(1), self.error.eq(0),
-                n.eq(self.n), remaining.eq(self.count), packed.eq(self.packed),
-                val_base.eq(self.val_base), chunk_lo.eq(0), cursor.eq(0), rank.eq(0),
-                acc_bits.eq(0), acc_kept.eq(0),
+                self.busy.eq(1), self.error.eq(0), n.eq(self.n), packed.eq(self.packed),
+                val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0), qlen.eq(0),
+                rem_cap.eq(Mux(self.count > E, E, self.count)),
+                chunk_lo.eq(0), rank.eq(0), acc_bits.eq(0), acc_kept.eq(0),
+                end.eq(Mux(self.n > CHUNK, CHUNK, self.n)),
                 # an empty row still produces one (empty, last) chunk
                 chunks_left.eq(Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> 6)),
             ]
-        with m.Elif(self.busy & out_free):
-            m.d.sync += [remaining.eq(remaining - take), cursor.eq(cursor_next)]
-            with m.If(bad | (blocked & is_last_chunk)):
-                m.d.sync += self.error.eq(1)
-            with m.If(emit):
-                m.d.sync += [
-                    self.o.payload.bits.eq(chunk_bits),
-                    self.o.payload.base.eq(val_base + Mux(packed, rank, chunk_lo)),
-                    self.o.payload.last.eq(is_last_chunk),
-                    rank.eq(rank + acc_kept + kept_now),
-                    acc_bits.eq(0), acc_kept.eq(0),
-                    chunk_lo.eq(chunk_lo + CHUNK),
-                    chunks_left.eq(chunks_left - 1),
-                ]
-                with m.If(is_last_chunk):
-                    m.d.sync += self.busy.eq(0)
-            with m.Else():
-                m.d.sync += [acc_bits.eq(chunk_bits), acc_kept.eq(acc_kept + kept_now)]
+        with m.Elif(self.busy):
+            rem_next = remaining - take
+            m.d.sync += [remaining.eq(rem_next), rem_cap.eq(Mux(rem_next > E, E, rem_next)),
+                         cursor.eq(cursor_next), qlen.eq(left + n_new)]
+            m.d.sync += [queue[k].eq(appended[k]) for k in range(QUEUE)]
+            with m.If(out_free):
+                with m.If(emit):
+                    m.d.sync += [
+                        self.o.payload.bits.eq(acc_bits | new_bits),
+                        self.o.payload.base.eq(val_base + Mux(packed, rank, chunk_lo)),
+                        self.o.payload.last.eq(is_last),
+                        rank.eq(rank + acc_kept + pop),
+                        acc_bits.eq(0), acc_kept.eq(0),
+                        chunk_lo.eq(chunk_lo + CHUNK), chunks_left.eq(chunks_left - 1),
+                        end.eq(Mux(chunks_left == 2, n, chunk_lo + 2 * CHUNK)),
+                    ]
+                    with m.If(is_last):
+                        m.d.sync += self.busy.eq(0)
+                        with m.If(blocked | (rem_cap != 0)):
+                            m.d.sync += self.error.eq(1)  # a position at or beyond n
+                with m.Else():
+                    m.d.sync += [acc_bits.eq(acc_bits | new_bits), acc_kept.eq(acc_kept + pop)]
         with m.If(out_free):
-            m.d.sync += self.o.valid.eq(self.busy & ~self.start & emit)
+            m.d.sync += self.o.valid.eq(emit & ~self.start)
         return m

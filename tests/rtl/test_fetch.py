@@ -45,7 +45,7 @@ def test_stream_from_any_address(window, seed):
 
 def test_full_rate_after_the_first_word():
     raw = bytes(range(256))
-    f = ByteFetcher(8, word_addr_bits=5)
+    f = ByteFetcher(2, word_addr_bits=5)
     top = WithMemory(f, {"mem": words_of(raw, 32)}, {"mem": (f.mem_addr, f.mem_en, f.mem_data)})
     result = {}
 
@@ -66,4 +66,4 @@ def test_full_rate_after_the_first_word():
 
     simulate(top, consumer)
     assert result["bytes"] == raw[3:103]
-    assert result["cycles"] <= 100 // 8 + 3
+    assert result["cycles"] <= 100 // 2 + 3

@@ -38,8 +38,8 @@ def _row(rng, nrng, n):
     return bits
 
 
-@pytest.mark.parametrize("window", [1, 4, 8])
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("window", [1, 2])
+@pytest.mark.parametrize("seed", range(4))
 @seeded
 def test_rows_match_index_library(window, seed):
     rng = random.Random(seed)
@@ -93,7 +93,7 @@ def test_rows_match_index_library(window, seed):
 
 def test_position_beyond_the_row_is_an_error_not_a_hang():
     blob = ix.encode_stride(np.array([10, 100]))  # second element at 110 >= n = 64
-    top = FetchConvert(4)
+    top = FetchConvert(2)
     f, c = top.fetch, top.conv
     mem = WithMemory(top, {"mem": words_of(blob, 4)}, {"mem": (f.mem_addr, f.mem_en, f.mem_data)})
     result = {}

@@ -1,0 +1,87 @@
+"""Vector ALU of the VX unit: pooling reductions and scaled element-wise adds, P lanes wide."""
+
+from amaranth import *
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+
+class AluOp(enum.Enum, shape=2):
+    MAX = 0   #: running maximum over the beats of a window (max pooling)
+    SUM = 1   #: running sum over the beats of a window (average / global pooling)
+    EW = 2    #: per beat: a * ma + b * mb, optional ReLU (residual add, scaling, ReLU)
+
+
+def alu_input_layout(lanes: int) -> data.StructLayout:
+    return data.StructLayout({
+        "op": AluOp,
+        "a": data.ArrayLayout(signed(32), lanes),
+        "b": data.ArrayLayout(signed(32), lanes),
+        "ma": signed(16),
+        "mb": signed(16),
+        "relu": 1,
+        "first": 1,   # first beat of a window (reductions restart)
+        "last": 1,    # last beat of a window: the result leaves
+    })
+
+
+class VectorAlu(wiring.Component):
+    """Element-wise int32 arithmetic on words of ``lanes`` elements, bit-exact with the golden
+    model's ``vred`` and ``vew``.
+
+    * ``MAX`` / ``SUM``: the beats from ``first`` to ``last`` are one window; the result (the
+      element-wise max, or the wrap-around sum) leaves with the ``last`` beat.
+    * ``EW``: every beat produces ``wrap32(a * ma + b * mb)``, clamped at 0 with ``relu``.
+
+    Throughput one word per cycle; latency 2 cycles (multiply, then combine).  Back-pressure
+    on ``o`` stalls the pipeline.
+    """
+
+    def __init__(self, lanes: int):
+        self._lanes = lanes
+        super().__init__({
+            "i": In(stream.Signature(alu_input_layout(lanes))),
+            "o": Out(stream.Signature(data.StructLayout({"v": data.ArrayLayout(signed(32), lanes)}))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        L = self._lanes
+        advance = Signal()
+        m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
+        p = self.i.payload
+
+        # Stage 1: products (exact 48-bit) or the operand itself.
+        s1_valid, s1_emit = Signal(), Signal()
+        s1_op = Signal(AluOp)
+        s1_relu, s1_first = Signal(), Signal()
+        s1_x = [Signal(signed(48), name=f"s1_x{k}") for k in range(L)]
+        s1_y = [Signal(signed(48), name=f"s1_y{k}") for k in range(L)]
+        with m.If(advance):
+            m.d.sync += [s1_valid.eq(self.i.valid), s1_op.eq(p.op), s1_relu.eq(p.relu),
+                         s1_first.eq(p.first),
+                         s1_emit.eq(Mux(p.op == AluOp.EW, 1, p.last))]
+            for k in range(L):
+                with m.If(p.op == AluOp.EW):
+                    m.d.sync += [s1_x[k].eq(p.a[k] * p.ma), s1_y[k].eq(p.b[k] * p.mb)]
+                with m.Else():
+                    m.d.sync += [s1_x[k].eq(p.a[k]), s1_y[k].eq(0)]
+
+        # Stage 2: combine with the running value; emit.
+        acc = [Signal(signed(32), name=f"acc{k}") for k in range(L)]
+        with m.If(advance):
+            m.d.sync += self.o.valid.eq(s1_valid & s1_emit)
+            for k in range(L):
+                x = s1_x[k][:32].as_signed()
+                new = Signal(signed(32), name=f"new{k}")
+                with m.Switch(s1_op):
+                    with m.Case(AluOp.MAX):
+                        m.d.comb += new.eq(Mux(s1_first | (x > acc[k]), x, acc[k]))
+                    with m.Case(AluOp.SUM):
+                        m.d.comb += new.eq(Mux(s1_first, x, (acc[k] + x)[:32]))
+                    with m.Default():
+                        ew = (s1_x[k] + s1_y[k])[:32].as_signed()
+                        m.d.comb += new.eq(Mux(s1_relu & (ew < 0), 0, ew))
+                with m.If(s1_valid):
+                    m.d.sync += acc[k].eq(new)
+                    m.d.sync += self.o.payload.v[k].eq(new)
+        return m
