@@ -20,6 +20,28 @@ def popcount(m: Module, value: Value, name: str = "popcount") -> Value:
     return out
 
 
+def popcount_bytes(m: Module, value: Value, name: str = "pc") -> list[Value]:
+    """Population counts of each 8-bit group of ``value`` (two LUT levels each).
+
+    Register these, then add them with :func:`sum_tree`: a 64-bit popcount in two short
+    pipeline stages instead of one long one."""
+    parts = []
+    for k in range(0, len(value), 8):
+        s = Signal(4, name=f"{name}{k // 8}")
+        m.d.comb += s.eq(sum(value[j] for j in range(k, min(k + 8, len(value)))))
+        parts.append(s)
+    return parts
+
+
+def sum_tree(values: list[Value]) -> Value:
+    """Balanced adder tree."""
+    terms = list(values)
+    while len(terms) > 1:
+        terms = [terms[k] + terms[k + 1] if k + 1 < len(terms) else terms[k]
+                 for k in range(0, len(terms), 2)]
+    return terms[0]
+
+
 def encode_onehot(m: Module, onehot: Value, name: str = "position") -> Value:
     """Index of the set bit of a one-hot value (OR trees, no priority chain)."""
     n = len(onehot)

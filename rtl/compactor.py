@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .bits import encode_onehot, lowest_set, popcount
+from .bits import encode_onehot, lowest_set, popcount_bytes, sum_tree
 from .layouts import ADDR, CHUNK, combined_layout, pairs_layout
 
 
@@ -21,8 +21,8 @@ class Compactor(wiring.Component):
     it holds no pair, so every row ends with exactly one ``last`` beat.
 
     Throughput: an item with ``k`` pairs takes ``max(1, ceil(k / lanes))`` cycles; an item is
-    taken in the cycle it arrives.  Latency 3 cycles (select; position and ranks;
-    address).
+    taken in the cycle it arrives.  Latency 3 cycles (select; position and per-byte
+    counts; ranks and addresses).
 
     Parameters
     ----------
@@ -98,10 +98,11 @@ class Compactor(wiring.Component):
             with m.Else():
                 m.d.sync += [busy.eq(1), held.eq(cur), held.bits.eq(rest)]
 
-        # Stage A: positions of the picked bits.
+        # Stage A: the picked bits and the masks below them.
         a_valid, a_last, a_stride = Signal(), Signal(), Signal()
         a_sel = Signal(L)
         a_onehot = [Signal(CHUNK, name=f"a_onehot{j}") for j in range(L)]
+        a_below = [Signal(CHUNK, name=f"a_below{j}") for j in range(L)]
         a_n_bits, a_w_bits = Signal(CHUNK), Signal(CHUNK)
         a_n_base, a_w_base = Signal(ADDR), Signal(ADDR)
         a_pair = Signal()
@@ -113,36 +114,34 @@ class Compactor(wiring.Component):
                 a_n_base.eq(cur.n_base), a_w_base.eq(cur.w_base),
             ]
             for j in range(L):
-                m.d.sync += [a_onehot[j].eq(picked[j]), a_sel[j].eq(picked[j] != 0)]
+                m.d.sync += [a_onehot[j].eq(picked[j]), a_below[j].eq(picked[j] - 1),
+                             a_sel[j].eq(picked[j] != 0)]
 
-        # Stage B: positions and ranks.
+        # Stage B: position; per-byte counts of each side's bits below the pick.
         b_valid, b_last, b_stride = Signal(), Signal(), Signal()
         b_sel = Signal(L)
         b_n_base, b_w_base = Signal(ADDR), Signal(ADDR)
         b_pos = [Signal(6, name=f"b_pos{j}") for j in range(L)]
-        b_n_rank = [Signal(7, name=f"b_n_rank{j}") for j in range(L)]
-        b_w_rank = [Signal(7, name=f"b_w_rank{j}") for j in range(L)]
+        b_n_parts = [[Signal(4, name=f"b_np{j}_{k}") for k in range(CHUNK // 8)] for j in range(L)]
+        b_w_parts = [[Signal(4, name=f"b_wp{j}_{k}") for k in range(CHUNK // 8)] for j in range(L)]
         with m.If(advance):
             m.d.sync += [b_valid.eq(a_valid), b_last.eq(a_last), b_stride.eq(a_stride),
                          b_sel.eq(Mux(a_stride, a_pair, a_sel)),
                          b_n_base.eq(a_n_base), b_w_base.eq(a_w_base)]
             for j in range(L):
-                pos = encode_onehot(m, a_onehot[j], name=f"pos{j}")
-                below = Signal(CHUNK, name=f"below{j}")
-                m.d.comb += below.eq(a_onehot[j] - 1)
-                m.d.sync += [
-                    b_pos[j].eq(pos),
-                    b_n_rank[j].eq(popcount(m, a_n_bits & below, name=f"n_rank{j}")),
-                    b_w_rank[j].eq(popcount(m, a_w_bits & below, name=f"w_rank{j}")),
-                ]
+                m.d.sync += b_pos[j].eq(encode_onehot(m, a_onehot[j], name=f"pos{j}"))
+                for dst, bits, tag in ((b_n_parts[j], a_n_bits, "n"), (b_w_parts[j], a_w_bits, "w")):
+                    parts = popcount_bytes(m, bits & a_below[j], name=f"{tag}pc{j}_")
+                    m.d.sync += [d.eq(p) for d, p in zip(dst, parts)]
 
-        # Stage C: addresses.
+        # Stage C: ranks and addresses.
         with m.If(advance):
             m.d.sync += [self.o.valid.eq(b_valid), self.o.payload.last.eq(b_last),
                          self.o.payload.valid.eq(b_sel)]
             for j in range(L):
-                n_off = Mux(b_stride, 0, Mux(self.n_packed, b_n_rank[j], b_pos[j]))
-                w_off = Mux(b_stride, 0, Mux(self.w_packed, b_w_rank[j], b_pos[j]))
+                n_rank, w_rank = sum_tree(b_n_parts[j]), sum_tree(b_w_parts[j])
+                n_off = Mux(b_stride, 0, Mux(self.n_packed, n_rank, b_pos[j]))
+                w_off = Mux(b_stride, 0, Mux(self.w_packed, w_rank, b_pos[j]))
                 m.d.sync += [self.o.payload.n_addr[j].eq(b_n_base + n_off),
                              self.o.payload.w_addr[j].eq(b_w_base + w_off)]
         return m

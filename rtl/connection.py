@@ -18,7 +18,7 @@ class ConnectionUnit(wiring.Component):
       its source, claim 10); a :class:`StrideMerge` intersects them (claim 8).
 
     Throughput one chunk per cycle on the AND path; see :class:`StrideMerge` for the merge.
-    Latency 1 cycle (AND), 3 cycles (merge, through its input queues).
+    Latency 4 cycles (through the input and output queues).
     """
 
     n_chunks: In(stream.Signature(chunk_layout()))
@@ -32,10 +32,17 @@ class ConnectionUnit(wiring.Component):
 
     def __init__(self):
         self._merger = StrideMerge()
-        width = len(Signal(entry_layout()).as_value())
-        # Registered queues in front of the merge: its pop decisions depend on the entries'
-        # values, and must not reach back into the sources' fetchers in the same cycle.
-        self._queues = [SyncFIFOBuffered(width=width, depth=2) for _ in range(2)]
+        ewidth = len(Signal(entry_layout()).as_value())
+        cwidth = len(Signal(chunk_layout()).as_value())
+        # Registered queues on every input: decisions here (the merge's pops depend on the
+        # entries' values) never reach back into the sources in the same cycle.
+        self._queues = [SyncFIFOBuffered(width=ewidth, depth=4) for _ in range(2)]
+        self._chunk_queues = [SyncFIFOBuffered(width=cwidth, depth=4) for _ in range(2)]
+        # ... and on the output, so the compactor's selection logic starts at a register.
+        # (depth 4: a SyncFIFOBuffered of depth 2 holds a one-entry inner FIFO and would only
+        # pass one item every other cycle)
+        self._out_queue = SyncFIFOBuffered(width=len(Signal(combined_layout()).as_value()),
+                                           depth=4)
         super().__init__()
 
     def elaborate(self, platform):
@@ -48,26 +55,30 @@ class ConnectionUnit(wiring.Component):
             m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid), src.ready.eq(q.w_rdy),
                          dst.payload.eq(q.r_data), dst.valid.eq(q.r_rdy), q.r_en.eq(dst.ready)]
 
-        and_out = Signal(combined_layout())
-        and_valid = Signal()
-        and_free = Signal()
-        m.d.comb += and_free.eq(~and_valid | (self.o.ready & ~self.merge))
-        join = Signal()
-        m.d.comb += join.eq(self.n_chunks.valid & self.w_chunks.valid & and_free & ~self.merge)
-        m.d.comb += [self.n_chunks.ready.eq(join), self.w_chunks.ready.eq(join)]
-        n, w = self.n_chunks.payload, self.w_chunks.payload
-        with m.If(and_free):
-            m.d.sync += and_valid.eq(join)
-            m.d.sync += [
-                and_out.stride.eq(0), and_out.bits.eq(n.bits & w.bits),
-                and_out.n_bits.eq(n.bits), and_out.w_bits.eq(w.bits),
-                and_out.n_base.eq(n.base), and_out.w_base.eq(w.base),
-                and_out.pair.eq(0), and_out.last.eq(n.last),
-            ]
+        heads = []
+        for k, src in enumerate((self.n_chunks, self.w_chunks)):
+            q = self._chunk_queues[k]
+            m.submodules[f"chunk_queue{k}"] = q
+            head = Signal(chunk_layout(), name=f"head{k}")
+            m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid), src.ready.eq(q.w_rdy),
+                         head.eq(q.r_data)]
+            heads.append((q, head))
+        (nq, n), (wq, w) = heads
 
-        with m.If(self.merge):
-            m.d.comb += [self.o.valid.eq(merger.o.valid), self.o.payload.eq(merger.o.payload),
-                         merger.o.ready.eq(self.o.ready)]
-        with m.Else():
-            m.d.comb += [self.o.valid.eq(and_valid), self.o.payload.eq(and_out)]
+        m.submodules.out_queue = oq = self._out_queue
+        and_out = Signal(combined_layout())
+        m.d.comb += [
+            and_out.stride.eq(0), and_out.bits.eq(n.bits & w.bits),
+            and_out.n_bits.eq(n.bits), and_out.w_bits.eq(w.bits),
+            and_out.n_base.eq(n.base), and_out.w_base.eq(w.base),
+            and_out.pair.eq(0), and_out.last.eq(n.last),
+        ]
+        join = Signal()
+        m.d.comb += join.eq(nq.r_rdy & wq.r_rdy & oq.w_rdy & ~self.merge)
+        m.d.comb += [nq.r_en.eq(join), wq.r_en.eq(join),
+                     merger.o.ready.eq(oq.w_rdy & self.merge),
+                     oq.w_en.eq(Mux(self.merge, merger.o.valid, join)),
+                     oq.w_data.eq(Mux(self.merge, merger.o.payload, and_out)),
+                     self.o.valid.eq(oq.r_rdy), self.o.payload.eq(oq.r_data),
+                     oq.r_en.eq(self.o.ready)]
         return m

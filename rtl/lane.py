@@ -2,11 +2,12 @@
 
 from amaranth import *
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .compactor import Compactor
 from .connection import ConnectionUnit
-from .layouts import ADDR
+from .layouts import ADDR, pairs_layout
 from .mac import MacUnit
 from .side_source import Fmt, SideSource
 
@@ -69,6 +70,9 @@ class MatrixLane(wiring.Component):
         self._conn = ConnectionUnit()
         self._compactor = Compactor(1)
         self._mac = MacUnit(1)
+        # Registered-ready queues cut the backward ready chain of the lane's pipeline.
+        self._pair_queue = SyncFIFOBuffered(width=len(Signal(pairs_layout(1)).as_value()), depth=4)
+        self._result_queue = SyncFIFOBuffered(width=32, depth=4)
         ports = {}
         for mem in ("nidx", "widx", "nbuf", "wbuf"):
             ports[f"{mem}_addr"] = Out(ADDR - 3)
@@ -103,12 +107,15 @@ class MatrixLane(wiring.Component):
             m.d.sync += rows_reg.eq(my_rows)
         n_stride, w_stride = c.nfmt == Fmt.STRIDE, c.wfmt == Fmt.STRIDE
         n_direct, w_direct = c.nfmt == Fmt.DIRECT, c.wfmt == Fmt.DIRECT
-        merge = Signal()
-        m.d.comb += merge.eq((n_stride & w_stride) |
-                             (c.mixed_to_stride & ((n_stride & w_direct) | (w_stride & n_direct))))
-        n_packed, w_packed = Signal(), Signal()
-        m.d.comb += [n_packed.eq(c.npacked & (c.nfmt != Fmt.DENSE)),
-                     w_packed.eq(c.wfmt != Fmt.DENSE)]
+        # Mode decisions, registered at start: the datapath never sees cfg arithmetic.
+        merge, n_packed, w_packed = Signal(), Signal(), Signal()
+        with m.If(self.start):
+            m.d.sync += [
+                merge.eq((n_stride & w_stride) |
+                         (c.mixed_to_stride & ((n_stride & w_direct) | (w_stride & n_direct)))),
+                n_packed.eq(c.npacked & (c.nfmt != Fmt.DENSE)),
+                w_packed.eq(c.wfmt != Fmt.DENSE),
+            ]
 
         for src, fmt, packed, follow, idx, val, istr, vstr in (
                 (nsrc, c.nfmt, n_packed, 0, c.nidx, c.nbuf, c.nidx_stride, c.nstride),
@@ -132,35 +139,51 @@ class MatrixLane(wiring.Component):
         m.d.comb += [conn.merge.eq(merge), conn.n_packed.eq(n_packed), conn.w_packed.eq(w_packed),
                      comp.n_packed.eq(n_packed), comp.w_packed.eq(w_packed)]
         wiring.connect(m, conn.o, comp.i)
+        m.submodules.pair_queue = pq = self._pair_queue
+        m.d.comb += [pq.w_data.eq(comp.o.payload), pq.w_en.eq(comp.o.valid),
+                     comp.o.ready.eq(pq.w_rdy)]
 
         # Operand fetch: addresses this cycle, bytes from the memories the next.
         s1_valid, s1_pair, s1_last = Signal(), Signal(), Signal()
         s1_noff, s1_woff = Signal(3), Signal(3)
+        s2_valid, s2_pair, s2_last = Signal(), Signal(), Signal()
+        s2_n, s2_w = Signal(8), Signal(8)
         advance = Signal()
-        m.d.comb += [advance.eq(~s1_valid | mac.i.ready), comp.o.ready.eq(advance)]
-        pr = comp.o.payload
+        m.d.comb += [advance.eq(~s2_valid | mac.i.ready), pq.r_en.eq(advance)]
+        pr = Signal(pairs_layout(1))
+        m.d.comb += pr.eq(pq.r_data)
         m.d.comb += [
             self.nbuf_addr.eq(pr.n_addr[0][3:]), self.wbuf_addr.eq(pr.w_addr[0][3:]),
             self.nbuf_en.eq(advance), self.wbuf_en.eq(advance),
         ]
         with m.If(advance):
-            m.d.sync += [s1_valid.eq(comp.o.valid), s1_pair.eq(pr.valid[0]), s1_last.eq(pr.last),
+            m.d.sync += [s1_valid.eq(pq.r_rdy), s1_pair.eq(pr.valid[0]), s1_last.eq(pr.last),
                          s1_noff.eq(pr.n_addr[0][:3]), s1_woff.eq(pr.w_addr[0][:3])]
+        # Operand select: the bytes out of the memory words, registered before the
+        # multiplier (memory clock-to-out is slow on FPGAs).
+        with m.If(advance):
+            m.d.sync += [s2_valid.eq(s1_valid), s2_pair.eq(s1_pair), s2_last.eq(s1_last),
+                         s2_n.eq(self.nbuf_data.word_select(s1_noff, 8)),
+                         s2_w.eq(self.wbuf_data.word_select(s1_woff, 8))]
         m.d.comb += [
-            mac.i.valid.eq(s1_valid),
-            mac.i.payload.n[0].eq(self.nbuf_data.word_select(s1_noff, 8)),
-            mac.i.payload.w[0].eq(self.wbuf_data.word_select(s1_woff, 8)),
-            mac.i.payload.valid.eq(s1_pair),
-            mac.i.payload.last.eq(s1_last),
+            mac.i.valid.eq(s2_valid),
+            mac.i.payload.n[0].eq(s2_n),
+            mac.i.payload.w[0].eq(s2_w),
+            mac.i.payload.valid.eq(s2_pair),
+            mac.i.payload.last.eq(s2_last),
         ]
-        wiring.connect(m, mac.o, wiring.flipped(self.results))
+        m.submodules.result_queue = rq = self._result_queue
+        m.d.comb += [rq.w_data.eq(mac.o.payload.sum), rq.w_en.eq(mac.o.valid),
+                     mac.o.ready.eq(rq.w_rdy),
+                     self.results.payload.sum.eq(rq.r_data), self.results.valid.eq(rq.r_rdy),
+                     rq.r_en.eq(self.results.ready)]
 
         # Bookkeeping: pairs counter, results outstanding.
         outstanding = Signal(24)
         with m.If(start_d):
             m.d.sync += [self.pairs.eq(0), outstanding.eq(c.nvec * rows_reg)]
         with m.Else():
-            with m.If(mac.i.valid & mac.i.ready & s1_pair):
+            with m.If(mac.i.valid & mac.i.ready & s2_pair & ~start_d):
                 m.d.sync += self.pairs.eq(self.pairs + 1)
             with m.If(self.results.valid & self.results.ready):
                 m.d.sync += outstanding.eq(outstanding - 1)

@@ -5,7 +5,7 @@ from amaranth.lib import enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .bits import popcount
+from .bits import popcount_bytes, sum_tree
 from .direct_to_stride import DirectToStride
 from .fetch import ByteFetcher
 from .layouts import ADDR, CHUNK, chunk_layout, entry_layout
@@ -102,7 +102,7 @@ class SideSource(wiring.Component):
         w_v, w_k, w_c = Signal(12), Signal(12), Signal(11)
         w_vec_idx, w_row_idx = Signal(ADDR), Signal(ADDR)
         inflight = Signal()
-        q_pending = Signal()  # a chunk in the receiver's second stage
+        q_pending = Signal(2)  # chunks in the receiver's later stages
         credit = Signal()
         m.d.comb += credit.eq(fifo.level + inflight + q_pending < fifo.depth - 1)
         issue = Signal()
@@ -110,7 +110,13 @@ class SideSource(wiring.Component):
         c_last, row_last = Signal(), Signal()
         m.d.comb += [c_last.eq(w_c == last_chunk), row_last.eq(w_k == last_row)]
         # metadata travelling with the read
-        r_valid, r_c, r_clast, r_rowlast = Signal(), Signal(11), Signal(), Signal()
+        r_valid, r_clast, r_rowlast = Signal(), Signal(), Signal()
+        r_mask = Signal(CHUNK)  # the chunk's positions inside the row, decided at issue
+        n_reg = Signal(16)
+        with m.If(self.start):
+            m.d.sync += n_reg.eq(self.n)
+        tail = Signal(7)
+        m.d.comb += tail.eq(Mux(c_last, n_reg - (w_c << 6), CHUNK))
         with m.If(self.start):
             m.d.sync += [w_active.eq(~is_stride & (self.nvec != 0) & (self.rows != 0)),
                          w_v.eq(0), w_k.eq(0), w_c.eq(0),
@@ -127,39 +133,42 @@ class SideSource(wiring.Component):
                                  w_row_idx.eq(w_vec_idx + self.idx_vec_stride)]
                     with m.If(w_v == last_vec):
                         m.d.sync += w_active.eq(0)
-        m.d.sync += [inflight.eq(issue), r_valid.eq(issue), r_c.eq(w_c),
-                     r_clast.eq(c_last), r_rowlast.eq(row_last)]
+        m.d.sync += [inflight.eq(issue), r_valid.eq(issue), r_clast.eq(c_last),
+                     r_rowlast.eq(row_last),
+                     r_mask.eq(Cat(*[tail > b for b in range(CHUNK)]))]  # thermometer
 
-        # receive (stage 1): mask the tail, count the kept elements
-        tail = Signal(7)  # valid bits in this chunk
-        m.d.comb += tail.eq(Mux(r_clast, self.n - (r_c << 6), CHUNK))
-        mask = Signal(CHUNK)
-        m.d.comb += mask.eq(Cat(*[tail > b for b in range(CHUNK)]))  # thermometer, no shifter
+        # receive (stage 1): mask the tail, count the kept elements per byte
         bits = Signal(CHUNK)
-        m.d.comb += bits.eq(Mux(self.fmt == Fmt.DENSE, (1 << CHUNK) - 1, self.mem_data) & mask)
+        m.d.comb += bits.eq(Mux(self.fmt == Fmt.DENSE, (1 << CHUNK) - 1, self.mem_data) & r_mask)
         q_valid, q_clast, q_rowlast = Signal(), Signal(), Signal()
         q_bits = Signal(CHUNK)
-        q_kept = Signal(range(CHUNK + 1))
+        q_parts = [Signal(4, name=f"q_part{k}") for k in range(CHUNK // 8)]
         m.d.sync += [q_valid.eq(r_valid & ~self.start), q_clast.eq(r_clast),
-                     q_rowlast.eq(r_rowlast), q_bits.eq(bits),
-                     q_kept.eq(popcount(m, bits, name="kept"))]
-        # receive (stage 2): the value base; into the FIFO
+                     q_rowlast.eq(r_rowlast), q_bits.eq(bits)]
+        m.d.sync += [d.eq(p) for d, p in zip(q_parts, popcount_bytes(m, bits, name="kept"))]
+        # receive (stage 2): sum the byte counts
+        k_valid, k_clast, k_rowlast = Signal(), Signal(), Signal()
+        k_bits = Signal(CHUNK)
+        k_kept = Signal(range(CHUNK + 1))
+        m.d.sync += [k_valid.eq(q_valid & ~self.start), k_clast.eq(q_clast),
+                     k_rowlast.eq(q_rowlast), k_bits.eq(q_bits), k_kept.eq(sum_tree(q_parts))]
+        # receive (stage 3): the value base; into the FIFO
         rv_vec, rv_row, rv_run = Signal(ADDR), Signal(ADDR), Signal(ADDR)
         run_next = Signal(ADDR)
-        m.d.comb += run_next.eq(rv_run + Mux(self.packed, q_kept, CHUNK))
+        m.d.comb += run_next.eq(rv_run + Mux(self.packed, k_kept, CHUNK))
         chunk_payload = Signal(chunk_layout())
-        m.d.comb += [chunk_payload.bits.eq(q_bits), chunk_payload.base.eq(rv_run),
-                     chunk_payload.last.eq(q_clast)]
-        m.d.comb += [fifo.w_data.eq(chunk_payload), fifo.w_en.eq(q_valid)]
+        m.d.comb += [chunk_payload.bits.eq(k_bits), chunk_payload.base.eq(rv_run),
+                     chunk_payload.last.eq(k_clast)]
+        m.d.comb += [fifo.w_data.eq(chunk_payload), fifo.w_en.eq(k_valid)]
         with m.If(self.start):
             m.d.sync += [rv_vec.eq(self.val_base), rv_row.eq(self.val_base),
                          rv_run.eq(self.val_base)]
-        with m.Elif(q_valid):
+        with m.Elif(k_valid):
             m.d.sync += rv_run.eq(run_next)
-            with m.If(q_clast):
+            with m.If(k_clast):
                 next_row = Mux(self.rows_follow, Mux(self.packed, run_next, rv_row + self.n), rv_vec)
                 m.d.sync += [rv_row.eq(next_row), rv_run.eq(next_row)]
-                with m.If(q_rowlast):
+                with m.If(k_rowlast):
                     m.d.sync += [rv_vec.eq(rv_vec + self.val_vec_stride),
                                  rv_row.eq(rv_vec + self.val_vec_stride),
                                  rv_run.eq(rv_vec + self.val_vec_stride)]
@@ -189,8 +198,8 @@ class SideSource(wiring.Component):
                 with m.If(fetch.avail >= 2):
                     m.d.comb += fetch.take.eq(2)
                     count = Cat(fetch.bytes[0], fetch.bytes[1])
-                    m.d.sync += [remaining.eq(count), rem_zero.eq(count == 0), cursor.eq(0),
-                                 s_kept.eq(0)]
+                    m.d.sync += [remaining.eq(count), s_kept.eq(0),
+                                 rem_zero.eq((fetch.bytes[0] == 0) & (fetch.bytes[1] == 0))]
                     with m.If(self.to_entries):
                         m.next = "EMIT"
                     with m.Else():
@@ -212,12 +221,9 @@ class SideSource(wiring.Component):
                     m.d.comb += emit_entry.eq(1)
                 with m.If(emit_entry & self.entries.ready):
                     m.d.comb += fetch.take.eq(1)
-                    m.d.sync += [remaining.eq(remaining - 1), rem_zero.eq(remaining == 1),
-                                 cursor.eq(cursor + head)]
+                    m.d.sync += [remaining.eq(remaining - 1), rem_zero.eq(remaining == 1)]
                     with m.If(head != 255):
                         m.d.sync += s_kept.eq(s_kept + 1)
-                        with m.If(cursor + head >= self.n):
-                            m.d.sync += s_error.eq(1)
             with m.State("ROW_DONE"):
                 m.d.sync += s_k.eq(s_k + 1)
                 m.d.sync += s_row_val.eq(Mux(self.rows_follow,
@@ -231,6 +237,16 @@ class SideSource(wiring.Component):
                                  s_row_val.eq(s_vec_val + self.val_vec_stride)]
                     with m.If(s_v == last_vec):
                         m.next = "IDLE"
+
+        # Position check of emitted entries, one cycle behind (off the fetcher's path).
+        chk_valid, chk_value = Signal(), Signal(8)
+        m.d.sync += [chk_valid.eq(emit_entry & self.entries.ready), chk_value.eq(fetch.bytes[0])]
+        with m.If(stride_fsm.ongoing("COUNT")):
+            m.d.sync += cursor.eq(0)
+        with m.Elif(chk_valid):
+            m.d.sync += cursor.eq(cursor + chk_value)
+            with m.If((chk_value != 255) & (cursor + chk_value >= n_reg)):
+                m.d.sync += s_error.eq(1)
 
         m.d.comb += [s2d.n.eq(self.n), s2d.val_base.eq(s_row_val), s2d.packed.eq(self.packed),
                      s2d.bytes.eq(fetch.bytes), s2d.avail.eq(fetch.avail)]
@@ -267,6 +283,7 @@ class SideSource(wiring.Component):
                          d2s.o.ready.eq(self.entries.ready)]
 
         m.d.comb += self.error.eq(s_error | s2d.error)
-        m.d.comb += q_pending.eq(q_valid)
-        m.d.comb += self.busy.eq(w_active | r_valid | q_valid | ~stride_fsm.ongoing("IDLE"))
+        m.d.comb += q_pending.eq(q_valid + k_valid)
+        m.d.comb += self.busy.eq(w_active | r_valid | q_valid | k_valid |
+                                 ~stride_fsm.ongoing("IDLE"))
         return m

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from .layouts import ADDR, CHUNK, chunk_layout
 
 ESCAPE = 255
-QUEUE = 4  # element positions between the prefix-sum stage and the chunk assembler
+QUEUE = 6  # element positions between the prefix-sum stage and the chunk assembler
 
 
 class StrideToDirect(wiring.Component):
@@ -31,7 +31,9 @@ class StrideToDirect(wiring.Component):
     last chunk, so nothing hangs.
 
     Throughput: one chunk per cycle while chunks hold at most ``window`` entries, otherwise
-    ``ceil(entries / window)`` cycles per chunk.  Latency from an entry to its chunk: 2 cycles.
+    ``ceil(entries / window)`` cycles per chunk.  Latency from an entry to its chunk: 3 cycles
+    (a register between the byte window and the prefix sum keeps the fetcher's multiplexers
+    and the adders in different cycles).
 
     Parameters
     ----------
@@ -65,31 +67,33 @@ class StrideToDirect(wiring.Component):
         packed = Signal()
         val_base = Signal(ADDR)
 
-        # ---- Stage 1: prefix sum.
+        # ---- Stage 0: take entries (how many depends on counters only) into a register.
         remaining = Signal(16)
         rem_cap = Signal(range(E + 1))  # min(remaining, E), kept beside remaining
         cursor = Signal(17)
         queue = [Signal(17, name=f"q{k}") for k in range(QUEUE)]
         qlen = Signal(range(QUEUE + 1))
         pop = Signal(range(E + 1))  # set by stage 2
+        st_n = Signal(range(E + 1))       # entries held in the stage-0 register
+        st_b = [Signal(8, name=f"st_b{k}") for k in range(E)]
+        st_sum = Signal(10)               # their total advance
         space = Signal(range(QUEUE + 1))
-        m.d.comb += space.eq(QUEUE - qlen)  # this cycle's pops are not counted: no path from them
+        # this cycle's pops and the staged entries' escapes are ignored: no content paths
+        m.d.comb += space.eq(QUEUE - qlen - st_n)
         take = Signal(range(E + 1))
         lim = Mux(rem_cap < self.avail, rem_cap, self.avail)
         m.d.comb += take.eq(Mux(space < lim, space, lim))
         m.d.comb += self.take.eq(Mux(self.busy, take, 0))
+
+        # ---- Stage 1: prefix sum of the staged entries; elements enter the queue.
         pos = [Signal(17, name=f"pos{k}") for k in range(E)]
         elem = [Signal(name=f"elem{k}") for k in range(E)]
-        run = cursor
-        for k in range(E):
-            m.d.comb += [pos[k].eq(run + self.bytes[k]),
-                         elem[k].eq((k < take) & (self.bytes[k] != ESCAPE))]
-            run = pos[k]
-        cursor_next = Signal(17)
-        m.d.comb += cursor_next.eq(Mux(take == 0, cursor, pos[0]))
+        m.d.comb += pos[0].eq(cursor + st_b[0])
         if E == 2:
-            with m.If(take == 2):
-                m.d.comb += cursor_next.eq(pos[1])
+            m.d.comb += pos[1].eq(cursor + st_sum)
+        m.d.comb += [elem[k].eq((k < st_n) & (st_b[k] != ESCAPE)) for k in range(E)]
+        cursor_next = Signal(17)
+        m.d.comb += cursor_next.eq(cursor + Mux(st_n == 0, 0, Mux(st_n == 1, st_b[0], st_sum)))
 
         # the queue after stage 2 pops and stage 1 appends (at most E each)
         shifted = [queue[k + p] if k + p < QUEUE else Const(0, 17)
@@ -135,7 +139,7 @@ class StrideToDirect(wiring.Component):
         blocked = Signal()  # the queue head lies beyond this chunk
         m.d.comb += blocked.eq((qlen > pop) & (pop < E))
         drained = Signal()  # every entry of the row is in this chunk or earlier
-        m.d.comb += drained.eq((rem_cap == 0) & (qlen == pop))
+        m.d.comb += drained.eq((rem_cap == 0) & (st_n == 0) & (qlen == pop))
         is_last = Signal()
         m.d.comb += is_last.eq(chunks_left == 1)
         emit = Signal()
@@ -145,7 +149,9 @@ class StrideToDirect(wiring.Component):
             m.d.sync += [
                 self.busy.eq(1), self.error.eq(0), n.eq(self.n), packed.eq(self.packed),
                 val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0), qlen.eq(0),
-                rem_cap.eq(Mux(self.count > E, E, self.count)),
+                st_n.eq(0),
+                # min(count, E) without a 16-bit comparison on the start path
+                rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E, self.count[:2])),
                 chunk_lo.eq(0), rank.eq(0), acc_bits.eq(0), acc_kept.eq(0),
                 end.eq(Mux(self.n > CHUNK, CHUNK, self.n)),
                 # an empty row still produces one (empty, last) chunk
@@ -154,7 +160,9 @@ class StrideToDirect(wiring.Component):
         with m.Elif(self.busy):
             rem_next = remaining - take
             m.d.sync += [remaining.eq(rem_next), rem_cap.eq(Mux(rem_next > E, E, rem_next)),
-                         cursor.eq(cursor_next), qlen.eq(left + n_new)]
+                         cursor.eq(cursor_next), qlen.eq(left + n_new), st_n.eq(take),
+                         st_sum.eq(sum(self.bytes[k] for k in range(E)))]
+            m.d.sync += [st_b[k].eq(self.bytes[k]) for k in range(E)]
             m.d.sync += [queue[k].eq(appended[k]) for k in range(QUEUE)]
             with m.If(out_free):
                 with m.If(emit):

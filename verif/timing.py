@@ -16,10 +16,12 @@ import numpy as np
 DMA_LATENCY = 12
 #: extra cycles per DMA row (address generation, burst split, realignment)
 DMA_ROW_OVERHEAD = 2
-#: cycles a lane spends per row besides its pairs (record header, accumulator write)
-FC_ROW_OVERHEAD = 3
-#: pipeline fill/drain of the MX unit per instruction
-FC_PIPELINE = 8
+#: cycles a lane spends per row besides its chunks (rows follow each other without bubbles
+#: on the AND path; measured on the RTL, bench/datapath.py)
+FC_ROW_OVERHEAD = 0
+#: pipeline fill/drain of the MX unit per instruction (measured: 22 cycles from start to the
+#: last sum beyond the lane's work)
+FC_PIPELINE = 22
 #: pipeline fill/drain of the VX unit per instruction
 VX_PIPELINE = 5
 #: cycles of a cfg instruction

@@ -76,3 +76,17 @@ def test_edge_cases(edge):
         case.nidx[:] = 0
         case.nidx[k // 8] = 1 << (k % 8)
     _check(case, 0)
+
+
+@pytest.mark.parametrize("wfmt", ["dense", "direct", "stride"])
+def test_one_pair_per_lane_per_cycle(wfmt):
+    """Dense data through every path: a lane multiplies one pair per cycle, rows back to back."""
+    rng = np.random.default_rng(3)
+    case = gen.random_fc_case(rng, CFG, nfmt="direct", wfmt=wfmt, n_in=192, rows=8, nvec=1,
+                              n_density=1.0, w_density=1.0, thresh=0)
+    out = _check(case, 0, idle=0.0)
+    ideal = 2 * 192  # rows per lane * pairs per row
+    # pipeline latency; a stride row's first chunk leaves once its 64 entries (2 per cycle)
+    # have been converted
+    latency = 40 + (32 if wfmt == "stride" else 0)
+    assert out["cycles"] <= ideal + latency, out["cycles"]

