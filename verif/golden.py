@@ -240,11 +240,7 @@ class Machine:
     def _fc(self, i: Instr) -> _Exec:
         c, r = self.config, self.regs
         P, B = c.lanes, c.chunk_bits
-        nfmt = ix.FORMATS[r["mx.nfmt"]] if r["mx.nfmt"] < 3 else None
-        wfmt = ix.FORMATS[r["mx.wfmt"]] if r["mx.wfmt"] < 3 else None
-        if nfmt is None or wfmt is None:
-            raise ExecutionError(f"fc: mx.nfmt={r['mx.nfmt']} / mx.wfmt={r['mx.wfmt']}: format 3 "
-                                 "is undefined")
+        nfmt, wfmt = ix.FORMATS[r["mx.nfmt"]], ix.FORMATS[r["mx.wfmt"]]  # cfg checked the values
         nvec, astride = r["mx.nvec"], r["mx.acc_stride"]
         if i.acc % P or (nvec > 1 and astride % P):
             raise ExecutionError(f"fc: acc={i.acc} and mx.acc_stride={astride} must be multiples "

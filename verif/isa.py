@@ -143,6 +143,7 @@ class Register:
     width: int
     doc: str
     reset: int = 0
+    values: tuple[int, ...] | None = None  #: the legal values, when not every value is
 
     @property
     def number(self) -> int:
@@ -179,11 +180,13 @@ REGISTERS: tuple[Register, ...] = (
     Register("ld.group_t4", Unit.LD, 8, 4,
              "group pruning: a group is deleted when more than t4 of its elements are small"),
     # MX: formats and the vector loop of fc.
-    Register("mx.nfmt", Unit.MX, 0, 2, "neuron index format: 0 dense, 1 direct, 2 stride"),
+    Register("mx.nfmt", Unit.MX, 0, 2, "neuron index format: 0 dense, 1 direct, 2 stride",
+             values=(0, 1, 2)),
     Register("mx.npacked", Unit.MX, 1, 1,
              "1: nbuf holds only the kept neurons, packed in order; 0: neuron i at offset i"),
     Register("mx.wfmt", Unit.MX, 2, 2,
-             "weight index format: 0 dense, 1 direct, 2 stride (sparse weights are packed)"),
+             "weight index format: 0 dense, 1 direct, 2 stride (sparse weights are packed)",
+             values=(0, 1, 2)),
     Register("mx.nvec", Unit.MX, 3, 12, "number of input vectors fc processes", reset=1),
     Register("mx.nstride", Unit.MX, 4, 16, "bytes between input vectors in nbuf"),
     Register("mx.nidx_stride", Unit.MX, 5, 14, "bytes between input vectors' indices in nidx"),
@@ -429,6 +432,9 @@ def validate(instr: Instr) -> str | None:
         if instr.args["value"] >= (1 << reg.width):
             return (f"cfg: value {instr.args['value']} does not fit {reg.width}-bit register "
                     f"{reg.name}")
+        if reg.values is not None and instr.args["value"] not in reg.values:
+            return (f"cfg: value {instr.args['value']} is not a legal value of {reg.name} "
+                    f"({', '.join(map(str, reg.values))})")
     unit = instr.unit
     return (_token_problem(unit, instr.wait, "wait")
             or _token_problem(unit, instr.signal, "signal"))
@@ -541,7 +547,8 @@ def render_markdown() -> str:
             "on another unit.",
             "", "| number | name | bits | reset | meaning |", "|---|---|---|---|---|"]
     for r in REGISTERS:
-        out.append(f"| {r.number} | `{r.name}` | {r.width} | {r.reset} | {r.doc} |")
+        legal = f" Legal values: {', '.join(map(str, r.values))}." if r.values else ""
+        out.append(f"| {r.number} | `{r.name}` | {r.width} | {r.reset} | {r.doc}.{legal} |")
     out += ["", "## Numerics", "", NUMERICS_DOC.strip(), ""]
     return "\n".join(out) + "\n"
 

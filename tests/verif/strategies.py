@@ -21,7 +21,8 @@ def legal_instr(draw) -> Instr:
     opc = draw(st.sampled_from([o for o in isa.OPCODES if not o.reserved]))
     if opc.mnemonic == "cfg":
         reg = draw(st.sampled_from(isa.REGISTERS))
-        args = {"reg": reg.number, "value": draw(st.integers(0, (1 << reg.width) - 1))}
+        values = st.sampled_from(reg.values) if reg.values else st.integers(0, (1 << reg.width) - 1)
+        args = {"reg": reg.number, "value": draw(values)}
         unit = reg.unit
     else:
         args = {f.name: draw(field_value(f)) for f in opc.fields}

@@ -62,6 +62,8 @@ ILLEGAL = [
     (0x03 | isa.REGISTER_BY_NAME["mx.nfmt"].number << 16 | 4 << 24,
      "does not fit 2-bit register mx.nfmt"),
     (_w("halt") | 1 << 100, "reserved bits 16..127"),
+    (0x03 | isa.REGISTER_BY_NAME["mx.wfmt"].number << 16 | 3 << 24,
+     "not a legal value of mx.wfmt"),
 ]
 
 

@@ -1,0 +1,119 @@
+"""DMA read engine: byte ranges of external memory over AXI4, as annotated 64-bit beats."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from .axi import BOUNDARY, MAX_BURST, RESP_OKAY
+
+#: a request: the bytes ``[addr, addr + length)``; ``tag`` travels with its beats
+REQUEST = data.StructLayout({"addr": 32, "length": 17, "tag": 16})
+#: a beat: ``count`` valid bytes starting at byte lane ``offset``; ``first`` / ``last`` beat of
+#: its request, and the request's ``tag``
+BEAT = data.StructLayout({"data": 64, "offset": 3, "count": 4, "first": 1, "last": 1, "tag": 16})
+
+
+class DmaReader(wiring.Component):
+    """Reads the bytes ``[addr, addr + length)`` of each request and streams them in order.
+
+    Requests are split into INCR bursts of at most 16 beats that never cross a 4 KiB
+    boundary; address requests run ahead of the data (up to ``depth`` requests in flight).
+    Each data beat says which of its byte lanes are the request's bytes (``offset``,
+    ``count``), whether it is the request's first or last beat, and carries the request's
+    ``tag`` (the LD unit puts the destination offset there).  Requests of length 0 are not
+    allowed.  A response other than OKAY raises the sticky ``error`` (cleared by
+    ``clear``); its data are still delivered, so nothing hangs.
+
+    Throughput one beat per cycle; latency that of the memory.
+
+    Members
+    -------
+    req : In(stream(REQUEST))
+    beats : Out(stream(BEAT))
+    ar*, r* :
+        The read channels of an AXI4 master (``arid`` is left to the arbiter).
+    bytes_read : Out(32)
+        Requested bytes delivered since reset (the DMA read counter).
+    """
+
+    req: In(stream.Signature(REQUEST))
+    beats: Out(stream.Signature(BEAT))
+    arvalid: Out(1)
+    arready: In(1)
+    araddr: Out(32)
+    arlen: Out(8)
+    rvalid: In(1)
+    rready: Out(1)
+    rdata: In(64)
+    rresp: In(2)
+    rlast: In(1)
+    error: Out(1)
+    clear: In(1)
+    bytes_read: Out(32)
+
+    def __init__(self, depth: int = 4):
+        self._inflight = SyncFIFOBuffered(width=REQUEST.size, depth=depth)
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.inflight = inflight = self._inflight
+
+        # ---- Address side: one request at a time, burst by burst.
+        busy = Signal()
+        next_addr = Signal(32)   # beat-aligned address of the next burst
+        beats_left = Signal(14)  # beats of the current request not yet requested
+        m.d.comb += self.req.ready.eq(~busy & inflight.w_rdy)
+        m.d.comb += [inflight.w_data.eq(self.req.payload), inflight.w_en.eq(self.req.valid & self.req.ready)]
+        first = self.req.payload.addr & ~7
+        last = (self.req.payload.addr + self.req.payload.length - 1) & ~7
+        with m.If(self.req.valid & self.req.ready):
+            m.d.sync += [busy.eq(1), next_addr.eq(first), beats_left.eq(((last - first) >> 3) + 1)]
+        to_boundary = Signal(10)
+        m.d.comb += to_boundary.eq((BOUNDARY - next_addr[:12]) >> 3)
+        burst = Signal(range(MAX_BURST + 1))
+        limit = Mux(to_boundary < MAX_BURST, to_boundary, MAX_BURST)
+        m.d.comb += burst.eq(Mux(beats_left < limit, beats_left, limit))
+        m.d.comb += [self.arvalid.eq(busy), self.araddr.eq(next_addr), self.arlen.eq(burst - 1)]
+        with m.If(self.arvalid & self.arready):
+            m.d.sync += [next_addr.eq(next_addr + (burst << 3)), beats_left.eq(beats_left - burst)]
+            with m.If(beats_left == burst):
+                m.d.sync += busy.eq(0)
+
+        # ---- Data side: annotate the beats of the request at the head of `inflight`.
+        head = Signal(REQUEST)
+        m.d.comb += head.eq(inflight.r_data)
+        started = Signal()
+        remaining = Signal(17)
+        offset = Signal(3)
+        m.d.comb += offset.eq(Mux(started, 0, head.addr[:3]))
+        rem = Mux(started, remaining, head.length)
+        room = Signal(4)
+        m.d.comb += room.eq(8 - offset)
+        count = Signal(4)
+        m.d.comb += count.eq(Mux(rem < room, rem, room))
+        is_last = Signal()
+        m.d.comb += is_last.eq(rem == count)
+        m.d.comb += [
+            self.beats.valid.eq(self.rvalid & inflight.r_rdy),
+            self.beats.payload.data.eq(self.rdata),
+            self.beats.payload.offset.eq(offset),
+            self.beats.payload.count.eq(count),
+            self.beats.payload.last.eq(is_last),
+            self.beats.payload.first.eq(~started),
+            self.beats.payload.tag.eq(head.tag),
+            self.rready.eq(self.beats.ready & inflight.r_rdy),
+        ]
+        with m.If(self.beats.valid & self.beats.ready):
+            m.d.sync += self.bytes_read.eq(self.bytes_read + count)
+            with m.If(self.rresp != RESP_OKAY):
+                m.d.sync += self.error.eq(1)
+            with m.If(is_last):
+                m.d.comb += inflight.r_en.eq(1)
+                m.d.sync += started.eq(0)
+            with m.Else():
+                m.d.sync += [started.eq(1), remaining.eq(rem - count)]
+        with m.If(self.clear):
+            m.d.sync += self.error.eq(0)
+        return m

@@ -1,0 +1,243 @@
+"""LD unit: 3-D DMA loads from external memory into the on-chip buffers."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from snpu.config import CoreConfig
+from snpu.verif.isa import BUFFERS
+
+from .dma_reader import REQUEST, DmaReader
+from .matrix_unit import write_port_signature
+from .microcode import args_layout
+from .realign import Realigner
+from .sparse_unit import SparseProcessingUnit
+from .status import ErrorCode
+from snpu.verif.isa import Unit
+
+
+def acc_write_layout(config: CoreConfig) -> data.StructLayout:
+    """A write into the accumulator banks: one row of ``lanes`` int32 elements, masked."""
+    return data.StructLayout({
+        "row": range(config.acc_words),
+        "data": data.ArrayLayout(signed(32), config.lanes),
+        "en": config.lanes,
+    })
+
+
+def param_write_signature(config: CoreConfig) -> wiring.Signature:
+    return wiring.Signature({
+        "addr": Out(range(config.param_rows * config.lanes)),
+        "data": Out(64),
+        "en": Out(8),
+    })
+
+
+class LoadUnit(wiring.Component):
+    """Executes ``ld``: for ``p < n3, r < rows`` copy ``cols`` bytes from external address
+    ``ext + p*ext_stride3 + r*ext_stride`` to buffer address ``dst + p*dst_stride3 +
+    r*dst_stride`` (golden model: ``Machine._ld``).
+
+    Rows are requested from the :class:`DmaReader` ahead of their data; a
+    :class:`Realigner` puts each row's bytes at their destination byte lanes; the words are
+    written into the selected buffer: ``nbuf`` (and, with ``nidx_mode``, the neuron index bits
+    from the :class:`SparseProcessingUnit`), ``nidx``, a lane's ``wbuf`` / ``widx``, ``acc``
+    (int8 sign-extended to int32 elements, one row of ``lanes`` elements per write, arbitrated)
+    or ``param``.
+
+    Checks before a row is requested: the destination range lies inside the buffer and the
+    lane exists (``RANGE``), group-pruned rows are group aligned (``ALIGN``); an AXI error
+    on the reads gives ``LOAD_BUS`` when the instruction ends.  On an error no further row is
+    requested, the rows in flight complete, and ``done`` pulses with ``error`` set.
+
+    Throughput: one 8-byte beat per cycle.  ``done`` pulses the cycle after the last write.
+    """
+
+    def __init__(self, config: CoreConfig):
+        self._cfg = config
+        c = config
+        self._reader = DmaReader()
+        self._realign = Realigner()
+        self._spu = SparseProcessingUnit(8, addr_bits=(c.nbuf_bytes // 8 - 1).bit_length())
+        self._rows = SyncFIFOBuffered(width=20, depth=4)
+        super().__init__({
+            "start": In(1),
+            "args": In(args_layout(Unit.LD).members["ld"]),
+            "regs": In(data.StructLayout({
+                "ext_stride": 32, "dst_stride": 20, "ext_stride3": 32, "dst_stride3": 20,
+                "nidx_mode": 1, "thresh": 7, "group_log2": 2, "group_t3": 7, "group_t4": 4})),
+            "done": Out(1),
+            "error": Out(ErrorCode),
+            # AXI read channels (arid chosen by the core's arbiter)
+            "arvalid": Out(1), "arready": In(1), "araddr": Out(32), "arlen": Out(8),
+            "rvalid": In(1), "rready": Out(1), "rdata": In(64), "rresp": In(2), "rlast": In(1),
+            # buffers
+            "nbuf_w": Out(write_port_signature(c.nbuf_bytes // 8, 8)),
+            "nidx_w": Out(write_port_signature(c.nidx_bytes // 8, 1)),
+            "wbuf_w": Out(write_port_signature(c.wbuf_bytes // 8, 8)),
+            "widx_w": Out(write_port_signature(c.widx_bytes // 8, 8)),
+            "w_lane": Out(range(c.lanes)),
+            "acc_w": Out(stream.Signature(acc_write_layout(c))),
+            "param_w": Out(param_write_signature(c)),
+            "bytes_read": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._cfg
+        P = c.lanes
+        m.submodules.reader = reader = self._reader
+        m.submodules.realign = realign = self._realign
+        m.submodules.spu = spu = self._spu
+        m.submodules.rows_fifo = rows_fifo = self._rows
+        wiring.connect(m, reader.beats, realign.i)
+        for name in ("arvalid", "araddr", "arlen", "rready"):
+            m.d.comb += getattr(self, name).eq(getattr(reader, name))
+        for name in ("arready", "rvalid", "rdata", "rresp", "rlast"):
+            m.d.comb += getattr(reader, name).eq(getattr(self, name))
+        m.d.comb += self.bytes_read.eq(reader.bytes_read)
+
+        # ---- Latch the operation.
+        a = Signal(self.args.shape())
+        r = Signal(self.regs.shape())
+        with m.If(self.start):
+            m.d.sync += [a.eq(self.args), r.eq(self.regs)]
+        buf = a.buf
+        sizes = {"nbuf": c.nbuf_bytes, "nidx": c.nidx_bytes, "wbuf": c.wbuf_bytes,
+                 "widx": c.widx_bytes, "acc": c.acc_elems, "param": c.param_bytes}
+        limit = Signal(range(max(sizes.values()) + 1))
+        with m.Switch(buf):
+            for name, code in BUFFERS.items():
+                with m.Case(code):
+                    m.d.comb += limit.eq(sizes[name])
+        lane_ok = Signal()
+        m.d.comb += lane_ok.eq(Mux((buf == BUFFERS["wbuf"]) | (buf == BUFFERS["widx"]),
+                                   a.lane < P, a.lane == 0))
+        group = Signal(4)  # group size in bytes (1: no group pruning)
+        m.d.comb += group.eq(Mux((buf == BUFFERS["nbuf"]) & r.nidx_mode, 1 << r.group_log2, 1))
+
+        # ---- Address side: one row request per cycle while rows remain.
+        issuing = Signal()
+        p_cnt, r_cnt = Signal(12), Signal(12)
+        ext_plane, ext_row = Signal(32), Signal(32)
+        dst_plane, dst_row = Signal(21), Signal(21)
+        outstanding = Signal(range(1 << 14))  # rows requested and not yet written
+        err = Signal(ErrorCode)
+        row_bad = Signal(ErrorCode)
+        with m.If(~lane_ok | (dst_row + a.cols > limit)):
+            m.d.comb += row_bad.eq(ErrorCode.RANGE)
+        with m.Elif(((dst_row | a.cols) & (group - 1)) != 0):
+            m.d.comb += row_bad.eq(ErrorCode.ALIGN)
+        can_issue = Signal()
+        m.d.comb += can_issue.eq(issuing & reader.req.ready & rows_fifo.w_rdy & (row_bad == ErrorCode.NONE))
+        m.d.comb += [
+            reader.req.valid.eq(can_issue),
+            reader.req.payload.addr.eq(ext_row),
+            reader.req.payload.length.eq(a.cols),
+            reader.req.payload.tag.eq(dst_row[:3]),
+            rows_fifo.w_en.eq(can_issue),
+            rows_fifo.w_data.eq(dst_row >> 3),
+        ]
+        word_done = Signal()  # a row's last word was written this cycle
+        with m.If(self.start):
+            empty = (self.args.n3 == 0) | (self.args.rows == 0) | (self.args.cols == 0)
+            m.d.sync += [issuing.eq(~empty), p_cnt.eq(0), r_cnt.eq(0),
+                         ext_plane.eq(self.args.ext), ext_row.eq(self.args.ext),
+                         dst_plane.eq(self.args.dst), dst_row.eq(self.args.dst),
+                         err.eq(ErrorCode.NONE), outstanding.eq(0)]
+        with m.Else():
+            with m.If(issuing & (row_bad != ErrorCode.NONE)):
+                m.d.sync += [issuing.eq(0), err.eq(row_bad)]
+            with m.If(can_issue):
+                m.d.sync += [r_cnt.eq(r_cnt + 1), ext_row.eq(ext_row + r.ext_stride),
+                             dst_row.eq(dst_row + r.dst_stride)]
+                with m.If(r_cnt == a.rows - 1):
+                    m.d.sync += [r_cnt.eq(0), p_cnt.eq(p_cnt + 1),
+                                 ext_plane.eq(ext_plane + r.ext_stride3),
+                                 ext_row.eq(ext_plane + r.ext_stride3),
+                                 dst_plane.eq(dst_plane + r.dst_stride3),
+                                 dst_row.eq(dst_plane + r.dst_stride3)]
+                    with m.If(p_cnt == a.n3 - 1):
+                        m.d.sync += issuing.eq(0)
+            m.d.sync += outstanding.eq(outstanding + can_issue - word_done)
+
+        # ---- Write side: realigned words into the buffer.
+        word = Signal(20)         # word address of the next word of the current row
+        in_row = Signal()
+        w = realign.o.payload
+        addr = Signal(20)
+        m.d.comb += addr.eq(Mux(in_row, word, rows_fifo.r_data))
+        accept = Signal()
+        acc_sub = Signal(range(max(1, 8 // P) + 1))  # sub-write of an 8-element word (P < 8)
+        acc_busy = (buf == BUFFERS["acc"])
+        nsub = max(1, 8 // P)
+        sub_last = Signal()
+        m.d.comb += sub_last.eq(acc_sub == nsub - 1)
+        m.d.comb += accept.eq(realign.o.valid & rows_fifo.r_rdy &
+                              Mux(acc_busy, self.acc_w.ready & sub_last, 1))
+        m.d.comb += realign.o.ready.eq(accept)
+        with m.If(accept):
+            m.d.sync += [in_row.eq(~w.last), word.eq(addr + 1)]
+            with m.If(w.last):
+                m.d.comb += [rows_fifo.r_en.eq(1), word_done.eq(1)]
+
+        valid_word = realign.o.valid & rows_fifo.r_rdy
+        # nbuf (+ the sparse processing unit), nidx, wbuf, widx, param
+        for name, port in (("nbuf", self.nbuf_w), ("wbuf", self.wbuf_w), ("widx", self.widx_w)):
+            m.d.comb += [port.addr.eq(addr), port.data.eq(w.data),
+                         port.en.eq(Mux(accept & (buf == BUFFERS[name]), w.be, 0))]
+        m.d.comb += self.w_lane.eq(a.lane)
+        m.d.comb += [
+            spu.i.valid.eq(accept & (buf == BUFFERS["nbuf"]) & r.nidx_mode),
+            spu.i.payload.data.eq(w.data), spu.i.payload.be.eq(w.be), spu.i.payload.addr.eq(addr),
+            spu.thresh.eq(r.thresh), spu.group_log2.eq(r.group_log2),
+            spu.t3.eq(r.group_t3), spu.t4.eq(r.group_t4),
+            spu.o.ready.eq(1),
+        ]
+        nidx_raw = accept & (buf == BUFFERS["nidx"])
+        spu_word = spu.o.payload.addr
+        with m.If(spu.o.valid):
+            shift = spu_word[:3] << 3
+            m.d.comb += [self.nidx_w.addr.eq(spu_word >> 3),
+                         self.nidx_w.data.eq(spu.o.payload.bits << shift),
+                         self.nidx_w.en.eq(spu.o.payload.be << shift)]
+        with m.Elif(nidx_raw):
+            m.d.comb += [self.nidx_w.addr.eq(addr), self.nidx_w.data.eq(w.data),
+                         self.nidx_w.en.eq(Cat(*[w.be[k].replicate(8) for k in range(8)]))]
+        m.d.comb += [self.param_w.addr.eq(addr), self.param_w.data.eq(w.data),
+                     self.param_w.en.eq(Mux(accept & (buf == BUFFERS["param"]), w.be, 0))]
+
+        # acc: the word's 8 bytes are 8 consecutive elements; a sub-write covers `per` of them,
+        # all in one accumulator row (P and 8 are powers of two), bank = element % P
+        per = min(8, P)
+        elem0 = Signal(23)
+        m.d.comb += elem0.eq((addr << 3) + acc_sub * per)
+        base_bank = Signal(range(P))
+        m.d.comb += base_bank.eq(elem0 % P)
+        for g in range(P):
+            k = Signal(signed(8), name=f"acc_k{g}")
+            m.d.comb += k.eq(g - base_bank)
+            j = Signal(3, name=f"acc_j{g}")
+            m.d.comb += j.eq(acc_sub * per + k[:3])
+            m.d.comb += [self.acc_w.payload.data[g].eq(w.data.word_select(j, 8).as_signed()),
+                         self.acc_w.payload.en[g].eq((k >= 0) & (k < per) & w.be.bit_select(j, 1))]
+        m.d.comb += [self.acc_w.payload.row.eq(elem0 // P),
+                     self.acc_w.valid.eq(valid_word & acc_busy)]
+        with m.If(self.acc_w.valid & self.acc_w.ready):
+            m.d.sync += acc_sub.eq(Mux(sub_last, 0, acc_sub + 1))
+
+        # ---- Completion.
+        running = Signal()
+        with m.If(self.start):
+            m.d.sync += running.eq(1)
+            m.d.sync += self.done.eq(0)
+        with m.Else():
+            m.d.sync += self.done.eq(0)
+            finished = running & ~issuing & (outstanding == 0) & ~spu.o.valid & ~spu.i.valid
+            with m.If(finished):
+                m.d.sync += [running.eq(0), self.done.eq(1),
+                             self.error.eq(Mux(err != ErrorCode.NONE, err,
+                                               Mux(reader.error, ErrorCode.LOAD_BUS, ErrorCode.NONE)))]
+        m.d.comb += reader.clear.eq(self.start)
+        return m

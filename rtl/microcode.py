@@ -1,0 +1,95 @@
+"""Microinstructions and unit register files, generated from the ISA tables.
+
+The instruction control unit decodes each instruction into the *microinstruction* of the
+unit that executes it (seed 000, claim 1).  A microinstruction is a ``data.StructLayout``:
+
+==========  ===============================================================================
+field       meaning
+==========  ===============================================================================
+``op``      which operation of the unit (``cfg`` or one of the unit's opcodes)
+``pc``      the ROM word index of the instruction (reported with errors)
+``wait``    token channels to take before starting (bit ``u``: channel ``u -> unit``)
+``signal``  token channels to fill after finishing (bit ``u``: channel ``unit -> u``)
+``args``    a union with one member per operation: the instruction's operand fields as the
+            ISA defines them; for ``cfg``: ``index`` (the register within the unit) and
+            ``value``
+==========  ===============================================================================
+
+Nothing here is written by hand: every layout is derived from :mod:`snpu.verif.isa`, so a
+new operand field appears in the decoder, the units and ``docs/isa.md`` at once.
+"""
+
+from amaranth import *
+from amaranth.lib import data
+
+from snpu.verif import isa
+from snpu.verif.isa import Unit
+
+PC_BITS = 20
+UNITS = isa.IMPLEMENTED_UNITS
+
+
+def unit_opcodes(unit: Unit) -> list[isa.Opcode]:
+    return [o for o in isa.OPCODES if o.unit == unit and not o.reserved]
+
+
+def unit_registers(unit: Unit) -> list[isa.Register]:
+    return [r for r in isa.REGISTERS if r.unit == unit]
+
+
+def op_codes(unit: Unit) -> dict[str, int]:
+    """Operation numbers inside a unit's microinstruction: 0 is cfg, then the opcodes."""
+    return {"cfg": 0, **{o.mnemonic: k + 1 for k, o in enumerate(unit_opcodes(unit))}}
+
+
+def _field_shape(f: isa.Field):
+    return signed(f.width) if f.kind == "sint" else unsigned(f.width)
+
+
+def args_layout(unit: Unit) -> data.UnionLayout:
+    members = {"cfg": data.StructLayout({"index": 5, "value": 32})}
+    for o in unit_opcodes(unit):
+        members[o.mnemonic] = data.StructLayout({f.name: _field_shape(f) for f in o.fields})
+    return data.UnionLayout(members)
+
+
+def micro_layout(unit: Unit) -> data.StructLayout:
+    return data.StructLayout({
+        "op": range(len(op_codes(unit))),
+        "pc": PC_BITS,
+        "wait": len(UNITS),
+        "signal": len(UNITS),
+        "args": args_layout(unit),
+    })
+
+
+class RegisterFile(Elaboratable):
+    """The configuration registers of one unit, written by its ``cfg`` microinstructions.
+
+    Members are the registers by their short name (``ext_stride`` for ``ld.ext_stride``),
+    each a ``Signal`` of the register's width with its reset value.
+    """
+
+    def __init__(self, unit: Unit):
+        self.unit = unit
+        self.regs = {r.name.split(".", 1)[1]: Signal(r.width, init=r.reset, name=r.name.replace(".", "_"))
+                     for r in unit_registers(unit)}
+        self.index = {r.name.split(".", 1)[1]: r.index for r in unit_registers(unit)}
+        self.we = Signal()
+        self.w_index = Signal(5)
+        self.w_value = Signal(32)
+
+    def __getattr__(self, name):
+        regs = self.__dict__.get("regs")
+        if regs is not None and name in regs:
+            return regs[name]
+        raise AttributeError(name)
+
+    def elaborate(self, platform):
+        m = Module()
+        with m.If(self.we):
+            with m.Switch(self.w_index):
+                for name, sig in self.regs.items():
+                    with m.Case(self.index[name]):
+                        m.d.sync += sig.eq(self.w_value)
+        return m

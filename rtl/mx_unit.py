@@ -1,0 +1,185 @@
+"""MX unit: runs ``fc`` on the lanes and writes their sums into the accumulators."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from snpu.config import CoreConfig
+from snpu.verif.isa import Unit
+
+from .lane import FC_CONFIG
+from .matrix_unit import MatrixUnit, write_port_signature
+from .microcode import args_layout
+from .side_source import Fmt
+from .status import ErrorCode
+
+
+class AccWriter(wiring.Component):
+    """Writes lane ``g``'s sums, in (vector, row) order, to accumulator bank ``g``: row
+    ``acc/P + v*(acc_stride/P) + k`` for the lane's ``k``-th row of vector ``v``.  With
+    ``accumulate`` it reads the old value first and writes the sum (wrap-around)."""
+
+    def __init__(self, config: CoreConfig):
+        rows = range(config.acc_words)
+        super().__init__({
+            "start": In(1), "base": In(rows), "vec_step": In(rows), "rows": In(12),
+            "accumulate": In(1),
+            "sums": In(stream.Signature(data.StructLayout({"sum": signed(32)}))),
+            "w": Out(stream.Signature(data.StructLayout({"row": rows, "data": signed(32)}))),
+            "rd": Out(stream.Signature(data.StructLayout({"row": rows}))),
+            "rd_data": In(signed(32)),
+            "written": Out(1),  # a sum was written this cycle
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        vbase, row = Signal.like(self.base), Signal.like(self.base)
+        k = Signal(12)
+        value = Signal(signed(32))
+        with m.If(self.start):
+            m.d.sync += [vbase.eq(self.base), row.eq(self.base), k.eq(0)]
+        advance = Signal()
+        with m.If(advance):
+            with m.If(k == self.rows - 1):
+                m.d.sync += [k.eq(0), vbase.eq(vbase + self.vec_step), row.eq(vbase + self.vec_step)]
+            with m.Else():
+                m.d.sync += [k.eq(k + 1), row.eq(row + 1)]
+        m.d.comb += [self.w.payload.row.eq(row), self.rd.payload.row.eq(row)]
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.sums.ready.eq(1)
+                with m.If(self.sums.valid):
+                    m.d.sync += value.eq(self.sums.payload.sum)
+                    m.next = "DECIDE"
+            with m.State("DECIDE"):
+                with m.If(self.accumulate):
+                    m.d.comb += self.rd.valid.eq(1)
+                    with m.If(self.rd.ready):
+                        m.next = "ADD"
+                with m.Else():
+                    m.next = "WRITE"
+            with m.State("ADD"):
+                m.d.sync += value.eq(value + self.rd_data)
+                m.next = "WRITE"
+            with m.State("WRITE"):
+                m.d.comb += [self.w.valid.eq(1), self.w.payload.data.eq(value)]
+                with m.If(self.w.ready):
+                    m.d.comb += [advance.eq(1), self.written.eq(1)]
+                    m.next = "IDLE"
+        return m
+
+
+class MatrixController(wiring.Component):
+    """Executes ``fc`` (golden model: ``Machine._fc``).
+
+    At start it checks the operands the hardware relies on: ``acc`` and ``acc_stride``
+    multiples of ``lanes`` and direct indices 8-byte aligned (``ALIGN``); the outputs inside
+    the accumulators and unpacked neuron vectors inside the neuron buffer (``RANGE``).  Then
+    the :class:`MatrixUnit` runs and an :class:`AccWriter` per lane stores the sums.  A
+    malformed stride index in the data gives ``INDEX``.
+
+    Counters (since reset): ``pairs`` multiplied, ``dense_pairs`` a dense core would have
+    multiplied, ``busy_cycles`` spent in ``fc``.
+    """
+
+    def __init__(self, config: CoreConfig):
+        self._cfg = config
+        P = config.lanes
+        self._mu = MatrixUnit(config)
+        self._writers = [AccWriter(config) for _ in range(P)]
+        rows = range(config.acc_words)
+        super().__init__({
+            "start": In(1),
+            "args": In(args_layout(Unit.MX).members["fc"]),
+            "regs": In(data.StructLayout({"nfmt": 2, "npacked": 1, "wfmt": 2, "nvec": 12,
+                                          "nstride": 16, "nidx_stride": 14, "acc_stride": 16,
+                                          "mixed": 1})),
+            "done": Out(1),
+            "error": Out(ErrorCode),
+            "nbuf_w": In(write_port_signature(config.nbuf_bytes // 8, 8)),
+            "nidx_w": In(write_port_signature(config.nidx_bytes // 8, 1)),
+            "wbuf_w": In(write_port_signature(config.wbuf_bytes // 8, 8)),
+            "widx_w": In(write_port_signature(config.widx_bytes // 8, 8)),
+            "w_lane": In(range(P)),
+            "acc_w": Out(stream.Signature(data.StructLayout({"row": rows, "data": signed(32)}))).array(P),
+            "acc_rd": Out(stream.Signature(data.StructLayout({"row": rows}))).array(P),
+            "acc_rd_data": In(signed(32)).array(P),
+            "pairs": Out(48), "dense_pairs": Out(48), "busy_cycles": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._cfg
+        P = c.lanes
+        m.submodules.mu = mu = self._mu
+        for name in ("nbuf_w", "nidx_w", "wbuf_w", "widx_w"):
+            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(mu, name))
+        m.d.comb += mu.w_lane.eq(self.w_lane)
+
+        a, r = self.args, self.regs
+        # ---- Checks, from the operands as presented with start.
+        last_out = Signal(32)
+        m.d.comb += last_out.eq(a.acc + (r.nvec - 1) * r.acc_stride + a.rows)
+        last_in = Signal(32)
+        m.d.comb += last_in.eq(a.nbuf + (r.nvec - 1) * r.nstride + a.n_in)
+        work = (r.nvec != 0) & (a.rows != 0)
+        misaligned = ((a.acc % P != 0) | ((r.nvec > 1) & (r.acc_stride % P != 0)) |
+                      ((r.nfmt == Fmt.DIRECT) & (((a.nidx | Mux(r.nvec > 1, r.nidx_stride, 0)) & 7) != 0)) |
+                      ((r.wfmt == Fmt.DIRECT) & ((a.widx & 7) != 0)))
+        out_of_range = (last_out > c.acc_elems) | (~(r.npacked & (r.nfmt != Fmt.DENSE)) &
+                                                   (last_in > c.nbuf_bytes))
+        check = Signal(ErrorCode)
+        with m.If(work & misaligned):
+            m.d.comb += check.eq(ErrorCode.ALIGN)
+        with m.Elif(work & out_of_range):
+            m.d.comb += check.eq(ErrorCode.RANGE)
+
+        # ---- Run.
+        cfg = Signal(FC_CONFIG)
+        m.d.comb += [
+            cfg.nfmt.eq(r.nfmt), cfg.npacked.eq(r.npacked), cfg.wfmt.eq(r.wfmt),
+            cfg.mixed_to_stride.eq(r.mixed), cfg.n_in.eq(a.n_in), cfg.nvec.eq(r.nvec),
+            cfg.rows.eq(a.rows), cfg.nbuf.eq(a.nbuf), cfg.nidx.eq(a.nidx), cfg.wbuf.eq(a.wbuf),
+            cfg.widx.eq(a.widx), cfg.nstride.eq(r.nstride), cfg.nidx_stride.eq(r.nidx_stride),
+        ]
+        held = Signal(FC_CONFIG)
+        launch = Signal()
+        m.d.comb += launch.eq(self.start & work & (check == ErrorCode.NONE))
+        with m.If(self.start):
+            m.d.sync += held.eq(cfg)
+        m.d.comb += [mu.cfg.eq(Mux(self.start, cfg, held)), mu.start.eq(launch)]
+
+        total = Signal(24)
+        written = Signal(24)
+        accumulate = Signal()
+        with m.If(self.start):
+            m.d.sync += [total.eq(Mux(launch, r.nvec * a.rows, 0)), written.eq(0),
+                         accumulate.eq(a.accumulate)]
+        for g, wr in enumerate(self._writers):
+            m.submodules[f"writer{g}"] = wr
+            lane_rows = Mux(a.rows > g, (a.rows - g + P - 1) // P, 0)
+            rows_reg = Signal(12, name=f"rows{g}")
+            with m.If(self.start):
+                m.d.sync += rows_reg.eq(lane_rows)
+            m.d.comb += [wr.start.eq(self.start), wr.base.eq(a.acc // P),
+                         wr.vec_step.eq(r.acc_stride // P), wr.rows.eq(Mux(self.start, lane_rows, rows_reg)),
+                         wr.accumulate.eq(accumulate), wr.rd_data.eq(self.acc_rd_data[g])]
+            wiring.connect(m, mu.results[g], wr.sums)
+            wiring.connect(m, wr.w, wiring.flipped(self.acc_w[g]))
+            wiring.connect(m, wr.rd, wiring.flipped(self.acc_rd[g]))
+        n_written = sum(wr.written for wr in self._writers)
+
+        running = Signal()
+        m.d.sync += self.done.eq(0)
+        with m.If(self.start):
+            m.d.sync += [running.eq(1), self.error.eq(check)]
+            with m.If(launch):
+                m.d.sync += self.dense_pairs.eq(self.dense_pairs + r.nvec * a.rows * a.n_in)
+        with m.Elif(running):
+            m.d.sync += [written.eq(written + n_written), self.busy_cycles.eq(self.busy_cycles + 1)]
+            with m.If((written == total) & ~mu.busy):
+                m.d.sync += [running.eq(0), self.done.eq(1),
+                             self.pairs.eq(self.pairs + mu.pairs)]
+                with m.If(mu.error):
+                    m.d.sync += self.error.eq(ErrorCode.INDEX)
+        return m

@@ -1,0 +1,98 @@
+"""Byte realigner: moves a row's bytes from their source byte lanes to their destination."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .dma_reader import BEAT
+
+#: a destination word: its data, byte enables, and whether it is the row's last word
+WORD = data.StructLayout({"data": 64, "be": 8, "last": 1})
+
+
+def _rotate_bytes(m: Module, value: Value, amount: Value, name: str) -> Value:
+    """Rotate a 64-bit value left by ``amount`` bytes (an 8:1 multiplexer per byte)."""
+    out = Signal(64, name=name)
+    with m.Switch(amount):
+        for k in range(8):
+            with m.Case(k):
+                m.d.comb += out.eq(value.rotate_left(8 * k))
+    return out
+
+
+class Realigner(wiring.Component):
+    """Repacks rows: source beats (valid bytes at any lanes) in, destination words out, each
+    row's first byte landing at byte lane ``tag[:3]`` of its first beat.
+
+    A beat with ``first`` set begins a row (no gap between rows is needed).  Output words are
+    consecutive; their byte enables mark the row's bytes; a row's last word has ``last``
+    set.  A classic
+    rotate-and-merge datapath: each beat is rotated so its bytes sit at their destination
+    lanes, the part that wraps past lane 7 carries into the next word.
+
+    Throughput one beat per cycle; one extra cycle at the end of a row whose bytes spill
+    into one more word than beats.  Latency 1 cycle.
+    """
+
+    i: In(stream.Signature(BEAT))
+    o: Out(stream.Signature(WORD))
+
+    def elaborate(self, platform):
+        m = Module()
+        fill = Signal(4)       # next destination lane to fill in the current word (0..7)
+        cur = Signal(64)
+        cur_be = Signal(8)
+        flush = Signal()       # the row's final partial word must still leave
+        out_free = Signal()
+        m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
+
+        p = self.i.payload
+        fill_eff = Signal(4)
+        cur_be_eff = Signal(8)
+        m.d.comb += [fill_eff.eq(Mux(p.first, p.tag[:3], fill)),
+                     cur_be_eff.eq(Mux(p.first, 0, cur_be))]
+        valid_mask = Signal(8)
+        m.d.comb += valid_mask.eq(((1 << p.count) - 1) << p.offset)
+        amount = Signal(3)
+        m.d.comb += amount.eq(fill_eff[:3] - p.offset)
+        rot = _rotate_bytes(m, p.data, amount, "rot")
+        rot_be = Signal(8)
+        m.d.comb += rot_be.eq(Cat(valid_mask, valid_mask).bit_select((8 - amount).as_unsigned()[:4], 8))
+        here = Signal(8)  # lanes at or above `fill`: this word
+        m.d.comb += here.eq(Cat(*[k >= fill_eff for k in range(8)]))
+        word_be = Signal(8)
+        m.d.comb += word_be.eq(cur_be_eff | (rot_be & here))
+        total = Signal(5)
+        m.d.comb += total.eq(fill_eff + p.count)
+        spill = Signal()  # this beat completes the current word
+        m.d.comb += spill.eq(total >= 8)
+
+        m.d.comb += self.i.ready.eq(out_free & ~flush)
+        with m.If(out_free):
+            m.d.sync += self.o.valid.eq(0)
+        with m.If(flush & out_free):
+            m.d.sync += [self.o.valid.eq(1), self.o.payload.data.eq(cur),
+                         self.o.payload.be.eq(cur_be), self.o.payload.last.eq(1),
+                         flush.eq(0), cur_be.eq(0)]
+        with m.Elif(self.i.valid & self.i.ready):
+            merged = (cur & ~self._lane_mask(here)) | (rot & self._lane_mask(here))
+            with m.If(spill):
+                carry_be = rot_be & ~here
+                m.d.sync += [
+                    self.o.valid.eq(1), self.o.payload.data.eq(merged),
+                    self.o.payload.be.eq(word_be),
+                    self.o.payload.last.eq(p.last & (carry_be == 0)),
+                    cur.eq(rot), cur_be.eq(carry_be), fill.eq(total - 8),
+                    flush.eq(p.last & (carry_be != 0)),
+                ]
+            with m.Elif(p.last):
+                m.d.sync += [self.o.valid.eq(1), self.o.payload.data.eq(merged),
+                             self.o.payload.be.eq(word_be), self.o.payload.last.eq(1),
+                             cur_be.eq(0), fill.eq(total)]
+            with m.Else():
+                m.d.sync += [cur.eq(merged), cur_be.eq(word_be), fill.eq(total)]
+        return m
+
+    @staticmethod
+    def _lane_mask(lanes: Value) -> Value:
+        return Cat(*[lanes[k].replicate(8) for k in range(8)])

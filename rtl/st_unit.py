@@ -1,0 +1,209 @@
+"""ST unit: 3-D DMA stores from the output cache to external memory."""
+
+from amaranth import *
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from snpu.config import CoreConfig
+from snpu.verif.isa import Unit
+
+from .axi import BOUNDARY, MAX_BURST, RESP_OKAY
+from .dma_reader import BEAT
+from .microcode import args_layout
+from .realign import Realigner
+from .status import ErrorCode
+
+ROW = data.StructLayout({"src": 17, "ext": 32, "cols": 17})
+
+
+class StoreUnit(wiring.Component):
+    """Executes ``st``: for ``p < n3, r < rows`` copy ``cols`` bytes from output-cache address
+    ``src + p*src_stride3 + r*src_stride`` to external address ``ext + p*ext_stride3 +
+    r*ext_stride`` (golden model: ``Machine._st``).
+
+    Three decoupled parts: a row generator (checks that the source lies inside the output
+    cache, ``RANGE``), a reader that streams each row's output-cache words as annotated
+    beats into a :class:`Realigner` (destination alignment), and an AXI writer that splits
+    each row into INCR bursts of at most 16 beats not crossing 4 KiB, with write strobes for
+    partial words.  ``done`` pulses once every burst's response has arrived; a response
+    other than OKAY gives ``STORE_BUS``.
+
+    Throughput one 8-byte beat per cycle.
+    """
+
+    def __init__(self, config: CoreConfig):
+        self._cfg = config
+        self._rows_read = SyncFIFOBuffered(width=ROW.size, depth=4)
+        self._rows_write = SyncFIFOBuffered(width=ROW.size, depth=4)
+        self._bursts = SyncFIFOBuffered(width=5, depth=8)
+        self._beats = SyncFIFOBuffered(width=BEAT.size, depth=4)
+        self._realign = Realigner()
+        super().__init__({
+            "start": In(1),
+            "args": In(args_layout(Unit.ST).members["st"]),
+            "regs": In(data.StructLayout({"ext_stride": 32, "src_stride": 16,
+                                          "ext_stride3": 32, "src_stride3": 16})),
+            "done": Out(1),
+            "error": Out(ErrorCode),
+            "obuf_addr": Out(range(config.obuf_bytes // 8)),
+            "obuf_en": Out(1),
+            "obuf_data": In(64),
+            "awvalid": Out(1), "awready": In(1), "awaddr": Out(32), "awlen": Out(8),
+            "wvalid": Out(1), "wready": In(1), "wdata": Out(64), "wstrb": Out(8), "wlast": Out(1),
+            "bvalid": In(1), "bready": Out(1), "bresp": In(2),
+            "bytes_written": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._cfg
+        m.submodules.rows_read = rows_read = self._rows_read
+        m.submodules.rows_write = rows_write = self._rows_write
+        m.submodules.bursts = bursts = self._bursts
+        m.submodules.beats = beats = self._beats
+        m.submodules.realign = realign = self._realign
+
+        a = Signal(self.args.shape())
+        r = Signal(self.regs.shape())
+        with m.If(self.start):
+            m.d.sync += [a.eq(self.args), r.eq(self.regs)]
+
+        # ---- Row generator.
+        issuing = Signal()
+        p_cnt, r_cnt = Signal(12), Signal(12)
+        src_plane, src_row = Signal(17), Signal(17)
+        ext_plane, ext_row = Signal(32), Signal(32)
+        err = Signal(ErrorCode)
+        bad = Signal()
+        m.d.comb += bad.eq(src_row + a.cols > c.obuf_bytes)
+        push = Signal()
+        m.d.comb += push.eq(issuing & ~bad & rows_read.w_rdy & rows_write.w_rdy)
+        row = Signal(ROW)
+        m.d.comb += [row.src.eq(src_row), row.ext.eq(ext_row), row.cols.eq(a.cols),
+                     rows_read.w_data.eq(row), rows_write.w_data.eq(row),
+                     rows_read.w_en.eq(push), rows_write.w_en.eq(push)]
+        with m.If(self.start):
+            empty = (self.args.n3 == 0) | (self.args.rows == 0) | (self.args.cols == 0)
+            m.d.sync += [issuing.eq(~empty), p_cnt.eq(0), r_cnt.eq(0),
+                         src_plane.eq(self.args.src), src_row.eq(self.args.src),
+                         ext_plane.eq(self.args.ext), ext_row.eq(self.args.ext),
+                         err.eq(ErrorCode.NONE)]
+        with m.Else():
+            with m.If(issuing & bad):
+                m.d.sync += [issuing.eq(0), err.eq(ErrorCode.RANGE)]
+            with m.If(push):
+                m.d.sync += [r_cnt.eq(r_cnt + 1), src_row.eq(src_row + r.src_stride),
+                             ext_row.eq(ext_row + r.ext_stride)]
+                with m.If(r_cnt == a.rows - 1):
+                    m.d.sync += [r_cnt.eq(0), p_cnt.eq(p_cnt + 1),
+                                 src_plane.eq(src_plane + r.src_stride3),
+                                 src_row.eq(src_plane + r.src_stride3),
+                                 ext_plane.eq(ext_plane + r.ext_stride3),
+                                 ext_row.eq(ext_plane + r.ext_stride3)]
+                    with m.If(p_cnt == a.n3 - 1):
+                        m.d.sync += issuing.eq(0)
+
+        # ---- Reader: output-cache words -> annotated beats (credit-limited).
+        rd = Signal(ROW)
+        m.d.comb += rd.eq(rows_read.r_data)
+        rd_started = Signal()
+        rd_word = Signal(14)
+        rd_left = Signal(17)
+        first_word = rd.src[3:]
+        cur_word = Mux(rd_started, rd_word, first_word)
+        left = Mux(rd_started, rd_left, rd.cols)
+        offset = Mux(rd_started, 0, rd.src[:3])
+        room = 8 - offset
+        count = Signal(4)
+        m.d.comb += count.eq(Mux(left < room, left, room))
+        is_last = Signal()
+        m.d.comb += is_last.eq(left == count)
+        inflight = Signal()
+        issue = Signal()
+        m.d.comb += issue.eq(rows_read.r_rdy & (beats.level + inflight < beats.depth - 1))
+        m.d.comb += [self.obuf_addr.eq(cur_word), self.obuf_en.eq(issue)]
+        beat_meta = Signal(BEAT)
+        with m.If(issue):
+            m.d.sync += [rd_word.eq(cur_word + 1), rd_left.eq(left - count),
+                         beat_meta.offset.eq(offset), beat_meta.count.eq(count),
+                         beat_meta.first.eq(~rd_started), beat_meta.last.eq(is_last),
+                         beat_meta.tag.eq(rd.ext[:3])]
+            with m.If(is_last):
+                m.d.comb += rows_read.r_en.eq(1)
+                m.d.sync += rd_started.eq(0)
+            with m.Else():
+                m.d.sync += rd_started.eq(1)
+        m.d.sync += inflight.eq(issue)
+        arrived = Signal(BEAT)
+        m.d.comb += [arrived.eq(beat_meta), arrived.data.eq(self.obuf_data)]
+        m.d.comb += [beats.w_en.eq(inflight), beats.w_data.eq(arrived)]
+        m.d.comb += [realign.i.valid.eq(beats.r_rdy), realign.i.payload.eq(beats.r_data),
+                     beats.r_en.eq(realign.i.ready)]
+
+        # ---- AXI address: split each row's destination range into bursts.
+        wr = Signal(ROW)
+        m.d.comb += wr.eq(rows_write.r_data)
+        aw_busy = Signal()
+        aw_addr = Signal(32)
+        aw_left = Signal(14)  # beats of the row not yet covered by a burst
+        first = wr.ext & ~7
+        last = (wr.ext + wr.cols - 1) & ~7
+        with m.If(~aw_busy & rows_write.r_rdy):
+            m.d.comb += rows_write.r_en.eq(1)
+            m.d.sync += [aw_busy.eq(1), aw_addr.eq(first), aw_left.eq(((last - first) >> 3) + 1)]
+        to_boundary = Signal(10)
+        m.d.comb += to_boundary.eq((BOUNDARY - aw_addr[:12]) >> 3)
+        limit = Mux(to_boundary < MAX_BURST, to_boundary, MAX_BURST)
+        burst = Signal(range(MAX_BURST + 1))
+        m.d.comb += burst.eq(Mux(aw_left < limit, aw_left, limit))
+        m.d.comb += [self.awvalid.eq(aw_busy & bursts.w_rdy), self.awaddr.eq(aw_addr),
+                     self.awlen.eq(burst - 1),
+                     bursts.w_data.eq(burst - 1), bursts.w_en.eq(self.awvalid & self.awready)]
+        outstanding_b = Signal(range(1 << 12))
+        pending_rows = Signal(range(1 << 12))  # rows pushed whose bursts are not all issued
+        row_issued = Signal()
+        with m.If(self.awvalid & self.awready):
+            m.d.sync += [aw_addr.eq(aw_addr + (burst << 3)), aw_left.eq(aw_left - burst)]
+            with m.If(aw_left == burst):
+                m.d.sync += aw_busy.eq(0)
+                m.d.comb += row_issued.eq(1)
+        m.d.sync += pending_rows.eq(pending_rows + push - row_issued)
+
+        # ---- AXI data: the realigned words, `wlast` at each burst's end.
+        beat_in_burst = Signal(4)
+        m.d.comb += [
+            self.wvalid.eq(realign.o.valid & bursts.r_rdy),
+            self.wdata.eq(realign.o.payload.data),
+            self.wstrb.eq(realign.o.payload.be),
+            self.wlast.eq(beat_in_burst == bursts.r_data),
+            realign.o.ready.eq(self.wready & bursts.r_rdy),
+        ]
+        with m.If(self.wvalid & self.wready):
+            m.d.sync += beat_in_burst.eq(beat_in_burst + 1)
+            m.d.sync += self.bytes_written.eq(
+                self.bytes_written + sum(realign.o.payload.be[k] for k in range(8)))
+            with m.If(self.wlast):
+                m.d.comb += bursts.r_en.eq(1)
+                m.d.sync += beat_in_burst.eq(0)
+
+        # ---- AXI responses and completion.
+        m.d.comb += self.bready.eq(1)
+        bus_err = Signal()
+        m.d.sync += outstanding_b.eq(outstanding_b + (self.awvalid & self.awready) -
+                                     (self.bvalid & self.bready))
+        with m.If(self.bvalid & (self.bresp != RESP_OKAY)):
+            m.d.sync += bus_err.eq(1)
+        running = Signal()
+        m.d.sync += self.done.eq(0)
+        with m.If(self.start):
+            m.d.sync += [running.eq(1), bus_err.eq(0)]
+        with m.Elif(running):
+            # every row's bursts issued and answered (a burst is answered after its data)
+            idle = (~issuing & (pending_rows == 0) & (outstanding_b == 0) &
+                    ~(self.awvalid & self.awready))
+            with m.If(idle):
+                m.d.sync += [running.eq(0), self.done.eq(1),
+                             self.error.eq(Mux(err != ErrorCode.NONE, err,
+                                               Mux(bus_err, ErrorCode.STORE_BUS, ErrorCode.NONE)))]
+        return m

@@ -1,0 +1,96 @@
+"""Unit front end: microinstruction queue, dependency tokens, cfg writes, executor hand-off."""
+
+from amaranth import *
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .microcode import PC_BITS, UNITS, RegisterFile, args_layout, micro_layout, op_codes
+
+
+class UnitFrontEnd(wiring.Component):
+    """Runs a unit's microinstructions one at a time, in order.
+
+    For each microinstruction: take the tokens named by ``wait`` (stalling while any channel
+    is empty), then either write the configuration register (``cfg``, one cycle) or start
+    the unit's executor and wait for its ``done``, then put tokens into the channels named by
+    ``signal`` (stalling while any is full).  The executor sees the operands on ``args`` and
+    the registers through :attr:`regs`.
+
+    Members
+    -------
+    micro : In(stream)
+        Microinstructions from the dispatcher.
+    wait_mask / wait_ok / take, signal_mask / signal_ok / give :
+        The token handshake with :class:`~.tokens.TokenChannels`.
+    start, done, op, args, pc :
+        The executor hand-off.
+    busy : Out(1)
+        Holding a microinstruction (the unit is not idle).
+    running : Out(1)
+        The executor is working on it (the ``busy`` counter of the golden model).
+    stall_cycles, instructions : Out(32)
+        Cycles spent waiting for tokens; microinstructions completed.
+    """
+
+    def __init__(self, unit):
+        self.unit = unit
+        self.regs = RegisterFile(unit)
+        self.codes = op_codes(unit)
+        super().__init__({
+            "micro": In(stream.Signature(micro_layout(unit))),
+            "wait_mask": Out(len(UNITS)),
+            "wait_ok": In(1),
+            "take": Out(1),
+            "signal_mask": Out(len(UNITS)),
+            "signal_ok": In(1),
+            "give": Out(1),
+            "start": Out(1),
+            "done": In(1),
+            "op": Out(range(len(self.codes))),
+            "args": Out(args_layout(unit)),
+            "pc": Out(PC_BITS),
+            "busy": Out(1),
+            "running": Out(1),
+            "halt": In(1),
+            "stall_cycles": Out(32),
+            "instructions": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.regs = regs = self.regs
+        cur = Signal(micro_layout(self.unit))
+        m.d.comb += [self.op.eq(cur.op), self.args.eq(cur.args), self.pc.eq(cur.pc),
+                     self.wait_mask.eq(cur.wait), self.signal_mask.eq(cur.signal),
+                     regs.w_index.eq(cur.args.cfg.index), regs.w_value.eq(cur.args.cfg.value)]
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.micro.ready.eq(~self.halt)
+                with m.If(self.micro.valid & ~self.halt):
+                    m.d.sync += cur.eq(self.micro.payload)
+                    m.next = "WAIT"
+            with m.State("WAIT"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(self.wait_ok):
+                    m.d.comb += self.take.eq(1)
+                    with m.If(cur.op == self.codes["cfg"]):
+                        m.d.comb += regs.we.eq(1)
+                        m.next = "SIGNAL"
+                    with m.Else():
+                        m.d.comb += self.start.eq(1)
+                        m.next = "RUN"
+                with m.Else():
+                    m.d.sync += self.stall_cycles.eq(self.stall_cycles + 1)
+            with m.State("RUN"):
+                m.d.comb += [self.busy.eq(1), self.running.eq(1)]
+                with m.If(self.done):
+                    m.next = "SIGNAL"
+            with m.State("SIGNAL"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(self.signal_ok):
+                    m.d.comb += self.give.eq(1)
+                    m.d.sync += self.instructions.eq(self.instructions + 1)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.sync += self.stall_cycles.eq(self.stall_cycles + 1)
+        return m

@@ -1,0 +1,215 @@
+"""VX unit: pooling, element-wise operations and requantisation on accumulator words."""
+
+from amaranth import *
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from snpu.config import CoreConfig
+from snpu.verif.isa import REDUCE_OPS, Unit
+
+from .ld_unit import acc_write_layout
+from .microcode import args_layout, op_codes
+from .requant import Requantizer
+from .status import ErrorCode
+from .vector_alu import AluOp, VectorAlu
+
+CODES = op_codes(Unit.VX)
+
+
+class VectorUnit(wiring.Component):
+    """Executes ``vred``, ``vew`` and ``req`` (golden model: ``Machine._vred/_vew/_req``).
+
+    An address generator walks the instruction's loop nest and reads one accumulator word
+    (``lanes`` elements) per cycle: ``k1 * k2`` reads per output word for ``vred``, two (``a``
+    then ``b``) for ``vew``, one (plus a parameter row) for ``req``.  Words flow through the
+    :class:`VectorAlu` (2 cycles) or ``lanes`` :class:`Requantizer` s (4 cycles) and are
+    written back to ``acc`` or to the output cache.  The VX unit has priority on the
+    accumulator ports, so it never stalls.
+
+    Checks: base addresses and strides are multiples of ``lanes`` (``ALIGN``); every word read
+    or written, and every parameter row, lies inside its buffer (``RANGE``).  On an error no
+    further word is read, the words in flight are written, and ``done`` pulses with
+    ``error``.
+
+    Throughput: one accumulator read per cycle.
+    """
+
+    def __init__(self, config: CoreConfig):
+        self._cfg = config
+        P = config.lanes
+        self._alu = VectorAlu(P)
+        self._rq = [Requantizer() for _ in range(P)]
+        # destinations of the words in the ALU / requantisers, in order
+        self._alu_dst = SyncFIFOBuffered(width=16, depth=8)
+        self._rq_dst = SyncFIFOBuffered(width=16, depth=8)
+        super().__init__({
+            "start": In(1),
+            "op": In(range(len(CODES))),
+            "args": In(args_layout(Unit.VX)),
+            "regs": In(data.StructLayout({"src_stride": 16, "dst_stride": 16, "k1_stride": 16,
+                                          "k2_stride": 16, "b_stride": 16})),
+            "done": Out(1),
+            "error": Out(ErrorCode),
+            "acc_rd_en": Out(1), "acc_rd_row": Out(range(config.acc_words)),
+            "acc_rd_data": In(data.ArrayLayout(signed(32), P)),
+            "acc_wr_en": Out(1), "acc_wr": Out(acc_write_layout(config)),
+            "prm_en": Out(1), "prm_row": Out(range(config.param_rows)),
+            "prm_data": In(data.ArrayLayout(64, P)),
+            "obuf_en": Out(1), "obuf_addr": Out(range(config.obuf_bytes)), "obuf_data": Out(8 * P),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._cfg
+        P = c.lanes
+        m.submodules.alu = alu = self._alu
+        m.submodules.alu_dst = alu_dst = self._alu_dst
+        m.submodules.rq_dst = rq_dst = self._rq_dst
+        for k, rq in enumerate(self._rq):
+            m.submodules[f"rq{k}"] = rq
+
+        # ---- Latch the operation; unify the three opcodes' operands.
+        op = Signal(range(len(CODES)))
+        r = Signal(self.regs.shape())
+        src, dst, b = Signal(16), Signal(16), Signal(16)
+        n_o, n_i, k1, k2 = Signal(12), Signal(8), Signal(8), Signal(8)
+        mode, relu = Signal(2), Signal()
+        ma, mb = Signal(signed(16)), Signal(signed(16))
+        param = Signal(12)
+        args = self.args
+        with m.If(self.start):
+            m.d.sync += [op.eq(self.op), r.eq(self.regs)]
+            with m.Switch(self.op):
+                with m.Case(CODES["vred"]):
+                    v = args.vred
+                    m.d.sync += [src.eq(v.src), dst.eq(v.dst), b.eq(0), n_o.eq(v.n_o), n_i.eq(v.n_i),
+                                 k1.eq(v.k1), k2.eq(v.k2), mode.eq(v.mode), relu.eq(0)]
+                with m.Case(CODES["vew"]):
+                    v = args.vew
+                    m.d.sync += [src.eq(v.a), dst.eq(v.dst), b.eq(v.b), n_o.eq(v.n_o), n_i.eq(v.n_i),
+                                 k1.eq(1), k2.eq(1), ma.eq(v.ma), mb.eq(v.mb), relu.eq(v.relu)]
+                with m.Case(CODES["req"]):
+                    v = args.req
+                    m.d.sync += [src.eq(v.src), dst.eq(v.dst), b.eq(0), n_o.eq(v.n_o), n_i.eq(v.n_i),
+                                 k1.eq(1), k2.eq(1), param.eq(v.param), relu.eq(v.relu)]
+        is_vred, is_vew, is_req = op == CODES["vred"], op == CODES["vew"], op == CODES["req"]
+
+        # ---- Address generator.
+        gen = Signal()
+        o, i, j1, j2 = Signal(12), Signal(8), Signal(8), Signal(8)
+        half = Signal()                                   # vew: 0 reading a, 1 reading b
+        src_o, b_o, dst_o = Signal(24), Signal(24), Signal(24)
+        rd_j2 = Signal(24)                                # src_o + i*P + j2*k2_stride
+        rd_cur = Signal(24)                               # rd_j2 + j1*k1_stride
+        rd = Signal(24)                                   # the word being read
+        wr = Signal(24)                                   # where its result goes
+        m.d.comb += [rd.eq(Mux(is_vew & half, b_o + i * P, rd_cur)), wr.eq(dst_o + i * P)]
+        last_j = (j1 == k1 - 1) & (j2 == k2 - 1)
+        dst_limit = Mux(is_req, c.obuf_bytes, c.acc_elems)
+        bad = Signal(ErrorCode)
+        with m.If((rd + P > c.acc_elems) | (wr + P > dst_limit) | (is_req & (param + i >= c.param_rows))):
+            m.d.comb += bad.eq(ErrorCode.RANGE)
+        aligned = Signal()
+        m.d.comb += aligned.eq(((src | dst | b | r.src_stride | r.dst_stride | r.k1_stride |
+                                 r.k2_stride | r.b_stride) & (P - 1)) == 0)
+        err = Signal(ErrorCode)
+        issue = Signal()
+        m.d.comb += issue.eq(gen & (bad == ErrorCode.NONE))
+        m.d.comb += [self.acc_rd_en.eq(issue), self.acc_rd_row.eq(rd // P),
+                     self.prm_en.eq(issue & is_req), self.prm_row.eq(param + i)]
+
+        with m.If(self.start):
+            m.d.sync += [gen.eq(1), o.eq(0), i.eq(0), j1.eq(0), j2.eq(0), half.eq(0),
+                         err.eq(ErrorCode.NONE)]
+        with m.Elif(gen & ((n_o == 0) | (n_i == 0) | (k1 == 0) | (k2 == 0))):
+            m.d.sync += gen.eq(0)  # nothing to do
+        with m.Elif(gen & ~aligned):
+            m.d.sync += [gen.eq(0), err.eq(ErrorCode.ALIGN)]
+        with m.Elif(gen & (bad != ErrorCode.NONE)):
+            m.d.sync += [gen.eq(0), err.eq(bad)]
+        with m.Elif(issue):
+            step_i = Signal()
+            with m.If(is_vew):
+                m.d.sync += half.eq(~half)
+                m.d.comb += step_i.eq(half)
+            with m.Else():
+                m.d.sync += [j1.eq(j1 + 1), rd_cur.eq(rd_cur + r.k1_stride)]
+                with m.If(j1 == k1 - 1):
+                    m.d.sync += [j1.eq(0), j2.eq(j2 + 1), rd_j2.eq(rd_j2 + r.k2_stride),
+                                 rd_cur.eq(rd_j2 + r.k2_stride)]
+                    with m.If(j2 == k2 - 1):
+                        m.d.sync += j2.eq(0)
+                        m.d.comb += step_i.eq(1)
+            with m.If(step_i):
+                next_word = src_o + ((i + 1) << (P - 1).bit_length())
+                m.d.sync += [i.eq(i + 1), rd_j2.eq(next_word), rd_cur.eq(next_word)]
+                with m.If(i == n_i - 1):
+                    m.d.sync += [i.eq(0), o.eq(o + 1), src_o.eq(src_o + r.src_stride),
+                                 b_o.eq(b_o + r.b_stride), dst_o.eq(dst_o + r.dst_stride),
+                                 rd_j2.eq(src_o + r.src_stride), rd_cur.eq(src_o + r.src_stride)]
+                    with m.If(o == n_o - 1):
+                        m.d.sync += gen.eq(0)
+        with m.If(self.start):
+            m.d.sync += [src_o.eq(Mux(self.op == CODES["vew"], self.args.vew.a,
+                                      Mux(self.op == CODES["req"], self.args.req.src, self.args.vred.src))),
+                         rd_j2.eq(Mux(self.op == CODES["vew"], self.args.vew.a,
+                                      Mux(self.op == CODES["req"], self.args.req.src, self.args.vred.src))),
+                         rd_cur.eq(Mux(self.op == CODES["vew"], self.args.vew.a,
+                                       Mux(self.op == CODES["req"], self.args.req.src, self.args.vred.src))),
+                         b_o.eq(self.args.vew.b),
+                         dst_o.eq(Mux(self.op == CODES["vew"], self.args.vew.dst,
+                                      Mux(self.op == CODES["req"], self.args.req.dst, self.args.vred.dst)))]
+
+        # ---- One cycle later: the data.
+        d_valid, d_first, d_last, d_half = Signal(), Signal(), Signal(), Signal()
+        d_wr = Signal(24)
+        m.d.sync += [d_valid.eq(issue), d_first.eq((j1 == 0) & (j2 == 0)), d_last.eq(last_j),
+                     d_half.eq(half), d_wr.eq(wr)]
+        a_reg = Signal(data.ArrayLayout(signed(32), P))
+        with m.If(d_valid & is_vew & ~d_half):
+            m.d.sync += a_reg.eq(self.acc_rd_data)
+
+        # ALU path (vred, vew)
+        to_alu = d_valid & (is_vred | (is_vew & d_half))
+        ap = alu.i.payload
+        m.d.comb += [
+            alu.i.valid.eq(to_alu),
+            ap.op.eq(Mux(is_vew, AluOp.EW, Mux(mode == REDUCE_OPS["max"], AluOp.MAX, AluOp.SUM))),
+            ap.a.eq(Mux(is_vew, a_reg, self.acc_rd_data)),
+            ap.b.eq(self.acc_rd_data),
+            ap.ma.eq(ma), ap.mb.eq(mb), ap.relu.eq(relu),
+            ap.first.eq(Mux(is_vew, 1, d_first)), ap.last.eq(Mux(is_vew, 1, d_last)),
+            alu.o.ready.eq(1),
+            alu_dst.w_en.eq(to_alu & Mux(is_vew, 1, d_last)), alu_dst.w_data.eq(d_wr),
+            alu_dst.r_en.eq(alu.o.valid),
+            self.acc_wr_en.eq(alu.o.valid),
+            self.acc_wr.row.eq(alu_dst.r_data // P),
+            self.acc_wr.data.eq(alu.o.payload.v),
+            self.acc_wr.en.eq((1 << P) - 1),
+        ]
+
+        # requantisation path (req)
+        to_rq = d_valid & is_req
+        for k, rq in enumerate(self._rq):
+            prm = self.prm_data[k]
+            m.d.comb += [rq.i.valid.eq(to_rq), rq.o.ready.eq(1),
+                         rq.i.payload.acc.eq(self.acc_rd_data[k]),
+                         rq.i.payload.bias.eq(prm[0:32].as_signed()),
+                         rq.i.payload.mult.eq(prm[32:48].as_signed()),
+                         rq.i.payload.shift.eq(prm[48:54]),
+                         rq.i.payload.relu.eq(relu)]
+        m.d.comb += [rq_dst.w_en.eq(to_rq), rq_dst.w_data.eq(d_wr), rq_dst.r_en.eq(self._rq[0].o.valid),
+                     self.obuf_en.eq(self._rq[0].o.valid), self.obuf_addr.eq(rq_dst.r_data),
+                     self.obuf_data.eq(Cat(*[rq.o.payload.y for rq in self._rq]))]
+
+        # ---- Completion: nothing generated, no word in flight.
+        pending = Signal(range(64))  # words sent to the ALU / requantisers and not written yet
+        m.d.sync += pending.eq(pending + alu_dst.w_en + rq_dst.w_en - self.acc_wr_en - self.obuf_en)
+        running = Signal()
+        m.d.sync += self.done.eq(0)
+        with m.If(self.start):
+            m.d.sync += running.eq(1)
+        with m.Elif(running & ~gen & ~d_valid & (pending == 0)):
+            m.d.sync += [running.eq(0), self.done.eq(1), self.error.eq(err)]
+        return m

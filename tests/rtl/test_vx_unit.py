@@ -1,0 +1,164 @@
+"""VX unit (with the real accumulator, parameter and output-cache memories) against the golden
+model's vred / vew / req."""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth import *
+
+from snpu.config import CoreConfig
+from snpu.rtl.acc import Accumulators
+from snpu.rtl.buffers import OutputCache, ParamMemory
+from snpu.rtl.microcode import op_codes
+from snpu.rtl.status import ErrorCode
+from snpu.rtl.vx_unit import VectorUnit
+from snpu.verif import isa, numerics
+from snpu.verif.golden import Machine
+from snpu.verif.isa import Unit
+
+from .sim import seeded, simulate
+
+CODES = op_codes(Unit.VX)
+REGS = ("src_stride", "dst_stride", "k1_stride", "k2_stride", "b_stride")
+
+
+class VxHarness(Elaboratable):
+    def __init__(self, c: CoreConfig, acc: np.ndarray, param: np.ndarray):
+        self.c = c
+        self.vx = VectorUnit(c)
+        self.acc = Accumulators(c)
+        self.prm = ParamMemory(c)
+        self.obuf = OutputCache(c)
+        P = c.lanes
+        rows = acc.reshape(-1, P)
+        for g, bank in enumerate(self.acc._banks):
+            bank.init = [int(v) for v in rows[:, g]]
+        words = param.view("<u8")
+        for g, bank in enumerate(self.prm._banks):
+            bank.init = [int(w) for w in words[g::P]]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.vx, m.submodules.acc = self.vx, self.acc
+        m.submodules.prm, m.submodules.obuf = self.prm, self.obuf
+        vx, acc, prm, ob = self.vx, self.acc, self.prm, self.obuf
+        m.d.comb += [
+            acc.vx_rd_en.eq(vx.acc_rd_en), acc.vx_rd_row.eq(vx.acc_rd_row),
+            vx.acc_rd_data.eq(acc.vx_rd_data), acc.vx_wr_en.eq(vx.acc_wr_en), acc.vx_wr.eq(vx.acc_wr),
+            prm.r_en.eq(vx.prm_en), prm.r_row.eq(vx.prm_row), vx.prm_data.eq(prm.r_data),
+            ob.w_en.eq(vx.obuf_en), ob.w_addr.eq(vx.obuf_addr), ob.w_data.eq(vx.obuf_data),
+        ]
+        return m
+
+
+def _read_state(ctx, h: VxHarness):
+    """Final acc and obuf, read through the memories' simulation view."""
+    c = h.c
+    P = c.lanes
+    acc = np.zeros(c.acc_elems, np.int64)
+    for g, bank in enumerate(h.acc._banks):
+        for row in range(c.acc_words):
+            acc[row * P + g] = ctx.get(bank.data[row])
+    obuf = np.zeros(c.obuf_bytes, np.uint8)
+    nb = len(h.obuf._banks)
+    for b, bank in enumerate(h.obuf._banks):
+        for row in range(bank.depth):
+            word = ctx.get(bank.data[row])
+            w = row * nb + b
+            obuf[8 * w:8 * w + 8] = np.frombuffer(int(word).to_bytes(8, "little"), np.uint8)
+    return acc.astype(np.int32), obuf
+
+
+def _random_op(rng, c: CoreConfig):
+    P = c.lanes
+    words = c.acc_words
+    kind = rng.choice(["vred", "vew", "req"])
+    regs = {k: P * rng.randrange(0, 4) for k in REGS}
+    if kind == "vred":
+        n_o, n_i, k1, k2 = rng.randrange(1, 4), rng.randrange(1, 3), rng.randrange(1, 4), rng.randrange(1, 3)
+        regs.update(src_stride=P * rng.randrange(0, 3), k1_stride=P * rng.randrange(1, 3),
+                    k2_stride=P * rng.randrange(1, 5), dst_stride=P * n_i)
+        src = 0
+        dst = P * (words // 2)
+        args = dict(mode=rng.randrange(2), dst=dst, src=src, n_o=n_o, n_i=n_i, k1=k1, k2=k2)
+    elif kind == "vew":
+        n_o, n_i = rng.randrange(1, 4), rng.randrange(1, 3)
+        regs.update(dst_stride=P * n_i)
+        args = dict(dst=P * (words // 2), a=0, b=P * rng.randrange(0, 8), n_o=n_o, n_i=n_i,
+                    ma=rng.randrange(-300, 300), mb=rng.randrange(-300, 300), relu=rng.randrange(2))
+    else:
+        n_o, n_i = rng.randrange(1, 4), rng.randrange(1, 3)
+        regs.update(dst_stride=P * n_i)
+        args = dict(dst=P * rng.randrange(0, 4), src=P * rng.randrange(0, 8),
+                    param=rng.randrange(0, c.param_rows - n_i + 1), n_o=n_o, n_i=n_i,
+                    relu=rng.randrange(2))
+    return kind, regs, args
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+@pytest.mark.parametrize("seed", range(3))
+@seeded
+def test_vector_ops_match_golden(lanes, seed):
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    c = CoreConfig(lanes=lanes, nbuf_bytes=1024, nidx_bytes=256, wbuf_bytes=512, widx_bytes=256,
+                   acc_words=32, obuf_bytes=512, param_rows=8)
+    acc0 = nrng.integers(-2**20, 2**20, c.acc_elems).astype(np.int32)
+    acc0[::7] = nrng.integers(-2**31, 2**31, acc0[::7].size)
+    nch = c.param_rows * lanes
+    param = numerics.pack_params(nrng.integers(-5000, 5000, nch), nrng.integers(-2**15, 2**15, nch),
+                                 nrng.integers(0, 48, nch))
+    ops = [_random_op(rng, c) for _ in range(6)]
+    h = VxHarness(c, acc0, param)
+    vx = h.vx
+    out = {}
+
+    async def driver(ctx):
+        errors = []
+        for kind, regs, args in ops:
+            ctx.set(vx.regs, regs)
+            ctx.set(vx.op, CODES[kind])
+            ctx.set(getattr(vx.args, kind), args)
+            ctx.set(vx.start, 1)
+            await ctx.tick()
+            ctx.set(vx.start, 0)
+            await ctx.tick().until(vx.done)
+            errors.append(ctx.get(vx.error))
+        out["errors"] = errors
+        out["acc"], out["obuf"] = _read_state(ctx, h)
+
+    simulate(h, driver)
+    gold = Machine(c, np.zeros(64, np.uint8))
+    gold.acc[:] = acc0
+    gold.param[:] = param
+    for kind, regs, args in ops:
+        for k, v in regs.items():
+            gold.regs[f"vx.{k}"] = v
+        gold.execute(isa.make(kind, **args))
+    assert out["errors"] == [ErrorCode.NONE] * len(ops)
+    np.testing.assert_array_equal(out["acc"], gold.acc)
+    np.testing.assert_array_equal(out["obuf"], gold.obuf)
+
+
+@pytest.mark.parametrize("bad,code", [("align", ErrorCode.ALIGN), ("range", ErrorCode.RANGE)])
+def test_errors(bad, code):
+    c = CoreConfig(lanes=4, nbuf_bytes=1024, nidx_bytes=256, wbuf_bytes=512, widx_bytes=256,
+                   acc_words=32, obuf_bytes=512, param_rows=8)
+    h = VxHarness(c, np.zeros(c.acc_elems, np.int32), np.zeros(c.param_bytes, np.uint8))
+    vx = h.vx
+    res = {}
+
+    async def driver(ctx):
+        ctx.set(vx.regs, {k: 0 for k in REGS})
+        ctx.set(vx.op, CODES["vred"])
+        src = 2 if bad == "align" else c.acc_elems - 4
+        ctx.set(vx.args.vred, dict(mode=0, dst=0, src=src, n_o=1, n_i=2, k1=1, k2=1))
+        ctx.set(vx.start, 1)
+        await ctx.tick()
+        ctx.set(vx.start, 0)
+        await ctx.tick().until(vx.done)
+        res["error"] = ctx.get(vx.error)
+
+    simulate(h, driver, deadline_cycles=2000)
+    assert res["error"] == code

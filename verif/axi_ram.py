@@ -1,0 +1,179 @@
+"""Simulation models in Amaranth: an AXI4 RAM with back-pressure, and the simulation top.
+
+:class:`AxiRam` is the external memory of fast RTL simulations: the whole simulation runs in
+Verilator (no Python per cycle), the testbench loads and reads the memory array through the
+simulator's handles.  :class:`SimTop` is what the cocotb testbench drives: the core plus,
+depending on ``memory``, this RAM (``"hdl"``) or the core's AXI port brought out for
+cocotbext-axi's ``AxiRam`` (``"axiram"``).
+"""
+
+from amaranth import *
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from snpu.config import CoreConfig
+from snpu.rtl.axi import RESP_DECERR, RESP_OKAY, RESP_SLVERR, AxiSignature
+from snpu.rtl.core import COUNTERS, Core
+from snpu.rtl.microcode import PC_BITS
+from snpu.rtl.status import ErrorCode
+
+
+class _Lfsr(Elaboratable):
+    """A 16-bit maximal LFSR; ``stall`` is high with probability ``rate / 256``."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.rate = Signal(8)
+        self.stall = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        s = Signal(16, init=self.seed)
+        m.d.sync += s.eq(Cat(s[1:], s[0] ^ s[2] ^ s[3] ^ s[5]))
+        m.d.comb += self.stall.eq(s[:8] < self.rate)
+        return m
+
+
+class AxiRam(wiring.Component):
+    """An AXI4 slave RAM of ``size`` bytes (64-bit data, INCR bursts, write strobes).
+
+    Up to four read bursts are queued and streamed back to back; the write channel takes one
+    burst at a time.  With ``stall_rate = r`` every handshake is held off with probability
+    ``r / 256`` per cycle (pseudo-random), so the core sees back-pressure on every channel.
+    Addresses in ``[err_lo, err_hi)`` answer SLVERR; addresses beyond ``size`` DECERR.
+    """
+
+    def __init__(self, size: int):
+        if size % 8 or size & (size - 1):
+            raise ValueError(f"size must be a power of two, got {size}")
+        self._size = size
+        self.mem = Memory(shape=64, depth=size // 8, init=[])
+        self._ar = SyncFIFOBuffered(width=40, depth=4)
+        self._rdata = SyncFIFOBuffered(width=67, depth=4)
+        self._lfsrs = [_Lfsr(seed) for seed in (0xACE1, 0x1D2C, 0xBEEF, 0x7A31, 0x0F0F)]
+        super().__init__({
+            "axi": In(AxiSignature()),
+            "stall_rate": In(8),
+            "err_lo": In(32),
+            "err_hi": In(32),
+        })
+
+    def _resp(self, addr):
+        return Mux(addr >= self._size, RESP_DECERR,
+                   Mux((addr >= self.err_lo) & (addr < self.err_hi), RESP_SLVERR, RESP_OKAY))
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.axi
+        m.submodules.mem = mem = self.mem
+        m.submodules.ar = arq = self._ar
+        m.submodules.rdata = rq = self._rdata
+        stall = []
+        for k, l in enumerate(self._lfsrs):
+            m.submodules[f"lfsr{k}"] = l
+            m.d.comb += l.rate.eq(self.stall_rate)
+            stall.append(l.stall)
+        st_ar, st_r, st_aw, st_w, st_b = stall
+
+        # ---- Reads: queue bursts, read one word per cycle into the data queue.
+        m.d.comb += [bus.arready.eq(arq.w_rdy & ~st_ar), arq.w_en.eq(bus.arvalid & bus.arready),
+                     arq.w_data.eq(Cat(bus.araddr, bus.arlen))]
+        rp = mem.read_port()
+        cur_addr = Signal(32)
+        cur_left = Signal(9)
+        busy = Signal()
+        inflight = Signal()
+        meta = Signal(3)  # resp, last of the word in flight
+        issue = Signal()
+        m.d.comb += issue.eq(busy & (rq.level + inflight < rq.depth - 1))
+        with m.If(~busy & arq.r_rdy):
+            m.d.comb += arq.r_en.eq(1)
+            m.d.sync += [busy.eq(1), cur_addr.eq(arq.r_data[:32]), cur_left.eq(arq.r_data[32:] + 1)]
+        m.d.comb += [rp.addr.eq(cur_addr[3:]), rp.en.eq(issue)]
+        with m.If(issue):
+            m.d.sync += [cur_addr.eq(cur_addr + 8), cur_left.eq(cur_left - 1),
+                         meta.eq(Cat(self._resp(cur_addr), cur_left == 1))]
+            with m.If(cur_left == 1):
+                m.d.sync += busy.eq(0)
+        m.d.sync += inflight.eq(issue)
+        m.d.comb += [rq.w_en.eq(inflight), rq.w_data.eq(Cat(rp.data, meta))]
+        m.d.comb += [bus.rvalid.eq(rq.r_rdy & ~st_r), bus.rdata.eq(rq.r_data[:64]),
+                     bus.rresp.eq(rq.r_data[64:66]), bus.rlast.eq(rq.r_data[66]),
+                     rq.r_en.eq(bus.rvalid & bus.rready)]
+        # echo the burst's id: the core uses one id per requester, and bursts are answered
+        # in order, so a small id queue suffices
+        idq = SyncFIFOBuffered(width=1, depth=8)
+        m.submodules.idq = idq
+        m.d.comb += [idq.w_en.eq(bus.arvalid & bus.arready), idq.w_data.eq(bus.arid),
+                     bus.rid.eq(idq.r_data), idq.r_en.eq(bus.rvalid & bus.rready & bus.rlast)]
+
+        # ---- Writes: one burst at a time.
+        wp = mem.write_port(granularity=8)
+        w_addr = Signal(32)
+        w_err = Signal(2)
+        with m.FSM():
+            with m.State("ADDR"):
+                m.d.comb += bus.awready.eq(~st_aw)
+                with m.If(bus.awvalid & bus.awready):
+                    m.d.sync += [w_addr.eq(bus.awaddr), w_err.eq(RESP_OKAY)]
+                    m.next = "DATA"
+            with m.State("DATA"):
+                m.d.comb += bus.wready.eq(~st_w)
+                resp = self._resp(w_addr)
+                m.d.comb += [wp.addr.eq(w_addr[3:]), wp.data.eq(bus.wdata),
+                             wp.en.eq(Mux(bus.wvalid & bus.wready & (resp == RESP_OKAY), bus.wstrb, 0))]
+                with m.If(bus.wvalid & bus.wready):
+                    m.d.sync += w_addr.eq(w_addr + 8)
+                    with m.If(resp != RESP_OKAY):
+                        m.d.sync += w_err.eq(resp)
+                    with m.If(bus.wlast):
+                        m.next = "RESP"
+            with m.State("RESP"):
+                m.d.comb += [bus.bvalid.eq(~st_b), bus.bresp.eq(w_err), bus.bid.eq(0)]
+                with m.If(bus.bvalid & bus.bready):
+                    m.next = "ADDR"
+        return m
+
+
+class SimTop(wiring.Component):
+    """The core as the cocotb testbench drives it.
+
+    ``memory = "hdl"``: the core talks to an :class:`AxiRam` of ``mem_bytes`` inside the
+    design (``stall_rate``, ``err_lo``/``err_hi`` drive its back-pressure and error range).
+    ``memory = "axiram"``: the core's AXI port is brought out as ``axi__*`` ports for
+    cocotbext-axi.
+    """
+
+    def __init__(self, config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20):
+        if memory not in ("hdl", "axiram"):
+            raise ValueError(f"memory must be 'hdl' or 'axiram', got {memory!r}")
+        self.core = Core(config)
+        self.memory = memory
+        self.ram = AxiRam(mem_bytes) if memory == "hdl" else None
+        ports = {
+            "start": In(1), "rom_base": In(32), "busy": Out(1), "done": Out(1),
+            "error": Out(ErrorCode), "error_pc": Out(PC_BITS),
+            "counters": Out(data.ArrayLayout(64, len(COUNTERS))),
+        }
+        if memory == "hdl":
+            ports.update({"stall_rate": In(8), "err_lo": In(32), "err_hi": In(32)})
+        else:
+            ports["axi"] = Out(AxiSignature())
+        super().__init__(ports)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.core = core = self.core
+        m.d.comb += [core.start.eq(self.start), core.rom_base.eq(self.rom_base),
+                     self.busy.eq(core.busy), self.done.eq(core.done), self.error.eq(core.error),
+                     self.error_pc.eq(core.error_pc), self.counters.eq(core.counters)]
+        if self.ram is not None:
+            m.submodules.ram = ram = self.ram
+            wiring.connect(m, core.axi, ram.axi)
+            m.d.comb += [ram.stall_rate.eq(self.stall_rate), ram.err_lo.eq(self.err_lo),
+                         ram.err_hi.eq(self.err_hi)]
+        else:
+            wiring.connect(m, core.axi, wiring.flipped(self.axi))
+        return m

@@ -1,0 +1,220 @@
+"""cocotb testbench of the whole core: runs one ROM image against one memory image.
+
+Launched by :mod:`snpu.verif.rtl_sim` through ``cocotb_tools.runner``; the job (paths, core
+configuration, cycle budget, back-pressure) comes in the JSON file named by ``SNPU_JOB`` and
+the result goes to the JSON file the job names.  Structure, as in cocotb's
+``matrix_multiplier`` example:
+
+* :class:`MemoryPort` (driver side of external memory): loads the ROM and the memory image
+  into the design's AXI RAM (``hdl``) or into cocotbext-axi's ``AxiRam`` (``axiram``, with
+  random pauses on all five channels), and reads memory back;
+* :class:`CoreDriver`: reset, ``start``;
+* :class:`CoreMonitor`: waits for ``done`` within the cycle budget (a watchdog turns a hang
+  into a failure) and samples status and counters;
+* the model: :func:`snpu.verif.golden.run` on the same images;
+* :class:`Checker`: external memory bit for bit, the exact counters (pairs, DMA bytes,
+  instructions per unit), and the error status;
+* :class:`Testbench`: ``start`` / ``reset`` / ``run`` / ``stop``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
+
+from snpu.config import CoreConfig
+from snpu.rtl.core import COUNTERS
+from snpu.rtl.status import ErrorCode
+from snpu.verif import golden
+from snpu.verif.image import MemoryImage, read_rom
+
+CLOCK_NS = 10
+
+
+class MemoryPort:
+    def __init__(self, dut, kind: str, size: int, stall: float, seed: int):
+        self.dut, self.kind, self.size = dut, kind, size
+        if kind == "axiram":
+            from cocotbext.axi import AxiBus, AxiRam
+
+            self.ram = AxiRam(AxiBus.from_prefix(dut, "axi_"), dut.clk, dut.rst, size=size)
+            if stall:
+                rng = random.Random(seed)
+
+                def pauses():
+                    while True:
+                        yield rng.random() < stall
+
+                for ch in (self.ram.write_if.aw_channel, self.ram.write_if.w_channel,
+                           self.ram.write_if.b_channel, self.ram.read_if.ar_channel,
+                           self.ram.read_if.r_channel):
+                    ch.set_pause_generator(pauses())
+        else:
+            self.array = dut.ram.mem if hasattr(dut.ram, "mem") else dut.ram_mem
+            dut.stall_rate.value = int(stall * 256) if stall < 1 else 255
+            dut.err_lo.value = 0
+            dut.err_hi.value = 0
+
+    def load(self, data: np.ndarray) -> None:
+        if self.kind == "axiram":
+            self.ram.write(0, data.tobytes())
+            return
+        words = np.zeros(self.size // 8, dtype="<u8")
+        words[:data.size // 8] = data[:data.size // 8 * 8].view("<u8")
+        for k in np.flatnonzero(words):
+            self.array[int(k)].value = int(words[k])
+
+    def read(self, n: int) -> np.ndarray:
+        if self.kind == "axiram":
+            return np.frombuffer(self.ram.read(0, n), np.uint8).copy()
+        out = np.zeros(n // 8, dtype="<u8")
+        for k in range(n // 8):
+            out[k] = int(self.array[k].value)
+        return out.view(np.uint8)
+
+
+class CoreDriver:
+    def __init__(self, dut):
+        self.dut = dut
+
+    async def reset(self):
+        self.dut.start.value = 0
+        self.dut.rom_base.value = 0
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 3)
+        self.dut.rst.value = 0
+        await ClockCycles(self.dut.clk, 1)
+
+    async def start(self, rom_base: int):
+        self.dut.rom_base.value = rom_base
+        self.dut.start.value = 1
+        await RisingEdge(self.dut.clk)
+        self.dut.start.value = 0
+
+
+class CoreMonitor:
+    def __init__(self, dut):
+        self.dut = dut
+
+    async def wait_done(self, budget_cycles: int) -> bool:
+        try:
+            await with_timeout(RisingEdge(self.dut.done), budget_cycles * CLOCK_NS, "ns")
+        except cocotb.triggers.SimTimeoutError:
+            return False
+        return True
+
+    def status(self) -> dict:
+        counters = self.dut.counters.value
+        raw = int(counters)
+        values = {name: (raw >> (64 * k)) & ((1 << 64) - 1) for k, name in enumerate(COUNTERS)}
+        return {"error": ErrorCode(int(self.dut.error.value)).name,
+                "error_pc": int(self.dut.error_pc.value), "counters": values}
+
+
+class Checker:
+    """Compares the RTL run with the golden model; returns a list of mismatches."""
+
+    EXACT = {"pairs": "mac_pairs", "dense_pairs": "dense_pairs",
+             "dma_read_bytes": "dma_read_bytes", "dma_write_bytes": "dma_write_bytes"}
+
+    def compare(self, ext: np.ndarray, status: dict, model: golden.RunResult | None,
+                model_error: str | None) -> list[str]:
+        problems = []
+        if model_error is not None:
+            if status["error"] == "NONE":
+                problems.append(f"golden model raised ({model_error}) but the RTL reported no error")
+            return problems
+        if status["error"] != "NONE":
+            problems.append(f"RTL reported {status['error']} at ROM word {status['error_pc']}")
+            return problems
+        diff = np.flatnonzero(ext != model.ext)
+        if diff.size:
+            a = int(diff[0])
+            problems.append(f"external memory differs in {diff.size} bytes; first at 0x{a:x}: "
+                            f"RTL {ext[a]} golden {model.ext[a]}")
+        c = status["counters"]
+        for rtl_name, gold_name in self.EXACT.items():
+            if c[rtl_name] != getattr(model.stats, gold_name):
+                problems.append(f"counter {rtl_name}: RTL {c[rtl_name]} golden "
+                                f"{getattr(model.stats, gold_name)}")
+        for unit, n in model.stats.instructions.items():
+            if c[f"{unit.lower()}_instructions"] != n:
+                problems.append(f"{unit} instructions: RTL {c[f'{unit.lower()}_instructions']} "
+                                f"golden {n}")
+        return problems
+
+
+class Testbench:
+    def __init__(self, dut, job: dict):
+        self.dut, self.job = dut, job
+        self.config = CoreConfig.from_dict(job["config"])
+        self.image = MemoryImage.load(job["mem"])
+        self.rom = read_rom(job["rom"])
+        self.memory = MemoryPort(dut, job["memory"], job["mem_bytes"], job.get("stall", 0.0),
+                                 job.get("seed", 0))
+        self.driver, self.monitor, self.checker = CoreDriver(dut), CoreMonitor(dut), Checker()
+
+    async def reset(self):
+        await self.driver.reset()
+
+    def start(self):
+        cocotb.start_soon(Clock(self.dut.clk, CLOCK_NS, unit="ns").start())
+
+    def stop(self):
+        pass
+
+    async def run(self) -> dict:
+        rom_region = self.image.region("rom")
+        data = self.image.data.copy()
+        raw = b"".join(w.to_bytes(16, "little") for w in self.rom)
+        if len(raw) > rom_region.size:
+            raise ValueError(f"ROM of {len(self.rom)} words does not fit the rom region")
+        data[rom_region.addr:rom_region.addr + len(raw)] = np.frombuffer(raw, np.uint8)
+        self.image.data[:] = data  # the model sees the same memory, ROM included
+        self.memory.load(data)
+        await self.driver.start(rom_region.addr)
+        t0 = time.time()
+        finished = await self.monitor.wait_done(self.job["budget_cycles"])
+        wall = time.time() - t0
+        status = self.monitor.status()
+        ext = self.memory.read(self.image.size)
+        result = {"finished": finished, "wall_s": wall, **status}
+        result["cycles_per_s"] = status["counters"]["cycles"] / wall if wall > 0 else None
+        np.save(self.job["result"] + ".ext.npy", ext)
+        if not finished:
+            result["problems"] = [f"no done within {self.job['budget_cycles']} cycles (hang)"]
+            return result
+        if self.job.get("check", True):
+            model, model_error = None, None
+            try:
+                model = golden.run_image(self.rom, self.image, self.config)
+            except Exception as e:  # the checker reports it
+                model_error = str(e)
+            result["problems"] = self.checker.compare(ext, status, model, model_error)
+            if model is not None:
+                result["golden"] = model.stats.to_dict()
+        else:
+            result["problems"] = []
+        return result
+
+
+@cocotb.test()
+async def run_job(dut):
+    with open(os.environ["SNPU_JOB"]) as f:
+        job = json.load(f)
+    tb = Testbench(dut, job)
+    tb.start()
+    await tb.reset()
+    result = await tb.run()
+    tb.stop()
+    with open(job["result"], "w") as f:
+        json.dump(result, f, indent=1)
+    assert result["finished"], result["problems"][0]
+    assert not result["problems"], "; ".join(result["problems"])
