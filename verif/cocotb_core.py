@@ -39,7 +39,7 @@ CLOCK_NS = 10
 
 
 class MemoryPort:
-    def __init__(self, dut, kind: str, size: int, stall: float, seed: int):
+    def __init__(self, dut, kind: str, size: int, stall: float, seed: int, error_range=None):
         self.dut, self.kind, self.size = dut, kind, size
         if kind == "axiram":
             from cocotbext.axi import AxiBus, AxiRam
@@ -59,8 +59,9 @@ class MemoryPort:
         else:
             self.array = dut.ram.mem if hasattr(dut.ram, "mem") else dut.ram_mem
             dut.stall_rate.value = int(stall * 256) if stall < 1 else 255
-            dut.err_lo.value = 0
-            dut.err_hi.value = 0
+            lo, hi = error_range or (0, 0)
+            dut.err_lo.value = lo
+            dut.err_hi.value = hi
 
     def load(self, data: np.ndarray) -> None:
         if self.kind == "axiram":
@@ -158,7 +159,7 @@ class Testbench:
         self.image = MemoryImage.load(job["mem"])
         self.rom = read_rom(job["rom"])
         self.memory = MemoryPort(dut, job["memory"], job["mem_bytes"], job.get("stall", 0.0),
-                                 job.get("seed", 0))
+                                 job.get("seed", 0), job.get("error_range"))
         self.driver, self.monitor, self.checker = CoreDriver(dut), CoreMonitor(dut), Checker()
 
     async def reset(self):

@@ -124,7 +124,8 @@ def build(config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20,
 
 def run(words: list[int], image: MemoryImage, config: CoreConfig | None = None, *,
         memory: str = "hdl", stall: float = 0.0, seed: int = 0, budget_cycles: int | None = None,
-        waves: str | None = None, check: bool = True) -> RtlResult:
+        waves: str | None = None, check: bool = True,
+        error_range: tuple[int, int] | None = None) -> RtlResult:
     """Run a ROM image on the RTL core against ``image``.
 
     Parameters
@@ -141,6 +142,9 @@ def run(words: list[int], image: MemoryImage, config: CoreConfig | None = None, 
         Write an ``.fst`` waveform to this path.
     check:
         Compare with the golden model inside the testbench.
+    error_range:
+        ``(lo, hi)``: external addresses that answer SLVERR (``hdl`` memory only; for fault
+        injection tests).
     """
     from cocotb_tools.runner import get_runner
 
@@ -164,7 +168,8 @@ def run(words: list[int], image: MemoryImage, config: CoreConfig | None = None, 
         job = {"rom": str(tmp / "prog.hex"), "mem": str(tmp / "mem.bin"),
                "config": config.to_dict(), "memory": memory, "mem_bytes": mem_bytes,
                "stall": stall, "seed": seed, "budget_cycles": budget_cycles,
-               "result": str(tmp / "result.json"), "check": check}
+               "result": str(tmp / "result.json"), "check": check,
+               "error_range": list(error_range) if error_range else None}
         (tmp / "job.json").write_text(json.dumps(job))
         runner = get_runner(sim)
         extra = {"SNPU_JOB": str(tmp / "job.json"), "PYTHONPATH": os.pathsep.join(sys.path)}

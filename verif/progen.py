@@ -1,0 +1,311 @@
+"""Seeded random programs: whole ROM images with their memory images.
+
+Each generator builds a :class:`~snpu.verif.program.Program` that a real compiler could have
+produced: data placed in external memory, loads, compute and stores ordered by dependency
+tokens with double buffering, ``halt`` at the end.  The golden model checks every program for
+races, so a generator bug shows up as an error rather than as a silent mismatch.
+
+* :func:`fc_program` - sparse or dense fully connected layers, every neuron / weight index
+  format, thresholding and group pruning at load, tiles accumulated over the input
+  dimension, requantisation with ReLU;
+* :func:`conv_program` - a convolution lowered to fc over im2col patches (3-D loads of a
+  zero-padded channels-last tensor), one output row per tile, ping-pong buffers;
+* :func:`pool_program` - max or average pooling windows with ``vred`` and ``req``;
+* :func:`eltwise_program` - a scaled residual add with ReLU (``vew``);
+* :func:`random_program` - one of the above with random shapes and densities.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from snpu.config import CoreConfig
+
+from . import index as ix
+from . import layout, numerics
+from .isa import Unit
+from .program import Program
+
+LD, MX, VX, ST = Unit.LD, Unit.MX, Unit.VX, Unit.ST
+FMT = {"dense": 0, "direct": 1, "stride": 2}
+
+
+def sparse_int8(rng, shape, density, low=-128, high=128):
+    x = rng.integers(low, high, shape).astype(np.int8)
+    x[x == 0] = 1
+    x[rng.random(shape) >= density] = 0
+    return x
+
+
+def _params(rng, channels, relu_scale=True):
+    bias = rng.integers(-3000, 3000, channels)
+    mult = rng.integers(2000, 30000, channels)
+    shift = rng.integers(12, 20, channels)
+    return numerics.pack_params(bias, mult, shift)
+
+
+def _round(x, m):
+    return -(-x // m) * m
+
+
+class _Tokens:
+    """Bookkeeping of token channels so generated programs always balance."""
+
+    def __init__(self):
+        self.count = {}
+
+    def give(self, a, b):
+        self.count[(a, b)] = self.count.get((a, b), 0) + 1
+
+    def take(self, a, b):
+        assert self.count.get((a, b), 0) > 0, f"no token {a.name}->{b.name}"
+        self.count[(a, b)] -= 1
+
+
+def fc_program(rng, cfg: CoreConfig, *, n_in=None, rows=None, nvec=None, nfmt=None, wfmt=None,
+               npacked=None, mixed=None, n_density=None, w_density=None, ktiles=None,
+               group=None, mem_bytes=1 << 18) -> Program:
+    """``y = ReLU(requant(W x))`` for ``nvec`` vectors, the input dimension split into
+    ``ktiles`` tiles accumulated in ``acc``."""
+    P = cfg.lanes
+    n_in = n_in or int(rng.integers(8, 400))
+    rows = rows or int(rng.integers(1, 3 * P + 3))
+    nvec = nvec or int(rng.integers(1, 4))
+    nfmt = nfmt or str(rng.choice(["dense", "direct", "direct", "stride"]))
+    wfmt = wfmt or str(rng.choice(["dense", "direct", "stride"]))
+    npacked = int(rng.integers(0, 2)) if npacked is None else npacked
+    if nfmt == "dense":
+        npacked = 0
+    mixed = int(rng.integers(0, 2)) if mixed is None else mixed
+    n_density = float(rng.choice([0.05, 0.3, 0.6, 1.0])) if n_density is None else n_density
+    w_density = float(rng.choice([0.05, 0.1, 0.25, 0.5, 1.0])) if w_density is None else w_density
+    ktiles = ktiles or int(rng.integers(1, 3))
+    thresh = int(rng.integers(0, 10))
+    group = int(rng.choice([0, 0, 2, 3])) if group is None else group
+
+    p = Program(cfg, mem_bytes=mem_bytes, rom_bytes=1 << 14)
+    x = sparse_int8(rng, (nvec, n_in), n_density)
+    w = sparse_int8(rng, (rows, n_in), w_density)
+    kt = _round(-(-n_in // ktiles), 8)
+    bounds = [(lo, min(n_in, lo + kt)) for lo in range(0, n_in, kt)]
+    acc_stride = _round(rows, P)
+    prm = p.data("params", _params(rng, _round(rows, P)), "params")
+    p.emit("ld", buf="param", ext=prm, dst=0, cols=8 * _round(rows, P))
+    tok = _Tokens()
+    out = p.space("y", (nvec, rows))
+    nvec_stride = _round(max(hi - lo for lo, hi in bounds), 64)
+    half = cfg.nbuf_bytes // 2
+    if nvec * nvec_stride > half:
+        raise ValueError("fc_program: tile does not fit half of nbuf; use a bigger config")
+    for t, (lo, hi) in enumerate(bounds):
+        n = hi - lo
+        xs, ws = x[:, lo:hi], w[:, lo:hi]
+        nbase = (t % 2) * half
+        wb, ib = (t % 2) * (cfg.wbuf_bytes // 2), (t % 2) * (cfg.widx_bytes // 2)
+        waits = [MX] if t >= 2 else []
+        if waits:
+            tok.take(MX, LD)
+        # neurons
+        if nfmt != "dense" and not npacked and nfmt == "direct":
+            use_group = group and n % (1 << group) == 0 and nbase % 8 == 0
+            p.cfgs(ld__nidx_mode=1, ld__thresh=thresh, ld__group_log2=group if use_group else 0,
+                   ld__group_t3=int(rng.integers(0, 40)), ld__group_t4=int(rng.integers(0, 3)),
+                   ld__ext_stride=n, ld__dst_stride=nvec_stride)
+            p.emit("ld", buf="nbuf", ext=p.data(f"x{t}", np.ascontiguousarray(xs)), dst=nbase,
+                   rows=nvec, cols=n, wait=waits)
+            nidx_base, nidx_stride = nbase // 8, nvec_stride // 8
+            p.cfgs(ld__nidx_mode=0)
+        else:
+            mask = ix.threshold(xs, thresh) if nfmt != "dense" else np.ones_like(xs, bool)
+            vals = np.zeros((nvec, nvec_stride), np.int8)
+            enc = []
+            for v in range(nvec):
+                kept = xs[v][mask[v]] if npacked else xs[v]
+                vals[v, :kept.size] = kept
+                if nfmt == "direct":
+                    enc.append(ix.encode_direct(mask[v], 64))
+                elif nfmt == "stride":
+                    enc.append(ix.encode_stride(ix.direct_to_stride(mask[v])))
+            p.cfgs(ld__nidx_mode=0, ld__ext_stride=nvec_stride, ld__dst_stride=nvec_stride)
+            p.emit("ld", buf="nbuf", ext=p.data(f"x{t}", vals), dst=nbase, rows=nvec,
+                   cols=nvec_stride, wait=waits)
+            nidx_base, nidx_stride = (t % 2) * (cfg.nidx_bytes // 2), 0
+            if enc:
+                nidx_stride = _round(max(len(e) for e in enc), 8)
+                buf = np.zeros((nvec, nidx_stride), np.uint8)
+                for v, e in enumerate(enc):
+                    buf[v, :len(e)] = np.frombuffer(e, np.uint8)
+                if nvec * nidx_stride > cfg.nidx_bytes // 2:
+                    raise ValueError("fc_program: neuron index does not fit; use a bigger config")
+                p.cfgs(ld__ext_stride=nidx_stride, ld__dst_stride=nidx_stride)
+                p.emit("ld", buf="nidx", ext=p.data(f"xi{t}", buf), dst=nidx_base, rows=nvec,
+                       cols=nidx_stride)
+        # weights
+        banks = layout.encode_weight_tile(ws, wfmt, P, cfg.chunk_bits)
+        if max(len(b.wbuf) for b in banks) > cfg.wbuf_bytes // 2 or \
+                max(len(b.widx) for b in banks) > cfg.widx_bytes // 2:
+            raise ValueError("fc_program: weight tile does not fit; use a bigger config")
+        loads = [(buf, g, raw) for g, b in enumerate(banks)
+                 for buf, raw in (("wbuf", b.wbuf), ("widx", b.widx)) if raw]
+        for k, (buf, g, raw) in enumerate(loads):
+            p.emit("ld", buf=buf, lane=g, ext=p.data(f"{buf}{t}_{g}", np.frombuffer(raw, np.uint8),
+                                                     "weights", 8),
+                   dst=wb if buf == "wbuf" else ib, cols=len(raw),
+                   signal=[MX] if k == len(loads) - 1 else [])
+        tok.give(LD, MX)
+        # compute
+        p.cfgs(mx__nfmt=FMT[nfmt], mx__npacked=npacked, mx__wfmt=FMT[wfmt], mx__nvec=nvec,
+               mx__nstride=nvec_stride, mx__nidx_stride=nidx_stride, mx__acc_stride=acc_stride,
+               mx__mixed=mixed)
+        sig = [LD] if t + 2 < len(bounds) else []
+        last = t == len(bounds) - 1
+        if last:
+            sig.append(VX)
+        tok.take(LD, MX)
+        p.emit("fc", nbuf=nbase, nidx=nidx_base, wbuf=wb, widx=ib, acc=0, n_in=n,
+               rows=rows, accumulate=int(t > 0), wait=[LD], signal=sig)
+        for s in sig:
+            tok.give(MX, s)
+    tok.take(MX, VX)
+    p.cfgs(vx__src_stride=acc_stride, vx__dst_stride=acc_stride)
+    p.emit("req", dst=0, src=0, param=0, n_o=nvec, n_i=acc_stride // P,
+           relu=int(rng.integers(0, 2)), wait=[MX], signal=[ST])
+    p.cfgs(st__src_stride=acc_stride, st__ext_stride=rows)
+    p.emit("st", src=0, ext=out, rows=nvec, cols=rows, wait=[VX])
+    p.emit("halt")
+    return p
+
+
+def conv_program(rng, cfg: CoreConfig, *, c_in=None, c_out=None, h=None, w=None, k=None,
+                 stride=None, w_density=None, wfmt=None, mem_bytes=1 << 18) -> Program:
+    """A k x k convolution of a zero-padded channels-last input, one output row per tile:
+    3-D loads gather the row's im2col patches (plane = output pixel, rows = kernel rows,
+    cols = k * c_in bytes), fc computes all output channels, req + st write the row."""
+    P = cfg.lanes
+    c_in = c_in or int(rng.integers(1, 9))
+    c_out = c_out or int(rng.integers(1, 2 * P + 2))
+    k = k or int(rng.choice([1, 3]))
+    stride = stride or int(rng.choice([1, 1, 2]))
+    h = h or int(rng.integers(k, 9))
+    w = w or int(rng.integers(k, 9))
+    pad = k // 2
+    w_density = float(rng.choice([0.1, 0.3, 1.0])) if w_density is None else w_density
+    wfmt = wfmt or str(rng.choice(["dense", "direct", "stride"]))
+    ho, wo = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    n_in = k * k * c_in
+    nstride = _round(n_in, 64)
+    if wo * nstride > cfg.nbuf_bytes // 2:
+        raise ValueError("conv_program: a row of patches does not fit half of nbuf")
+    p = Program(cfg, mem_bytes=mem_bytes, rom_bytes=1 << 14)
+    x = np.maximum(sparse_int8(rng, (h, w, c_in), 0.7), 0)  # post-ReLU activations
+    xp = np.zeros((h + 2 * pad, w + 2 * pad, c_in), np.int8)
+    xp[pad:pad + h, pad:pad + w] = x
+    xa = p.data("x", xp)
+    weights = sparse_int8(rng, (c_out, k, k, c_in), w_density).reshape(c_out, n_in)
+    acc_stride = _round(c_out, P)
+    obuf_row = wo * acc_stride
+    if 2 * wo * acc_stride > cfg.acc_elems or 2 * obuf_row > cfg.obuf_bytes:
+        raise ValueError("conv_program: output row does not fit")
+    prm = p.data("params", _params(rng, acc_stride), "params")
+    p.emit("ld", buf="param", ext=prm, dst=0, cols=8 * acc_stride)
+    p.load_weight_tile("w", weights, wfmt, signal_last=[])
+    out = p.space("y", (ho, wo, c_out))
+    row_bytes = (w + 2 * pad) * c_in
+    p.cfgs(ld__nidx_mode=1, ld__thresh=0, ld__ext_stride=row_bytes, ld__dst_stride=k * c_in,
+           ld__ext_stride3=stride * c_in, ld__dst_stride3=nstride)
+    p.cfgs(mx__nfmt=1, mx__wfmt=FMT[wfmt], mx__nvec=wo, mx__nstride=nstride,
+           mx__nidx_stride=nstride // 8, mx__acc_stride=acc_stride)
+    p.cfgs(vx__src_stride=acc_stride, vx__dst_stride=acc_stride)
+    p.cfgs(st__src_stride=acc_stride, st__ext_stride=c_out)
+    for oy in range(ho):
+        b = oy % 2
+        nbase, abase, obase = b * (cfg.nbuf_bytes // 2), b * wo * acc_stride, b * obuf_row
+        p.emit("ld", buf="nbuf", ext=xa + oy * stride * row_bytes, dst=nbase, n3=wo, rows=k,
+               cols=k * c_in, wait=[MX] if oy >= 2 else [], signal=[MX])
+        sig = [VX] + ([LD] if oy + 2 < ho else [])
+        p.emit("fc", nbuf=nbase, nidx=nbase // 8, wbuf=0, widx=0, acc=abase, n_in=n_in,
+               rows=c_out, wait=[LD] + ([VX] if oy >= 2 else []), signal=sig)
+        p.emit("req", dst=obase, src=abase, param=0, n_o=wo, n_i=acc_stride // P, relu=1,
+               wait=[MX] + ([ST] if oy >= 2 else []),
+               signal=[ST] + ([MX] if oy + 2 < ho else []))
+        p.emit("st", src=obase, ext=out + oy * wo * c_out, rows=wo, cols=c_out, wait=[VX],
+               signal=[VX] if oy + 2 < ho else [])
+    p.emit("halt")
+    p.meta = {"x": x, "w": weights, "k": k, "stride": stride, "pad": pad, "c_out": c_out}
+    return p
+
+
+def pool_program(rng, cfg: CoreConfig, *, c=None, h=None, w=None, k=None, mode=None,
+                 mem_bytes=1 << 18) -> Program:
+    """k x k, stride k pooling (max, or sum followed by requantisation by 1/k^2)."""
+    P = cfg.lanes
+    c = c or int(rng.integers(1, 2 * P + 1))
+    k = k or int(rng.choice([2, 3]))
+    h, w = (h or int(rng.integers(1, 4))) * k, (w or int(rng.integers(1, 4))) * k
+    mode = mode or str(rng.choice(["max", "sum"]))
+    cw = _round(c, P)
+    if h * w * cw > cfg.acc_elems // 2:
+        raise ValueError("pool_program: input does not fit acc")
+    p = Program(cfg, mem_bytes=mem_bytes, rom_bytes=1 << 14)
+    x = sparse_int8(rng, (h, w, c), 0.8)
+    p.cfgs(ld__ext_stride=c, ld__dst_stride=cw)
+    p.emit("ld", buf="acc", ext=p.data("x", x), dst=0, rows=h * w, cols=c)
+    scale = 1.0 if mode == "max" else 1.0 / (k * k)
+    mult, shift = numerics.quantize_multiplier(scale)
+    prm = numerics.pack_params(np.zeros(cw, np.int64), np.full(cw, mult), np.full(cw, shift))
+    p.emit("ld", buf="param", ext=p.data("params", prm, "params"), dst=0, cols=prm.size,
+           signal=[VX])
+    ho, wo = h // k, w // k
+    out_base = _round(h * w * cw, P)
+    p.cfgs(vx__src_stride=k * cw, vx__dst_stride=cw, vx__k1_stride=cw, vx__k2_stride=w * cw)
+    for oy in range(ho):
+        p.emit("vred", mode=mode, dst=out_base + oy * wo * cw, src=oy * k * w * cw, n_o=wo,
+               n_i=cw // P, k1=k, k2=k, wait=[LD] if oy == 0 else [])
+    p.cfgs(vx__src_stride=cw, vx__dst_stride=cw)
+    p.emit("req", dst=0, src=out_base, param=0, n_o=ho * wo, n_i=cw // P, signal=[ST])
+    y = p.space("y", (ho, wo, c))
+    p.cfgs(st__src_stride=cw, st__ext_stride=c)
+    p.emit("st", src=0, ext=y, rows=ho * wo, cols=c, wait=[VX])
+    p.emit("halt")
+    return p
+
+
+def eltwise_program(rng, cfg: CoreConfig, *, c=None, n=None, mem_bytes=1 << 18) -> Program:
+    """``y = ReLU(requant(a * ma + b * mb))`` over ``n`` pixels of ``c`` channels."""
+    P = cfg.lanes
+    c = c or int(rng.integers(1, 2 * P + 1))
+    n = n or int(rng.integers(1, 12))
+    cw = _round(c, P)
+    p = Program(cfg, mem_bytes=mem_bytes, rom_bytes=1 << 14)
+    a, b = sparse_int8(rng, (n, c), 0.9), sparse_int8(rng, (n, c), 0.9)
+    p.cfgs(ld__ext_stride=c, ld__dst_stride=cw)
+    p.emit("ld", buf="acc", ext=p.data("a", a), dst=0, rows=n, cols=c)
+    p.emit("ld", buf="acc", ext=p.data("b", b), dst=n * cw, rows=n, cols=c)
+    mult, shift = numerics.quantize_multiplier(float(rng.uniform(0.002, 0.02)))
+    prm = numerics.pack_params(np.zeros(cw, np.int64), np.full(cw, mult), np.full(cw, shift))
+    p.emit("ld", buf="param", ext=p.data("params", prm, "params"), dst=0, cols=prm.size,
+           signal=[VX])
+    p.cfgs(vx__src_stride=cw, vx__b_stride=cw, vx__dst_stride=cw)
+    p.emit("vew", dst=2 * n * cw, a=0, b=n * cw, n_o=n, n_i=cw // P,
+           ma=int(rng.integers(-300, 300)), mb=int(rng.integers(-300, 300)), relu=1, wait=[LD])
+    p.emit("req", dst=0, src=2 * n * cw, param=0, n_o=n, n_i=cw // P, signal=[ST])
+    y = p.space("y", (n, c))
+    p.cfgs(st__src_stride=cw, st__ext_stride=c)
+    p.emit("st", src=0, ext=y, rows=n, cols=c, wait=[VX])
+    p.emit("halt")
+    return p
+
+
+GENERATORS = {"fc": fc_program, "conv": conv_program, "pool": pool_program,
+              "eltwise": eltwise_program}
+
+
+def random_program(rng, cfg: CoreConfig, kind: str | None = None) -> Program:
+    """A random program of ``kind`` (default: random), retried until it fits ``cfg``."""
+    for _ in range(50):
+        k = kind or str(rng.choice(list(GENERATORS)))
+        try:
+            return GENERATORS[k](rng, cfg)
+        except ValueError:
+            continue
+    raise ValueError(f"could not generate a {kind or 'random'} program that fits {cfg}")
