@@ -16,8 +16,20 @@ from .config import CoreConfig
 from .errors import SnpuError
 
 
-def _load_config(path: str | None) -> CoreConfig:
-    return CoreConfig.load(path) if path else CoreConfig()
+def _load_config(path: str | None, **overrides) -> CoreConfig:
+    cfg = CoreConfig.load(path) if path else CoreConfig()
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return CoreConfig.from_dict({**cfg.to_dict(), **changes}) if changes else cfg
+
+
+def _config_options(f):
+    """Options that override single core parameters (``--lanes 16`` ...)."""
+    for name in reversed(("lanes", "nbuf_bytes", "nidx_bytes", "wbuf_bytes", "widx_bytes",
+                          "acc_words", "obuf_bytes", "param_rows", "queue_depth", "token_depth")):
+        f = click.option(f"--{name.replace('_', '-')}", name, type=int, default=None,
+                         help=f"Core parameter {name} (overrides --core).")(f)
+    return click.option("--core", "core", type=click.Path(exists=True, dir_okay=False),
+                        help="Core configuration JSON (default: the standard core).")(f)
 
 
 class _Group(click.Group):
@@ -68,8 +80,14 @@ def disasm(rom: str, addresses: bool) -> None:
               help="External-memory image (.bin); its manifest is the .json beside it.")
 @click.option("--manifest", type=click.Path(exists=True, dir_okay=False),
               help="Manifest, if not beside the image.")
-@click.option("--core", "core", type=click.Path(exists=True, dir_okay=False),
-              help="Core configuration JSON (default: the standard core).")
+@_config_options
+@click.option("--rtl", is_flag=True, help="Run on the RTL (Verilator via cocotb) instead of the "
+              "golden model; the testbench also checks the result against the golden model.")
+@click.option("--memory", type=click.Choice(["hdl", "axiram"]), default="hdl", show_default=True,
+              help="RTL external memory: AXI RAM inside the simulation, or cocotbext-axi's AxiRam.")
+@click.option("--stall", type=float, default=0.0, show_default=True,
+              help="RTL: probability of pausing each AXI handshake per cycle.")
+@click.option("--fst", "waves", type=click.Path(dir_okay=False), help="RTL: write waves (.fst).")
 @click.option("--out", "out", type=click.Path(file_okay=False),
               help="Write every output region as .npy and the final memory image here.")
 @click.option("--expect", type=click.Path(exists=True, dir_okay=False),
@@ -77,20 +95,34 @@ def disasm(rom: str, addresses: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the run statistics as JSON.")
 @click.option("--no-race-check", is_flag=True, help="Skip the check that units are ordered.")
 def sim(rom: str, mem: str, manifest: str | None, core: str | None, out: str | None,
-        expect: str | None, as_json: bool, no_race_check: bool) -> None:
-    """Run ROM on the golden model against the memory image MEM."""
+        expect: str | None, as_json: bool, no_race_check: bool, rtl: bool, memory: str,
+        stall: float, waves: str | None, **params) -> None:
+    """Run ROM against the memory image MEM on the golden model (or, with --rtl, the RTL)."""
     import numpy as np
 
     from .verif import golden
     from .verif.image import MemoryImage, read_rom
 
-    cfg = _load_config(core)
+    cfg = _load_config(core, **params)
     words = read_rom(rom)
     image = MemoryImage.load(mem, manifest)
-    with _progress("golden model", len(words)) as tick:
-        result = golden.run_image(words, image, cfg, check_races=not no_race_check, progress=tick)
-    image.data[:] = result.ext
-    stats = result.stats.to_dict()
+    if rtl:
+        from .verif import rtl_sim
+
+        with _progress("RTL simulation", 0):
+            r = rtl_sim.run(words, image, cfg, memory=memory, stall=stall, waves=waves)
+        if not r.finished:
+            raise rtl_sim.RtlError("the core did not finish within its cycle budget (hang)")
+        image.data[:] = r.ext
+        stats = {"cycles": r.cycles, "error": r.error, "error_pc": r.error_pc,
+                 "counters": r.counters, "simulated_cycles_per_s": r.cycles_per_s,
+                 "golden_check": r.problems or "match"}
+    else:
+        with _progress("golden model", len(words)) as tick:
+            result = golden.run_image(words, image, cfg, check_races=not no_race_check,
+                                      progress=tick)
+        image.data[:] = result.ext
+        stats = result.stats.to_dict()
     if out:
         outdir = Path(out)
         outdir.mkdir(parents=True, exist_ok=True)
@@ -116,6 +148,8 @@ def sim(rom: str, mem: str, manifest: str | None, core: str | None, out: str | N
         stats["expect"] = {"checked": list(ref.files), "failures": failures}
     if as_json:
         click.echo(json.dumps(stats, indent=1))
+    elif rtl:
+        _print_rtl(stats)
     else:
         _print_stats(stats)
         for r in image.regions.values():
@@ -129,8 +163,46 @@ def sim(rom: str, mem: str, manifest: str | None, core: str | None, out: str | N
                 click.echo("MISMATCH: " + "; ".join(failures))
             else:
                 click.echo(f"match: {', '.join(ref.files)} equal the expected arrays bit for bit")
-    if failures:
+    if failures or (rtl and (stats["error"] != "NONE" or stats["golden_check"] != "match")):
         sys.exit(1)
+
+
+@main.command()
+@_config_options
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Verilog file to write.")
+@click.option("--name", default="snpu_core", show_default=True, help="Top module name.")
+def verilog(core: str | None, output: str, name: str, **params) -> None:
+    """Write standalone Verilog of one core (AXI4 master, control/status ports)."""
+    from amaranth.back import verilog as amaranth_verilog
+
+    from .fileio import atomic_write
+    from .rtl.core import Core
+
+    cfg = _load_config(core, **params)
+    with _progress("generating Verilog", 0):
+        text = amaranth_verilog.convert(Core(cfg), name=name)
+    atomic_write(output, text)
+    click.echo(f"{output}: module {name}, {cfg.lanes} lanes, {len(text) // 1024} KiB")
+
+
+def _print_rtl(s: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = s["counters"]
+    t = Table(title=f"RTL: {s['cycles']} cycles, error {s['error']}", show_header=True)
+    for col in ("unit", "instructions", "busy cycles", "token stall cycles"):
+        t.add_column(col, justify="right" if col != "unit" else "left")
+    for u in ("ld", "mx", "vx", "st"):
+        t.add_row(u.upper(), str(c[f"{u}_instructions"]), str(c[f"{u}_busy"]), str(c[f"{u}_stall"]))
+    Console().print(t)
+    dense = c["dense_pairs"]
+    click.echo(f"MAC pairs {c['pairs']} of {dense} dense, skipped {dense - c['pairs']}; "
+               f"MX busy {c['mac_cycles']} cycles; DMA read {c['dma_read_bytes']} B, write "
+               f"{c['dma_write_bytes']} B; {s['simulated_cycles_per_s'] or 0:.0f} cycles/s simulated")
+    check = s["golden_check"]
+    click.echo("golden model: match" if check == "match" else "golden model: MISMATCH: " + "; ".join(check))
 
 
 def _print_stats(s: dict) -> None:
@@ -161,6 +233,12 @@ class _progress:
         self._bar = None
 
     def __enter__(self):
+        if sys.stderr.isatty() and self.total == 0:  # indeterminate: a spinner
+            from rich.console import Console
+
+            self._bar = Console(stderr=True).status(self.what + " ...")
+            self._bar.start()
+            return None
         if sys.stderr.isatty() and self.total > 2000:
             from rich.progress import Progress
 

@@ -99,3 +99,43 @@ def test_help_everywhere(cli):
     for cmd in ([], ["asm"], ["disasm"], ["sim"]):
         r = cli(*cmd, "--help")
         assert r.exit_code == 0 and "Usage:" in r.output
+
+
+def test_verilog_writes_a_standalone_core(tmp_path):
+    out = tmp_path / "core.v"
+    r = CliRunner().invoke(main, ["verilog", "--lanes", "1", "--nbuf-bytes", "256",
+                                  "--nidx-bytes", "32", "--wbuf-bytes", "256", "--widx-bytes", "256",
+                                  "--acc-words", "16", "--obuf-bytes", "64", "--param-rows", "4",
+                                  "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    assert "module snpu_core(" in text and "axi__arvalid" in text and "axi__wstrb" in text
+
+
+def test_verilog_rejects_a_bad_parameter(tmp_path):
+    r = CliRunner().invoke(main, ["verilog", "--lanes", "6", "-o", str(tmp_path / "c.v")])
+    assert r.exit_code == 1
+    assert r.output.strip() == "error: core config: lanes=6 must be a power of two in 1..64"
+    assert not (tmp_path / "c.v").exists()
+
+
+@pytest.mark.rtl
+def test_sim_rtl(tmp_path):
+    """`snpu sim --rtl` on the test core (its simulator is cached by tests/rtl/test_core.py)."""
+    import json
+
+    from snpu.verif import progen
+
+    from .rtl.test_core import TEST_CORE
+
+    p = progen.fc_program(__import__("numpy").random.default_rng(3), TEST_CORE)
+    words = p.place_rom()
+    from snpu.verif.image import write_rom
+
+    write_rom(tmp_path / "p.hex", words)
+    p.image.save(tmp_path / "mem.bin")
+    (tmp_path / "core.json").write_text(json.dumps(TEST_CORE.to_dict()))
+    r = CliRunner().invoke(main, ["sim", str(tmp_path / "p.hex"), "--mem", str(tmp_path / "mem.bin"),
+                                  "--core", str(tmp_path / "core.json"), "--rtl"])
+    assert r.exit_code == 0, r.output
+    assert "golden model: match" in r.output and "error NONE" in r.output
