@@ -172,7 +172,7 @@ class Testbench:
         pass
 
     async def run(self) -> dict:
-        rom_region = self.image.region("rom")
+        rom_region = self.image.region(self.job.get("rom_region", "rom"))
         data = self.image.data.copy()
         raw = b"".join(w.to_bytes(16, "little") for w in self.rom)
         if len(raw) > rom_region.size:

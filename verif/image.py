@@ -132,13 +132,29 @@ class MemoryImage:
         Bytes of external memory.
     """
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, *, growable: bool = False):
         if size <= 0 or size % 8:
             raise ImageError(f"memory size {size} must be a positive multiple of 8 bytes")
         self.size = size
         self.data = np.zeros(size, dtype=np.uint8)
         self.regions: dict[str, Region] = {}
         self._next = 0
+        self.growable = growable
+
+    def _grow(self, end: int) -> None:
+        """Growable images (the compiler's) double until ``end`` fits."""
+        size = self.size
+        while size < end:
+            size *= 2
+        data = np.zeros(size, dtype=np.uint8)
+        data[:self.size] = self.data
+        self.data, self.size = data, size
+
+    def trim(self) -> None:
+        """Shrink a growable image to its last region (rounded to 64 bytes)."""
+        end = max((r.end for r in self.regions.values()), default=8)
+        size = max(64, -(-end // 64) * 64)
+        self.data, self.size = self.data[:size].copy(), size
 
     # Regions ---------------------------------------------------------------------------------
     def add_region(self, name: str, addr: int, size: int, kind: str, dtype: str = "uint8",
@@ -147,6 +163,8 @@ class MemoryImage:
             raise ImageError(f"region {name!r} is defined twice")
         if kind not in REGION_KINDS:
             raise ImageError(f"region {name!r}: kind {kind!r} is not one of {REGION_KINDS}")
+        if self.growable and addr >= 0 and size >= 0 and addr + size > self.size:
+            self._grow(addr + size)
         if addr < 0 or size < 0 or addr + size > self.size:
             raise ImageError(f"region {name!r} [0x{addr:x}, 0x{addr + size:x}) lies outside "
                              f"memory of {self.size} bytes")
@@ -170,10 +188,17 @@ class MemoryImage:
               shape: Iterable[int] | None = None, align: int = 64) -> Region:
         """Place a region after every region so far, aligned to ``align`` bytes."""
         addr = -(-self._next // align) * align
-        if addr + size > self.size:
+        if addr + size > self.size and not self.growable:
             raise ImageError(f"out of external memory placing {name!r}: need {size} bytes at "
                              f"0x{addr:x}, memory is {self.size} bytes")
         return self.add_region(name, addr, size, kind, dtype, shape)
+
+    def copy_image(self) -> "MemoryImage":
+        other = MemoryImage(self.size, growable=self.growable)
+        other.data = self.data.copy()
+        other.regions = dict(self.regions)
+        other._next = self._next
+        return other
 
     def region(self, name: str) -> Region:
         try:

@@ -33,10 +33,15 @@ class Program:
     """
 
     def __init__(self, config: CoreConfig | None = None, mem_bytes: int = 1 << 20,
-                 rom_bytes: int = 1 << 16):
+                 rom_bytes: int = 1 << 16, *, image: MemoryImage | None = None,
+                 rom_name: str = "rom"):
         self.config = config or CoreConfig()
-        self.image = MemoryImage(mem_bytes)
-        self.image.add_region("rom", 0, rom_bytes, "rom")
+        self.rom_name = rom_name
+        if image is None:
+            self.image = MemoryImage(mem_bytes)
+            self.image.add_region(rom_name, 0, rom_bytes, "rom")
+        else:  # a shared image; the ROM region is placed by place_rom()
+            self.image = image
         self.instrs: list[Instr] = []
         self._regs = {r.name: r.reset for r in isa.REGISTERS}
 
@@ -66,7 +71,9 @@ class Program:
 
     def words(self) -> list[int]:
         words = [isa.encode(i) for i in self.instrs]
-        rom = self.image.region("rom")
+        if self.rom_name not in self.image.regions:
+            return words
+        rom = self.image.region(self.rom_name)
         if len(words) * isa.WORD_BYTES > rom.size:
             raise ValueError(f"program of {len(words)} words does not fit the {rom.size}-byte ROM "
                              "region")
@@ -76,10 +83,14 @@ class Program:
         return "".join(format_instr(i) + "\n" for i in self.instrs)
 
     def place_rom(self) -> list[int]:
-        """Write the ROM words into the image's rom region (what the RTL fetches)."""
+        """Write the ROM words into the image's rom region (what the RTL fetches); in a
+        shared image the region is allocated now, sized to the program."""
         words = self.words()
         raw = b"".join(w.to_bytes(isa.WORD_BYTES, "little") for w in words)
-        self.image.data[:len(raw)] = np.frombuffer(raw, np.uint8)
+        if self.rom_name not in self.image.regions:
+            self.image.alloc(self.rom_name, max(len(raw), 16), "rom", align=64)
+        r = self.image.region(self.rom_name)
+        self.image.data[r.addr:r.addr + len(raw)] = np.frombuffer(raw, np.uint8)
         return words
 
     # Data ------------------------------------------------------------------------------------

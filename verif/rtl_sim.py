@@ -125,7 +125,7 @@ def build(config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20,
 def run(words: list[int], image: MemoryImage, config: CoreConfig | None = None, *,
         memory: str = "hdl", stall: float = 0.0, seed: int = 0, budget_cycles: int | None = None,
         waves: str | None = None, check: bool = True,
-        error_range: tuple[int, int] | None = None) -> RtlResult:
+        error_range: tuple[int, int] | None = None, rom_region: str = "rom") -> RtlResult:
     """Run a ROM image on the RTL core against ``image``.
 
     Parameters
@@ -169,7 +169,8 @@ def run(words: list[int], image: MemoryImage, config: CoreConfig | None = None, 
                "config": config.to_dict(), "memory": memory, "mem_bytes": mem_bytes,
                "stall": stall, "seed": seed, "budget_cycles": budget_cycles,
                "result": str(tmp / "result.json"), "check": check,
-               "error_range": list(error_range) if error_range else None}
+               "error_range": list(error_range) if error_range else None,
+               "rom_region": rom_region}
         (tmp / "job.json").write_text(json.dumps(job))
         runner = get_runner(sim)
         extra = {"SNPU_JOB": str(tmp / "job.json"), "PYTHONPATH": os.pathsep.join(sys.path)}

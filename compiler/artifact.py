@@ -1,0 +1,168 @@
+"""The compiled model on disk (``snpu compile -o DIR``) and in memory.
+
+``DIR/`` holds:
+
+==================  ==========================================================================
+``model.json``      the quantised IR (nodes, devices, tensors, scales), tensor layouts in
+                    external memory, the segments in dispatch order, the core configuration
+``arrays.npz``      constant tensors and the integer parameters of every core node
+``mem.bin``         the external-memory image (weights, parameters, ROMs, zeroed activations)
+``mem.json``        its manifest (what lives where)
+``seg<k>.hex``      the ROM of core segment ``k`` (also inside ``mem.bin`` at region ``rom:<k>``)
+``report.json``     per-layer densities, index formats, tiles; compile time; device split
+==================  ==========================================================================
+
+Everything is written to a temporary directory beside ``DIR`` and renamed into place, so a
+failed compile never leaves a half-written model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from snpu.config import CoreConfig
+from snpu.errors import CompileError, ImageError
+from snpu.verif.image import MemoryImage, rom_from_bin, write_rom
+
+from .ir import Graph, Node, Tensor
+from .memory import TensorLayout
+
+FORMAT = "snpu-model/1"
+
+
+@dataclass
+class Compiled:
+    graph: Graph
+    image: MemoryImage
+    layouts: dict[str, TensorLayout]
+    segments: list[dict]
+    config: CoreConfig
+    report: dict
+
+    def rom(self, region: str) -> list[int]:
+        r = self.image.region(region)
+        return rom_from_bin(self.image.data[r.addr:r.end].tobytes(), source=region)
+
+    # ------------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            arrays: dict[str, np.ndarray] = {}
+            doc = {"format": FORMAT, "config": self.config.to_dict(),
+                   "graph": _graph_doc(self.graph, arrays),
+                   "layouts": {k: v.to_dict() for k, v in self.layouts.items()},
+                   "segments": [{k: v for k, v in s.items() if k != "words"} for s in self.segments]}
+            (tmp / "model.json").write_text(json.dumps(doc, indent=1, default=_jsonable))
+            np.savez(tmp / "arrays.npz", **arrays)
+            self.image.save(tmp / "mem.bin")
+            for k, s in enumerate(self.segments):
+                if s["kind"] == "core":
+                    write_rom(tmp / f"seg{k}.hex", self.rom(s["rom"]))
+            (tmp / "report.json").write_text(json.dumps(self.report, indent=1, default=_jsonable))
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Compiled":
+        path = Path(path)
+        try:
+            doc = json.loads((path / "model.json").read_text())
+        except FileNotFoundError:
+            raise CompileError(f"{path}: not a compiled model (no model.json)") from None
+        except json.JSONDecodeError as e:
+            raise CompileError(f"{path}/model.json: not valid JSON ({e.msg} at line {e.lineno})") from None
+        if doc.get("format") != FORMAT:
+            raise CompileError(f"{path}/model.json: format {doc.get('format')!r} is not {FORMAT}")
+        try:
+            arrays = dict(np.load(path / "arrays.npz", allow_pickle=False))
+            image = MemoryImage.load(path / "mem.bin")
+        except (OSError, ValueError, ImageError) as e:
+            raise CompileError(f"{path}: {e}") from None
+        graph = _graph_from_doc(doc["graph"], arrays)
+        layouts = {k: TensorLayout(**v) for k, v in doc["layouts"].items()}
+        report = json.loads((path / "report.json").read_text()) if (path / "report.json").exists() else {}
+        return cls(graph, image, layouts, doc["segments"], CoreConfig.from_dict(doc["config"]), report)
+
+
+def _jsonable(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (set, frozenset, tuple)):
+        return list(v)
+    raise TypeError(f"cannot store {type(v).__name__} in model.json")
+
+
+def _encode(value, key: str, arrays: dict):
+    if isinstance(value, np.ndarray):
+        arrays[key] = value
+        return {"__array__": key}
+    if isinstance(value, dict):
+        if all(isinstance(k, (int, np.integer)) for k in value):
+            return {"__intkeys__": [[int(k), _encode(v, f"{key}/{k}", arrays)] for k, v in value.items()]}
+        return {str(k): _encode(v, f"{key}/{k}", arrays) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v, f"{key}/{k}", arrays) for k, v in enumerate(value)]
+    return value
+
+
+def _decode(value, arrays: dict):
+    if isinstance(value, dict):
+        if "__array__" in value:
+            return arrays[value["__array__"]]
+        if "__intkeys__" in value:
+            return {k: tuple(_decode(v, arrays)) if isinstance(v, list) else _decode(v, arrays)
+                    for k, v in value["__intkeys__"]}
+        return {k: _decode(v, arrays) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v, arrays) for v in value]
+    return value
+
+
+def _graph_doc(g: Graph, arrays: dict) -> dict:
+    tensors = {}
+    for name, t in g.tensors.items():
+        d = {"shape": list(t.shape) if t.shape is not None else None, "dtype": t.dtype, "scale": t.scale}
+        if t.is_const:
+            d["value"] = _encode(t.value, f"tensor/{name}", arrays)
+        tensors[name] = d
+    nodes = [{"name": n.name, "op": n.op, "inputs": n.inputs, "outputs": n.outputs,
+              "attrs": _encode(n.attrs, f"attr/{n.name}", arrays), "device": n.device,
+              "meta": _encode({k: v for k, v in n.meta.items() if k != "core_reason"},
+                              f"meta/{n.name}", arrays)} for n in g.nodes]
+    meta = {k: v for k, v in g.meta.items() if k in ("subgraphs",)}
+    return {"name": g.name, "inputs": g.inputs, "outputs": g.outputs, "tensors": tensors,
+            "nodes": nodes, "meta": meta}
+
+
+def _graph_from_doc(d: dict, arrays: dict) -> Graph:
+    tensors = {}
+    for name, t in d["tensors"].items():
+        value = _decode(t["value"], arrays) if "value" in t else None
+        tensors[name] = Tensor(name, tuple(t["shape"]) if t["shape"] is not None else None,
+                               t["dtype"], value, t["scale"])
+    nodes = []
+    for n in d["nodes"]:
+        meta = _decode(n["meta"], arrays)
+        if "geometry" in meta:
+            meta["geometry"] = tuple(meta["geometry"])
+        nodes.append(Node(n["name"], n["op"], n["inputs"], n["outputs"], _decode(n["attrs"], arrays),
+                          n["device"], meta))
+    return Graph(d["name"], nodes, tensors, d["inputs"], d["outputs"], d.get("meta", {}))

@@ -1,0 +1,254 @@
+"""Instruction emission with automatic dependency tokens.
+
+Kernels emit instructions and say which buffer ranges each one reads and writes (its
+*footprint*: the same buffers as the golden model's race checker).  The emitter orders
+every conflicting pair of accesses on different units with a token:
+
+* it keeps, per unit, a vector clock: for every other unit, the latest of that unit's
+  instructions known to have finished before this unit's next instruction starts;
+* when a new instruction on unit ``u`` touches bytes that unit ``v``'s instruction ``A``
+  touched (one of them writing) and ``u``'s clock does not cover ``A``, ``u`` must wait for
+  a token from ``v``.  The token is taken from ``v``'s *latest* instruction ``L`` (``L`` is
+  at or after ``A``, so waiting for it is enough, and adding signals only to the newest
+  instruction keeps each channel's token order equal to program order);
+* a channel's ``k``-th wait takes its ``k``-th signal: if ``u`` has not yet taken the
+  earlier signals of that channel, ``cfg`` no-ops on ``u`` take them first.
+
+Waits only ever name instructions emitted earlier, so the in-order dispatcher cannot
+deadlock on a full queue; the golden model's race checker verifies the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from snpu.config import CoreConfig
+from snpu.verif import isa
+from snpu.verif.isa import IMPLEMENTED_UNITS, Instr, Unit
+from snpu.verif.program import Program
+
+UNITS = IMPLEMENTED_UNITS
+NU = len(UNITS)
+
+
+@dataclass
+class Access:
+    buf: str
+    lo: int
+    hi: int
+    write: bool
+
+
+class Emitter:
+    """Wraps a :class:`~snpu.verif.program.Program`; see the module docstring."""
+
+    def __init__(self, program: Program):
+        self.p = program
+        self.cfg: CoreConfig = program.config
+        self.count = [0] * NU                 # instructions emitted per unit
+        self.last: list[int | None] = [None] * NU  # index in p.instrs of each unit's latest
+        self.clock = np.zeros((NU, NU), np.int64)
+        self.snap: dict[int, np.ndarray] = {}  # p.instrs index -> clock after it finished
+        self.signals = np.zeros((NU, NU), np.int64)
+        self.waits = np.zeros((NU, NU), np.int64)
+        self.signal_of: dict[tuple[int, int], int] = {}  # (instr index, consumer) -> k
+        self.sig_list: dict[tuple[int, int], list[int]] = {}  # channel -> instr index per token
+        self.history: dict[str, list[tuple[int, int, int, int, bool]]] = {}
+        self.nops = 0
+
+    # -------------------------------------------------------------------------------------
+    def cfg_reg(self, reg: str, value: int) -> None:
+        """Set a register (emits nothing if it already holds ``value``)."""
+        if self.p.reg(reg) != value:
+            self._emit_raw("cfg", [], reg=reg, value=int(value))
+
+    def cfgs(self, **values: int) -> None:
+        for k, v in values.items():
+            self.cfg_reg(k.replace("__", "."), v)
+
+    def emit(self, op: str, accesses: list[Access], **args) -> Instr:
+        return self._emit_raw(op, accesses, **args)
+
+    def halt(self) -> None:
+        self.p.emit("halt")
+
+    # -------------------------------------------------------------------------------------
+    def _unit(self, op: str, args: dict) -> Unit:
+        if op == "cfg":
+            return isa.REGISTER_BY_NAME[args["reg"]].unit if isinstance(args["reg"], str) \
+                else isa.REGISTER_BY_NUMBER[args["reg"]].unit
+        return isa.OPCODE_BY_NAME[op].unit
+
+    def _emit_raw(self, op: str, accesses: list[Access], **args) -> Instr:
+        u = int(self._unit(op, args))
+        need: dict[int, int] = {}
+        for a in accesses:
+            if a.hi <= a.lo:
+                continue
+            for (v, idx, lo, hi, w) in self.history.get(a.buf, ()):
+                if v == u or hi <= a.lo or a.hi <= lo or not (w or a.write):
+                    continue
+                if self.clock[u, v] < idx:
+                    need[v] = max(need.get(v, 0), idx)
+        waits = []
+        for v in sorted(need):
+            waits.append(v)
+            k = self._signal_latest(v, u)
+            while self.waits[v, u] < k - 1:  # take the channel's earlier tokens first
+                self._nop(u, v)
+            self.waits[v, u] += 1
+            np.maximum(self.clock[u], self.snap[self.last[v]], out=self.clock[u])
+        if op == "cfg":
+            reg = args["reg"]
+            instr = self.p.emit("cfg", reg=reg, value=args["value"], wait=[Unit(v) for v in waits])
+            self.p._regs[reg if isinstance(reg, str) else isa.REGISTER_BY_NUMBER[reg].name] = args["value"]
+        else:
+            instr = self.p.emit(op, wait=[Unit(v) for v in waits], **args)
+        self._after(u, accesses)
+        return instr
+
+    def _after(self, u: int, accesses: list[Access]) -> None:
+        k = len(self.p.instrs) - 1
+        self.count[u] += 1
+        self.clock[u, u] = self.count[u]
+        self.last[u] = k
+        self.snap[k] = self.clock[u].copy()
+        for a in accesses:
+            if a.hi > a.lo:
+                self.history.setdefault(a.buf, []).append((u, self.count[u], a.lo, a.hi, a.write))
+        if k % 128 == 0:
+            self._prune()
+
+    def _signal_latest(self, v: int, u: int) -> int:
+        """Index ``k`` of the token ``v``'s latest instruction gives ``u`` (adding it)."""
+        li = self.last[v]
+        key = (li, u)
+        if key not in self.signal_of:
+            old = self.p.instrs[li]
+            self.p.instrs[li] = Instr(old.op, old.args, old.wait, old.signal | {Unit(u)})
+            self.signals[v, u] += 1
+            self.signal_of[key] = int(self.signals[v, u])
+            self.sig_list.setdefault((v, u), []).append(li)
+        return self.signal_of[key]
+
+    def _nop(self, u: int, v: int) -> None:
+        """A ``cfg`` on unit ``u`` rewriting a register's value, carrying a wait on ``v``."""
+        reg = next(r for r in isa.REGISTERS if int(r.unit) == u)
+        self.p.emit("cfg", reg=reg.name, value=self.p.reg(reg.name), wait=[Unit(v)])
+        self.waits[v, u] += 1
+        self.nops += 1
+        # the token it took was given after the instruction holding that signal
+        src = self.sig_list[(v, u)][int(self.waits[v, u]) - 1]
+        np.maximum(self.clock[u], self.snap[src], out=self.clock[u])
+        self._after(u, [])
+
+    def _prune(self) -> None:
+        known = self.clock.min(axis=0)
+        for buf, recs in self.history.items():
+            self.history[buf] = [r for r in recs if r[1] > known[r[0]]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Footprints of the instructions kernels emit (bounding ranges, like the race checker)
+# ---------------------------------------------------------------------------------------------
+
+
+def span(base: int, n3: int, rows: int, cols: int, s3: int, s: int) -> tuple[int, int]:
+    if n3 * rows * cols == 0:
+        return base, base
+    lo = base + min(0, (n3 - 1) * s3) + min(0, (rows - 1) * s)
+    hi = base + max(0, (n3 - 1) * s3) + max(0, (rows - 1) * s) + cols
+    return lo, hi
+
+
+class Kernels(Emitter):
+    """The emitter plus one method per instruction kind that sets the registers the
+    instruction reads and derives its footprint from its operands."""
+
+    P = property(lambda self: self.cfg.lanes)
+
+    def ld(self, buf: str, ext: int, dst: int, cols: int, rows: int = 1, n3: int = 1, *,
+           ext_stride: int = 0, dst_stride: int = 0, ext_stride3: int = 0, dst_stride3: int = 0,
+           lane: int = 0, threshold: int | None = None) -> None:
+        if n3 * rows * cols == 0:
+            return
+        self.cfgs(ld__ext_stride=ext_stride if rows > 1 else self.p.reg("ld.ext_stride"),
+                  ld__dst_stride=dst_stride if rows > 1 else self.p.reg("ld.dst_stride"),
+                  ld__ext_stride3=ext_stride3 if n3 > 1 else self.p.reg("ld.ext_stride3"),
+                  ld__dst_stride3=dst_stride3 if n3 > 1 else self.p.reg("ld.dst_stride3"))
+        if buf == "nbuf":
+            self.cfgs(ld__nidx_mode=int(threshold is not None))
+            if threshold is not None:
+                self.cfgs(ld__thresh=threshold, ld__group_log2=0)
+        e_lo, e_hi = span(ext, n3, rows, cols, self.p.reg("ld.ext_stride3"), self.p.reg("ld.ext_stride"))
+        d_lo, d_hi = span(dst, n3, rows, cols, self.p.reg("ld.dst_stride3"), self.p.reg("ld.dst_stride"))
+        acc = [Access("ext", e_lo, e_hi, False), Access(buf, d_lo, d_hi, True)]
+        if buf == "nbuf" and threshold is not None:
+            acc.append(Access("nidx", d_lo // 8, -(-d_hi // 8), True))
+        self.emit("ld", acc, buf=buf, lane=lane, ext=ext, dst=dst, n3=n3, rows=rows, cols=cols)
+
+    def st(self, src: int, ext: int, cols: int, rows: int = 1, n3: int = 1, *,
+           src_stride: int = 0, ext_stride: int = 0, src_stride3: int = 0, ext_stride3: int = 0) -> None:
+        if n3 * rows * cols == 0:
+            return
+        self.cfgs(st__src_stride=src_stride if rows > 1 else self.p.reg("st.src_stride"),
+                  st__ext_stride=ext_stride if rows > 1 else self.p.reg("st.ext_stride"),
+                  st__src_stride3=src_stride3 if n3 > 1 else self.p.reg("st.src_stride3"),
+                  st__ext_stride3=ext_stride3 if n3 > 1 else self.p.reg("st.ext_stride3"))
+        s_lo, s_hi = span(src, n3, rows, cols, self.p.reg("st.src_stride3"), self.p.reg("st.src_stride"))
+        e_lo, e_hi = span(ext, n3, rows, cols, self.p.reg("st.ext_stride3"), self.p.reg("st.ext_stride"))
+        self.emit("st", [Access("obuf", s_lo, s_hi, False), Access("ext", e_lo, e_hi, True)],
+                  src=src, ext=ext, n3=n3, rows=rows, cols=cols)
+
+    def fc(self, *, nbuf: int, n_in: int, rows: int, acc: int, wbuf: int, widx: int,
+           wbytes: int, ibytes: int, nvec: int = 1, nstride: int = 0, nfmt: int = 1,
+           wfmt: int = 1, accumulate: int = 0, acc_stride: int = 0) -> None:
+        nidx = nbuf // 8
+        self.cfgs(mx__nfmt=nfmt, mx__npacked=0, mx__wfmt=wfmt, mx__nvec=nvec,
+                  mx__nstride=nstride if nvec > 1 else self.p.reg("mx.nstride"),
+                  mx__nidx_stride=nstride // 8 if nvec > 1 else self.p.reg("mx.nidx_stride"),
+                  mx__acc_stride=acc_stride if nvec > 1 else self.p.reg("mx.acc_stride"))
+        n_hi = nbuf + (nvec - 1) * nstride + n_in
+        a_hi = acc + (nvec - 1) * acc_stride + rows
+        accs = [Access("nbuf", nbuf, n_hi, False), Access("acc", acc, a_hi, True),
+                Access("wbuf", wbuf, wbuf + wbytes, False), Access("widx", widx, widx + ibytes, False)]
+        if nfmt:
+            accs.append(Access("nidx", nidx, -(-n_hi // 8), False))
+        if accumulate:
+            accs.append(Access("acc", acc, a_hi, False))
+        self.emit("fc", accs, nbuf=nbuf, nidx=nidx, wbuf=wbuf, widx=widx, acc=acc, n_in=n_in,
+                  rows=rows, accumulate=accumulate)
+
+    def _acc_span(self, base, n_o, so, n_i, extra=()):
+        P = self.P
+        lo = base + min(0, (n_o - 1) * so) + sum(min(0, e) for e in extra)
+        hi = base + max(0, (n_o - 1) * so) + (n_i - 1) * P + P + sum(max(0, e) for e in extra)
+        return lo, hi
+
+    def vred(self, mode: str, dst: int, src: int, n_o: int, n_i: int, k1: int, k2: int, *,
+             src_stride: int, dst_stride: int, k1_stride: int, k2_stride: int) -> None:
+        self.cfgs(vx__src_stride=src_stride, vx__dst_stride=dst_stride,
+                  vx__k1_stride=k1_stride, vx__k2_stride=k2_stride)
+        s = self._acc_span(src, n_o, src_stride, n_i, ((k1 - 1) * k1_stride, (k2 - 1) * k2_stride))
+        d = self._acc_span(dst, n_o, dst_stride, n_i)
+        self.emit("vred", [Access("acc", *s, False), Access("acc", *d, True)], mode=mode, dst=dst,
+                  src=src, n_o=n_o, n_i=n_i, k1=k1, k2=k2)
+
+    def vew(self, dst: int, a: int, b: int, n_o: int, n_i: int, ma: int, mb: int, relu: int = 0, *,
+            a_stride: int, b_stride: int, dst_stride: int) -> None:
+        self.cfgs(vx__src_stride=a_stride, vx__b_stride=b_stride, vx__dst_stride=dst_stride)
+        self.emit("vew", [Access("acc", *self._acc_span(a, n_o, a_stride, n_i), False),
+                          Access("acc", *self._acc_span(b, n_o, b_stride, n_i), False),
+                          Access("acc", *self._acc_span(dst, n_o, dst_stride, n_i), True)],
+                  dst=dst, a=a, b=b, n_o=n_o, n_i=n_i, ma=ma, mb=mb, relu=relu)
+
+    def req(self, dst: int, src: int, param: int, n_o: int, n_i: int, relu: int = 0, *,
+            src_stride: int, dst_stride: int) -> None:
+        self.cfgs(vx__src_stride=src_stride, vx__dst_stride=dst_stride)
+        rb = self.cfg.param_row_bytes
+        self.emit("req", [Access("acc", *self._acc_span(src, n_o, src_stride, n_i), False),
+                          Access("obuf", *self._acc_span(dst, n_o, dst_stride, n_i), True),
+                          Access("param", param * rb, (param + n_i) * rb, False)],
+                  dst=dst, src=src, param=param, n_o=n_o, n_i=n_i, relu=relu)

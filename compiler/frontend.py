@@ -1,0 +1,102 @@
+"""ONNX front end: a model file -> the IR graph (:mod:`.ir`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from snpu.errors import CompileError
+
+from . import ops
+from .ir import Graph, Node, Tensor
+
+
+def load_onnx(model, *, name: str | None = None, batch: int = 1) -> Graph:
+    """Read an ONNX model (a path or a ``ModelProto``) into a :class:`~.ir.Graph`.
+
+    Initializers become constant tensors; symbolic input dimensions become ``batch``.  Every
+    problem is a :class:`CompileError` naming the file, node and operator.
+    """
+    import onnx
+    from onnx import helper, numpy_helper
+
+    if isinstance(model, (str, Path)):
+        path = Path(model)
+        name = name or path.stem
+        if not path.exists():
+            raise CompileError(f"{path}: no such model file")
+        try:
+            model = onnx.load(str(path))
+        except Exception as e:  # protobuf gives no stable exception type
+            raise CompileError(f"{path}: not an ONNX model ({type(e).__name__}: {e})") from None
+    name = name or model.graph.name or "model"
+    g = model.graph
+    for imp in model.opset_import:
+        if imp.domain not in ("", "ai.onnx"):
+            raise CompileError(f"{name}: operator set domain {imp.domain!r} is not supported")
+    tensors: dict[str, Tensor] = {}
+    for init in g.initializer:
+        arr = numpy_helper.to_array(init)
+        tensors[init.name] = Tensor(init.name, tuple(arr.shape), str(arr.dtype), arr)
+    inputs = []
+    for vi in g.input:
+        if vi.name in tensors:
+            continue
+        tt = vi.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else batch
+                     for d in tt.shape.dim)
+        dtype = str(helper.tensor_dtype_to_np_dtype(tt.elem_type)) if tt.elem_type else "float32"
+        tensors[vi.name] = Tensor(vi.name, dims, dtype)
+        inputs.append(vi.name)
+    nodes = []
+    for k, n in enumerate(g.node):
+        if n.domain not in ("", "ai.onnx"):
+            raise CompileError(f"{name}: node {n.name or k!r} ({n.op_type}): domain {n.domain!r} "
+                               "is not supported")
+        attrs = {}
+        for a in n.attribute:
+            v = helper.get_attribute_value(a)
+            if hasattr(v, "dims") and hasattr(v, "data_type"):  # TensorProto
+                v = numpy_helper.to_array(v)
+            elif isinstance(v, bytes):
+                v = v.decode()
+            attrs[a.name] = v
+        node = Node(n.name or f"{n.op_type}_{k}", n.op_type, list(n.input), list(n.output), attrs)
+        if n.op_type not in ops.REGISTRY:
+            raise CompileError(f"{name}: {node.where()}: operator {n.op_type} is not supported by "
+                               "the core or the host runtime")
+        for o in node.outputs:
+            if o:
+                tensors.setdefault(o, Tensor(o))
+        for i in node.inputs:
+            if i and i not in tensors:
+                raise CompileError(f"{name}: {node.where()}: input {i!r} is not produced by "
+                                   "any node, input or initializer")
+        nodes.append(node)
+    outputs = [o.name for o in g.output]
+    graph = Graph(name, nodes, tensors, inputs, outputs)
+    graph.check()
+    graph.toposort()
+    return graph
+
+
+def input_arrays(graph: Graph, arrays: dict | np.ndarray | None) -> dict[str, np.ndarray]:
+    """Normalise user inputs to ``{name: array}`` and check their shapes."""
+    if isinstance(arrays, np.ndarray):
+        if len(graph.inputs) != 1:
+            raise CompileError(f"the model has {len(graph.inputs)} inputs; name them")
+        arrays = {graph.inputs[0]: arrays}
+    out = {}
+    for name in graph.inputs:
+        if name not in arrays:
+            raise CompileError(f"no value for model input {name!r}")
+        a = np.asarray(arrays[name], dtype=np.float32)
+        want = graph.tensor(name).shape
+        if a.shape != want:
+            if a.size == int(np.prod(want)):
+                a = a.reshape(want)
+            else:
+                raise CompileError(f"input {name!r} has shape {a.shape}, the model wants {want}")
+        out[name] = a
+    return out

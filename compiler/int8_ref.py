@@ -1,0 +1,107 @@
+"""The int8 reference: the quantised graph computed with integers, as the core computes it.
+
+Core nodes use exactly the integers of ``node.meta["q"]`` and the numerics of
+:mod:`snpu.verif.numerics` (int32 accumulation, ``requantize``); host nodes dequantise their
+inputs, run the float operator and quantise the result, as the runtime does.  Running a
+compiled program on the golden model or the RTL must give these bytes exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from snpu.verif import numerics
+
+from . import ops
+from .frontend import input_arrays
+from .ir import Graph
+from .passes.quantize import quantize_tensor
+
+
+def _im2col(x: np.ndarray, node) -> tuple[np.ndarray, int, int]:
+    """int8 NCHW (batch 1) -> patches [oh*ow, kh*kw*C] in (ky, kx, c) order."""
+    kh, kw, sh, sw, pads, _, _, oh, ow = node.meta["geometry"]
+    xp = np.pad(x[0].astype(np.int64), ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    c = x.shape[1]
+    cols = np.empty((oh, ow, kh, kw, c), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            cols[:, :, i, j] = xp[:, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw].transpose(1, 2, 0)
+    return cols.reshape(oh * ow, -1), oh, ow
+
+
+def _requant_channels(acc: np.ndarray, q: dict) -> np.ndarray:
+    return numerics.requantize(acc, q["bias"], q["mult"], q["shift"], q["relu"])
+
+
+def _clipped_windows(x: np.ndarray, node, fill):
+    kh, kw, sh, sw, pads, oh, ow = ops.pool_geometry(node, x.shape)
+    return ops._windows(x.astype(np.float64), kh, kw, sh, sw, pads, oh, ow, fill)
+
+
+def run_node(g: Graph, n, args: list[np.ndarray]) -> np.ndarray:
+    """One core node on int8 NCHW inputs -> int8 output."""
+    q = n.meta["q"] if n.op not in ("Concat", "Flatten", "Reshape") else None
+    x = args[0]
+    if n.op == "Conv":
+        cols, oh, ow = _im2col(x, n)
+        acc = cols.astype(np.float64) @ q["w"].astype(np.float64).T  # exact: |sum| < 2**53
+        y = _requant_channels(acc.astype(np.int64), q)
+        return y.T.reshape(1, -1, oh, ow)
+    if n.op in ("Gemm", "MatMul"):
+        v = x.reshape(1, -1).astype(np.int64)
+        if q["in_perm"] is not None:
+            v = v[:, q["in_perm"]]
+        acc = v.astype(np.float64) @ q["w"].astype(np.float64).T
+        return _requant_channels(acc.astype(np.int64), q).reshape(g.tensor(n.outputs[0]).shape)
+    if n.op == "Affine":
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        return numerics.requantize(x.astype(np.int64), q["bias"].reshape(shape),
+                                   q["mult"].reshape(shape), q["shift"].reshape(shape), q["relu"])
+    if n.op == "MaxPool":
+        m = _clipped_windows(x, n, -np.inf).max(axis=(-2, -1)).astype(np.int64)
+        return numerics.requantize(m, 0, 1, 0, q["relu"])
+    if n.op in ("AveragePool", "GlobalAveragePool"):
+        if n.op == "AveragePool":
+            s = _clipped_windows(x, n, 0.0).sum(axis=(-2, -1)).astype(np.int64)
+        else:
+            s = x.astype(np.int64).sum(axis=(2, 3), keepdims=True)
+        div = q["divisors"]
+        mult = np.vectorize(lambda d: q["by_divisor"][int(d)][0])(div)
+        shift = np.vectorize(lambda d: q["by_divisor"][int(d)][1])(div)
+        return numerics.requantize(s, 0, mult, shift, q["relu"])
+    if n.op in ("Add", "Sum"):
+        acc = np.zeros(x.shape, np.int64)
+        for a, m in zip(args, q["in_mult"]):
+            acc = numerics.wrap32(acc + a.astype(np.int64) * int(m)).astype(np.int64)
+        return numerics.requantize(acc, 0, 1, q["shift"], q["relu"])
+    if n.op == "Concat":
+        return np.concatenate(args, axis=int(n.attrs["axis"]))
+    if n.op in ("Flatten", "Reshape"):
+        return x.reshape(g.tensor(n.outputs[0]).shape)
+    raise NotImplementedError(f"{n.where()}: no int8 reference for a core {n.op}")
+
+
+def run(g: Graph, inputs, *, keep: bool = False) -> dict[str, np.ndarray]:
+    """int8 values of the outputs (of every tensor with ``keep``)."""
+    vals: dict[str, np.ndarray] = {}
+    for name, a in input_arrays(g, inputs).items():
+        vals[name] = quantize_tensor(a, g.tensor(name).scale)
+    for n in g.nodes:
+        if n.device == "core":
+            out = run_node(g, n, [vals[i] for i in n.inputs if i and not g.tensor(i).is_const])
+        else:
+            args = [g.const(i) if g.tensor(i).is_const else vals[i].astype(np.float64) * g.tensor(i).scale
+                    if i else None for i in n.inputs]
+            res = ops.get(n).run(n, args)[0]
+            if n.meta.get("relu"):
+                res = np.maximum(res, 0)
+            out = quantize_tensor(res, g.tensor(n.outputs[0]).scale)
+        vals[n.outputs[0]] = out
+    if keep:
+        return vals
+    return {o: vals[o] for o in g.outputs}
+
+
+def dequantize(g: Graph, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: v.astype(np.float32) * np.float32(g.tensor(k).scale) for k, v in values.items()}

@@ -1,0 +1,416 @@
+"""Kernels: how each core operator becomes instructions, tiled to the core's buffers.
+
+Every kernel splits its work into tiles that fit half of each on-chip buffer and alternates
+the halves (ping-pong), so the emitter's automatic tokens (:mod:`.emit`) let the loads of
+tile ``k + 1`` overlap the compute of tile ``k``.
+
+* **Convolution** (:func:`conv`) is an fc over im2col patches: for a group of output
+  pixels of one output row, one 3-D load gathers every pixel's ``kh x kw x C`` patch (plane
+  = pixel, rows = kernel rows, bytes = ``kw * C``) from the zero-haloed input into the
+  neuron buffer, thresholded on the way (the direct neuron index); the fc computes every
+  output channel of the tile; ``req`` and ``st`` write the output pixels.  Channel slices
+  (concatenation inputs) and input-channel splits load each patch with its own 3-D load.
+  Grouped and depthwise convolutions are fc with structurally sparse weights.
+* **Fully connected** (:func:`fc`): the input vector is loaded in chunks that fit the
+  neuron buffer, the partial sums accumulate in ``acc``; output rows are tiled to the
+  weight banks.
+* **Pooling** (:func:`pool`): input rows into ``acc`` (int8 sign-extended), one ``vred``
+  per run of output pixels with the same clipped window (borders never read padding, so
+  max pooling is exact for negative inputs and average pooling divides by the right count),
+  ``req`` with the divisor's multiplier.
+* **Global average pooling** (:func:`global_pool`), **sums** (:func:`add`: ``vew`` with
+  int16 input multipliers), **per-channel affine** / standalone ReLU (:func:`affine`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from snpu.errors import CompileError
+from snpu.verif import layout as lanes_layout
+from snpu.verif import numerics
+
+from .emit import Kernels
+from .memory import TensorLayout
+
+FMT = {"dense": 0, "direct": 1, "stride": 2}
+
+
+def _r(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+class LayerContext:
+    """What every kernel needs: the emitter, the image, and the layer's parameter rows."""
+
+    def __init__(self, k: Kernels, layer_index: int, name: str):
+        self.k = k
+        self.cfg = k.cfg
+        self.image = k.p.image
+        self.name = name
+        self.index = layer_index
+        self.nb_half = self.cfg.nbuf_bytes // 2
+        self.acc_half = self.cfg.acc_elems // 2
+        self.ob_half = self.cfg.obuf_bytes // 2
+        self.wb_half = self.cfg.wbuf_bytes // 2
+        self.ib_half = self.cfg.widx_bytes // 2
+        self.param_half = self.cfg.param_rows // 2
+        self.param_base = (layer_index % 2) * self.param_half
+        self._toggles: dict[str, int] = {}
+
+    def data(self, tag: str, array: np.ndarray, kind: str = "weights", align: int = 8) -> int:
+        a = np.ascontiguousarray(array)
+        region = self.image.alloc(f"{self.name}:{tag}", max(a.nbytes, 1), kind, a.dtype.str,
+                                  a.shape, align=align)
+        self.image.write(region.name, a)
+        return region.addr
+
+    def load_params(self, sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[int]:
+        """Load per-channel parameter sets (bias, mult, shift, each padded to lanes) into this
+        layer's half of the parameter memory; returns each set's first row."""
+        P = self.cfg.lanes
+        rows, blobs = [], []
+        row = self.param_base
+        for bias, mult, shift in sets:
+            n = _r(len(bias), P)
+            pad = lambda a: np.concatenate([np.asarray(a, np.int64), np.zeros(n - len(a), np.int64)])
+            blobs.append(numerics.pack_params(pad(bias), pad(mult), pad(shift)))
+            rows.append(row)
+            row += n // P
+        if row - self.param_base > self.param_half:
+            raise CompileError(f"layer {self.name!r}: {row - self.param_base} parameter rows do "
+                               f"not fit half of the parameter memory ({self.param_half})")
+        blob = np.concatenate(blobs)
+        addr = self.data("params", blob, "params", 8)
+        self.k.ld("param", addr, self.param_base * self.cfg.param_row_bytes, blob.size)
+        return rows
+
+    def alternate(self, resource: str = "buf") -> int:
+        """0 / 1: the next half of ``resource`` (ping-pong)."""
+        self._toggles[resource] = self._toggles.get(resource, 1) ^ 1
+        return self._toggles[resource]
+
+
+class WeightTiles:
+    """A layer's quantised weights ``[rows, K]`` split into row tiles (and column chunks)
+    that fit half of every lane's banks, encoded in the layer's index format."""
+
+    def __init__(self, ctx: LayerContext, w: np.ndarray, fmt: str, col_chunks: list[tuple[int, int]]):
+        self.ctx, self.w, self.fmt = ctx, w, fmt
+        P = ctx.cfg.lanes
+        rows = w.shape[0]
+        self.chunks = col_chunks
+        # largest row tile (a multiple of lanes) whose every chunk fits every lane's half-bank
+        per_row = np.zeros((len(col_chunks), 2, rows), np.int64)
+        for j, (c0, c1) in enumerate(col_chunks):
+            sub = w[:, c0:c1]
+            nnz = np.count_nonzero(sub, axis=1)
+            n = c1 - c0
+            if fmt == "dense":
+                per_row[j, 0] = n
+            elif fmt == "direct":
+                per_row[j, 0], per_row[j, 1] = nnz, -(-n // 64) * 8
+            else:
+                per_row[j, 0] = nnz
+                per_row[j, 1] = [2 + len(lanes_layout.ix.stride_entries(
+                    lanes_layout.ix.direct_to_stride(sub[r] != 0))) for r in range(rows)]
+        self.tiles = []
+        r0 = 0
+        while r0 < rows:
+            size = min(_r(rows - r0, P), 4095 // P * P)
+            while size > P:
+                if self._fits(per_row, r0, size):
+                    break
+                size -= P
+            if not self._fits(per_row, r0, size):
+                raise CompileError(f"layer {ctx.name!r}: {P} weight rows do not fit the weight "
+                                   "banks; split the input dimension further")
+            self.tiles.append((r0, min(rows, r0 + size)))
+            r0 += size
+
+    def _fits(self, per_row, r0, size):
+        P = self.ctx.cfg.lanes
+        hi = min(per_row.shape[2], r0 + size)
+        for j in range(per_row.shape[0]):
+            for g in range(P):
+                idx = range(r0 + g, hi, P)
+                if per_row[j, 0, list(idx)].sum() > self.ctx.wb_half or \
+                        per_row[j, 1, list(idx)].sum() > self.ctx.ib_half:
+                    return False
+        return True
+
+    def load(self, t: int, j: int, half: int) -> tuple[int, int, int, int]:
+        """Emit the loads of tile ``t``, chunk ``j`` into weight half ``half``; returns
+        (wbuf, widx, max wbuf bytes, max widx bytes)."""
+        ctx, k = self.ctx, self.ctx.k
+        (r0, r1), (c0, c1) = self.tiles[t], self.chunks[j]
+        banks = lanes_layout.encode_weight_tile(self.w[r0:r1, c0:c1], self.fmt, ctx.cfg.lanes, 64)
+        wb, ib = half * ctx.wb_half, half * ctx.ib_half
+        for g, b in enumerate(banks):
+            for buf, raw, dst in (("wbuf", b.wbuf, wb), ("widx", b.widx, ib)):
+                if raw:
+                    addr = ctx.data(f"{buf}.{t}.{j}.{g}", np.frombuffer(raw, np.uint8))
+                    k.ld(buf, addr, dst, len(raw), lane=g)
+        return (wb, ib, max(len(b.wbuf) for b in banks), max(len(b.widx) for b in banks))
+
+
+def choose_format(w: np.ndarray) -> str:
+    """The weight index format with the smallest encoding (dense needs no index)."""
+    n = w.shape[1]
+    nnz = int(np.count_nonzero(w))
+    dense = w.size
+    direct = nnz + w.shape[0] * (-(-n // 64) * 8)
+    stride = nnz + sum(2 + len(lanes_layout.ix.stride_entries(lanes_layout.ix.direct_to_stride(r != 0)))
+                       for r in w) if nnz < 0.3 * w.size else 1 << 62
+    return min((dense, "dense"), (direct, "direct"), (stride, "stride"))[1]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
+    k, cfg, P = ctx.k, ctx.cfg, ctx.cfg.lanes
+    q = node.meta["q"]
+    kh, kw, sh, sw, pads, _, _, oh, ow = node.meta["geometry"]
+    cin, cout = X.c, Y.c
+    if X.pad_h < max(pads[0], pads[2]) or X.pad_w < max(pads[1], pads[3]):
+        raise CompileError(f"{node.where()}: input halo smaller than the padding")
+    # input-channel chunks whose patches fit half of the neuron buffer
+    ck = cin
+    while ck > 1 and _r(kh * kw * ck, 64) > ctx.nb_half:
+        ck = -(-ck // 2)
+    cchunks = [(c0, min(cin, c0 + ck)) for c0 in range(0, cin, ck)]
+    # weight columns of each chunk, in (ky, kx, c) patch order
+    col = np.arange(kh * kw * cin).reshape(kh, kw, cin)
+    w = q["w"]
+    col_sets = [col[:, :, c0:c1].reshape(-1) for c0, c1 in cchunks]
+    wcat = np.concatenate([w[:, s] for s in col_sets], axis=1)
+    bounds, off = [], 0
+    for s in col_sets:
+        bounds.append((off, off + s.size))
+        off += s.size
+    fmt = node.meta.get("format") or choose_format(w)
+    tiles = WeightTiles(ctx, wcat, fmt, bounds)
+    prow = ctx.load_params([(q["bias"], q["mult"], q["shift"])])[0]
+    contiguous = len(cchunks) == 1 and X.pixel == cin
+    kmax = max(_r(kh * kw * (c1 - c0), 64) for c0, c1 in cchunks)
+    for t, (r0, r1) in enumerate(tiles.tiles):
+        R = r1 - r0
+        Rp = _r(R, P)
+        G = max(1, min(ow, ctx.nb_half // kmax, ctx.acc_half // Rp, ctx.ob_half // Rp, 4095))
+        # one chunk: the tile's weights stay in the banks; several: reloaded per pixel group
+        whalves = [tiles.load(t, 0, ctx.alternate("w"))] if len(cchunks) == 1 else [None] * len(cchunks)
+        for oy in range(oh):
+            iy0 = oy * sh - pads[0]
+            for ox0 in range(0, ow, G):
+                g = min(G, ow - ox0)
+                half = ctx.alternate()
+                nb, ab, ob = half * ctx.nb_half, half * ctx.acc_half, half * ctx.ob_half
+                for j, (c0, c1) in enumerate(cchunks):
+                    kj = kh * kw * (c1 - c0)
+                    ns = _r(kj, 64)
+                    if len(cchunks) > 1:
+                        whalves[j] = tiles.load(t, j, ctx.alternate("w"))
+                    if contiguous:
+                        k.ld("nbuf", X.addr(iy0, ox0 * sw - pads[1]), nb, kw * cin, kh, g,
+                             ext_stride=X.row, dst_stride=kw * cin, ext_stride3=sw * X.pixel,
+                             dst_stride3=ns, threshold=0)
+                    else:
+                        for i in range(g):
+                            k.ld("nbuf", X.addr(iy0, (ox0 + i) * sw - pads[1], c0), nb + i * ns,
+                                 c1 - c0, kw, kh, ext_stride=X.pixel, dst_stride=c1 - c0,
+                                 ext_stride3=X.row, dst_stride3=kw * (c1 - c0), threshold=0)
+                    wb, ib, wbytes, ibytes = whalves[j]
+                    k.fc(nbuf=nb, n_in=kj, rows=R, acc=ab, wbuf=wb, widx=ib, wbytes=wbytes,
+                         ibytes=ibytes, nvec=g, nstride=ns, nfmt=1, wfmt=FMT[fmt],
+                         accumulate=int(j > 0), acc_stride=Rp)
+                k.req(ob, ab, prow + r0 // P, g, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
+                k.st(ob, Y.addr(oy, ox0, r0), R, g, src_stride=Rp, ext_stride=Y.pixel)
+    return {"format": fmt, "density": float(np.count_nonzero(w)) / w.size,
+            "weight_tiles": len(tiles.tiles), "channel_chunks": len(cchunks)}
+
+
+def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
+    """Fully connected: the HWC-flattened input (a view's source) times ``q["w"]``."""
+    k, cfg, P = ctx.k, ctx.cfg, ctx.cfg.lanes
+    q = node.meta["q"]
+    n_in = X.h * X.w * X.c
+    w = q["w"]
+    if w.shape[1] != n_in:
+        raise CompileError(f"{node.where()}: weights have {w.shape[1]} columns for {n_in} inputs")
+    # input chunks that fit half of the neuron buffer, on whole pixels
+    if X.c <= ctx.nb_half:
+        per = (ctx.nb_half // X.c) * X.c
+    elif X.dense:
+        per = ctx.nb_half
+    else:
+        raise CompileError(f"{node.where()}: a {X.c}-channel pixel does not fit half the neuron buffer")
+    chunks = [(e0, min(n_in, e0 + per)) for e0 in range(0, n_in, per)]
+    fmt = node.meta.get("format") or choose_format(w)
+    tiles = WeightTiles(ctx, w, fmt, chunks)
+    prow = ctx.load_params([(q["bias"], q["mult"], q["shift"])])[0]
+    resident = len(chunks) == 1
+    if resident:
+        _load_vector(ctx, X, 0, n_in, 0)
+    for t, (r0, r1) in enumerate(tiles.tiles):
+        R, half = r1 - r0, ctx.alternate()
+        Rp = _r(R, P)
+        ab, ob = half * ctx.acc_half, half * ctx.ob_half
+        for j, (e0, e1) in enumerate(chunks):
+            wb, ib, wbytes, ibytes = tiles.load(t, j, ctx.alternate("w"))
+            nb = 0
+            if not resident:
+                nb = ctx.alternate("nbuf") * ctx.nb_half
+                _load_vector(ctx, X, e0, e1, nb)
+            k.fc(nbuf=nb, n_in=e1 - e0, rows=R, acc=ab, wbuf=wb, widx=ib, wbytes=wbytes,
+                 ibytes=ibytes, nvec=1, nfmt=1, wfmt=FMT[fmt], accumulate=int(j > 0))
+        k.req(ob, ab, prow + r0 // P, 1, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
+        k.st(ob, Y.addr(0, 0, r0), R)
+    return {"format": fmt, "density": float(np.count_nonzero(w)) / w.size,
+            "weight_tiles": len(tiles.tiles), "input_chunks": len(chunks)}
+
+
+def _load_vector(ctx: LayerContext, X: TensorLayout, e0: int, e1: int, dst: int) -> None:
+    """Elements [e0, e1) of the HWC-flattened tensor into the neuron buffer at ``dst``,
+    thresholded (chunks start and end on whole pixels)."""
+    k = ctx.k
+    c = X.c
+    if X.dense:
+        k.ld("nbuf", X.base + e0, dst, e1 - e0, threshold=0)
+        return
+    p0, p1 = e0 // c, e1 // c
+    while p0 < p1:
+        y, x = divmod(p0, X.w)
+        run = min(p1 - p0, X.w - x)
+        k.ld("nbuf", X.addr(y, x), dst + (p0 * c - e0), c, run, ext_stride=X.pixel, dst_stride=c,
+             threshold=0)
+        p0 += run
+
+
+def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
+    from .ops import pool_geometry
+
+    k, P = ctx.k, ctx.cfg.lanes
+    q = node.meta["q"]
+    kh, kw, sh, sw, pads, oh, ow = pool_geometry(node, (1, X.c, X.h, X.w))
+    c, cp = X.c, _r(X.c, P)
+    is_max = node.op == "MaxPool"
+    if is_max:
+        keys = {0: (1, 0)}
+        div = np.zeros((oh, ow), np.int64)
+    else:
+        div = q["divisors"]
+        keys = q["by_divisor"]
+    key_list = sorted(keys)
+    rows = ctx.load_params([(np.zeros(c), np.full(c, keys[d][0]), np.full(c, keys[d][1]))
+                            for d in key_list])
+    param_of = dict(zip(key_list, rows))
+    # output pixels per group: input tile (kh rows x span pixels) + output must fit half acc
+    G = ow
+    while G > 1 and kh * ((G - 1) * sw + kw) * cp + G * cp > ctx.acc_half:
+        G = -(-G // 2)
+    if kh * kw * cp + cp > ctx.acc_half or G * cp > ctx.ob_half:
+        G = max(1, min(G, ctx.ob_half // cp))
+        if kh * ((G - 1) * sw + kw) * cp + G * cp > ctx.acc_half:
+            raise CompileError(f"{node.where()}: a {kh}x{kw} window of {c} channels does not fit")
+    for oy in range(oh):
+        iy0 = oy * sh - pads[0]
+        ya, yb = max(0, iy0), min(X.h, iy0 + kh)
+        for ox0 in range(0, ow, G):
+            g = min(G, ow - ox0)
+            half = ctx.alternate()
+            ab, ob = half * ctx.acc_half, half * ctx.ob_half
+            xa = max(0, ox0 * sw - pads[1])
+            xb = min(X.w, (ox0 + g - 1) * sw - pads[1] + kw)
+            npix = xb - xa
+            out = ab + _r((yb - ya) * npix * cp, P)
+            k.ld("acc", X.addr(ya, xa), ab, c, npix, yb - ya, ext_stride=X.pixel, dst_stride=cp,
+                 ext_stride3=X.row, dst_stride3=npix * cp)
+            # runs of output pixels with the same clipped window width, start and divisor
+            runs = []
+            for i in range(g):
+                lo = (ox0 + i) * sw - pads[1]
+                a, b = max(0, lo), min(X.w, lo + kw)
+                key = (b - a, 0 if is_max else int(div[oy, ox0 + i]))
+                if runs and runs[-1][0] == key and runs[-1][2] + runs[-1][3] * sw == a - xa:
+                    runs[-1][3] += 1
+                else:
+                    runs.append([key, i, a - xa, 1])
+            for (kwe, d), i, start, n in runs:
+                k.vred("max" if is_max else "sum", out + i * cp, ab + start * cp, n, cp // P, kwe,
+                       yb - ya, src_stride=sw * cp, dst_stride=cp, k1_stride=cp, k2_stride=npix * cp)
+            for (kwe, d), i, start, n in runs:
+                k.req(ob + i * cp, out + i * cp, param_of[d], n, cp // P, int(q["relu"]),
+                      src_stride=cp, dst_stride=cp)
+            k.st(ob, Y.addr(oy, ox0), c, g, src_stride=cp, ext_stride=Y.pixel)
+    return {"groups_per_row": -(-ow // G)}
+
+
+def global_pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
+    k, P = ctx.k, ctx.cfg.lanes
+    q = node.meta["q"]
+    d = X.h * X.w
+    mult, shift = q["by_divisor"][d]
+    c = X.c
+    row = ctx.load_params([(np.zeros(c), np.full(c, mult), np.full(c, shift))])[0]
+    cc = max(P, min(_r(c, P), (ctx.acc_half // (d + 1)) // P * P))
+    if (d + 1) * cc > ctx.acc_half:
+        raise CompileError(f"{node.where()}: a {X.h}x{X.w} map of {P} channels does not fit "
+                           "half the accumulators")
+    for c0 in range(0, c, cc):
+        n = min(cc, c - c0)
+        ncp = _r(n, P)
+        half = ctx.alternate()
+        ab, ob = half * ctx.acc_half, half * ctx.ob_half
+        out = ab + d * ncp
+        k.ld("acc", X.addr(0, 0, c0), ab, n, X.w, X.h, ext_stride=X.pixel, dst_stride=ncp,
+             ext_stride3=X.row, dst_stride3=X.w * ncp)
+        k.vred("sum", out, ab, 1, ncp // P, X.w, X.h, src_stride=0, dst_stride=0, k1_stride=ncp,
+               k2_stride=X.w * ncp)
+        k.req(ob, out, row + c0 // P, 1, ncp // P, int(q["relu"]), src_stride=0, dst_stride=0)
+        k.st(ob, Y.addr(0, 0, c0), n)
+    return {}
+
+
+def _pixel_groups(X: TensorLayout, per: int):
+    for y in range(X.h):
+        for x0 in range(0, X.w, per):
+            yield y, x0, min(per, X.w - x0)
+
+
+def add(ctx: LayerContext, node, inputs: list[TensorLayout], Y: TensorLayout) -> dict:
+    k, P = ctx.k, ctx.cfg.lanes
+    q = node.meta["q"]
+    X = inputs[0]
+    c, cp = X.c, _r(X.c, P)
+    row = ctx.load_params([(np.zeros(c), np.ones(c), np.full(c, q["shift"]))])[0]
+    per = max(1, min(X.w, ctx.acc_half // ((len(inputs) + 1) * cp), ctx.ob_half // cp, 4095))
+    m = [int(v) for v in q["in_mult"]]
+    for y, x0, g in _pixel_groups(X, per):
+        half = ctx.alternate()
+        ab, ob = half * ctx.acc_half, half * ctx.ob_half
+        regs = [ab + i * g * cp for i in range(len(inputs) + 1)]
+        for i, L in enumerate(inputs):
+            k.ld("acc", L.addr(y, x0), regs[i], c, g, ext_stride=L.pixel, dst_stride=cp)
+        out = regs[-1]
+        k.vew(out, regs[0], regs[1], g, cp // P, m[0], m[1], 0, a_stride=cp, b_stride=cp, dst_stride=cp)
+        for i in range(2, len(inputs)):
+            k.vew(out, out, regs[i], g, cp // P, 1, m[i], 0, a_stride=cp, b_stride=cp, dst_stride=cp)
+        k.req(ob, out, row, g, cp // P, int(q["relu"]), src_stride=cp, dst_stride=cp)
+        k.st(ob, Y.addr(y, x0), c, g, src_stride=cp, ext_stride=Y.pixel)
+    return {}
+
+
+def affine(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
+    k, P = ctx.k, ctx.cfg.lanes
+    q = node.meta["q"]
+    c, cp = X.c, _r(X.c, P)
+    row = ctx.load_params([(q["bias"], q["mult"], q["shift"])])[0]
+    per = max(1, min(X.w, ctx.acc_half // cp, ctx.ob_half // cp, 4095))
+    for y, x0, g in _pixel_groups(X, per):
+        half = ctx.alternate()
+        ab, ob = half * ctx.acc_half, half * ctx.ob_half
+        k.ld("acc", X.addr(y, x0), ab, c, g, ext_stride=X.pixel, dst_stride=cp)
+        k.req(ob, ab, row, g, cp // P, int(q["relu"]), src_stride=cp, dst_stride=cp)
+        k.st(ob, Y.addr(y, x0), c, g, src_stride=cp, ext_stride=Y.pixel)
+    return {}

@@ -1,0 +1,125 @@
+"""Activation layouts in external memory, and the allocation pass.
+
+Every activation tensor ``[1, C, H, W]`` lives channels-last (HWC) as int8:
+
+``addr(y, x, c) = base + y * row + x * pixel + c``
+
+with a zero *halo* of ``pad_h`` rows and ``pad_w`` pixels around it when a convolution
+reads it with padding (so im2col loads need no edge cases), a ``pixel`` stride larger than
+``C`` when the tensor is a channel slice of a concatenation (producers write straight into
+the concatenated buffer: concatenation costs nothing), and 2-D tensors ``[1, F]`` as
+``H = W = 1, C = F``.  Flatten / Reshape views have no storage: their consumers read the
+viewed tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from snpu.errors import CompileError
+from snpu.verif.image import MemoryImage
+
+from .ir import Graph
+
+
+@dataclass
+class TensorLayout:
+    base: int
+    h: int
+    w: int
+    c: int
+    pixel: int
+    row: int
+    pad_h: int = 0
+    pad_w: int = 0
+
+    def addr(self, y: int, x: int, ch: int = 0) -> int:
+        return self.base + y * self.row + x * self.pixel + ch
+
+    @property
+    def dense(self) -> bool:
+        return self.pixel == self.c and self.row == self.w * self.c and not self.pad_h and not self.pad_w
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def hwc(shape) -> tuple[int, int, int]:
+    if len(shape) == 4:
+        return shape[2], shape[3], shape[1]
+    if len(shape) == 2:
+        return 1, 1, shape[1]
+    raise CompileError(f"tensor of rank {len(shape)} has no channels-last layout")
+
+
+def view_source(g: Graph, name: str) -> str:
+    """Follow core Flatten / Reshape views back to the tensor that has storage."""
+    prod = g.producers()
+    while True:
+        p = prod.get(name)
+        if p is None or p.op not in ("Flatten", "Reshape") or p.device != "core":
+            return name
+        name = p.inputs[0]
+
+
+def allocate(graph: Graph, image: MemoryImage) -> Graph:
+    """Give every activation tensor a :class:`TensorLayout` (``graph.meta["layouts"]``) and a
+    region in ``image``."""
+    g = graph.copy()
+    cons = g.consumers()
+    prod = g.producers()
+    halo: dict[str, tuple[int, int]] = {}
+    for n in g.nodes:
+        if n.op == "Conv" and n.device == "core":
+            pads = n.meta["geometry"][4]
+            ph, pw = max(pads[0], pads[2]), max(pads[1], pads[3])
+            src = n.inputs[0]
+            h0, w0 = halo.get(src, (0, 0))
+            halo[src] = (max(h0, ph), max(w0, pw))
+    # concatenation: inputs are slices of the output
+    parent: dict[str, tuple[str, int]] = {}
+    for n in g.nodes:
+        if n.op == "Concat" and n.device == "core":
+            off = 0
+            for i in n.inputs:
+                if i in parent:
+                    raise CompileError(f"{n.where()}: tensor {i!r} is an input of two "
+                                       "concatenations; the core needs a copy there")
+                if i in g.inputs or prod.get(i) is None or g.tensor(i).is_const:
+                    raise CompileError(f"{n.where()}: input {i!r} is not produced on the device")
+                parent[i] = (n.outputs[0], off)
+                off += g.tensor(i).shape[1]
+
+    def root(t):
+        off = 0
+        while t in parent:
+            t, o = parent[t]
+            off += o
+        return t, off
+
+    # the halo of a concatenation covers every slice's needs
+    for t, (ph, pw) in list(halo.items()):
+        r, _ = root(t)
+        h0, w0 = halo.get(r, (0, 0))
+        halo[r] = (max(h0, ph), max(w0, pw))
+    layouts: dict[str, TensorLayout] = {}
+    storage = [t for t in list(g.inputs) + [o for n in g.nodes for o in n.outputs]
+               if t and not g.tensor(t).is_const and view_source(g, t) == t and t not in parent]
+    for t in storage:
+        h, w, c = hwc(g.tensor(t).shape)
+        ph, pw = halo.get(t, (0, 0))
+        row = (w + 2 * pw) * c
+        size = (h + 2 * ph) * row
+        kind = "input" if t in g.inputs else ("output" if t in g.outputs else "scratch")
+        region = image.alloc(f"act:{t}", max(size, 1), kind, "int8", (size,), align=64)
+        layouts[t] = TensorLayout(region.addr + ph * row + pw * c, h, w, c, c, row, ph, pw)
+    for t in parent:
+        r, off = root(t)
+        h, w, c = hwc(g.tensor(t).shape)
+        L = layouts[r]
+        layouts[t] = TensorLayout(L.base + off, h, w, c, L.pixel, L.row, L.pad_h, L.pad_w)
+    for t in [o for n in g.nodes for o in n.outputs]:
+        if t and t not in layouts and not g.tensor(t).is_const:
+            layouts[t] = layouts[view_source(g, t)]
+    g.meta["layouts"] = layouts
+    return g

@@ -1,0 +1,66 @@
+"""Pass: code generation.  Every core subgraph becomes one ROM segment (its kernels in
+order, tokens inserted by the emitter, ``halt`` at the end); host subgraphs stay as
+operator lists for the runtime.  Weights, parameters and ROMs go into the memory image."""
+
+from __future__ import annotations
+
+from snpu.config import CoreConfig
+from snpu.errors import CompileError
+from snpu.verif.image import MemoryImage
+from snpu.verif.program import Program
+
+from .. import kernels
+from ..emit import Kernels
+from ..ir import Graph
+from ..memory import view_source
+
+
+def codegen(graph: Graph, config: CoreConfig, image: MemoryImage) -> Graph:
+    g = graph.copy()
+    layouts = g.meta["layouts"]
+    nodes = {n.name: n for n in g.nodes}
+    segments = []
+    layer = 0
+    for sg in g.meta["subgraphs"]:
+        if sg["device"] == "host":
+            segments.append({"kind": "host", "nodes": list(sg["nodes"])})
+            continue
+        k = len(segments)
+        prog = Program(config, image=image, rom_name=f"rom:{k}")
+        em = Kernels(prog)
+        stats = {}
+        for name in sg["nodes"]:
+            n = nodes[name]
+            if n.op in ("Concat", "Flatten", "Reshape"):
+                continue  # memory layout only
+            ctx = kernels.LayerContext(em, layer, f"{k}:{n.name}")
+            layer += 1
+            X = layouts[view_source(g, n.inputs[0])]
+            Y = layouts[n.outputs[0]]
+            try:
+                if n.op == "Conv":
+                    st = kernels.conv(ctx, n, X, Y)
+                elif n.op in ("Gemm", "MatMul"):
+                    st = kernels.fc(ctx, n, X, Y)
+                elif n.op in ("MaxPool", "AveragePool"):
+                    st = kernels.pool(ctx, n, X, Y)
+                elif n.op == "GlobalAveragePool":
+                    st = kernels.global_pool(ctx, n, X, Y)
+                elif n.op in ("Add", "Sum"):
+                    st = kernels.add(ctx, n, [layouts[view_source(g, i)] for i in n.inputs], Y)
+                elif n.op == "Affine":
+                    st = kernels.affine(ctx, n, X, Y)
+                else:
+                    raise CompileError(f"{n.where()}: no core kernel")
+            except CompileError as e:
+                if str(e).startswith(("node", "layer")):
+                    raise
+                raise CompileError(f"{n.where()}: {e}") from None
+            stats[n.name] = st
+        em.halt()
+        words = prog.place_rom()
+        segments.append({"kind": "core", "rom": prog.rom_name, "nodes": list(sg["nodes"]),
+                         "words": words, "instructions": len(words), "token_nops": em.nops,
+                         "layers": stats})
+    g.meta["segments"] = segments
+    return g

@@ -1,0 +1,125 @@
+"""The compiler pipeline: every pass, in order, in one place.
+
+    ONNX  -> load_onnx
+          -> fold_constants      (Constant, ConstantOfShape, Shape arithmetic, weight transforms)
+          -> remove_noops        (Dropout, Identity)
+          -> [random_weights]    (option: seeded Kaiming-normal weights)
+          -> fold_affine         (BatchNormalization, Mul/Add by channel vectors -> Affine,
+                                  folded into the convolution before it)
+          -> fuse_relu           (ReLU into the producer's requantisation)
+          -> partition           (seed 004: core / host subgraphs)
+          -> prune               (magnitude + group pruning of core weights)
+          -> quantize            (calibration, int8 scales, per-channel weights)
+          -> allocate            (activation layouts in external memory)
+          -> codegen             (kernels -> ROM segments, memory image)
+
+Each pass is a function ``Graph -> Graph`` (its options bound here).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from snpu.config import CoreConfig
+from snpu.errors import CompileError
+from snpu.verif.image import MemoryImage
+
+from .artifact import Compiled
+from .frontend import load_onnx
+from .ir import Graph
+from .memory import allocate
+from .passes.codegen import codegen
+from .passes.fold_affine import fold_affine
+from .passes.fold_constants import fold_constants
+from .passes.fuse_relu import fuse_relu
+from .passes.partition import partition
+from .passes.prune import PruneOptions, prune
+from .passes.quantize import quantize
+from .passes.random_weights import random_weights
+from .passes.remove_noops import remove_noops
+
+
+@dataclass
+class CompileOptions:
+    config: CoreConfig = field(default_factory=CoreConfig)
+    density: float = 1.0                 #: target weight density of pruned layers
+    group_size: int = 0                  #: weight group pruning (0: off)
+    keep_dense: tuple[str, ...] = ()     #: layers (node names) not to prune
+    random_weights: int | None = None    #: seed: substitute Kaiming-normal weights
+    calibration: list | None = None      #: calibration inputs (default: seeded normal)
+    calibration_count: int = 4
+    calibration_seed: int = 0
+    force_host: tuple[str, ...] = ()     #: nodes to run on the host
+
+
+def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> list[tuple[str, Callable[[Graph], Graph]]]:
+    passes = [("fold_constants", fold_constants), ("remove_noops", remove_noops)]
+    if options.random_weights is not None:
+        passes.append(("random_weights", lambda g: random_weights(g, options.random_weights)))
+    passes += [
+        ("fold_affine", fold_affine),
+        ("fuse_relu", fuse_relu),
+        ("partition", lambda g: partition(g, force_host=set(options.force_host))),
+        ("prune", lambda g: prune(g, PruneOptions(density=options.density,
+                                                  group_size=options.group_size,
+                                                  keep_dense=frozenset(options.keep_dense)))),
+        ("quantize", lambda g: quantize(g, calibration)),
+        ("allocate", lambda g: allocate(g, image)),
+        ("codegen", lambda g: codegen(g, options.config, image)),
+    ]
+    return passes
+
+
+def compile_model(model, options: CompileOptions | None = None, *, progress=None) -> Compiled:
+    """ONNX model (path or ModelProto) -> :class:`Compiled`."""
+    options = options or CompileOptions()
+    t0 = time.time()
+    graph = load_onnx(model)
+    calibration = options.calibration
+    if calibration is None:
+        rng = np.random.default_rng(options.calibration_seed)
+        shapes = {i: graph.tensor(i).shape for i in graph.inputs}
+        calibration = [{i: rng.standard_normal(s).astype(np.float32) for i, s in shapes.items()}
+                       for _ in range(options.calibration_count)]
+    image = MemoryImage(1 << 16, growable=True)
+    timings = {}
+    passes = pipeline(options, calibration, image)
+    for k, (name, fn) in enumerate(passes):
+        t = time.time()
+        graph = fn(graph)
+        timings[name] = round(time.time() - t, 3)
+        if progress is not None:
+            progress(k + 1, len(passes), name)
+    image.trim()
+    return Compiled(graph, image, graph.meta["layouts"], graph.meta["segments"], options.config,
+                    _report(graph, options, timings, time.time() - t0))
+
+
+def _report(g: Graph, options: CompileOptions, timings: dict, total: float) -> dict:
+    layers = []
+    segs = {n: s for s in g.meta["segments"] if s["kind"] == "core" for n in s["nodes"]}
+    for n in g.nodes:
+        entry = {"node": n.name, "op": n.op, "device": n.device}
+        if n.device == "host" and n.meta.get("core_reason"):
+            entry["why_host"] = n.meta["core_reason"]
+        if n.name in segs and n.name in segs[n.name]["layers"]:
+            entry.update(segs[n.name]["layers"][n.name])
+        if "prune" in n.meta:
+            entry["density_before_pruning"] = n.meta["prune"].get("density_before", n.meta["prune"]["density"])
+        layers.append(entry)
+    core = sum(1 for n in g.nodes if n.device == "core")
+    return {
+        "model": g.name, "compile_seconds": round(total, 3), "pass_seconds": timings,
+        "ops_on_core": core, "ops_on_host": len(g.nodes) - core,
+        "host_ops": sorted({n.op for n in g.nodes if n.device == "host"}),
+        "segments": [{"kind": s["kind"], "nodes": len(s["nodes"]),
+                      **({"instructions": s["instructions"], "token_nops": s["token_nops"]}
+                         if s["kind"] == "core" else {})} for s in g.meta["segments"]],
+        "options": {"density": options.density, "group_size": options.group_size,
+                    "random_weights": options.random_weights},
+        "layers": layers,
+    }

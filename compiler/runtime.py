@@ -1,0 +1,113 @@
+"""Runtime: executes a compiled model, segment by segment.
+
+Core segments run on the golden model or on the RTL against the shared external-memory
+image; host segments read their input tensors from the image (dequantised with their
+scales), run the operators' float semantics and write the quantised results back.  This is
+seed 004's dispatch: the subgraphs go to their devices in dependency order and tensors pass
+between them through memory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from snpu.errors import CompileError
+from snpu.verif import golden
+
+from . import ops
+from .artifact import Compiled
+from .memory import TensorLayout
+from .passes.quantize import quantize_tensor
+
+
+def read_tensor(image, L: TensorLayout, shape) -> np.ndarray:
+    """int8 logical (NCHW, or [1, F] in C-H-W order for flattened views) values."""
+    idx = (L.base + np.arange(L.h)[:, None, None] * L.row + np.arange(L.w)[None, :, None] * L.pixel
+           + np.arange(L.c)[None, None, :])
+    hwc_vals = image.data[idx].view(np.int8)
+    nchw = hwc_vals.transpose(2, 0, 1)[None]
+    return nchw.reshape(shape)
+
+
+def write_tensor(image, L: TensorLayout, value: np.ndarray) -> None:
+    v = np.asarray(value, np.int8)
+    if v.ndim == 2:
+        v = v.reshape(1, -1, 1, 1)
+    hwc_vals = v[0].transpose(1, 2, 0)
+    idx = (L.base + np.arange(L.h)[:, None, None] * L.row + np.arange(L.w)[None, :, None] * L.pixel
+           + np.arange(L.c)[None, None, :])
+    image.data[idx] = hwc_vals.view(np.uint8)
+
+
+@dataclass
+class RunReport:
+    outputs: dict[str, np.ndarray]          #: dequantised (float32)
+    outputs_int8: dict[str, np.ndarray]
+    core_cycles: int = 0
+    mac_pairs: int = 0
+    dense_pairs: int = 0
+    segments: list[dict] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def run(compiled: Compiled, x, *, sim: str = "golden", check_races: bool = True,
+        rtl_options: dict | None = None) -> RunReport:
+    g, image = compiled.graph, compiled.image.copy_image()
+    t0 = time.time()
+    from .frontend import input_arrays
+
+    for name, a in input_arrays(g, x).items():
+        write_tensor(image, compiled.layouts[name], quantize_tensor(a, g.tensor(name).scale))
+    nodes = {n.name: n for n in g.nodes}
+    rep = RunReport({}, {})
+    for k, seg in enumerate(compiled.segments):
+        if seg["kind"] == "core":
+            words = compiled.rom(seg["rom"])
+            if sim == "golden":
+                res = golden.run_image(words, image, compiled.config, check_races=check_races)
+                image.data[:] = res.ext
+                cyc, pairs, dense = res.stats.cycles, res.stats.mac_pairs, res.stats.dense_pairs
+            elif sim == "rtl":
+                from snpu.verif import rtl_sim
+
+                r = rtl_sim.run(words, image, compiled.config, rom_region=seg["rom"],
+                                **(rtl_options or {}))
+                if not r.ok:
+                    raise CompileError(f"segment {k} on the RTL: finished={r.finished} error="
+                                       f"{r.error} at ROM word {r.error_pc}; {'; '.join(r.problems)}")
+                image.data[:] = r.ext
+                cyc, pairs, dense = r.cycles, r.counters["pairs"], r.counters["dense_pairs"]
+            else:
+                raise CompileError(f"unknown simulator {sim!r} (golden or rtl)")
+            rep.core_cycles += cyc
+            rep.mac_pairs += pairs
+            rep.dense_pairs += dense
+            rep.segments.append({"segment": k, "device": "core", "cycles": cyc,
+                                 "instructions": len(words)})
+        else:
+            for name in seg["nodes"]:
+                n = nodes[name]
+                args = []
+                for i in n.inputs:
+                    if not i:
+                        args.append(None)
+                    elif g.tensor(i).is_const:
+                        args.append(g.const(i))
+                    else:
+                        q = read_tensor(image, compiled.layouts[i], g.tensor(i).shape)
+                        args.append(q.astype(np.float64) * g.tensor(i).scale)
+                y = ops.get(n).run(n, args)[0]
+                if n.meta.get("relu"):
+                    y = np.maximum(y, 0)
+                o = n.outputs[0]
+                write_tensor(image, compiled.layouts[o], quantize_tensor(y, g.tensor(o).scale))
+            rep.segments.append({"segment": k, "device": "host", "nodes": len(seg["nodes"])})
+    for o in g.outputs:
+        q = read_tensor(image, compiled.layouts[o], g.tensor(o).shape)
+        rep.outputs_int8[o] = q
+        rep.outputs[o] = q.astype(np.float32) * np.float32(g.tensor(o).scale)
+    rep.wall_s = time.time() - t0
+    return rep
