@@ -81,7 +81,8 @@ class LayerContext:
             raise CompileError(f"layer {self.name!r}: {row - self.param_base} parameter rows do "
                                f"not fit half of the parameter memory ({self.param_half})")
         blob = np.concatenate(blobs)
-        addr = self.data("params", blob, "params", 8)
+        self._params_loaded = getattr(self, "_params_loaded", 0) + 1
+        addr = self.data(f"params{self._params_loaded}", blob, "params", 8)
         self.k.ld("param", addr, self.param_base * self.cfg.param_row_bytes, blob.size)
         return rows
 
@@ -117,7 +118,7 @@ class WeightTiles:
         self.tiles = []
         r0 = 0
         while r0 < rows:
-            size = min(_r(rows - r0, P), 4095 // P * P)
+            size = min(_r(rows - r0, P), 4095 // P * P, ctx.param_half * P)
             while size > P:
                 if self._fits(per_row, r0, size):
                     break
@@ -191,12 +192,12 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
         off += s.size
     fmt = node.meta.get("format") or choose_format(w)
     tiles = WeightTiles(ctx, wcat, fmt, bounds)
-    prow = ctx.load_params([(q["bias"], q["mult"], q["shift"])])[0]
     contiguous = len(cchunks) == 1 and X.pixel == cin
     kmax = max(_r(kh * kw * (c1 - c0), 64) for c0, c1 in cchunks)
     for t, (r0, r1) in enumerate(tiles.tiles):
         R = r1 - r0
         Rp = _r(R, P)
+        prow = ctx.load_params([(q["bias"][r0:r1], q["mult"][r0:r1], q["shift"][r0:r1])])[0]
         G = max(1, min(ow, ctx.nb_half // kmax, ctx.acc_half // Rp, ctx.ob_half // Rp, 4095))
         # one chunk: the tile's weights stay in the banks; several: reloaded per pixel group
         whalves = [tiles.load(t, 0, ctx.alternate("w"))] if len(cchunks) == 1 else [None] * len(cchunks)
@@ -224,7 +225,7 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
                     k.fc(nbuf=nb, n_in=kj, rows=R, acc=ab, wbuf=wb, widx=ib, wbytes=wbytes,
                          ibytes=ibytes, nvec=g, nstride=ns, nfmt=1, wfmt=FMT[fmt],
                          accumulate=int(j > 0), acc_stride=Rp)
-                k.req(ob, ab, prow + r0 // P, g, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
+                k.req(ob, ab, prow, g, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
                 k.st(ob, Y.addr(oy, ox0, r0), R, g, src_stride=Rp, ext_stride=Y.pixel)
     return {"format": fmt, "density": float(np.count_nonzero(w)) / w.size,
             "weight_tiles": len(tiles.tiles), "channel_chunks": len(cchunks)}
@@ -248,13 +249,13 @@ def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
     chunks = [(e0, min(n_in, e0 + per)) for e0 in range(0, n_in, per)]
     fmt = node.meta.get("format") or choose_format(w)
     tiles = WeightTiles(ctx, w, fmt, chunks)
-    prow = ctx.load_params([(q["bias"], q["mult"], q["shift"])])[0]
     resident = len(chunks) == 1
     if resident:
         _load_vector(ctx, X, 0, n_in, 0)
     for t, (r0, r1) in enumerate(tiles.tiles):
         R, half = r1 - r0, ctx.alternate()
         Rp = _r(R, P)
+        prow = ctx.load_params([(q["bias"][r0:r1], q["mult"][r0:r1], q["shift"][r0:r1])])[0]
         ab, ob = half * ctx.acc_half, half * ctx.ob_half
         for j, (e0, e1) in enumerate(chunks):
             wb, ib, wbytes, ibytes = tiles.load(t, j, ctx.alternate("w"))
@@ -264,7 +265,7 @@ def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
                 _load_vector(ctx, X, e0, e1, nb)
             k.fc(nbuf=nb, n_in=e1 - e0, rows=R, acc=ab, wbuf=wb, widx=ib, wbytes=wbytes,
                  ibytes=ibytes, nvec=1, nfmt=1, wfmt=FMT[fmt], accumulate=int(j > 0))
-        k.req(ob, ab, prow + r0 // P, 1, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
+        k.req(ob, ab, prow, 1, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
         k.st(ob, Y.addr(0, 0, r0), R)
     return {"format": fmt, "density": float(np.count_nonzero(w)) / w.size,
             "weight_tiles": len(tiles.tiles), "input_chunks": len(chunks)}
@@ -302,47 +303,54 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
         div = q["divisors"]
         keys = q["by_divisor"]
     key_list = sorted(keys)
-    rows = ctx.load_params([(np.zeros(c), np.full(c, keys[d][0]), np.full(c, keys[d][1]))
+    # channel chunks and output pixels per group: the input tile (kh rows x span pixels)
+    # and the outputs must fit half the accumulators; every divisor's parameter set (the
+    # same values for every channel) covers one chunk
+    cc = cp
+    while cc > P and (kh * kw * cc + cc > ctx.acc_half or len(key_list) * cc // P > ctx.param_half):
+        cc = _r(cc // 2, P)
+    rows = ctx.load_params([(np.zeros(cc), np.full(cc, keys[d][0]), np.full(cc, keys[d][1]))
                             for d in key_list])
     param_of = dict(zip(key_list, rows))
-    # output pixels per group: input tile (kh rows x span pixels) + output must fit half acc
+    if kh * kw * cc + cc > ctx.acc_half:
+        raise CompileError(f"{node.where()}: a {kh}x{kw} window of {P} channels does not fit")
     G = ow
-    while G > 1 and kh * ((G - 1) * sw + kw) * cp + G * cp > ctx.acc_half:
+    while G > 1 and (kh * ((G - 1) * sw + kw) * cc + G * cc > ctx.acc_half or G * cc > ctx.ob_half):
         G = -(-G // 2)
-    if kh * kw * cp + cp > ctx.acc_half or G * cp > ctx.ob_half:
-        G = max(1, min(G, ctx.ob_half // cp))
-        if kh * ((G - 1) * sw + kw) * cp + G * cp > ctx.acc_half:
-            raise CompileError(f"{node.where()}: a {kh}x{kw} window of {c} channels does not fit")
-    for oy in range(oh):
-        iy0 = oy * sh - pads[0]
-        ya, yb = max(0, iy0), min(X.h, iy0 + kh)
-        for ox0 in range(0, ow, G):
-            g = min(G, ow - ox0)
-            half = ctx.alternate()
-            ab, ob = half * ctx.acc_half, half * ctx.ob_half
-            xa = max(0, ox0 * sw - pads[1])
-            xb = min(X.w, (ox0 + g - 1) * sw - pads[1] + kw)
-            npix = xb - xa
-            out = ab + _r((yb - ya) * npix * cp, P)
-            k.ld("acc", X.addr(ya, xa), ab, c, npix, yb - ya, ext_stride=X.pixel, dst_stride=cp,
-                 ext_stride3=X.row, dst_stride3=npix * cp)
-            # runs of output pixels with the same clipped window width, start and divisor
-            runs = []
-            for i in range(g):
-                lo = (ox0 + i) * sw - pads[1]
-                a, b = max(0, lo), min(X.w, lo + kw)
-                key = (b - a, 0 if is_max else int(div[oy, ox0 + i]))
-                if runs and runs[-1][0] == key and runs[-1][2] + runs[-1][3] * sw == a - xa:
-                    runs[-1][3] += 1
-                else:
-                    runs.append([key, i, a - xa, 1])
-            for (kwe, d), i, start, n in runs:
-                k.vred("max" if is_max else "sum", out + i * cp, ab + start * cp, n, cp // P, kwe,
-                       yb - ya, src_stride=sw * cp, dst_stride=cp, k1_stride=cp, k2_stride=npix * cp)
-            for (kwe, d), i, start, n in runs:
-                k.req(ob + i * cp, out + i * cp, param_of[d], n, cp // P, int(q["relu"]),
-                      src_stride=cp, dst_stride=cp)
-            k.st(ob, Y.addr(oy, ox0), c, g, src_stride=cp, ext_stride=Y.pixel)
+    for c0 in range(0, c, cc):
+        n = min(cc, c - c0)
+        ncp = _r(n, P)
+        for oy in range(oh):
+            iy0 = oy * sh - pads[0]
+            ya, yb = max(0, iy0), min(X.h, iy0 + kh)
+            for ox0 in range(0, ow, G):
+                g = min(G, ow - ox0)
+                half = ctx.alternate()
+                ab, ob = half * ctx.acc_half, half * ctx.ob_half
+                xa = max(0, ox0 * sw - pads[1])
+                xb = min(X.w, (ox0 + g - 1) * sw - pads[1] + kw)
+                npix = xb - xa
+                out = ab + _r((yb - ya) * npix * ncp, P)
+                k.ld("acc", X.addr(ya, xa, c0), ab, n, npix, yb - ya, ext_stride=X.pixel,
+                     dst_stride=ncp, ext_stride3=X.row, dst_stride3=npix * ncp)
+                # runs of output pixels with the same clipped window and divisor
+                runs = []
+                for i in range(g):
+                    lo = (ox0 + i) * sw - pads[1]
+                    a, b = max(0, lo), min(X.w, lo + kw)
+                    key = (b - a, 0 if is_max else int(div[oy, ox0 + i]))
+                    if runs and runs[-1][0] == key and runs[-1][2] + runs[-1][3] * sw == a - xa:
+                        runs[-1][3] += 1
+                    else:
+                        runs.append([key, i, a - xa, 1])
+                for (kwe, d), i, start, m in runs:
+                    k.vred("max" if is_max else "sum", out + i * ncp, ab + start * ncp, m,
+                           ncp // P, kwe, yb - ya, src_stride=sw * ncp, dst_stride=ncp,
+                           k1_stride=ncp, k2_stride=npix * ncp)
+                for (kwe, d), i, start, m in runs:
+                    k.req(ob + i * ncp, out + i * ncp, param_of[d], m, ncp // P,
+                          int(q["relu"]), src_stride=ncp, dst_stride=ncp)
+                k.st(ob, Y.addr(oy, ox0, c0), n, g, src_stride=ncp, ext_stride=Y.pixel)
     return {"groups_per_row": -(-ow // G)}
 
 
@@ -352,8 +360,8 @@ def global_pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> di
     d = X.h * X.w
     mult, shift = q["by_divisor"][d]
     c = X.c
-    row = ctx.load_params([(np.zeros(c), np.full(c, mult), np.full(c, shift))])[0]
-    cc = max(P, min(_r(c, P), (ctx.acc_half // (d + 1)) // P * P))
+    cc = max(P, min(_r(c, P), (ctx.acc_half // (d + 1)) // P * P, ctx.param_half * P))
+    row = ctx.load_params([(np.zeros(cc), np.full(cc, mult), np.full(cc, shift))])[0]
     if (d + 1) * cc > ctx.acc_half:
         raise CompileError(f"{node.where()}: a {X.h}x{X.w} map of {P} channels does not fit "
                            "half the accumulators")
@@ -367,7 +375,7 @@ def global_pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> di
              ext_stride3=X.row, dst_stride3=X.w * ncp)
         k.vred("sum", out, ab, 1, ncp // P, X.w, X.h, src_stride=0, dst_stride=0, k1_stride=ncp,
                k2_stride=X.w * ncp)
-        k.req(ob, out, row + c0 // P, 1, ncp // P, int(q["relu"]), src_stride=0, dst_stride=0)
+        k.req(ob, out, row, 1, ncp // P, int(q["relu"]), src_stride=0, dst_stride=0)
         k.st(ob, Y.addr(0, 0, c0), n)
     return {}
 
@@ -378,39 +386,53 @@ def _pixel_groups(X: TensorLayout, per: int):
             yield y, x0, min(per, X.w - x0)
 
 
+def _channel_chunks(c: int, P: int, words_budget: int) -> list[tuple[int, int]]:
+    """Channel ranges whose padded width fits ``words_budget`` elements."""
+    cc = max(P, min(_r(c, P), words_budget // P * P))
+    return [(c0, min(c, c0 + cc)) for c0 in range(0, c, cc)]
+
+
 def add(ctx: LayerContext, node, inputs: list[TensorLayout], Y: TensorLayout) -> dict:
     k, P = ctx.k, ctx.cfg.lanes
     q = node.meta["q"]
     X = inputs[0]
-    c, cp = X.c, _r(X.c, P)
-    row = ctx.load_params([(np.zeros(c), np.ones(c), np.full(c, q["shift"]))])[0]
-    per = max(1, min(X.w, ctx.acc_half // ((len(inputs) + 1) * cp), ctx.ob_half // cp, 4095))
+    regions = len(inputs) + 1
     m = [int(v) for v in q["in_mult"]]
-    for y, x0, g in _pixel_groups(X, per):
-        half = ctx.alternate()
-        ab, ob = half * ctx.acc_half, half * ctx.ob_half
-        regs = [ab + i * g * cp for i in range(len(inputs) + 1)]
-        for i, L in enumerate(inputs):
-            k.ld("acc", L.addr(y, x0), regs[i], c, g, ext_stride=L.pixel, dst_stride=cp)
-        out = regs[-1]
-        k.vew(out, regs[0], regs[1], g, cp // P, m[0], m[1], 0, a_stride=cp, b_stride=cp, dst_stride=cp)
-        for i in range(2, len(inputs)):
-            k.vew(out, out, regs[i], g, cp // P, 1, m[i], 0, a_stride=cp, b_stride=cp, dst_stride=cp)
-        k.req(ob, out, row, g, cp // P, int(q["relu"]), src_stride=cp, dst_stride=cp)
-        k.st(ob, Y.addr(y, x0), c, g, src_stride=cp, ext_stride=Y.pixel)
-    return {}
+    chunks = _channel_chunks(X.c, P, min(ctx.acc_half // regions, ctx.ob_half, ctx.param_half * P))
+    cmax = _r(chunks[0][1] - chunks[0][0], P)
+    row = ctx.load_params([(np.zeros(cmax), np.ones(cmax), np.full(cmax, q["shift"]))])[0]
+    for c0, c1 in chunks:
+        c, cp = c1 - c0, _r(c1 - c0, P)
+        per = max(1, min(X.w, ctx.acc_half // (regions * cp), ctx.ob_half // cp, 4095))
+        for y, x0, g in _pixel_groups(X, per):
+            half = ctx.alternate()
+            ab, ob = half * ctx.acc_half, half * ctx.ob_half
+            regs = [ab + i * g * cp for i in range(regions)]
+            for i, L in enumerate(inputs):
+                k.ld("acc", L.addr(y, x0, c0), regs[i], c, g, ext_stride=L.pixel, dst_stride=cp)
+            out = regs[-1]
+            k.vew(out, regs[0], regs[1], g, cp // P, m[0], m[1], 0, a_stride=cp, b_stride=cp,
+                  dst_stride=cp)
+            for i in range(2, len(inputs)):
+                k.vew(out, out, regs[i], g, cp // P, 1, m[i], 0, a_stride=cp, b_stride=cp,
+                      dst_stride=cp)
+            k.req(ob, out, row, g, cp // P, int(q["relu"]), src_stride=cp, dst_stride=cp)
+            k.st(ob, Y.addr(y, x0, c0), c, g, src_stride=cp, ext_stride=Y.pixel)
+    return {"channel_chunks": len(chunks)}
 
 
 def affine(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
     k, P = ctx.k, ctx.cfg.lanes
     q = node.meta["q"]
-    c, cp = X.c, _r(X.c, P)
-    row = ctx.load_params([(q["bias"], q["mult"], q["shift"])])[0]
-    per = max(1, min(X.w, ctx.acc_half // cp, ctx.ob_half // cp, 4095))
-    for y, x0, g in _pixel_groups(X, per):
-        half = ctx.alternate()
-        ab, ob = half * ctx.acc_half, half * ctx.ob_half
-        k.ld("acc", X.addr(y, x0), ab, c, g, ext_stride=X.pixel, dst_stride=cp)
-        k.req(ob, ab, row, g, cp // P, int(q["relu"]), src_stride=cp, dst_stride=cp)
-        k.st(ob, Y.addr(y, x0), c, g, src_stride=cp, ext_stride=Y.pixel)
-    return {}
+    chunks = _channel_chunks(X.c, P, min(ctx.acc_half, ctx.ob_half, ctx.param_half * P))
+    for c0, c1 in chunks:
+        c, cp = c1 - c0, _r(c1 - c0, P)
+        row = ctx.load_params([(q["bias"][c0:c1], q["mult"][c0:c1], q["shift"][c0:c1])])[0]
+        per = max(1, min(X.w, ctx.acc_half // cp, ctx.ob_half // cp, 4095))
+        for y, x0, g in _pixel_groups(X, per):
+            half = ctx.alternate()
+            ab, ob = half * ctx.acc_half, half * ctx.ob_half
+            k.ld("acc", X.addr(y, x0, c0), ab, c, g, ext_stride=X.pixel, dst_stride=cp)
+            k.req(ob, ab, row, g, cp // P, int(q["relu"]), src_stride=cp, dst_stride=cp)
+            k.st(ob, Y.addr(y, x0, c0), c, g, src_stride=cp, ext_stride=Y.pixel)
+    return {"channel_chunks": len(chunks)}

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from snpu.errors import CompileError
 from snpu.verif.image import MemoryImage
 
@@ -45,11 +47,12 @@ class TensorLayout:
 
 
 def hwc(shape) -> tuple[int, int, int]:
+    """(H, W, C) of a tensor's layout; other ranks (host-only tensors) are stored flat."""
     if len(shape) == 4:
         return shape[2], shape[3], shape[1]
     if len(shape) == 2:
         return 1, 1, shape[1]
-    raise CompileError(f"tensor of rank {len(shape)} has no channels-last layout")
+    return 1, 1, int(np.prod(shape))
 
 
 def view_source(g: Graph, name: str) -> str:

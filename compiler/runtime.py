@@ -34,7 +34,7 @@ def read_tensor(image, L: TensorLayout, shape) -> np.ndarray:
 
 def write_tensor(image, L: TensorLayout, value: np.ndarray) -> None:
     v = np.asarray(value, np.int8)
-    if v.ndim == 2:
+    if v.ndim != 4:
         v = v.reshape(1, -1, 1, 1)
     hwc_vals = v[0].transpose(1, 2, 0)
     idx = (L.base + np.arange(L.h)[:, None, None] * L.row + np.arange(L.w)[None, :, None] * L.pixel
