@@ -63,14 +63,22 @@ class MemoryPort:
             dut.err_lo.value = lo
             dut.err_hi.value = hi
 
-    def load(self, data: np.ndarray) -> None:
+    def load(self, data: np.ndarray, previous: np.ndarray | None = None) -> None:
+        """Write ``data`` at address 0.  ``previous`` is what memory holds now (``None``: all
+        zeros after power-up); only the 64-bit words that differ are written."""
         if self.kind == "axiram":
             self.ram.write(0, data.tobytes())
             return
-        words = np.zeros(self.size // 8, dtype="<u8")
-        words[:data.size // 8] = data[:data.size // 8 * 8].view("<u8")
-        for k in np.flatnonzero(words):
+        words = self._words(data)
+        old = self._words(previous) if previous is not None else np.zeros_like(words)
+        for k in np.flatnonzero(words != old):
             self.array[int(k)].value = int(words[k])
+
+    def _words(self, data: np.ndarray) -> np.ndarray:
+        words = np.zeros(self.size // 8, dtype="<u8")
+        n = min(data.size, self.size) // 8
+        words[:n] = data[:n * 8].view("<u8")
+        return words
 
     def read(self, n: int) -> np.ndarray:
         if self.kind == "axiram":
@@ -153,14 +161,16 @@ class Checker:
 
 
 class Testbench:
+    """Runs a sequence of (ROM, memory image) jobs on one simulator instance, resetting the
+    core between them; external memory is rewritten only where the next image differs."""
+
     def __init__(self, dut, job: dict):
         self.dut, self.job = dut, job
         self.config = CoreConfig.from_dict(job["config"])
-        self.image = MemoryImage.load(job["mem"])
-        self.rom = read_rom(job["rom"])
         self.memory = MemoryPort(dut, job["memory"], job["mem_bytes"], job.get("stall", 0.0),
                                  job.get("seed", 0), job.get("error_range"))
         self.driver, self.monitor, self.checker = CoreDriver(dut), CoreMonitor(dut), Checker()
+        self._loaded: np.ndarray | None = None
 
     async def reset(self):
         await self.driver.reset()
@@ -171,31 +181,35 @@ class Testbench:
     def stop(self):
         pass
 
-    async def run(self) -> dict:
-        rom_region = self.image.region(self.job.get("rom_region", "rom"))
-        data = self.image.data.copy()
-        raw = b"".join(w.to_bytes(16, "little") for w in self.rom)
+    async def run(self, run: dict) -> dict:
+        image = MemoryImage.load(run["mem"])
+        rom = read_rom(run["rom"])
+        rom_region = image.region(run.get("rom_region", "rom"))
+        data = image.data.copy()
+        raw = b"".join(w.to_bytes(16, "little") for w in rom)
         if len(raw) > rom_region.size:
-            raise ValueError(f"ROM of {len(self.rom)} words does not fit the rom region")
+            raise ValueError(f"ROM of {len(rom)} words does not fit the rom region")
         data[rom_region.addr:rom_region.addr + len(raw)] = np.frombuffer(raw, np.uint8)
-        self.image.data[:] = data  # the model sees the same memory, ROM included
-        self.memory.load(data)
+        image.data[:] = data  # the model sees the same memory, ROM included
+        self.memory.load(data, previous=self._loaded)
+        self._loaded = data
         await self.driver.start(rom_region.addr)
         t0 = time.time()
-        finished = await self.monitor.wait_done(self.job["budget_cycles"])
+        finished = await self.monitor.wait_done(run["budget_cycles"])
         wall = time.time() - t0
         status = self.monitor.status()
-        ext = self.memory.read(self.image.size)
+        ext = self.memory.read(image.size)
+        self._loaded = ext
         result = {"finished": finished, "wall_s": wall, **status}
         result["cycles_per_s"] = status["counters"]["cycles"] / wall if wall > 0 else None
-        np.save(self.job["result"] + ".ext.npy", ext)
+        np.save(run["result"] + ".ext.npy", ext)
         if not finished:
-            result["problems"] = [f"no done within {self.job['budget_cycles']} cycles (hang)"]
+            result["problems"] = [f"no done within {run['budget_cycles']} cycles (hang)"]
             return result
         if self.job.get("check", True):
             model, model_error = None, None
             try:
-                model = golden.run_image(self.rom, self.image, self.config)
+                model = golden.run_image(rom, image, self.config)
             except Exception as e:  # the checker reports it
                 model_error = str(e)
             result["problems"] = self.checker.compare(ext, status, model, model_error)
@@ -212,10 +226,15 @@ async def run_job(dut):
         job = json.load(f)
     tb = Testbench(dut, job)
     tb.start()
-    await tb.reset()
-    result = await tb.run()
+    failures = []
+    for k, run in enumerate(job.get("runs") or [job]):
+        await tb.reset()
+        result = await tb.run(run)
+        with open(run["result"], "w") as f:
+            json.dump(result, f, indent=1)
+        if not result["finished"] or result["problems"]:
+            failures.append(f"run {k}: " + "; ".join(result["problems"]))
+            if not result["finished"]:
+                break  # a hung core: the remaining runs would start from a wedged state
     tb.stop()
-    with open(job["result"], "w") as f:
-        json.dump(result, f, indent=1)
-    assert result["finished"], result["problems"][0]
-    assert not result["problems"], "; ".join(result["problems"])
+    assert not failures, " | ".join(failures)
