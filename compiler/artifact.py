@@ -10,6 +10,7 @@
 ``mem.json``        its manifest (what lives where)
 ``seg<k>.hex``      the ROM of core segment ``k`` (also inside ``mem.bin`` at region ``rom:<k>``)
 ``report.json``     per-layer densities, index formats, tiles; compile time; device split
+``source.onnx``     the ONNX model as given (``snpu run`` compares with onnxruntime on it)
 ==================  ==========================================================================
 
 Everything is written to a temporary directory beside ``DIR`` and renamed into place, so a
@@ -45,6 +46,7 @@ class Compiled:
     segments: list[dict]
     config: CoreConfig
     report: dict
+    source: bytes | None = None  #: the ONNX model compiled (for reference runs)
 
     def rom(self, region: str) -> list[int]:
         r = self.image.region(region)
@@ -68,6 +70,8 @@ class Compiled:
                 if s["kind"] == "core":
                     write_rom(tmp / f"seg{k}.hex", self.rom(s["rom"]))
             (tmp / "report.json").write_text(json.dumps(self.report, indent=1, default=_jsonable))
+            if self.source is not None:
+                (tmp / "source.onnx").write_bytes(self.source)
             if path.exists():
                 shutil.rmtree(path)
             os.replace(tmp, path)
@@ -95,7 +99,9 @@ class Compiled:
         graph = _graph_from_doc(doc["graph"], arrays)
         layouts = {k: TensorLayout(**v) for k, v in doc["layouts"].items()}
         report = json.loads((path / "report.json").read_text()) if (path / "report.json").exists() else {}
-        return cls(graph, image, layouts, doc["segments"], CoreConfig.from_dict(doc["config"]), report)
+        source = (path / "source.onnx").read_bytes() if (path / "source.onnx").exists() else None
+        return cls(graph, image, layouts, doc["segments"], CoreConfig.from_dict(doc["config"]),
+                   report, source)
 
 
 def _jsonable(v):

@@ -13,7 +13,7 @@ from .ir import Graph, Node, Tensor
 
 
 def load_onnx(model, *, name: str | None = None, batch: int = 1) -> Graph:
-    """Read an ONNX model (a path or a ``ModelProto``) into a :class:`~.ir.Graph`.
+    """Read an ONNX model (a path, serialised bytes or a ``ModelProto``) into a :class:`~.ir.Graph`.
 
     Initializers become constant tensors; symbolic input dimensions become ``batch``.  Every
     problem is a :class:`CompileError` naming the file, node and operator.
@@ -21,6 +21,11 @@ def load_onnx(model, *, name: str | None = None, batch: int = 1) -> Graph:
     import onnx
     from onnx import helper, numpy_helper
 
+    if isinstance(model, (bytes, bytearray)):
+        try:
+            model = onnx.load_from_string(bytes(model))
+        except Exception as e:  # protobuf gives no stable exception type
+            raise CompileError(f"{name or 'model'}: not an ONNX model ({type(e).__name__}: {e})") from None
     if isinstance(model, (str, Path)):
         path = Path(model)
         name = name or path.stem
@@ -76,6 +81,8 @@ def load_onnx(model, *, name: str | None = None, batch: int = 1) -> Graph:
         nodes.append(node)
     outputs = [o.name for o in g.output]
     graph = Graph(name, nodes, tensors, inputs, outputs)
+    graph.meta["opset"] = max((imp.version for imp in model.opset_import
+                               if imp.domain in ("", "ai.onnx")), default=13)
     graph.check()
     graph.toposort()
     return graph

@@ -43,8 +43,13 @@ def _r(x: int, m: int) -> int:
 class LayerContext:
     """What every kernel needs: the emitter, the image, and the layer's parameter rows."""
 
-    def __init__(self, k: Kernels, layer_index: int, name: str):
+    def __init__(self, k: Kernels, layer_index: int, name: str, dense: bool = False):
         self.k = k
+        #: dense mode (the baseline for sparse speedups): dense weight format, activations
+        #: loaded without the sparse processing unit's threshold (no neuron index)
+        self.dense = dense
+        self.threshold = None if dense else 0
+        self.nfmt = FMT["dense"] if dense else FMT["direct"]
         self.cfg = k.cfg
         self.image = k.p.image
         self.name = name
@@ -190,7 +195,7 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
     for s in col_sets:
         bounds.append((off, off + s.size))
         off += s.size
-    fmt = node.meta.get("format") or choose_format(w)
+    fmt = "dense" if ctx.dense else node.meta.get("format") or choose_format(w)
     tiles = WeightTiles(ctx, wcat, fmt, bounds)
     contiguous = len(cchunks) == 1 and X.pixel == cin
     kmax = max(_r(kh * kw * (c1 - c0), 64) for c0, c1 in cchunks)
@@ -215,15 +220,15 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
                     if contiguous:
                         k.ld("nbuf", X.addr(iy0, ox0 * sw - pads[1]), nb, kw * cin, kh, g,
                              ext_stride=X.row, dst_stride=kw * cin, ext_stride3=sw * X.pixel,
-                             dst_stride3=ns, threshold=0)
+                             dst_stride3=ns, threshold=ctx.threshold)
                     else:
                         for i in range(g):
                             k.ld("nbuf", X.addr(iy0, (ox0 + i) * sw - pads[1], c0), nb + i * ns,
                                  c1 - c0, kw, kh, ext_stride=X.pixel, dst_stride=c1 - c0,
-                                 ext_stride3=X.row, dst_stride3=kw * (c1 - c0), threshold=0)
+                                 ext_stride3=X.row, dst_stride3=kw * (c1 - c0), threshold=ctx.threshold)
                     wb, ib, wbytes, ibytes = whalves[j]
                     k.fc(nbuf=nb, n_in=kj, rows=R, acc=ab, wbuf=wb, widx=ib, wbytes=wbytes,
-                         ibytes=ibytes, nvec=g, nstride=ns, nfmt=1, wfmt=FMT[fmt],
+                         ibytes=ibytes, nvec=g, nstride=ns, nfmt=ctx.nfmt, wfmt=FMT[fmt],
                          accumulate=int(j > 0), acc_stride=Rp)
                 k.req(ob, ab, prow, g, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
                 k.st(ob, Y.addr(oy, ox0, r0), R, g, src_stride=Rp, ext_stride=Y.pixel)
@@ -247,7 +252,7 @@ def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
     else:
         raise CompileError(f"{node.where()}: a {X.c}-channel pixel does not fit half the neuron buffer")
     chunks = [(e0, min(n_in, e0 + per)) for e0 in range(0, n_in, per)]
-    fmt = node.meta.get("format") or choose_format(w)
+    fmt = "dense" if ctx.dense else node.meta.get("format") or choose_format(w)
     tiles = WeightTiles(ctx, w, fmt, chunks)
     resident = len(chunks) == 1
     if resident:
@@ -264,7 +269,7 @@ def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
                 nb = ctx.alternate("nbuf") * ctx.nb_half
                 _load_vector(ctx, X, e0, e1, nb)
             k.fc(nbuf=nb, n_in=e1 - e0, rows=R, acc=ab, wbuf=wb, widx=ib, wbytes=wbytes,
-                 ibytes=ibytes, nvec=1, nfmt=1, wfmt=FMT[fmt], accumulate=int(j > 0))
+                 ibytes=ibytes, nvec=1, nfmt=ctx.nfmt, wfmt=FMT[fmt], accumulate=int(j > 0))
         k.req(ob, ab, prow, 1, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
         k.st(ob, Y.addr(0, 0, r0), R)
     return {"format": fmt, "density": float(np.count_nonzero(w)) / w.size,
@@ -277,14 +282,14 @@ def _load_vector(ctx: LayerContext, X: TensorLayout, e0: int, e1: int, dst: int)
     k = ctx.k
     c = X.c
     if X.dense:
-        k.ld("nbuf", X.base + e0, dst, e1 - e0, threshold=0)
+        k.ld("nbuf", X.base + e0, dst, e1 - e0, threshold=ctx.threshold)
         return
     p0, p1 = e0 // c, e1 // c
     while p0 < p1:
         y, x = divmod(p0, X.w)
         run = min(p1 - p0, X.w - x)
         k.ld("nbuf", X.addr(y, x), dst + (p0 * c - e0), c, run, ext_stride=X.pixel, dst_stride=c,
-             threshold=0)
+             threshold=ctx.threshold)
         p0 += run
 
 

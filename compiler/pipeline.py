@@ -54,6 +54,7 @@ class CompileOptions:
     calibration_count: int = 4
     calibration_seed: int = 0
     force_host: tuple[str, ...] = ()     #: nodes to run on the host
+    dense: bool = False                  #: dense mode: no sparse skipping (speedup baseline)
 
 
 def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> list[tuple[str, Callable[[Graph], Graph]]]:
@@ -69,7 +70,7 @@ def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> 
                                                   keep_dense=frozenset(options.keep_dense)))),
         ("quantize", lambda g: quantize(g, calibration)),
         ("allocate", lambda g: allocate(g, image)),
-        ("codegen", lambda g: codegen(g, options.config, image)),
+        ("codegen", lambda g: codegen(g, options.config, image, options.dense)),
     ]
     return passes
 
@@ -78,6 +79,7 @@ def compile_model(model, options: CompileOptions | None = None, *, progress=None
     """ONNX model (path or ModelProto) -> :class:`Compiled`."""
     options = options or CompileOptions()
     t0 = time.time()
+    source = _model_bytes(model)
     graph = load_onnx(model)
     calibration = options.calibration
     if calibration is None:
@@ -96,7 +98,28 @@ def compile_model(model, options: CompileOptions | None = None, *, progress=None
             progress(k + 1, len(passes), name)
     image.trim()
     return Compiled(graph, image, graph.meta["layouts"], graph.meta["segments"], options.config,
-                    _report(graph, options, timings, time.time() - t0))
+                    _report(graph, options, timings, time.time() - t0), source)
+
+
+def reference_graph(source, options: CompileOptions) -> Graph:
+    """The float graph the compiled model approximates: the model after constant folding,
+    no-op removal and (option) random weights, before fusion, pruning and quantisation.
+    Exportable with :func:`.export.to_onnx` for onnxruntime."""
+    g = remove_noops(fold_constants(load_onnx(source)))
+    if options.random_weights is not None:
+        g = random_weights(g, options.random_weights)
+    return g
+
+
+def _model_bytes(model) -> bytes | None:
+    from pathlib import Path
+
+    if isinstance(model, (str, Path)):
+        try:
+            return Path(model).read_bytes()
+        except OSError:
+            return None  # load_onnx reports the problem
+    return model.SerializeToString()
 
 
 def _report(g: Graph, options: CompileOptions, timings: dict, total: float) -> dict:
@@ -120,6 +143,6 @@ def _report(g: Graph, options: CompileOptions, timings: dict, total: float) -> d
                       **({"instructions": s["instructions"], "token_nops": s["token_nops"]}
                          if s["kind"] == "core" else {})} for s in g.meta["segments"]],
         "options": {"density": options.density, "group_size": options.group_size,
-                    "random_weights": options.random_weights},
+                    "random_weights": options.random_weights, "dense": options.dense},
         "layers": layers,
     }

@@ -55,59 +55,99 @@ class RunReport:
 
 def run(compiled: Compiled, x, *, sim: str = "golden", check_races: bool = True,
         rtl_options: dict | None = None) -> RunReport:
-    g, image = compiled.graph, compiled.image.copy_image()
-    t0 = time.time()
+    """Run one input (an array for a single-input model, or ``{name: array}``)."""
+    return run_batch(compiled, [x], sim=sim, check_races=check_races, rtl_options=rtl_options)[0]
+
+
+def run_batch(compiled: Compiled, xs: list, *, sim: str = "golden", check_races: bool = True,
+              rtl_options: dict | None = None, progress=None) -> list[RunReport]:
+    """Run several inputs; on the RTL every core segment runs for all inputs in one
+    simulator process.  ``progress(done, total)`` is called as runs finish."""
     from .frontend import input_arrays
 
-    for name, a in input_arrays(g, x).items():
-        write_tensor(image, compiled.layouts[name], quantize_tensor(a, g.tensor(name).scale))
+    if sim not in ("golden", "rtl"):
+        raise CompileError(f"unknown simulator {sim!r} (golden or rtl)")
+    g = compiled.graph
+    t0 = time.time()
+    images = []
+    for x in xs:
+        image = compiled.image.copy_image()
+        for name, a in input_arrays(g, x).items():
+            write_tensor(image, compiled.layouts[name], quantize_tensor(a, g.tensor(name).scale))
+        images.append(image)
     nodes = {n.name: n for n in g.nodes}
-    rep = RunReport({}, {})
+    reps = [RunReport({}, {}) for _ in xs]
+    total, done = len(compiled.segments) * len(xs), 0
     for k, seg in enumerate(compiled.segments):
         if seg["kind"] == "core":
             words = compiled.rom(seg["rom"])
             if sim == "golden":
-                res = golden.run_image(words, image, compiled.config, check_races=check_races)
-                image.data[:] = res.ext
-                cyc, pairs, dense = res.stats.cycles, res.stats.mac_pairs, res.stats.dense_pairs
-            elif sim == "rtl":
+                stats = []
+                for image in images:
+                    res = golden.run_image(words, image, compiled.config, check_races=check_races)
+                    image.data[:] = res.ext
+                    stats.append((res.stats.cycles, res.stats.mac_pairs, res.stats.dense_pairs))
+                    done += 1
+                    if progress:
+                        progress(done, total)
+            else:
                 from snpu.verif import rtl_sim
 
-                r = rtl_sim.run(words, image, compiled.config, rom_region=seg["rom"],
-                                **(rtl_options or {}))
-                if not r.ok:
-                    raise CompileError(f"segment {k} on the RTL: finished={r.finished} error="
-                                       f"{r.error} at ROM word {r.error_pc}; {'; '.join(r.problems)}")
-                image.data[:] = r.ext
-                cyc, pairs, dense = r.cycles, r.counters["pairs"], r.counters["dense_pairs"]
-            else:
-                raise CompileError(f"unknown simulator {sim!r} (golden or rtl)")
-            rep.core_cycles += cyc
-            rep.mac_pairs += pairs
-            rep.dense_pairs += dense
-            rep.segments.append({"segment": k, "device": "core", "cycles": cyc,
-                                 "instructions": len(words)})
+                results = rtl_sim.run_many([rtl_sim.Job(words, im, seg["rom"]) for im in images],
+                                           compiled.config, **(rtl_options or {}))
+                stats = []
+                for i, (image, r) in enumerate(zip(images, results)):
+                    if not r.ok:
+                        raise CompileError(f"segment {k} on the RTL, input {i}: finished="
+                                           f"{r.finished} error={r.error} at ROM word "
+                                           f"{r.error_pc}; {'; '.join(r.problems)}")
+                    image.data[:] = r.ext
+                    stats.append((r.cycles, r.counters["pairs"], r.counters["dense_pairs"]))
+                if len(results) < len(images):
+                    raise CompileError(f"segment {k} on the RTL: the simulation stopped after "
+                                       f"{len(results)} of {len(images)} inputs")
+                done += len(images)
+                if progress:
+                    progress(done, total)
+            for rep, (cyc, pairs, dense) in zip(reps, stats):
+                rep.core_cycles += cyc
+                rep.mac_pairs += pairs
+                rep.dense_pairs += dense
+                rep.segments.append({"segment": k, "device": "core", "cycles": cyc,
+                                     "instructions": len(words)})
         else:
-            for name in seg["nodes"]:
-                n = nodes[name]
-                args = []
-                for i in n.inputs:
-                    if not i:
-                        args.append(None)
-                    elif g.tensor(i).is_const:
-                        args.append(g.const(i))
-                    else:
-                        q = read_tensor(image, compiled.layouts[i], g.tensor(i).shape)
-                        args.append(q.astype(np.float64) * g.tensor(i).scale)
-                y = ops.get(n).run(n, args)[0]
-                if n.meta.get("relu"):
-                    y = np.maximum(y, 0)
-                o = n.outputs[0]
-                write_tensor(image, compiled.layouts[o], quantize_tensor(y, g.tensor(o).scale))
-            rep.segments.append({"segment": k, "device": "host", "nodes": len(seg["nodes"])})
-    for o in g.outputs:
-        q = read_tensor(image, compiled.layouts[o], g.tensor(o).shape)
-        rep.outputs_int8[o] = q
-        rep.outputs[o] = q.astype(np.float32) * np.float32(g.tensor(o).scale)
-    rep.wall_s = time.time() - t0
-    return rep
+            for image, rep in zip(images, reps):
+                _run_host(compiled, [nodes[name] for name in seg["nodes"]], image)
+                rep.segments.append({"segment": k, "device": "host", "nodes": len(seg["nodes"])})
+                done += 1
+                if progress:
+                    progress(done, total)
+    wall = (time.time() - t0) / max(1, len(xs))
+    for image, rep in zip(images, reps):
+        for o in g.outputs:
+            q = read_tensor(image, compiled.layouts[o], g.tensor(o).shape)
+            rep.outputs_int8[o] = q
+            rep.outputs[o] = q.astype(np.float32) * np.float32(g.tensor(o).scale)
+        rep.wall_s = wall
+    return reps
+
+
+def _run_host(compiled: Compiled, nodes: list, image) -> None:
+    """Host segment: read inputs from memory (dequantised), run the float semantics, write
+    the quantised results back."""
+    g = compiled.graph
+    for n in nodes:
+        args = []
+        for i in n.inputs:
+            if not i:
+                args.append(None)
+            elif g.tensor(i).is_const:
+                args.append(g.const(i))
+            else:
+                q = read_tensor(image, compiled.layouts[i], g.tensor(i).shape)
+                args.append(q.astype(np.float64) * g.tensor(i).scale)
+        y = ops.get(n).run(n, args)[0]
+        if n.meta.get("relu"):
+            y = np.maximum(y, 0)
+        o = n.outputs[0]
+        write_tensor(image, compiled.layouts[o], quantize_tensor(y, g.tensor(o).scale))

@@ -15,7 +15,10 @@ from ..ir import Graph
 from ..memory import view_source
 
 
-def codegen(graph: Graph, config: CoreConfig, image: MemoryImage) -> Graph:
+def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = False) -> Graph:
+    """``dense``: compile every layer in dense mode (no weight index, no activation
+    threshold): the same computation without sparse skipping, the baseline of sparse
+    speedups."""
     g = graph.copy()
     layouts = g.meta["layouts"]
     nodes = {n.name: n for n in g.nodes}
@@ -33,7 +36,7 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage) -> Graph:
             n = nodes[name]
             if n.op in ("Concat", "Flatten", "Reshape"):
                 continue  # memory layout only
-            ctx = kernels.LayerContext(em, layer, f"{k}:{n.name}")
+            ctx = kernels.LayerContext(em, layer, f"{k}:{n.name}", dense)
             layer += 1
             X = layouts[view_source(g, n.inputs[0])]
             Y = layouts[n.outputs[0]]
