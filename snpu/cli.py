@@ -186,6 +186,204 @@ def verilog(core: str | None, output: str, name: str, **params) -> None:
     click.echo(f"{output}: module {name}, {cfg.lanes} lanes, {len(text) // 1024} KiB")
 
 
+@main.command("compile")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
+              help="Directory to write the compiled model to (replaced atomically).")
+@_config_options
+@click.option("--density", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0,
+              show_default=True, help="Target weight density of pruned core layers.")
+@click.option("--group-size", type=click.IntRange(0), default=0, show_default=True,
+              help="Group pruning (seed 000 claims 11/16): group length, 0 = off.")
+@click.option("--keep-dense", multiple=True, metavar="NODE", help="Do not prune this node.")
+@click.option("--host", "force_host", multiple=True, metavar="NODE",
+              help="Run this node on the host even if the core could.")
+@click.option("--random-weights", type=int, default=None, metavar="SEED",
+              help="Substitute seeded Kaiming-normal weights (for placeholder-weight models).")
+@click.option("--calibration", type=click.Path(exists=True, dir_okay=False),
+              help="Calibration inputs (.npy / .npz, batch on axis 0); default: seeded normal.")
+@click.option("--calibration-count", type=click.IntRange(1), default=4, show_default=True,
+              help="How many seeded normal calibration inputs when --calibration is not given.")
+@click.option("--dense", is_flag=True, help="Dense mode: no weight index, no activation "
+              "threshold (the same computation without sparse skipping; a speedup baseline).")
+@click.option("--json", "as_json", is_flag=True, help="Print the compile report as JSON.")
+def compile_(model: str, output: str, core: str | None, density: float, group_size: int,
+             keep_dense: tuple, force_host: tuple, random_weights: int | None,
+             calibration: str | None, calibration_count: int, dense: bool, as_json: bool,
+             **params) -> None:
+    """Compile an ONNX MODEL to ROM images and a memory image in OUTPUT."""
+    from .compiler.frontend import load_onnx
+    from .compiler.pipeline import CompileOptions, compile_model
+
+    cfg = _load_config(core, **params)
+    calib = None
+    if calibration:
+        calib = _read_inputs(calibration, load_onnx(model))
+    opts = CompileOptions(config=cfg, density=density, group_size=group_size,
+                          keep_dense=keep_dense, random_weights=random_weights,
+                          calibration=calib, calibration_count=calibration_count,
+                          force_host=force_host, dense=dense)
+    with _progress("compiling", -1) as tick:
+        compiled = compile_model(model, opts, progress=tick)
+    compiled.save(output)
+    if as_json:
+        click.echo(json.dumps(compiled.report, indent=1))
+        return
+    _print_compile(compiled.report, output)
+
+
+@main.command("run")
+@click.argument("compiled", type=click.Path(exists=True, file_okay=False))
+@click.option("--sim", type=click.Choice(["golden", "rtl"]), default="golden", show_default=True,
+              help="Run the core segments on the golden model or on the RTL.")
+@click.option("--input", "inputs", type=click.Path(exists=True, dir_okay=False),
+              help="Input(s): .npy for a single-input model or .npz keyed by input name; "
+                   "a leading axis of N runs N inputs.  Default: seeded normal inputs.")
+@click.option("--count", type=click.IntRange(1), default=1, show_default=True,
+              help="How many seeded normal inputs when --input is not given.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the default inputs.")
+@click.option("--labels", type=click.Path(exists=True, dir_okay=False),
+              help=".npy of integer class labels: report accuracy.")
+@click.option("--memory", type=click.Choice(["hdl", "axiram"]), default="hdl", show_default=True,
+              help="RTL external memory model.")
+@click.option("--stall", type=float, default=0.0, show_default=True,
+              help="RTL: probability of pausing each AXI handshake per cycle.")
+@click.option("--no-onnxruntime", is_flag=True, help="Skip the onnxruntime comparison.")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write the outputs to this .npz.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def run_(compiled: str, sim: str, inputs: str | None, count: int, seed: int, labels: str | None,
+         memory: str, stall: float, no_onnxruntime: bool, out: str | None, as_json: bool) -> None:
+    """Run a compiled model on the golden model or the RTL and check it: bit-exact against
+    the int8 reference, and against onnxruntime's float output."""
+    import numpy as np
+
+    from .compiler import check, runtime
+    from .compiler.artifact import Compiled
+
+    model = Compiled.load(compiled)
+    g = model.graph
+    if inputs:
+        xs = _read_inputs(inputs, g)
+    else:
+        rng = np.random.default_rng(seed)
+        xs = [{i: rng.standard_normal(g.tensor(i).shape).astype(np.float32) for i in g.inputs}
+              for _ in range(count)]
+    rtl_options = {"memory": memory, "stall": stall, "seed": seed} if sim == "rtl" else None
+    with _progress(f"running {len(xs)} input(s) on the {sim}", len(xs) * len(model.segments)) as tick:
+        reports = runtime.run_batch(model, xs, sim=sim, rtl_options=rtl_options, progress=tick)
+    agreement = check.compare(model, xs, reports, onnxruntime=not no_onnxruntime)
+    result = {"model": g.name, "sim": sim, **agreement.to_dict(),
+              "core_cycles_per_input": [r.core_cycles for r in reports],
+              "mac_pairs": sum(r.mac_pairs for r in reports),
+              "dense_pairs": sum(r.dense_pairs for r in reports)}
+    if labels:
+        y = np.load(labels).reshape(-1)
+        if y.size != len(xs):
+            raise SnpuError(f"{labels}: {y.size} labels for {len(xs)} inputs")
+        result["accuracy"] = float(np.mean(np.array(agreement.run_top1) == y))
+        if agreement.onnxruntime:
+            result["accuracy_onnxruntime"] = float(np.mean(np.array(agreement.reference_top1) == y))
+    if out:
+        import io
+
+        from .fileio import atomic_write
+
+        buf = io.BytesIO()
+        np.savez(buf, **{o: np.stack([r.outputs[o] for r in reports]) for o in g.outputs})
+        atomic_write(out, buf.getvalue())
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+    else:
+        _print_run(result)
+    if agreement.bit_exact != len(xs):
+        sys.exit(1)
+
+
+def _read_inputs(path: str, graph) -> list[dict]:
+    """Inputs from .npy / .npz: one run, or N runs along a leading batch axis."""
+    import numpy as np
+
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise SnpuError(f"{path}: cannot read inputs ({e})") from None
+    if isinstance(data, np.ndarray):
+        if len(graph.inputs) != 1:
+            raise SnpuError(f"{path}: the model has {len(graph.inputs)} inputs; give an .npz "
+                            f"keyed by {', '.join(graph.inputs)}")
+        arrays = {graph.inputs[0]: data}
+    else:
+        arrays = {k: data[k] for k in data.files}
+        missing = [i for i in graph.inputs if i not in arrays]
+        if missing:
+            raise SnpuError(f"{path}: no array for model input(s) {', '.join(missing)}")
+    counts = set()
+    for name in graph.inputs:
+        want = graph.tensor(name).shape
+        a = arrays[name]
+        if a.shape == tuple(want):
+            counts.add(1)
+            arrays[name] = a[None]
+        elif a.ndim == len(want) and a.shape[1:] == tuple(want[1:]) and want[0] == 1:
+            counts.add(a.shape[0])
+        elif a.ndim == len(want) + 1 and a.shape[1:] == tuple(want):
+            counts.add(a.shape[0])
+            arrays[name] = a.reshape(a.shape[0], *want[1:]) if want[0] == 1 else a
+        else:
+            raise SnpuError(f"{path}: input {name!r} has shape {a.shape}; the model wants "
+                            f"{tuple(want)} (optionally with a leading batch axis)")
+    if len(counts) != 1:
+        raise SnpuError(f"{path}: inputs have different batch sizes {sorted(counts)}")
+    n = counts.pop()
+    return [{name: arrays[name][k].reshape(graph.tensor(name).shape) for name in graph.inputs}
+            for k in range(n)]
+
+
+def _print_compile(r: dict, output: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{r['model']}: {r['ops_on_core']} ops on the core, {r['ops_on_host']} on "
+              f"the host, compiled in {r['compile_seconds']:.1f} s", show_header=True)
+    for col in ("node", "op", "device", "weight density", "index", "tiles"):
+        t.add_column(col)
+    for layer in r["layers"]:
+        dens = layer.get("density")
+        t.add_row(layer["node"], layer["op"], layer["device"] + (
+            f" ({layer['why_host']})" if layer.get("why_host") else ""),
+            f"{dens:.3f}" if isinstance(dens, (int, float)) else "",
+            str(layer.get("format", "")), str(layer.get("weight_tiles", "")))
+    Console().print(t)
+    segs = ", ".join(f"{s['kind']} ({s['instructions']} instructions)" if s["kind"] == "core"
+                     else f"host ({s['nodes']} nodes)" for s in r["segments"])
+    click.echo(f"segments: {segs}")
+    click.echo(f"wrote {output}/ (model.json, mem.bin, seg*.hex, report.json)")
+
+
+def _print_run(r: dict) -> None:
+    n = r["inputs"]
+    click.echo(f"{r['model']} on the {r['sim']}: {n} input(s), core cycles per input "
+               f"{min(r['core_cycles_per_input'])}..{max(r['core_cycles_per_input'])}")
+    dense = r["dense_pairs"]
+    if dense:
+        click.echo(f"MAC pairs {r['mac_pairs']} of {dense} dense "
+                   f"({100 * r['mac_pairs'] / dense:.1f} %): sparse skipping removed "
+                   f"{100 * (1 - r['mac_pairs'] / dense):.1f} % of the multiplies")
+    exact = r["bit_exact_vs_int8_reference"]
+    click.echo(f"int8 reference: {exact} of {n} bit-exact" + ("" if exact == n else
+               " -- MISMATCH: " + "; ".join(r["mismatches"][:3])))
+    if "top1_agreement_vs_onnxruntime" in r:
+        click.echo(f"onnxruntime (float): top-1 agreement {100 * r['top1_agreement_vs_onnxruntime']:.1f} %, "
+                   f"max abs error {r['max_abs_err_vs_onnxruntime']:.4g} "
+                   f"({100 * r['max_rel_err_vs_onnxruntime']:.2f} % of the output range)")
+    elif r.get("note"):
+        click.echo(r["note"])
+    if "accuracy" in r:
+        extra = (f" (float model on onnxruntime: {100 * r['accuracy_onnxruntime']:.1f} %)"
+                 if "accuracy_onnxruntime" in r else "")
+        click.echo(f"accuracy {100 * r['accuracy']:.1f} %{extra}")
+
+
 def _print_rtl(s: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -233,13 +431,24 @@ class _progress:
         self._bar = None
 
     def __enter__(self):
+        if sys.stderr.isatty() and self.total < 0:  # steps reported as (done, total, name)
+            from rich.progress import Progress
+
+            self._bar = Progress(transient=True)
+            self._bar.start()
+            task = self._bar.add_task(self.what, total=None)
+
+            def tick(done, total, name=""):
+                self._bar.update(task, completed=done, total=total,
+                                 description=f"{self.what}: {name}" if name else self.what)
+            return tick
         if sys.stderr.isatty() and self.total == 0:  # indeterminate: a spinner
             from rich.console import Console
 
             self._bar = Console(stderr=True).status(self.what + " ...")
             self._bar.start()
             return None
-        if sys.stderr.isatty() and self.total > 2000:
+        if sys.stderr.isatty() and self.total > 0:
             from rich.progress import Progress
 
             self._bar = Progress(transient=True)
