@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from snpu.errors import CompileError
 from snpu.verif import numerics
 
 from . import ops
@@ -79,7 +80,8 @@ def run_node(g: Graph, n, args: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(args, axis=int(n.attrs["axis"]))
     if n.op in ("Flatten", "Reshape"):
         return x.reshape(g.tensor(n.outputs[0]).shape)
-    raise NotImplementedError(f"{n.where()}: no int8 reference for a core {n.op}")
+    raise CompileError(f"{n.where()}: {n.op} is marked for the core but has no int8 reference "
+                       "(add it here and in the partitioner's core_support together)")
 
 
 def run(g: Graph, inputs, *, keep: bool = False) -> dict[str, np.ndarray]:

@@ -77,6 +77,13 @@ class Graph:
         except KeyError:
             raise CompileError(f"graph {self.name!r}: no tensor named {name!r}") from None
 
+    def node(self, name: str) -> Node:
+        """The node called ``name`` (KeyError naming it if there is none)."""
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"{self.name}: no node {name!r}")
+
     def producers(self) -> dict[str, Node]:
         return {o: n for n in self.nodes for o in n.outputs if o}
 

@@ -48,6 +48,8 @@ class CompileOptions:
     config: CoreConfig = field(default_factory=CoreConfig)
     density: float = 1.0                 #: target weight density of pruned layers
     group_size: int = 0                  #: weight group pruning (0: off)
+    group_small: float = 0.05            #: t5: a weight is small if |w| <= this * max |w| of its layer
+    group_max_small: int = 0             #: t6: delete a group with more than this many small weights
     keep_dense: tuple[str, ...] = ()     #: layers (node names) not to prune
     random_weights: int | None = None    #: seed: substitute Kaiming-normal weights
     calibration: list | None = None      #: calibration inputs (default: seeded normal)
@@ -67,6 +69,7 @@ def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> 
         ("partition", lambda g: partition(g, force_host=set(options.force_host))),
         ("prune", lambda g: prune(g, PruneOptions(density=options.density,
                                                   group_size=options.group_size,
+                                                  t5=options.group_small, t6=options.group_max_small,
                                                   keep_dense=frozenset(options.keep_dense)))),
         ("quantize", lambda g: quantize(g, calibration)),
         ("allocate", lambda g: allocate(g, image)),

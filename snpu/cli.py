@@ -195,6 +195,10 @@ def verilog(core: str | None, output: str, name: str, **params) -> None:
               show_default=True, help="Target weight density of pruned core layers.")
 @click.option("--group-size", type=click.IntRange(0), default=0, show_default=True,
               help="Group pruning (seed 000 claims 11/16): group length, 0 = off.")
+@click.option("--group-small", type=click.FloatRange(0.0, 1.0), default=0.05, show_default=True,
+              help="Group pruning t5: a weight is small if |w| <= this * the layer's max |w|.")
+@click.option("--group-max-small", type=click.IntRange(0), default=0, show_default=True,
+              help="Group pruning t6: delete a group with more than this many small weights.")
 @click.option("--keep-dense", multiple=True, metavar="NODE", help="Do not prune this node.")
 @click.option("--host", "force_host", multiple=True, metavar="NODE",
               help="Run this node on the host even if the core could.")
@@ -208,6 +212,7 @@ def verilog(core: str | None, output: str, name: str, **params) -> None:
               "threshold (the same computation without sparse skipping; a speedup baseline).")
 @click.option("--json", "as_json", is_flag=True, help="Print the compile report as JSON.")
 def compile_(model: str, output: str, core: str | None, density: float, group_size: int,
+             group_small: float, group_max_small: int,
              keep_dense: tuple, force_host: tuple, random_weights: int | None,
              calibration: str | None, calibration_count: int, dense: bool, as_json: bool,
              **params) -> None:
@@ -220,6 +225,7 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
     if calibration:
         calib = _read_inputs(calibration, load_onnx(model))
     opts = CompileOptions(config=cfg, density=density, group_size=group_size,
+                          group_small=group_small, group_max_small=group_max_small,
                           keep_dense=keep_dense, random_weights=random_weights,
                           calibration=calib, calibration_count=calibration_count,
                           force_host=force_host, dense=dense)

@@ -31,6 +31,15 @@ def _channel_vector(value: np.ndarray | None, channels: int) -> np.ndarray | Non
     return squeezed.astype(np.float32)
 
 
+def _matrix_weight(g: Graph, n: Node) -> np.ndarray | None:
+    """The constant [in, out] weight of a MatMul on a 2-D input, else ``None``."""
+    w = g.const(n.inputs[1])
+    x = g.tensor(n.inputs[0])
+    if w is None or w.ndim != 2 or x.shape is None or len(x.shape) != 2:
+        return None
+    return w
+
+
 def fold_affine(graph: Graph) -> Graph:
     g = graph.copy()
     # 1. BatchNormalization / Mul / Add by a channel vector -> Affine
@@ -55,7 +64,7 @@ def fold_affine(graph: Graph) -> Graph:
             continue
         n.op, n.attrs = "Affine", {}
         n.inputs = [n.inputs[0], g.add_const(n.name + "/a", a), g.add_const(n.name + "/b", b)]
-    # 2. fold Affine into its producer (Conv, Gemm with transB, or another Affine)
+    # 2. fold Affine into its producer (Conv, Gemm with transB, 2-D MatMul, or another Affine)
     changed = True
     while changed:
         changed = False
@@ -78,6 +87,11 @@ def fold_affine(graph: Graph) -> Graph:
                 bias = g.const(p.inputs[2]) if len(p.inputs) > 2 and p.inputs[2] else np.zeros(w.shape[0], np.float32)
                 p.inputs = [p.inputs[0], g.add_const(p.name + "/w_folded", w * a.reshape(-1, 1)),
                             g.add_const(p.name + "/b_folded", np.broadcast_to(bias, a.shape) * a + b)]
+            elif p.op == "MatMul" and _matrix_weight(g, p) is not None:
+                w = _matrix_weight(g, p).T  # [out, in], as Gemm with transB
+                p.op, p.attrs = "Gemm", {"transB": 1}
+                p.inputs = [p.inputs[0], g.add_const(p.name + "/w_folded", w * a.reshape(-1, 1)),
+                            g.add_const(p.name + "/b_folded", b.astype(np.float32).copy())]
             elif p.op == "Affine":
                 pa, pb = g.const(p.inputs[1]), g.const(p.inputs[2])
                 p.inputs = [p.inputs[0], g.add_const(p.name + "/a2", pa * a), g.add_const(p.name + "/b2", pb * a + b)]

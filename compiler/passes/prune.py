@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from snpu.errors import CompileError
 from snpu.verif import index as ix
 
 from ..ir import Graph
@@ -37,7 +38,7 @@ class PruneOptions:
 
 def prune(graph: Graph, options: PruneOptions = PruneOptions()) -> Graph:
     if not 0.0 < options.density <= 1.0:
-        raise ValueError(f"density must be in (0, 1], got {options.density}")
+        raise CompileError(f"weight density must be in (0, 1], got {options.density}")
     g = graph.copy()
     for n in g.nodes:
         if n.op not in MATRIX_OPS or n.device != "core":
