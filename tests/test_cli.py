@@ -1,5 +1,6 @@
 """The snpu command line: round trips, one-line errors, exit codes."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -139,3 +140,59 @@ def test_sim_rtl(tmp_path):
                                   "--core", str(tmp_path / "core.json"), "--rtl"])
     assert r.exit_code == 0, r.output
     assert "golden model: match" in r.output and "error NONE" in r.output
+
+
+@pytest.fixture
+def tiny_model(tmp_path):
+    import onnx
+
+    from tests.compiler.models import TEST_CORE, tiny_cnn
+
+    onnx.save(tiny_cnn(), str(tmp_path / "tiny.onnx"))
+    (tmp_path / "core.json").write_text(json.dumps(TEST_CORE.to_dict()))
+    return tmp_path
+
+
+def test_compile_then_run_on_the_golden_model(cli, tiny_model):
+    import json
+
+    import numpy as np
+
+    d = tiny_model
+    r = cli("compile", d / "tiny.onnx", "-o", d / "build", "--core", d / "core.json",
+            "--density", "0.5", "--group-size", "4", "--group-small", "0.1")
+    assert r.exit_code == 0, r.output
+    assert "softmax" in r.output and (d / "build" / "source.onnx").exists()
+    x = np.random.default_rng(0).standard_normal((3, 1, 3, 12, 12)).astype(np.float32)
+    np.save(d / "x.npy", x)
+    np.save(d / "labels.npy", np.array([1, 2, 3]))
+    r = cli("run", d / "build", "--input", d / "x.npy", "--labels", d / "labels.npy",
+            "--out", d / "y.npz", "--json")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["inputs"] == 3 and res["bit_exact_vs_int8_reference"] == 3
+    assert 0 <= res["top1_agreement_vs_onnxruntime"] <= 1 and "accuracy" in res
+    assert np.load(d / "y.npz")["prob"].shape == (3, 1, 10)
+
+
+def test_compile_errors_are_one_line(tiny_model):
+    d = tiny_model
+    r = CliRunner().invoke(main, ["compile", str(d / "missing.onnx"), "-o", str(d / "b")])
+    assert r.exit_code == 1
+    assert r.output.strip().splitlines() == [f"error: {d / 'missing.onnx'}: no such model file"]
+    (d / "bad.onnx").write_bytes(b"garbage" * 20)
+    r = CliRunner().invoke(main, ["compile", str(d / "bad.onnx"), "-o", str(d / "b")])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+    assert "not an ONNX model" in r.output
+    assert not (d / "b").exists(), "no output directory on error"
+
+
+def test_run_rejects_inputs_of_the_wrong_shape(cli, tiny_model):
+    import numpy as np
+
+    d = tiny_model
+    assert cli("compile", d / "tiny.onnx", "-o", d / "build", "--core", d / "core.json").exit_code == 0
+    np.save(d / "x.npy", np.zeros((2, 5), np.float32))
+    r = CliRunner().invoke(main, ["run", str(d / "build"), "--input", str(d / "x.npy")])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+    assert "x.npy" in r.output and "shape" in r.output

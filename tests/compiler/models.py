@@ -1,0 +1,88 @@
+"""Small ONNX models built in code for the compiler tests (seeded, no files, no downloads)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from snpu.config import CoreConfig
+
+#: the core the RTL tests build (tests/rtl/test_core.py); small buffers force tiling
+TEST_CORE = CoreConfig(lanes=4, nbuf_bytes=4096, nidx_bytes=1024, wbuf_bytes=4096,
+                       widx_bytes=2048, acc_words=256, obuf_bytes=2048, param_rows=32)
+
+
+def _const(name: str, a: np.ndarray):
+    return numpy_helper.from_array(np.asarray(a, np.float32), name)
+
+
+def _model(nodes, inputs, outputs, inits, name, opset=13) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, name, inputs, outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def tiny_cnn(seed: int = 0) -> onnx.ModelProto:
+    """Every core operator once: Conv (+BatchNorm, +ReLU), MaxPool, grouped Conv, 1x1 Conv,
+    residual Add, Concat, AveragePool, GlobalAveragePool, Flatten, Gemm, Dropout; Softmax
+    runs on the host.  Input ``x`` [1, 3, 12, 12], output ``prob`` [1, 10]."""
+    rng = np.random.default_rng(seed)
+    n = rng.standard_normal
+    inits = [_const("w1", n((8, 3, 3, 3)) * 0.3), _const("b1", n(8) * 0.1),
+             _const("bn_s", 1 + 0.1 * n(8)), _const("bn_b", 0.1 * n(8)),
+             _const("bn_m", 0.1 * n(8)), _const("bn_v", 1 + 0.1 * np.abs(n(8))),
+             _const("w2", n((8, 2, 3, 3)) * 0.3), _const("w3", n((8, 8, 1, 1)) * 0.3),
+             _const("w4", n((4, 8, 1, 1)) * 0.3),
+             _const("wf", n((10, 12)) * 0.3), _const("bf", n(10) * 0.1)]
+    H = helper.make_node
+    nodes = [H("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             H("BatchNormalization", ["c1", "bn_s", "bn_b", "bn_m", "bn_v"], ["n1"], name="bn1"),
+             H("Relu", ["n1"], ["r1"], name="relu1"),
+             H("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+               name="pool1"),
+             H("Conv", ["p1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=4, name="conv2_grouped"),
+             H("Relu", ["c2"], ["r2"], name="relu2"),
+             H("Conv", ["r2", "w3"], ["c3"], name="conv3"),
+             H("Add", ["c3", "p1"], ["a"], name="residual"),
+             H("Relu", ["a"], ["ra"], name="relu3"),
+             H("Conv", ["ra", "w4"], ["c4"], name="conv4"),
+             H("Concat", ["ra", "c4"], ["cat"], axis=1, name="concat"),
+             H("AveragePool", ["cat"], ["ap"], kernel_shape=[3, 3], strides=[1, 1],
+               pads=[1, 1, 1, 1], name="avgpool"),
+             H("GlobalAveragePool", ["ap"], ["g"], name="gap"),
+             H("Flatten", ["g"], ["f"], name="flatten"),
+             H("Dropout", ["f"], ["d"], name="dropout"),
+             H("Gemm", ["d", "wf", "bf"], ["y"], transB=1, name="fc"),
+             H("Softmax", ["y"], ["prob"], name="softmax")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+                  [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 10])],
+                  inits, "tiny_cnn")
+
+
+def tiny_mlp(seed: int = 0, sizes=(48, 96, 40, 10)) -> onnx.ModelProto:
+    """MatMul + Add (bias) + ReLU layers; wide enough that layers are tiled on TEST_CORE."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, cur = [], [], "x"
+    for k, (a, b) in enumerate(zip(sizes, sizes[1:])):
+        inits += [_const(f"w{k}", rng.standard_normal((a, b)) * np.sqrt(2 / a)),
+                  _const(f"b{k}", rng.standard_normal(b) * 0.1)]
+        nodes += [helper.make_node("MatMul", [cur, f"w{k}"], [f"m{k}"], name=f"matmul{k}"),
+                  helper.make_node("Add", [f"m{k}", f"b{k}"], [f"h{k}"], name=f"bias{k}")]
+        cur = f"h{k}"
+        if k < len(sizes) - 2:
+            nodes.append(helper.make_node("Relu", [cur], [f"r{k}"], name=f"relu{k}"))
+            cur = f"r{k}"
+    nodes.append(helper.make_node("Identity", [cur], ["y"], name="out"))
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, sizes[0]])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, sizes[-1]])],
+                  inits, "tiny_mlp")
+
+
+def inputs(model: onnx.ModelProto, count: int, seed: int = 1) -> list[np.ndarray]:
+    """Seeded standard-normal inputs of the model's (single) input shape."""
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(dims).astype(np.float32) for _ in range(count)]

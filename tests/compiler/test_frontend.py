@@ -1,0 +1,70 @@
+"""ONNX front end: the IR it builds, and one clear error for every bad input."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from snpu.compiler.frontend import input_arrays, load_onnx
+from snpu.errors import CompileError
+
+from .models import tiny_cnn
+
+
+def _one_node_model(op: str, domain: str = "", **attrs) -> onnx.ModelProto:
+    node = helper.make_node(op, ["x"], ["y"], name="the_node", domain=domain, **attrs)
+    g = helper.make_graph([node], "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_hypergraph_of_tiny_cnn():
+    g = load_onnx(tiny_cnn())
+    assert g.inputs == ["x"] and g.outputs == ["prob"]
+    assert g.tensor("x").shape == (1, 3, 12, 12)
+    # hyperedges: one producer, a set of sinks; "p1" feeds the grouped conv and the residual add
+    sinks = {n.name for n in g.consumers()["p1"]}
+    assert sinks == {"conv2_grouped", "residual"}
+    assert g.producers()["p1"].name == "pool1"
+    assert g.tensor("w1").is_const and g.const("w1").shape == (8, 3, 3, 3)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(CompileError, match="no such model file"):
+        load_onnx(tmp_path / "nope.onnx")
+
+
+def test_not_an_onnx_file(tmp_path):
+    p = tmp_path / "junk.onnx"
+    p.write_bytes(b"\x00\x01this is not protobuf\xff" * 10)
+    with pytest.raises(CompileError, match=r"junk.onnx: not an ONNX model"):
+        load_onnx(p)
+
+
+def test_unsupported_operator_names_node_and_op():
+    with pytest.raises(CompileError, match=r"the_node.*Einsum is not supported"):
+        load_onnx(_one_node_model("Einsum", equation="ij->ij"))
+
+
+def test_foreign_domain_is_rejected():
+    with pytest.raises(CompileError, match=r"the_node.*com.example"):
+        load_onnx(_one_node_model("Relu", domain="com.example"))
+
+
+def test_dangling_input_is_named():
+    node = helper.make_node("Add", ["x", "ghost"], ["y"], name="adder")
+    g = helper.make_graph([node], "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(CompileError, match=r"adder.*'ghost' is not produced"):
+        load_onnx(m)
+
+
+def test_input_shape_errors():
+    g = load_onnx(tiny_cnn())
+    with pytest.raises(CompileError, match=r"input 'x' has shape \(5,\)"):
+        input_arrays(g, np.zeros(5, np.float32))
+    with pytest.raises(CompileError, match="no value for model input 'x'"):
+        input_arrays(g, {"z": np.zeros((1, 3, 12, 12))})
+    # the same number of elements is reshaped (e.g. an image without its batch axis)
+    assert input_arrays(g, np.zeros((3, 12, 12)))["x"].shape == (1, 3, 12, 12)

@@ -1,0 +1,139 @@
+"""Each compiler pass on its own: what it must guarantee about the graph it returns."""
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from snpu.compiler import float_ref
+from snpu.compiler.export import onnxruntime_run
+from snpu.compiler.frontend import load_onnx
+from snpu.compiler.passes.fold_affine import fold_affine
+from snpu.compiler.passes.fold_constants import fold_constants
+from snpu.compiler.passes.fuse_relu import fuse_relu
+from snpu.compiler.passes.partition import partition
+from snpu.compiler.passes.prune import PruneOptions, _rows, prune
+from snpu.compiler.passes.quantize import quantize
+from snpu.compiler.passes.remove_noops import remove_noops
+from snpu.errors import CompileError
+
+from .models import inputs, tiny_cnn, tiny_mlp
+
+ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+def _front(model):
+    return fuse_relu(fold_affine(remove_noops(fold_constants(load_onnx(model)))))
+
+
+def test_fold_constants_removes_shape_arithmetic_of_zoo_model():
+    g = fold_constants(load_onnx(ZOO / "light_squeezenet.onnx"))
+    ops = {n.op for n in g.nodes}
+    assert not ops & {"Constant", "ConstantOfShape", "Shape", "Gather", "Unsqueeze"}
+    for n in g.nodes:
+        if n.op == "Conv":
+            assert g.const(n.inputs[1]) is not None, n.name
+
+
+def test_fold_affine_and_fuse_relu_preserve_the_function():
+    m = tiny_cnn()
+    g = _front(m)
+    ops = [n.op for n in g.nodes]
+    assert "BatchNormalization" not in ops and "Dropout" not in ops and "Affine" not in ops
+    assert "Relu" not in ops  # all three ReLUs fused into their producers
+    assert g.node("conv1").meta.get("relu")
+    for x in inputs(m, 3):
+        want = onnxruntime_run(m, {"x": x})["prob"]
+        np.testing.assert_allclose(float_ref.run(g, x)["prob"], want, rtol=1e-4, atol=1e-6)
+
+
+def test_matmul_with_bias_add_becomes_one_gemm():
+    m = tiny_mlp()
+    g = _front(m)
+    assert [n.op for n in g.nodes] == ["Gemm", "Gemm", "Gemm"]
+    for x in inputs(m, 2):
+        np.testing.assert_allclose(float_ref.run(g, x)["y"], onnxruntime_run(m, {"x": x})["y"],
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_partition_puts_unsupported_ops_on_the_host_in_dependency_order():
+    g = partition(_front(tiny_cnn()), force_host={"conv3"})
+    dev = {n.name: n.device for n in g.nodes}
+    assert dev["softmax"] == "host" and dev["conv3"] == "host" and dev["conv1"] == "core"
+    assert g.node("softmax").meta["core_reason"] == "Softmax has no core kernel"
+    seen, pos = [], {}
+    for k, s in enumerate(g.meta["subgraphs"]):
+        seen += s["nodes"]
+        for v in s["nodes"]:
+            pos[v] = k
+    assert sorted(seen) == sorted(dev)  # every node in exactly one subgraph
+    producers = g.producers()
+    for n in g.nodes:  # no subgraph needs a later one
+        for i in n.inputs:
+            if i in producers:
+                assert pos[producers[i].name] <= pos[n.name]
+
+
+@pytest.mark.parametrize("density", [1.0, 0.5, 0.2, 0.05])
+def test_magnitude_pruning_hits_the_target_per_layer(density):
+    g = prune(partition(_front(tiny_mlp())), PruneOptions(density=density, keep_dense=frozenset({"matmul2"})))
+    for n in g.nodes:
+        w = g.const(n.inputs[1])
+        if n.name == "matmul2":
+            assert n.meta["prune"]["pruned"] is False and np.count_nonzero(w) == w.size
+            continue
+        assert np.count_nonzero(w) == int(round(density * w.size)), n.name
+        assert n.meta["prune"]["density"] == pytest.approx(density, abs=1 / w.size)
+
+
+def test_magnitude_pruning_keeps_the_largest_weights():
+    g0 = partition(_front(tiny_mlp()))
+    g = prune(g0, PruneOptions(density=0.3))
+    for n0, n in zip(g0.nodes, g.nodes):
+        w0, w = np.abs(g0.const(n0.inputs[1])), g.const(n.inputs[1])
+        assert w0[w != 0].min() >= w0[w == 0].max()
+
+
+def test_group_pruning_deletes_groups_with_too_many_small_weights():
+    group, t5, t6 = 8, 0.3, 2
+    g0 = partition(_front(tiny_mlp()))
+    g = prune(g0, PruneOptions(group_size=group, t5=t5, t6=t6))
+    deleted = 0
+    for n0, n in zip(g0.nodes, g.nodes):
+        rows0, rows = _rows(n0, g0.const(n0.inputs[1])), _rows(n, g.const(n.inputs[1]))
+        small = np.abs(rows0) <= t5 * np.abs(rows0).max()
+        for r in range(rows.shape[0]):
+            for s in range(0, rows.shape[1], group):
+                gone = not rows[r, s:s + group].any()
+                assert gone == (small[r, s:s + group].sum() > t6), (n.name, r, s)
+                deleted += gone
+                if not gone:  # surviving groups are untouched
+                    np.testing.assert_array_equal(rows[r, s:s + group], rows0[r, s:s + group])
+    assert deleted > 0
+
+
+def test_bad_density_is_a_compile_error():
+    with pytest.raises(CompileError, match="density must be in"):
+        prune(partition(_front(tiny_mlp())), PruneOptions(density=0.0))
+
+
+def test_quantize_per_channel_weights_and_calibrated_scales():
+    m = tiny_cnn()
+    calib = [{"x": x} for x in inputs(m, 8)]
+    g = quantize(partition(_front(m)), calib)
+    for n in g.nodes:
+        q = n.meta.get("q")
+        if n.device != "core" or q is None or "w" not in q:
+            continue
+        w = q["w"]
+        assert w.dtype == np.int8 and np.abs(w).max() <= 127
+        # per-channel: every output channel that has a nonzero weight uses the full int8 range
+        peak = np.abs(w.astype(int)).max(axis=1)
+        assert set(peak[peak > 0]) == {127}, n.name
+    # tensor scales cover the calibration range: no value saturates on the calibration inputs
+    for c in calib:
+        for name, v in float_ref.run(g, c, keep=True).items():
+            t = g.tensor(name)
+            if t.scale is not None and not t.is_const:
+                assert np.abs(v).max() <= 127 * t.scale * (1 + 1e-6), name

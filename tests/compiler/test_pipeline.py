@@ -1,0 +1,86 @@
+"""The whole compiler: ONNX -> program -> golden model, bit-exact with the int8 reference."""
+
+import numpy as np
+import pytest
+
+from snpu.compiler import check, runtime
+from snpu.compiler.artifact import Compiled
+from snpu.compiler.pipeline import CompileOptions, compile_model
+from snpu.errors import CompileError
+
+from .models import TEST_CORE, inputs, tiny_cnn, tiny_mlp
+
+MODELS = {"cnn": tiny_cnn, "mlp": tiny_mlp}
+VARIANTS = {
+    "sparse": dict(density=0.4),
+    "groups": dict(density=0.6, group_size=4, group_small=0.2, group_max_small=1),
+    "dense_mode": dict(density=0.4, dense=True),
+    "host_conv": dict(density=0.5, force_host=("conv3",)),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("model", MODELS)
+def test_golden_model_is_bit_exact_with_int8_reference(model, variant):
+    if model == "mlp" and variant == "host_conv":
+        pytest.skip("no conv in the MLP")
+    m = MODELS[model]()
+    c = compile_model(m, CompileOptions(config=TEST_CORE, **VARIANTS[variant]))
+    xs = inputs(m, 3)
+    reports = runtime.run_batch(c, xs)  # checks RAW/WAR races of the token protocol too
+    agree = check.compare(c, xs, reports, onnxruntime=False)
+    assert agree.bit_exact == 3, agree.mismatches
+    assert all(r.core_cycles > 0 for r in reports)
+
+
+def test_matrix_layers_are_tiled_on_the_small_core():
+    c = compile_model(tiny_mlp(sizes=(200, 300, 10)), CompileOptions(config=TEST_CORE))
+    # 200x300 int8 weights (60 kB) cannot sit in a 4 kB weight buffer at once
+    layer = next(l for l in c.report["layers"] if l["node"] == "matmul0")
+    assert layer["weight_tiles"] > 1
+    x = inputs(tiny_mlp(sizes=(200, 300, 10)), 1)
+    assert check.compare(c, x, runtime.run_batch(c, x), onnxruntime=False).bit_exact == 1
+
+
+def test_sparse_program_takes_fewer_cycles_than_dense_mode():
+    m = tiny_mlp(sizes=(128, 128, 128, 10))
+    sparse = compile_model(m, CompileOptions(config=TEST_CORE, density=0.2))
+    dense = compile_model(m, CompileOptions(config=TEST_CORE, density=0.2, dense=True))
+    x = inputs(m, 1)
+    rs, rd = runtime.run(sparse, x[0]), runtime.run(dense, x[0])
+    np.testing.assert_array_equal(rs.outputs_int8["y"], rd.outputs_int8["y"])  # same numbers
+    assert rs.mac_pairs < 0.3 * rd.mac_pairs
+    assert rs.core_cycles < 0.6 * rd.core_cycles
+
+
+def test_quantisation_error_against_onnxruntime_when_calibrated():
+    """Unpruned, calibrated on the inputs themselves (no saturation): the int8 program
+    follows onnxruntime's float result to a few output steps."""
+    m = tiny_cnn()
+    xs = inputs(m, 8)
+    c = compile_model(m, CompileOptions(config=TEST_CORE, calibration=[{"x": x} for x in xs]))
+    agree = check.compare(c, xs, runtime.run_batch(c, xs))
+    assert agree.onnxruntime and agree.bit_exact == 8
+    assert agree.max_rel_err < 0.1, agree.to_dict()
+    assert agree.top1_agree >= 7, agree.to_dict()
+
+
+def test_artifact_round_trip(tmp_path):
+    m = tiny_cnn()
+    c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5))
+    c.save(tmp_path / "build")
+    names = {p.name for p in (tmp_path / "build").iterdir()}
+    assert {"source.onnx"} <= names and not any(n.endswith(".tmp") for n in names)
+    back = Compiled.load(tmp_path / "build")
+    assert back.config == c.config and back.report == c.report
+    x = inputs(m, 1)[0]
+    a, b = runtime.run(c, x), runtime.run(back, x)
+    np.testing.assert_array_equal(a.outputs_int8["prob"], b.outputs_int8["prob"])
+    assert a.core_cycles == b.core_cycles
+
+
+def test_bad_options_are_compile_errors():
+    with pytest.raises(CompileError, match="density"):
+        compile_model(tiny_mlp(), CompileOptions(config=TEST_CORE, density=1.5))
+    with pytest.raises(CompileError, match="calibration"):
+        compile_model(tiny_mlp(), CompileOptions(config=TEST_CORE, calibration=[]))
