@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 BUILD  := build
 
-.PHONY: demo test test-all venv clean docs
+.PHONY: demo demo-asm train test test-all venv clean docs
 
 venv: $(STAMP)
 
@@ -18,11 +18,21 @@ $(STAMP): requirements.lock pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-## demo: the main job end to end (see README)
+## demo: the main job end to end: compile the pruned digits CNN, run the 360 test images on
+## the golden model and the RTL, print accuracy, cycles and the sparse speedup (see README).
+DEMO_IMAGES ?= 360
 demo: $(STAMP)
+	$(BIN)/python examples/digits/demo.py --out $(BUILD)/digits --rtl-images $(DEMO_IMAGES)
+
+## demo-asm: a hand-written sparse FC program: assemble, run on the golden model, check numpy
+demo-asm: $(STAMP)
 	$(BIN)/python examples/sparse_fc.py $(BUILD)/demo
 	$(BIN)/snpu asm $(BUILD)/demo/sparse_fc.s -o $(BUILD)/demo/sparse_fc.hex
 	$(BIN)/snpu sim $(BUILD)/demo/sparse_fc.hex --mem $(BUILD)/demo/mem.bin --expect $(BUILD)/demo/expected.npz
+
+## train: retrain and re-export the digits models (examples/digits/*.onnx, about 40 s)
+train: $(STAMP)
+	$(BIN)/python examples/digits/train.py
 
 ## test: the fast suite CI runs (SNPU_REGRESSION=1 adds the long random regressions)
 test: $(STAMP)

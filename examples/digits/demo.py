@@ -16,9 +16,9 @@
 
 The same with the CLI (after this script wrote the test set)::
 
-    snpu compile examples/digits/digits_cnn.onnx -o build/digits/cnn --core examples/digits/core.json \\
+    snpu compile examples/digits/digits_cnn.onnx -o build/digits/digits_cnn --core examples/digits/core.json \\
         --calibration build/digits/calibration.npy
-    snpu run build/digits/cnn --sim rtl --input build/digits/test_images.npy \\
+    snpu run build/digits/digits_cnn --sim rtl --input build/digits/test_images.npy \\
         --labels build/digits/test_labels.npy
 """
 
@@ -54,36 +54,27 @@ def _accuracy(top1: list[int], labels: np.ndarray) -> float:
     return float(np.mean(np.asarray(top1) == labels[:len(top1)]))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=str(HERE / "digits_cnn.onnx"))
-    ap.add_argument("--core", default=str(HERE / "core.json"))
-    ap.add_argument("--out", default="build/digits")
-    ap.add_argument("--rtl-images", type=int, default=360, help="test images run on the RTL")
-    ap.add_argument("--dense-images", type=int, default=8,
-                    help="images run in dense mode on the RTL (speedup baseline)")
-    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    args = ap.parse_args()
-    out = Path(args.out)
-    cfg = CoreConfig.load(args.core)
+def evaluate(model: str | Path, cfg: CoreConfig, out: Path, *, rtl_images: int = 360,
+             dense_images: int = 8, say=print) -> tuple[dict, bool]:
+    """Compile ``model`` (sparse and dense mode), run the digits test split on the golden
+    model and ``rtl_images`` of it on the RTL; return (figures, every run bit-exact)."""
     xtr, _, xte, yte = split()
     _save_npy(out / "calibration.npy", xtr[:64])
     _save_npy(out / "test_images.npy", xte)
     _save_npy(out / "test_labels.npy", yte)
     calib = [{"image": x[None]} for x in xtr[:64]]
-    say = (lambda *a: None) if args.json else print
+    stem = Path(model).stem
 
     t = time.time()
-    sparse = compile_model(args.model, CompileOptions(config=cfg, calibration=calib))
+    sparse = compile_model(model, CompileOptions(config=cfg, calibration=calib))
     t_compile = time.time() - t
-    dense = compile_model(args.model, CompileOptions(config=cfg, calibration=calib, dense=True))
-    sparse.save(out / "cnn")
-    dense.save(out / "cnn_dense")
+    dense = compile_model(model, CompileOptions(config=cfg, calibration=calib, dense=True))
+    sparse.save(out / stem)
+    dense.save(out / f"{stem}_dense")
     rep = sparse.report
     layers = [l for l in rep["layers"] if "density" in l]
-    w_nnz = sum(l["density"] for l in layers)
-    say(f"{Path(args.model).name}: {rep['ops_on_core']} ops on the core, {rep['ops_on_host']} "
-        f"on the host; compiled in {t_compile:.2f} s -> {out / 'cnn'}/ "
+    say(f"{Path(model).name}: {rep['ops_on_core']} ops on the core, {rep['ops_on_host']} "
+        f"on the host; compiled in {t_compile:.2f} s -> {out / stem}/ "
         f"({rep['segments'][0]['instructions']} instructions)")
     say("  layers: " + ", ".join(f"{l['node']} {l['format']} {100 * l['density']:.0f} %" for l in layers))
     xs = [x[None] for x in xte]
@@ -93,7 +84,7 @@ def main() -> int:
     t_golden = time.time() - t
     agree = check.compare(sparse, xs, golden)
     figures = {
-        "model": Path(args.model).name, "core": cfg.to_dict(), "test_images": len(xs),
+        "model": Path(model).name, "core": cfg.to_dict(), "test_images": len(xs),
         "compile_seconds": round(t_compile, 3),
         "weight_density": {l["node"]: round(l["density"], 4) for l in layers},
         "accuracy_float_onnxruntime": _accuracy(agree.reference_top1, yte),
@@ -105,7 +96,7 @@ def main() -> int:
     }
     ok = agree.bit_exact == len(xs)
 
-    n = min(args.rtl_images, len(xs))
+    n = min(rtl_images, len(xs))
     if n:
         say(f"running {n} test images on the RTL ({cfg.lanes} lanes; the first run builds "
             "the Verilator model, a few minutes) ...")
@@ -123,7 +114,7 @@ def main() -> int:
             "rtl_cycles_per_image": float(np.mean(cycles)),
             "rtl_mac_pairs_fraction_of_dense": sum(r.mac_pairs for r in rtl) / sum(r.dense_pairs for r in rtl),
             "rtl_seconds": round(t_rtl, 1)})
-        m = min(args.dense_images, n)
+        m = min(dense_images, n)
         if m:
             drtl = runtime.run_batch(dense, xs[:m], sim="rtl")
             dcyc = float(np.mean([r.core_cycles for r in drtl]))
@@ -131,6 +122,22 @@ def main() -> int:
             figures["sparse_speedup_rtl"] = round(dcyc / float(np.mean(cycles[:m])), 3)
             figures["sparse_speedup_ideal"] = round(
                 sum(r.dense_pairs for r in rtl[:m]) / sum(r.mac_pairs for r in rtl[:m]), 3)
+    return figures, ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=str(HERE / "digits_cnn.onnx"))
+    ap.add_argument("--core", default=str(HERE / "core.json"))
+    ap.add_argument("--out", default="build/digits")
+    ap.add_argument("--rtl-images", type=int, default=360, help="test images run on the RTL")
+    ap.add_argument("--dense-images", type=int, default=8,
+                    help="images run in dense mode on the RTL (speedup baseline)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args()
+    say = (lambda *a: None) if args.json else print
+    figures, ok = evaluate(args.model, CoreConfig.load(args.core), Path(args.out),
+                           rtl_images=args.rtl_images, dense_images=args.dense_images, say=say)
     if args.json:
         print(json.dumps(figures, indent=1))
     else:
@@ -143,7 +150,7 @@ def _print(f: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"digits CNN, {f['test_images']} test images")
+    t = Table(title=f"{f['model']}, {f['test_images']} test images")
     for col in ("run", "accuracy", "agreement", "cycles / image"):
         t.add_column(col, justify="left" if col == "run" else "right")
     t.add_row("float, onnxruntime", f"{100 * f['accuracy_float_onnxruntime']:.1f} %", "", "")
