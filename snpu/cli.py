@@ -469,5 +469,7 @@ class _progress:
         return False
 
 
+from . import cli_map  # noqa: E402,F401  (registers snpu topology / snpu map)
+
 if __name__ == "__main__":  # pragma: no cover
     main()
