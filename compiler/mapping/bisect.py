@@ -77,28 +77,38 @@ def bisect(t: Topology, verts: np.ndarray, target: int, limit: int, tries: int,
     return best
 
 
-def recursive_partition(t: Topology, capacity: int, tries: int, rng: np.random.Generator) -> np.ndarray:
-    """Part index of every vertex; every part's size is at most ``capacity`` (given that no
-    single vertex is bigger)."""
+def recursive_partition(t: Topology, capacity: int, tries: int, rng: np.random.Generator,
+                        parts: int | None = None, *, strict: bool = True) -> np.ndarray:
+    """Part index of every vertex, about ``parts`` parts (default ``ceil(size / capacity)``),
+    every part's size at most ``capacity`` (given that no single vertex is bigger).
+
+    Each split divides the set's cores ``n`` into ``n // 2`` and the rest and sizes the
+    halves in proportion; a side never gets more than its cores hold.  When a side still
+    overflows (vertices too coarse to pack its cores exactly) it gets extra cores with
+    ``strict`` (the result can have more than ``parts`` parts), or, without, keeps exactly
+    ``parts`` parts and may leave one a little over capacity for :func:`.refine.rebalance`
+    to fix at a finer level."""
     if t.sizes.max(initial=0) > capacity:
         raise ValueError(f"a vertex of size {int(t.sizes.max())} exceeds the capacity {capacity}")
+    total = int(t.sizes.sum(dtype=np.int64))
     part = np.zeros(t.n_vertices, np.int64)
     local = np.full(t.n_vertices, -1, np.int64)
-    stack = [np.arange(t.n_vertices)]
+    stack = [(np.arange(t.n_vertices), max(parts or 0, -(-total // capacity), 1))]
     nparts = 0
     while stack:
-        verts = stack.pop()
-        size = int(t.sizes[verts].sum())
-        if size <= capacity or verts.size == 1:
+        verts, cores = stack.pop()
+        size = int(t.sizes[verts].sum(dtype=np.int64))
+        if strict:
+            cores = max(cores, -(-size // capacity))  # overflow: more cores
+        if cores == 1 or verts.size == 1:
             part[verts] = nparts
             nparts += 1
             continue
-        cores = -(-size // capacity)
         left = cores // 2
-        target = size * left // cores
+        target = max(size * left // cores, size - (cores - left) * capacity)
         sel, _ = bisect(t, verts, target, left * capacity, tries, rng, local)
         a, b = verts[sel], verts[~sel]
         if a.size == 0 or b.size == 0:  # cannot split (e.g. all weight in one vertex)
             a, b = verts[: verts.size // 2], verts[verts.size // 2:]
-        stack += [b, a]
+        stack += [(b, cores - left), (a, left)]
     return part

@@ -39,6 +39,45 @@ def layered_edges(layers: int, side: int, radius: int = 1):
     return S, D
 
 
+def write_layered(path, layers: int, side: int, radius: int = 1, *, group_size: int = 1 << 15,
+                  progress=None) -> dict:
+    """Write the layered graph (weights 1) straight to a store, one vertex group at a time,
+    never holding the whole graph: the way to make 1e8-connection topologies."""
+    from . import store
+
+    n = side * side
+    V = layers * n
+    offs = [(dy, dx) for dy in range(-radius, radius + 1) for dx in range(-radius, radius + 1)]
+    # connections: every neuron of layers 0..L-2 to the valid window positions of the next
+    per_layer = sum((side - abs(dy)) * (side - abs(dx)) for dy, dx in offs)
+    E = per_layer * (layers - 1)
+
+    def groups():
+        for v0 in range(0, V, group_size):
+            v = np.arange(v0, min(V, v0 + group_size), dtype=np.int64)
+            layer, rem = v // n, v % n
+            y, x = rem // side, rem % side
+            cand, flag = [], []
+            for dl, f in ((-1, 2), (1, 1)):  # previous layer first: rows come out sorted
+                for dy, dx in offs:
+                    yy, xx, ll = y + dy, x + dx, layer + dl
+                    ok = (yy >= 0) & (yy < side) & (xx >= 0) & (xx < side) & (ll >= 0) & (ll < layers)
+                    cand.append(np.where(ok, ll * n + yy * side + xx, -1))
+                    flag.append(f)
+            c = np.stack(cand, axis=1)
+            fl = np.broadcast_to(np.array(flag, np.uint8), c.shape)
+            valid = c >= 0
+            deg = valid.sum(axis=1)
+            others = c[valid]
+            yield store.rows_values(np.ones(v.size, np.int64), deg, fl[valid], others,
+                                    np.ones(others.size, np.int64), np.ones(others.size, np.int64))
+
+    name = f"layered_{layers}x{side}x{side}_r{radius}"
+    store.write_groups(path, name=name, vertices=V, connections=E, group_size=group_size,
+                       groups=groups(), progress=progress)
+    return {"name": name, "vertices": V, "connections": E}
+
+
 def layered(layers: int, side: int, radius: int = 1, *, max_weight: int = 1, seed: int = 0) -> Topology:
     rng = np.random.default_rng(seed)
     s, d = layered_edges(layers, side, radius)

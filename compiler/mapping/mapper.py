@@ -32,13 +32,14 @@ from .bisect import recursive_partition
 from .coarsen import coarsen_once, quotient
 from .force import force_refine
 from .metrics import evaluate, row_major_positions
-from .refine import edge_cut, refine
+from .refine import edge_cut, rebalance, refine
 from .topology import Topology, TopologyError
 
 
 @dataclass(frozen=True)
 class MapOptions:
     capacity: int = 1024              #: neurons (vertex size) per core
+    fill: float = 0.98                #: plan cores ~this full (slack for coarse packing)
     mesh: tuple[int, int] = (32, 32)  #: cores (width, height)
     unusable: tuple[tuple[int, int], ...] = ()  #: (x, y) of broken cores
     merge_fraction: float = 1 / 15    #: coarsening: merged size <= capacity * this
@@ -57,6 +58,8 @@ class MapOptions:
             raise TopologyError(f"capacity must be >= 1, got {self.capacity}")
         if min(self.mesh) < 1:
             raise TopologyError(f"mesh must be at least 1x1, got {self.mesh}")
+        if not 0.5 <= self.fill <= 1.0:
+            raise TopologyError(f"fill must be in 0.5..1, got {self.fill}")
         if not 4 <= self.tries <= 8:
             raise TopologyError(f"tries must be 4..8 (the document's range), got {self.tries}")
         for x, y in self.unusable:
@@ -98,7 +101,7 @@ def map_topology(source: Topology | str | Path, options: MapOptions = MapOptions
         src_path = None
     else:
         src_path = Path(source)
-        g = store.read(src_path, progress=lambda d, n: tick("read", d, n))
+        g = store.read(src_path, flags=False, progress=lambda d, n: tick("read", d, n))
     timings["read"] = round(time.time() - t0, 3)
     V, cap = g.n_vertices, options.capacity
     if V == 0:
@@ -148,7 +151,8 @@ def map_topology(source: Topology | str | Path, options: MapOptions = MapOptions
 
         # ---- initial partition of the coarsest level
         t0 = time.time()
-        part = recursive_partition(g, cap, options.tries, rng)
+        parts = min(int(usable.sum()), max(cores_needed, int(np.ceil(g.total_size / (cap * options.fill)))))
+        part = recursive_partition(g, cap, options.tries, rng, parts, strict=False)
         timings["partition"] = round(time.time() - t0, 3)
         levels[-1]["initial_cut"] = int(edge_cut(g.indptr, g.indices, g.weights, part))
 
@@ -159,12 +163,20 @@ def map_topology(source: Topology | str | Path, options: MapOptions = MapOptions
         for k in range(last, -1, -1):
             gk = g if k == last else level_src[k]
             if isinstance(gk, Path):
-                gk = store.read(gk)
+                gk = store.read(gk, flags=False)
             if k < last:
                 cm = cmaps[k]
                 cm = store.read_projection(cm) if isinstance(cm, Path) else cm
                 part = part[cm]
             load = np.bincount(part, weights=gk.sizes, minlength=nparts).astype(np.int64)
+            over = 0
+            if load.max() > cap:  # the coarse packing left a part over capacity
+                over = int(rebalance(gk.indptr, gk.indices, gk.weights, gk.sizes, part, load, cap,
+                                     rng.permutation(gk.n_vertices)))
+                levels[k]["rebalanced"] = True
+            if k == 0 and over:
+                raise TopologyError(f"{g.name}: could not bring every core within capacity {cap} "
+                                    f"({over} over); use a larger mesh or capacity")
             before = int(edge_cut(gk.indptr, gk.indices, gk.weights, part))
             moves, gain = refine(gk.indptr, gk.indices, gk.weights, gk.sizes, part, load, cap,
                                  rng.permutation(gk.n_vertices), options.refine_passes)

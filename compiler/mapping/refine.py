@@ -3,8 +3,14 @@
 For a vertex ``v`` in part ``i`` with edge weight ``w_k`` into each part ``k``, moving it to
 ``k`` costs ``c_ik = w_i - w_k`` (the change of the edge cut).  Vertices are visited in a
 random order; a vertex moves to its cheapest part with negative cost whose load stays
-within ``capacity``, else to the next cheapest negative one.  Passes repeat until one moves
-nothing (or ``max_passes``).  Every move lowers the cut, so refinement never increases it.
+within ``capacity``, else to the next cheapest negative one.  A zero-cost move is taken
+when it makes the loads more even (it frees room for later moves without touching the
+cut).  Passes repeat until one moves nothing (or ``max_passes``).  No move raises the cut,
+so refinement never increases it.
+
+:func:`rebalance` is the one step that may raise the cut: it empties overfull parts (the
+initial partition of coarse vertices cannot always pack cores exactly) by moving their
+vertices to the cheapest neighbouring part with room, or to the emptiest part.
 """
 
 from __future__ import annotations
@@ -45,8 +51,10 @@ def refine(indptr, indices, weights, sizes, part, load, capacity, order, max_pas
                 if k == i:
                     continue
                 c = wi - acc[k]
-                if c >= 0:
+                if c > 0:
                     break
+                if c == 0 and load[k] + sizes[v] >= load[i]:
+                    continue  # zero gain: only if it evens the loads
                 if load[k] + sizes[v] <= capacity:
                     part[v] = k
                     load[k] += sizes[v]
@@ -70,3 +78,52 @@ def edge_cut(indptr, indices, weights, part):
             if part[indices[e]] != part[v]:
                 cut += weights[e]
     return cut // 2
+
+
+@numba.njit(cache=True)
+def rebalance(indptr, indices, weights, sizes, part, load, capacity, order):
+    """Move vertices out of parts above ``capacity`` (cheapest cut increase first among the
+    neighbouring parts with room, else the emptiest part).  In place; returns the number of
+    parts still over capacity (0 unless a single vertex cannot move anywhere)."""
+    nparts = load.size
+    acc = np.zeros(nparts, np.int64)
+    touched = np.empty(nparts, np.int64)
+    for _ in range(4):
+        over = 0
+        for p in range(nparts):
+            if load[p] > capacity:
+                over += 1
+        if over == 0:
+            return 0
+        for v in order:
+            i = part[v]
+            if load[i] <= capacity:
+                continue
+            nt = 0
+            for e in range(indptr[v], indptr[v + 1]):
+                p = part[indices[e]]
+                if acc[p] == 0:
+                    touched[nt] = p
+                    nt += 1
+                acc[p] += weights[e]
+            best, bc = -1, 0
+            for a in range(nt):
+                k = touched[a]
+                if k != i and load[k] + sizes[v] <= capacity:
+                    c = acc[i] - acc[k]
+                    if best < 0 or c < bc:
+                        best, bc = k, c
+            for a in range(nt):
+                acc[touched[a]] = 0
+            if best < 0:
+                best = np.argmin(load)
+                if load[best] + sizes[v] > capacity:
+                    continue
+            part[v] = best
+            load[best] += sizes[v]
+            load[i] -= sizes[v]
+    over = 0
+    for p in range(nparts):
+        if load[p] > capacity:
+            over += 1
+    return over

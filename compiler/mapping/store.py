@@ -44,48 +44,72 @@ def _member(prefix: str, g: int) -> str:
     return f"{prefix}/{g:06d}.bin"
 
 
-def _group_values(t: Topology, v0: int, v1: int) -> np.ndarray:
-    """The numbers of one group file, in order (see the module docstring)."""
-    e0, e1 = int(t.indptr[v0]), int(t.indptr[v1])
-    deg = np.diff(t.indptr[v0:v1 + 1])
-    n = v1 - v0
-    out = np.empty(2 * n + 4 * (e1 - e0), np.uint64)
-    # header of vertex i starts at 2 * i + 4 * (entries before it)
-    head = 2 * np.arange(n, dtype=np.int64) + 4 * (t.indptr[v0:v1] - e0)
-    out[head] = t.sizes[v0:v1]
-    out[head + 1] = deg
-    ent = np.repeat(head + 2, deg) + 4 * (np.arange(e1 - e0) - np.repeat(t.indptr[v0:v1] - e0, deg))
-    nb = t.indices[e0:e1]
-    out[ent] = 3 if t.flags is None else t.flags[e0:e1]
-    out[ent + 1] = nb
-    out[ent + 2] = t.sizes[nb]
-    out[ent + 3] = t.weights[e0:e1]
+def rows_values(own_sizes: np.ndarray, degrees: np.ndarray, flags, others: np.ndarray,
+                other_sizes: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The numbers of one group file (see the module docstring) from its vertices' rows:
+    ``degrees[i]`` entries per vertex, entries concatenated in vertex order."""
+    n = own_sizes.size
+    m = others.size
+    rowstart = np.zeros(n, np.int64)
+    np.cumsum(degrees[:-1], out=rowstart[1:])
+    out = np.empty(2 * n + 4 * m, np.uint64)
+    head = 2 * np.arange(n, dtype=np.int64) + 4 * rowstart  # vertex i's record starts here
+    out[head] = own_sizes
+    out[head + 1] = degrees
+    ent = np.repeat(head + 2, degrees) + 4 * (np.arange(m) - np.repeat(rowstart, degrees))
+    out[ent] = flags
+    out[ent + 1] = others
+    out[ent + 2] = other_sizes
+    out[ent + 3] = weights
     return out
+
+
+def _group_values(t: Topology, v0: int, v1: int) -> np.ndarray:
+    e0, e1 = int(t.indptr[v0]), int(t.indptr[v1])
+    nb = t.indices[e0:e1]
+    return rows_values(t.sizes[v0:v1], np.diff(t.indptr[v0:v1 + 1]),
+                       3 if t.flags is None else t.flags[e0:e1], nb, t.sizes[nb], t.weights[e0:e1])
 
 
 def write(path: str | Path, t: Topology, *, group_size: int = GROUP_SIZE, level: int = 0,
           projection: np.ndarray | None = None, progress: Callable[[int, int], None] | None = None) -> None:
     """Write ``t`` (and, for a coarsened level, the finer level's ``projection``) to ``path``,
     atomically (a temporary file renamed into place)."""
-    path = Path(path)
     V = t.n_vertices
     groups = max(1, -(-V // group_size))
+    write_groups(path, name=t.name, vertices=V, connections=t.n_edges, group_size=group_size,
+                 directed=t.flags is not None, level=level, projection=projection,
+                 groups=(_group_values(t, g * group_size, min(V, (g + 1) * group_size))
+                         for g in range(groups)), progress=progress)
+
+
+def write_groups(path: str | Path, *, name: str, vertices: int, connections: int, group_size: int,
+                 groups, directed: bool = True, level: int = 0, projection: np.ndarray | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> None:
+    """Write a store from an iterable of group payloads (:func:`rows_values` arrays, one per
+    group of ``group_size`` vertices, in order): the streaming path for graphs too large to
+    build in memory first."""
+    path = Path(path)
+    n_groups = max(1, -(-vertices // group_size))
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent or ".")
     os.close(fd)
     try:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z:
-            meta = {"format": FORMAT, "name": t.name, "vertices": V, "connections": t.n_edges,
-                    "group_size": group_size, "groups": groups, "level": level,
-                    "directed": t.flags is not None}
+            meta = {"format": FORMAT, "name": name, "vertices": vertices, "connections": connections,
+                    "group_size": group_size, "groups": n_groups, "level": level,
+                    "directed": directed}
             if projection is not None:
                 meta["projection_vertices"] = int(projection.size)
                 meta["projection_groups"] = max(1, -(-projection.size // group_size))
             z.writestr("topology.json", json.dumps(meta))
-            for g in range(groups):
-                v0, v1 = g * group_size, min(V, (g + 1) * group_size)
-                z.writestr(_member("groups", g), varint.encode(_group_values(t, v0, v1)))
+            written = 0
+            for g, values in enumerate(groups):
+                z.writestr(_member("groups", g), varint.encode(values))
+                written += 1
                 if progress:
-                    progress(g + 1, groups)
+                    progress(g + 1, n_groups)
+            if written != n_groups:
+                raise TopologyError(f"{path}: {written} groups written, {n_groups} expected")
             if projection is not None:
                 for g in range(meta["projection_groups"]):
                     z.writestr(_member("projection", g),
@@ -159,7 +183,8 @@ def _parse_group(values, v0, n, V, indptr, indices, weights, flags, e_at, own_si
                 return 2, p + 1, e
             if w < 1 or w >= 2**31:
                 return 6, p + 3, e
-            flags[e] = f
+            if flags.size:
+                flags[e] = f
             indices[e] = u
             weights[e] = w
             e += 1
@@ -175,8 +200,10 @@ _PROBLEMS = {1: "ends in the middle of a vertex record", 2: "names a vertex out 
              5: "has data after its last vertex", 6: "has a weight out of range 1..2**31-1"}
 
 
-def read(path: str | Path, *, progress: Callable[[int, int], None] | None = None) -> Topology:
-    """Read a store into memory, one group at a time."""
+def read(path: str | Path, *, flags: bool = True,
+         progress: Callable[[int, int], None] | None = None) -> Topology:
+    """Read a store into memory, one group at a time (``flags=False``: drop the direction
+    bits, one byte per entry, which partitioning does not use)."""
     path = Path(path)
     with _open(path) as z:
         meta = _meta(path, z)
@@ -187,7 +214,7 @@ def read(path: str | Path, *, progress: Callable[[int, int], None] | None = None
         indptr = np.zeros(V + 1, np.int64)
         indices = np.empty(E2, np.int32)
         weights = np.empty(E2, np.int32)
-        flags = np.empty(E2, np.uint8)
+        fl = np.empty(E2 if flags else 0, np.uint8)
         sizes = np.empty(V, np.uint64)
         e = 0
         for g in range(meta["groups"]):
@@ -199,7 +226,7 @@ def read(path: str | Path, *, progress: Callable[[int, int], None] | None = None
                 raise TopologyError(f"{path}: member {name}, byte {err.offset}: {err}") from None
             v0 = g * B
             n = min(V, v0 + B) - v0
-            status, at, e = _parse_group(values, v0, n, V, indptr, indices, weights, flags, e, sizes)
+            status, at, e = _parse_group(values, v0, n, V, indptr, indices, weights, fl, e, sizes)
             if status:
                 off = int(starts[at]) if at < starts.size else len(data)
                 raise TopologyError(f"{path}: member {name}, byte {off}: the group {_PROBLEMS[status]}")
@@ -211,8 +238,9 @@ def read(path: str | Path, *, progress: Callable[[int, int], None] | None = None
         if sizes.size and (sizes.min() < 1 or sizes.max() >= 2**31):
             raise TopologyError(f"{path}: a vertex size is out of range 1..2**31-1")
     directed = bool(meta.get("directed", True))
-    t = Topology(indptr, indices, weights, sizes.astype(np.int32),
-                 flags if directed and not np.all(flags == 3) else None, meta.get("name", path.stem))
+    keep = flags and directed and not np.all(fl == 3)  # all "both": undirected
+    t = Topology(indptr, indices, weights, sizes.astype(np.int32), fl if keep else None,
+                 meta.get("name", path.stem))
     return t
 
 

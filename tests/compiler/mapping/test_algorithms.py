@@ -152,3 +152,24 @@ def test_generators_have_the_promised_shape():
     assert t.n_edges == 2 * (8 * 8 * 9 + 4 * 8 * 6 + 4 * 4)  # interior, edges, corners
     d = dense([5, 4, 3])
     assert d.n_edges == 5 * 4 + 4 * 3
+
+
+def test_rebalance_empties_overfull_parts():
+    from snpu.compiler.mapping.refine import rebalance
+
+    rng = np.random.default_rng(0)
+    t = small_world(1000, seed=4)
+    part = np.minimum(np.arange(1000) // 80, 9).astype(np.int64)  # part 9 holds 280
+    load = np.bincount(part, minlength=12).astype(np.int64)
+    over = rebalance(t.indptr, t.indices, t.weights, t.sizes, part, load, 100, rng.permutation(1000))
+    assert over == 0 and load.max() <= 100
+    np.testing.assert_array_equal(load, np.bincount(part, minlength=12))
+
+
+def test_non_strict_partition_keeps_the_part_count():
+    t = small_world(3000, seed=5)
+    t.sizes[:] = np.random.default_rng(5).integers(1, 40, t.n_vertices)
+    cap = 1000
+    parts = -(-t.total_size // cap)
+    part = recursive_partition(t, cap, 4, np.random.default_rng(0), parts, strict=False)
+    assert part.max() + 1 == parts

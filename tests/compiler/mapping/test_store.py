@@ -144,3 +144,13 @@ def test_failed_write_leaves_no_file(tmp_path):
     with pytest.raises(Exception):
         store.write(tmp_path / "t.zip", t, group_size=64)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_streamed_layered_store_equals_the_in_memory_graph(tmp_path):
+    from snpu.compiler.mapping.generate import layered, write_layered
+
+    meta = write_layered(tmp_path / "l.zip", 4, 12, 1, group_size=100)
+    a, b = store.read(tmp_path / "l.zip"), layered(4, 12, 1)
+    assert meta["connections"] == b.n_edges
+    for k in ("indptr", "indices", "weights", "sizes", "flags"):
+        np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
