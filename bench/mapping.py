@@ -73,6 +73,18 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _write_graph(out: Path, layers: int, side: int, what: str) -> tuple[Path, dict]:
+    """Stream the layered graph to a store; (its path, the report entry so far)."""
+    from snpu.compiler.mapping.generate import write_layered
+
+    path = out / f"layered_{layers}x{side}.zip"
+    t0 = time.time()
+    meta = write_layered(path, layers, side, 1)
+    _log(f"{what} graph: {meta}")
+    return path, {"graph": meta, "store_write_seconds": round(time.time() - t0, 1),
+                  "store_bytes": path.stat().st_size}
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker-map":
         return _worker_map(sys.argv[2], sys.argv[3], int(sys.argv[4]))
@@ -90,19 +102,12 @@ def main() -> None:
     ap.add_argument("--no-metis", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "build" / "bench_mapping"))
     args = ap.parse_args()
-    from snpu.compiler.mapping.generate import write_layered
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report: dict = {"benchmark": "mapping", "targets": {
         "cut_vs_pymetis": 1.03, "seconds_8e6_edges": 60, "peak_rss_gb_1e8_edges": 4}}
 
-    path = out / f"layered_{args.layers}x{args.side}.zip"
-    t0 = time.time()
-    meta = write_layered(path, args.layers, args.side, 1)
-    main_ = {"graph": meta, "store_write_seconds": round(time.time() - t0, 1),
-             "store_bytes": path.stat().st_size}
-    _log(f"main graph: {meta}")
+    path, main_ = _write_graph(out, args.layers, args.side, "main")
     main_["ours"] = ours = _run("--worker-map", path, args.mesh, args.capacity)
     _log(f"ours: cut {ours['edge_cut']} in {ours['wall_seconds']} s")
     if not args.no_metis:
@@ -113,12 +118,7 @@ def main() -> None:
     report["main"] = main_
 
     if not args.no_big:
-        path = out / f"layered_{args.big_layers}x{args.big_side}.zip"
-        t0 = time.time()
-        meta = write_layered(path, args.big_layers, args.big_side, 1)
-        big = {"graph": meta, "store_write_seconds": round(time.time() - t0, 1),
-               "store_bytes": path.stat().st_size}
-        _log(f"big graph: {meta}")
+        path, big = _write_graph(out, args.big_layers, args.big_side, "big")
         big["ours"] = _run("--worker-map", path, args.big_mesh, args.capacity)
         report["big"] = big
         path.unlink()

@@ -31,7 +31,7 @@ from . import store
 from .bisect import recursive_partition
 from .coarsen import coarsen_once, quotient
 from .force import force_refine
-from .metrics import evaluate, row_major_positions
+from .metrics import evaluate, placement_metrics, row_major_positions
 from .refine import edge_cut, rebalance, refine
 from .topology import Topology, TopologyError
 
@@ -154,7 +154,8 @@ def map_topology(source: Topology | str | Path, options: MapOptions = MapOptions
         parts = min(int(usable.sum()), max(cores_needed, int(np.ceil(g.total_size / (cap * options.fill)))))
         part = recursive_partition(g, cap, options.tries, rng, parts, strict=False)
         timings["partition"] = round(time.time() - t0, 3)
-        levels[-1]["initial_cut"] = int(edge_cut(g.indptr, g.indices, g.weights, part))
+        cut = int(edge_cut(g.indptr, g.indices, g.weights, part))
+        levels[-1]["initial_cut"] = cut
 
         # ---- uncoarsen with refinement
         t0 = time.time()
@@ -174,14 +175,16 @@ def map_topology(source: Topology | str | Path, options: MapOptions = MapOptions
                 over = int(rebalance(gk.indptr, gk.indices, gk.weights, gk.sizes, part, load, cap,
                                      rng.permutation(gk.n_vertices)))
                 levels[k]["rebalanced"] = True
+                cut = int(edge_cut(gk.indptr, gk.indices, gk.weights, part))
             if k == 0 and over:
                 raise TopologyError(f"{g.name}: could not bring every core within capacity {cap} "
                                     f"({over} over); use a larger mesh or capacity")
-            before = int(edge_cut(gk.indptr, gk.indices, gk.weights, part))
+            # projection keeps the cut: a finer level starts where the coarser one ended
             moves, gain = refine(gk.indptr, gk.indices, gk.weights, gk.sizes, part, load, cap,
                                  rng.permutation(gk.n_vertices), options.refine_passes)
-            levels[k].update({"cut_before_refinement": before, "moves": int(moves),
-                              "cut_after_refinement": before - int(gain)})
+            levels[k].update({"cut_before_refinement": cut, "moves": int(moves),
+                              "cut_after_refinement": cut - int(gain)})
+            cut -= int(gain)
             g = gk
             tick("uncoarsen", last + 1 - k, last + 1)
         timings["uncoarsen"] = round(time.time() - t0, 3)
@@ -204,7 +207,7 @@ def map_topology(source: Topology | str | Path, options: MapOptions = MapOptions
     tick("force", 1, 1)
     metrics = evaluate(g, q, group, pos, cap, options.mesh)
     metrics["seconds_per_phase"] = timings
-    naive_m = evaluate(g, q, group, naive, cap, options.mesh)
+    naive_m = placement_metrics(q, naive, options.mesh)
     metrics.update({
         "hop_traffic_after_placement": force["hop_traffic_before"],
         "force_rounds": force["rounds"], "force_swaps": force["swaps"],

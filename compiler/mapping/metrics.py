@@ -6,7 +6,6 @@ import numba
 import numpy as np
 
 from .force import hop_traffic
-from .refine import edge_cut
 from .topology import Topology
 
 
@@ -29,22 +28,28 @@ def link_loads(qptr, qidx, qw, pos, W, H):
     return hor, ver
 
 
-def evaluate(t: Topology, quotient: Topology, group: np.ndarray, pos: np.ndarray,
-             capacity: int, mesh: tuple[int, int]) -> dict:
+def placement_metrics(quotient: Topology, pos: np.ndarray, mesh: tuple[int, int]) -> dict:
+    """Weighted Manhattan hop traffic and the busiest link (XY routing) of a placement."""
     W, H = mesh
-    load = np.bincount(group, weights=t.sizes, minlength=quotient.n_vertices)
     qw = quotient.weights.astype(np.int64)
     hor, ver = link_loads(quotient.indptr, quotient.indices, qw, pos, W, H)
-    busiest = max(int(hor.max(initial=0)), int(ver.max(initial=0)))
+    return {"hop_traffic": int(hop_traffic(quotient.indptr, quotient.indices, qw, pos)),
+            "busiest_link_load": max(int(hor.max(initial=0)), int(ver.max(initial=0)))}
+
+
+def evaluate(t: Topology, quotient: Topology, group: np.ndarray, pos: np.ndarray,
+             capacity: int, mesh: tuple[int, int]) -> dict:
+    """All figures of a mapping.  The edge cut is the group graph's total weight: every
+    connection between two groups is in it, merged, and no other."""
+    load = np.bincount(group, weights=t.sizes, minlength=quotient.n_vertices)
+    cut = quotient.total_weight
     return {
         "vertices": t.n_vertices, "connections": t.n_edges, "total_weight": t.total_weight,
         "groups": int(quotient.n_vertices),
-        "edge_cut": int(edge_cut(t.indptr, t.indices, t.weights, group)),
-        "edge_cut_fraction": round(int(edge_cut(t.indptr, t.indices, t.weights, group)) / max(1, t.total_weight), 4),
+        "edge_cut": cut, "edge_cut_fraction": round(cut / max(1, t.total_weight), 4),
         "max_core_load": int(load.max(initial=0)), "capacity": capacity,
         "max_load_over_capacity": round(float(load.max(initial=0)) / capacity, 4),
-        "hop_traffic": int(hop_traffic(quotient.indptr, quotient.indices, qw, pos)),
-        "busiest_link_load": busiest,
+        **placement_metrics(quotient, pos, mesh),
     }
 
 

@@ -20,6 +20,29 @@ import numpy as np
 
 
 @numba.njit(cache=True)
+def _gather(v, indptr, indices, weights, part, acc, touched):
+    """Edge weight of ``v`` into each neighbouring part: ``acc[p]`` for the ``touched[:n]``
+    parts (``acc`` must be zero on entry; the caller clears it after use).  Returns ``n``."""
+    nt = 0
+    for e in range(indptr[v], indptr[v + 1]):
+        p = part[indices[e]]
+        if acc[p] == 0:
+            touched[nt] = p
+            nt += 1
+        acc[p] += weights[e]
+    return nt
+
+
+@numba.njit(cache=True)
+def _count_over(load, capacity):
+    over = 0
+    for p in range(load.size):
+        if load[p] > capacity:
+            over += 1
+    return over
+
+
+@numba.njit(cache=True)
 def refine(indptr, indices, weights, sizes, part, load, capacity, order, max_passes):
     """In place on ``part`` / ``load``; returns (moves, cut reduction)."""
     nparts = load.size
@@ -31,13 +54,7 @@ def refine(indptr, indices, weights, sizes, part, load, capacity, order, max_pas
         moved = 0
         for v in order:
             i = part[v]
-            nt = 0
-            for e in range(indptr[v], indptr[v + 1]):
-                p = part[indices[e]]
-                if acc[p] == 0:
-                    touched[nt] = p
-                    nt += 1
-                acc[p] += weights[e]
+            nt = _gather(v, indptr, indices, weights, part, acc, touched)
             wi = acc[i]
             # candidate parts with negative cost, cheapest first (nt is small: sort in place)
             for a in range(nt):
@@ -89,23 +106,13 @@ def rebalance(indptr, indices, weights, sizes, part, load, capacity, order):
     acc = np.zeros(nparts, np.int64)
     touched = np.empty(nparts, np.int64)
     for _ in range(4):
-        over = 0
-        for p in range(nparts):
-            if load[p] > capacity:
-                over += 1
-        if over == 0:
+        if _count_over(load, capacity) == 0:
             return 0
         for v in order:
             i = part[v]
             if load[i] <= capacity:
                 continue
-            nt = 0
-            for e in range(indptr[v], indptr[v + 1]):
-                p = part[indices[e]]
-                if acc[p] == 0:
-                    touched[nt] = p
-                    nt += 1
-                acc[p] += weights[e]
+            nt = _gather(v, indptr, indices, weights, part, acc, touched)
             best, bc = -1, 0
             for a in range(nt):
                 k = touched[a]
@@ -122,8 +129,4 @@ def rebalance(indptr, indices, weights, sizes, part, load, capacity, order):
             part[v] = best
             load[best] += sizes[v]
             load[i] -= sizes[v]
-    over = 0
-    for p in range(nparts):
-        if load[p] > capacity:
-            over += 1
-    return over
+    return _count_over(load, capacity)

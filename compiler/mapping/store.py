@@ -138,6 +138,16 @@ def _read_member(path: Path, z: zipfile.ZipFile, name: str) -> bytes:
         raise TopologyError(f"{path}: member {name} is damaged ({e})") from None
 
 
+def _decode_member(path: Path, z: zipfile.ZipFile, name: str) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """A member's bytes, its varints and the byte offset where each starts."""
+    data = _read_member(path, z, name)
+    try:
+        values, starts = varint.decode(data)
+    except varint.VarintError as err:
+        raise TopologyError(f"{path}: member {name}, byte {err.offset}: {err}") from None
+    return data, values, starts
+
+
 def read_meta(path: str | Path) -> dict:
     path = Path(path)
     with _open(path) as z:
@@ -219,11 +229,7 @@ def read(path: str | Path, *, flags: bool = True,
         e = 0
         for g in range(meta["groups"]):
             name = _member("groups", g)
-            data = _read_member(path, z, name)
-            try:
-                values, starts = varint.decode(data)
-            except varint.VarintError as err:
-                raise TopologyError(f"{path}: member {name}, byte {err.offset}: {err}") from None
+            data, values, starts = _decode_member(path, z, name)
             v0 = g * B
             n = min(V, v0 + B) - v0
             status, at, e = _parse_group(values, v0, n, V, indptr, indices, weights, fl, e, sizes)
@@ -254,11 +260,7 @@ def read_projection(path: str | Path) -> np.ndarray:
         parts = []
         for g in range(meta["projection_groups"]):
             name = _member("projection", g)
-            data = _read_member(path, z, name)
-            try:
-                values, starts = varint.decode(data)
-            except varint.VarintError as err:
-                raise TopologyError(f"{path}: member {name}, byte {err.offset}: {err}") from None
+            data, values, starts = _decode_member(path, z, name)
             if values.size and values.max() >= meta["vertices"]:
                 k = int(np.argmax(values >= meta["vertices"]))
                 raise TopologyError(f"{path}: member {name}, byte {int(starts[k])}: coarse vertex "
