@@ -13,16 +13,18 @@
 ``source.onnx``     the ONNX model as given (``snpu run`` compares with onnxruntime on it)
 ==================  ==========================================================================
 
+``model.json`` is written last and lists every other file with its size and sha256, so
+:meth:`Compiled.load` names a missing, truncated or edited file instead of failing later.
 Everything is written to a temporary directory beside ``DIR`` and renamed into place, so a
-failed compile never leaves a half-written model.
+failed compile never leaves a half-written model and a previous one stays until the new one
+is complete.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,7 @@ import numpy as np
 
 from snpu.config import CoreConfig
 from snpu.errors import CompileError, ImageError
+from snpu.fileio import replace_dir, temp_dir_beside
 from snpu.verif.image import MemoryImage, rom_from_bin, write_rom
 
 from .ir import Graph, Node, Tensor
@@ -54,16 +57,16 @@ class Compiled:
 
     # ------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
+        """Write the artifact to the directory ``path`` (see the module docstring).  The
+        caller checks first that ``path`` may be replaced (:func:`snpu.fileio.check_output`)."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        tmp = temp_dir_beside(path)
         try:
             arrays: dict[str, np.ndarray] = {}
             doc = {"format": FORMAT, "config": self.config.to_dict(),
                    "graph": _graph_doc(self.graph, arrays),
                    "layouts": {k: v.to_dict() for k, v in self.layouts.items()},
                    "segments": [{k: v for k, v in s.items() if k != "words"} for s in self.segments]}
-            (tmp / "model.json").write_text(json.dumps(doc, indent=1, default=_jsonable))
             np.savez(tmp / "arrays.npz", **arrays)
             self.image.save(tmp / "mem.bin")
             for k, s in enumerate(self.segments):
@@ -72,9 +75,10 @@ class Compiled:
             (tmp / "report.json").write_text(json.dumps(self.report, indent=1, default=_jsonable))
             if self.source is not None:
                 (tmp / "source.onnx").write_bytes(self.source)
-            if path.exists():
-                shutil.rmtree(path)
-            os.replace(tmp, path)
+            # model.json last: it lists every other file with its size and checksum
+            doc["files"] = {f.name: _digest(f) for f in sorted(tmp.iterdir())}
+            (tmp / "model.json").write_text(json.dumps(doc, indent=1, default=_jsonable))
+            replace_dir(tmp, path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -89,19 +93,47 @@ class Compiled:
             raise CompileError(f"{path}: not a compiled model (no model.json)") from None
         except json.JSONDecodeError as e:
             raise CompileError(f"{path}/model.json: not valid JSON ({e.msg} at line {e.lineno})") from None
-        if doc.get("format") != FORMAT:
-            raise CompileError(f"{path}/model.json: format {doc.get('format')!r} is not {FORMAT}")
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            fmt = doc.get("format") if isinstance(doc, dict) else None
+            raise CompileError(f"{path}/model.json: format {fmt!r} is not {FORMAT}")
+        _verify_files(path, doc.get("files"))
         try:
             arrays = dict(np.load(path / "arrays.npz", allow_pickle=False))
             image = MemoryImage.load(path / "mem.bin")
         except (OSError, ValueError, ImageError) as e:
             raise CompileError(f"{path}: {e}") from None
-        graph = _graph_from_doc(doc["graph"], arrays)
-        layouts = {k: TensorLayout(**v) for k, v in doc["layouts"].items()}
+        try:
+            graph = _graph_from_doc(doc["graph"], arrays)
+            layouts = {k: TensorLayout(**v) for k, v in doc["layouts"].items()}
+            segments, config = doc["segments"], CoreConfig.from_dict(doc["config"])
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CompileError(f"{path}/model.json: malformed ({type(e).__name__}: {e})") from None
         report = json.loads((path / "report.json").read_text()) if (path / "report.json").exists() else {}
         source = (path / "source.onnx").read_bytes() if (path / "source.onnx").exists() else None
-        return cls(graph, image, layouts, doc["segments"], CoreConfig.from_dict(doc["config"]),
-                   report, source)
+        return cls(graph, image, layouts, segments, config, report, source)
+
+
+def _digest(f: Path) -> dict:
+    return {"bytes": f.stat().st_size, "sha256": hashlib.sha256(f.read_bytes()).hexdigest()}
+
+
+def _verify_files(path: Path, files) -> None:
+    """Every file the manifest lists is present, whole and unchanged."""
+    if not isinstance(files, dict):
+        raise CompileError(f"{path}/model.json: no file list (written by an older snpu; "
+                           "compile the model again)")
+    for name, want in files.items():
+        f = path / name
+        if not f.is_file():
+            raise CompileError(f"{f}: missing (the compiled model lists it)")
+        size = f.stat().st_size
+        if size != want.get("bytes"):
+            what = "short" if size < want.get("bytes", 0) else "longer than written"
+            raise CompileError(f"{f}: {size} bytes, {what} (written with {want.get('bytes')}); "
+                               "the compiled model is damaged, compile it again")
+        if hashlib.sha256(f.read_bytes()).hexdigest() != want.get("sha256"):
+            raise CompileError(f"{f}: contents changed since it was written (sha256 mismatch); "
+                               "compile the model again")
 
 
 def _jsonable(v):

@@ -5,7 +5,7 @@
 * **float**: the dequantised outputs against onnxruntime on the float model the compiled
   model approximates (:func:`.pipeline.reference_graph`: the source model, with the same
   random weights when they were substituted).  Reports top-1 agreement, max abs error and
-  the error relative to the output range; differences come from pruning and int8
+  the error relative to the largest |reference output|; differences come from pruning and int8
   quantisation.
 """
 

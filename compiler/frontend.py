@@ -40,9 +40,18 @@ def load_onnx(model, *, name: str | None = None, batch: int = 1) -> Graph:
     for imp in model.opset_import:
         if imp.domain not in ("", "ai.onnx"):
             raise CompileError(f"{name}: operator set domain {imp.domain!r} is not supported")
+    if not g.node:
+        raise CompileError(f"{name}: the graph has no nodes; nothing to compile")
     tensors: dict[str, Tensor] = {}
     for init in g.initializer:
-        arr = numpy_helper.to_array(init)
+        try:
+            arr = numpy_helper.to_array(init)
+        except Exception as e:  # onnx raises bare exceptions for broken tensors
+            raise CompileError(f"{name}: initializer {init.name!r} cannot be read "
+                               f"({type(e).__name__}: {e})") from None
+        if arr.dtype.kind == "f" and arr.dtype != np.float32:
+            raise CompileError(f"{name}: initializer {init.name!r} is {arr.dtype}; snpu compiles "
+                               "float32 models (convert the model to float32 first)")
         tensors[init.name] = Tensor(init.name, tuple(arr.shape), str(arr.dtype), arr)
     inputs = []
     for vi in g.input:
@@ -52,6 +61,9 @@ def load_onnx(model, *, name: str | None = None, batch: int = 1) -> Graph:
         dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else batch
                      for d in tt.shape.dim)
         dtype = str(helper.tensor_dtype_to_np_dtype(tt.elem_type)) if tt.elem_type else "float32"
+        if dtype != "float32":
+            raise CompileError(f"{name}: input {vi.name!r} is {dtype}; snpu compiles models with "
+                               "float32 inputs")
         tensors[vi.name] = Tensor(vi.name, dims, dtype)
         inputs.append(vi.name)
     nodes = []
@@ -95,11 +107,17 @@ def input_arrays(graph: Graph, arrays: dict | np.ndarray | None) -> dict[str, np
             raise CompileError(f"the model has {len(graph.inputs)} inputs; name them")
         arrays = {graph.inputs[0]: arrays}
     out = {}
+    unknown = sorted(set(arrays) - set(graph.inputs))
+    if unknown:
+        raise CompileError(f"input {unknown[0]!r} is not an input of the model (its inputs: "
+                           f"{', '.join(graph.inputs)})")
     for name in graph.inputs:
         if name not in arrays:
             raise CompileError(f"no value for model input {name!r}")
-        a = np.asarray(arrays[name], dtype=np.float32)
+        a = np.asarray(arrays[name])
         want = graph.tensor(name).shape
+        check_input_array(name, a, want)
+        a = a.astype(np.float32, copy=False)
         if a.shape != want:
             if a.size == int(np.prod(want)):
                 a = a.reshape(want)
@@ -107,3 +125,17 @@ def input_arrays(graph: Graph, arrays: dict | np.ndarray | None) -> dict[str, np
                 raise CompileError(f"input {name!r} has shape {a.shape}, the model wants {want}")
         out[name] = a
     return out
+
+
+def check_input_array(name: str, a: np.ndarray, want, where: str = "") -> None:
+    """An input value must be float32 (the model's type: no silent conversion of float16 or
+    float64 data) and finite."""
+    prefix = f"{where}: " if where else ""
+    if a.dtype != np.float32:
+        raise CompileError(f"{prefix}input {name!r} is {a.dtype}; the model wants float32 of "
+                           f"shape {tuple(want)} (convert with .astype(np.float32))")
+    bad = ~np.isfinite(a)
+    if bad.any():
+        k = int(np.flatnonzero(bad.reshape(-1))[0])
+        raise CompileError(f"{prefix}input {name!r} holds {int(bad.sum())} NaN/Inf value(s) "
+                           f"(first at flat index {k})")

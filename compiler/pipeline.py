@@ -84,6 +84,7 @@ def compile_model(model, options: CompileOptions | None = None, *, progress=None
     t0 = time.time()
     source = _model_bytes(model)
     graph = load_onnx(model)
+    _check_node_options(graph, options)
     calibration = options.calibration
     if calibration is None:
         rng = np.random.default_rng(options.calibration_seed)
@@ -102,6 +103,16 @@ def compile_model(model, options: CompileOptions | None = None, *, progress=None
     image.trim()
     return Compiled(graph, image, graph.meta["layouts"], graph.meta["segments"], options.config,
                     _report(graph, options, timings, time.time() - t0), source)
+
+
+def _check_node_options(g: Graph, options: CompileOptions) -> None:
+    names = {n.name for n in g.nodes}
+    for option, values in (("--host", options.force_host), ("--keep-dense", options.keep_dense)):
+        for v in values:
+            if v not in names:
+                close = sorted(n for n in names if v.lower() in n.lower())[:5]
+                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                raise CompileError(f"{option} {v!r}: {g.name} has no node of that name{hint}")
 
 
 def reference_graph(source, options: CompileOptions) -> Graph:

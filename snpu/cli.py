@@ -12,52 +12,48 @@ from pathlib import Path
 
 import click
 
-from .config import CoreConfig
+from .cli_base import _config_options, _force_option, _load_config, _output, _progress, main
 from .errors import SnpuError
 
 
-def _load_config(path: str | None, **overrides) -> CoreConfig:
-    cfg = CoreConfig.load(path) if path else CoreConfig()
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    return CoreConfig.from_dict({**cfg.to_dict(), **changes}) if changes else cfg
+_VERILOG_KEYWORDS = frozenset("""always and assign automatic begin buf bufif0 bufif1 case casex
+casez cell cmos config deassign default defparam design disable edge else end endcase endconfig
+endfunction endgenerate endmodule endprimitive endspecify endtable endtask event for force forever
+fork function generate genvar highz0 highz1 if ifnone incdir include initial inout input instance
+integer join large liblist library localparam macromodule medium module nand negedge nmos nor
+noshowcancelled not notif0 notif1 or output parameter pmos posedge primitive pull0 pull1 pulldown
+pullup pulsestyle_onevent pulsestyle_ondetect rcmos real realtime reg release repeat rnmos rpmos
+rtran rtranif0 rtranif1 scalared showcancelled signed small specify specparam strong0 strong1
+supply0 supply1 table task time tran tranif0 tranif1 tri tri0 tri1 triand trior trireg unsigned
+use uwire vectored wait wand weak0 weak1 while wire wor xnor xor logic bit byte int""".split())
 
 
-def _config_options(f):
-    """Options that override single core parameters (``--lanes 16`` ...)."""
-    for name in reversed(("lanes", "nbuf_bytes", "nidx_bytes", "wbuf_bytes", "widx_bytes",
-                          "acc_words", "obuf_bytes", "param_rows", "queue_depth", "token_depth")):
-        f = click.option(f"--{name.replace('_', '-')}", name, type=int, default=None,
-                         help=f"Core parameter {name} (overrides --core).")(f)
-    return click.option("--core", "core", type=click.Path(exists=True, dir_okay=False),
-                        help="Core configuration JSON (default: the standard core).")(f)
+def _verilog_name(name: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]*", name) or name in _VERILOG_KEYWORDS:
+        raise SnpuError(f"--name {name!r}: not a legal Verilog module name (a letter or _, "
+                        "then letters, digits, _ or $; not a keyword)")
+    return name
 
 
-class _Group(click.Group):
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except SnpuError as e:
-            click.echo(f"error: {e}", err=True)
-            ctx.exit(1)
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="snpu")
-def main() -> None:
-    """snpu: sparse neural processing unit: assembler, golden model, RTL and compiler."""
-
-
-# ------------------------------------------------------------------------------------------
 @main.command()
 @click.argument("source", type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="ROM image to write (.hex for $readmemh, .bin for raw little-endian).")
-def asm(source: str, output: str) -> None:
+@_force_option
+def asm(source: str, output: str, force: bool) -> None:
     """Assemble SOURCE into a ROM image."""
     from .verif.asm import assemble
     from .verif.image import write_rom
 
-    words = assemble(Path(source).read_text(), name=source)
+    _output(output, "ROM image", inputs=[source], force=force)
+    try:
+        text = Path(source).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SnpuError(f"{source}: not UTF-8 text (byte {e.start}: "
+                        f"0x{e.object[e.start]:02x}); is it an assembly file?") from None
+    words = assemble(text, name=source)
     write_rom(output, words)
     click.echo(f"{source}: {len(words)} instructions -> {output}")
 
@@ -90,19 +86,27 @@ def disasm(rom: str, addresses: bool) -> None:
 @click.option("--fst", "waves", type=click.Path(dir_okay=False), help="RTL: write waves (.fst).")
 @click.option("--out", "out", type=click.Path(file_okay=False),
               help="Write every output region as .npy and the final memory image here.")
+@_force_option
 @click.option("--expect", type=click.Path(exists=True, dir_okay=False),
               help=".npz of expected arrays, keyed by region name; mismatches fail.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run statistics as JSON.")
 @click.option("--no-race-check", is_flag=True, help="Skip the check that units are ordered.")
 def sim(rom: str, mem: str, manifest: str | None, core: str | None, out: str | None,
         expect: str | None, as_json: bool, no_race_check: bool, rtl: bool, memory: str,
-        stall: float, waves: str | None, **params) -> None:
+        stall: float, waves: str | None, force: bool, **params) -> None:
     """Run ROM against the memory image MEM on the golden model (or, with --rtl, the RTL)."""
     import numpy as np
 
     from .verif import golden
     from .verif.image import MemoryImage, read_rom
 
+    inputs = [rom, mem, manifest, core, expect, Path(mem).with_suffix(".json")]
+    if waves:
+        if not rtl:
+            raise SnpuError("--fst: waveforms come from the RTL; add --rtl")
+        _output(waves, "waveform", "--fst", inputs=inputs, force=force)
+    if out:
+        _output(out, "simulation output", "--out", inputs=inputs, force=force)
     cfg = _load_config(core, **params)
     words = read_rom(rom)
     image = MemoryImage.load(mem, manifest)
@@ -124,17 +128,7 @@ def sim(rom: str, mem: str, manifest: str | None, core: str | None, out: str | N
         image.data[:] = result.ext
         stats = result.stats.to_dict()
     if out:
-        outdir = Path(out)
-        outdir.mkdir(parents=True, exist_ok=True)
-        for r in image.regions.values():
-            if r.kind == "output":
-                from .fileio import atomic_write
-                import io
-
-                buf = io.BytesIO()
-                np.save(buf, image.read(r.name))
-                atomic_write(outdir / f"{r.name}.npy", buf.getvalue())
-        image.save(outdir / "final.bin")
+        _save_sim_outputs(Path(out), image)
     failures = []
     if expect:
         ref = np.load(expect)
@@ -167,18 +161,49 @@ def sim(rom: str, mem: str, manifest: str | None, core: str | None, out: str | N
         sys.exit(1)
 
 
+def _save_sim_outputs(outdir: Path, image) -> None:
+    """Every output region as ``<name>.npy`` and the final memory image, in one directory
+    replaced atomically; ``outputs.json`` marks it as an snpu output."""
+    import io
+    import shutil
+
+    import numpy as np
+
+    from .fileio import replace_dir, temp_dir_beside
+
+    tmp = temp_dir_beside(outdir)
+    try:
+        names = []
+        for r in image.regions.values():
+            if r.kind == "output":
+                buf = io.BytesIO()
+                np.save(buf, image.read(r.name))
+                (tmp / f"{r.name}.npy").write_bytes(buf.getvalue())
+                names.append(r.name)
+        image.save(tmp / "final.bin")
+        (tmp / "outputs.json").write_text(json.dumps({"format": "snpu-sim-out/1",
+                                                      "outputs": names}, indent=1) + "\n")
+        replace_dir(tmp, outdir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 @main.command()
 @_config_options
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Verilog file to write.")
 @click.option("--name", default="snpu_core", show_default=True, help="Top module name.")
-def verilog(core: str | None, output: str, name: str, **params) -> None:
+@_force_option
+def verilog(core: str | None, output: str, name: str, force: bool, **params) -> None:
     """Write standalone Verilog of one core (AXI4 master, control/status ports)."""
     from amaranth.back import verilog as amaranth_verilog
 
     from .fileio import atomic_write
     from .rtl.core import Core
 
+    _verilog_name(name)
+    _output(output, "Verilog file", inputs=[core], force=force)
     cfg = _load_config(core, **params)
     with _progress("generating Verilog", 0):
         text = amaranth_verilog.convert(Core(cfg), name=name)
@@ -189,7 +214,8 @@ def verilog(core: str | None, output: str, name: str, **params) -> None:
 @main.command("compile")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
-              help="Directory to write the compiled model to (replaced atomically).")
+              help="Directory to write the compiled model to (a new or empty directory, or a "
+                   "previous compiled model, replaced atomically).")
 @_config_options
 @click.option("--density", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0,
               show_default=True, help="Target weight density of pruned core layers.")
@@ -211,15 +237,20 @@ def verilog(core: str | None, output: str, name: str, **params) -> None:
 @click.option("--dense", is_flag=True, help="Dense mode: no weight index, no activation "
               "threshold (the same computation without sparse skipping; a speedup baseline).")
 @click.option("--json", "as_json", is_flag=True, help="Print the compile report as JSON.")
+@_force_option
 def compile_(model: str, output: str, core: str | None, density: float, group_size: int,
              group_small: float, group_max_small: int,
              keep_dense: tuple, force_host: tuple, random_weights: int | None,
              calibration: str | None, calibration_count: int, dense: bool, as_json: bool,
-             **params) -> None:
-    """Compile an ONNX MODEL to ROM images and a memory image in OUTPUT."""
+             force: bool, **params) -> None:
+    """Compile an ONNX MODEL to ROM images and a memory image in OUTPUT.
+
+    OUTPUT may be a new or empty directory or a previous compiled model (replaced
+    atomically); anything else needs --force."""
     from .compiler.frontend import load_onnx
     from .compiler.pipeline import CompileOptions, compile_model
 
+    _output(output, "compiled model", inputs=[model, core, calibration], force=force)
     cfg = _load_config(core, **params)
     calib = None
     if calibration:
@@ -257,8 +288,10 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
 @click.option("--no-onnxruntime", is_flag=True, help="Skip the onnxruntime comparison.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the outputs to this .npz.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@_force_option
 def run_(compiled: str, sim: str, inputs: str | None, count: int, seed: int, labels: str | None,
-         memory: str, stall: float, no_onnxruntime: bool, out: str | None, as_json: bool) -> None:
+         memory: str, stall: float, no_onnxruntime: bool, out: str | None, as_json: bool,
+         force: bool) -> None:
     """Run a compiled model on the golden model or the RTL and check it: bit-exact against
     the int8 reference, and against onnxruntime's float output."""
     import numpy as np
@@ -266,6 +299,8 @@ def run_(compiled: str, sim: str, inputs: str | None, count: int, seed: int, lab
     from .compiler import check, runtime
     from .compiler.artifact import Compiled
 
+    if out:
+        _output(out, "results .npz", "--out", inputs=[compiled, inputs, labels], force=force)
     model = Compiled.load(compiled)
     g = model.graph
     if inputs:
@@ -274,6 +309,14 @@ def run_(compiled: str, sim: str, inputs: str | None, count: int, seed: int, lab
         rng = np.random.default_rng(seed)
         xs = [{i: rng.standard_normal(g.tensor(i).shape).astype(np.float32) for i in g.inputs}
               for _ in range(count)]
+    if labels:
+        try:
+            y = np.load(labels, allow_pickle=False).reshape(-1)
+        except (OSError, ValueError) as e:
+            raise SnpuError(f"{labels}: cannot read labels ({e})") from None
+        if y.size != len(xs) or y.dtype.kind not in "iu":
+            raise SnpuError(f"{labels}: {y.size} labels of {y.dtype} for {len(xs)} inputs; "
+                            "want one integer class per input")
     rtl_options = {"memory": memory, "stall": stall, "seed": seed} if sim == "rtl" else None
     with _progress(f"running {len(xs)} input(s) on the {sim}", len(xs) * len(model.segments)) as tick:
         reports = runtime.run_batch(model, xs, sim=sim, rtl_options=rtl_options, progress=tick)
@@ -283,9 +326,6 @@ def run_(compiled: str, sim: str, inputs: str | None, count: int, seed: int, lab
               "mac_pairs": sum(r.mac_pairs for r in reports),
               "dense_pairs": sum(r.dense_pairs for r in reports)}
     if labels:
-        y = np.load(labels).reshape(-1)
-        if y.size != len(xs):
-            raise SnpuError(f"{labels}: {y.size} labels for {len(xs)} inputs")
         result["accuracy"] = float(np.mean(np.array(agreement.run_top1) == y))
         if agreement.onnxruntime:
             result["accuracy_onnxruntime"] = float(np.mean(np.array(agreement.reference_top1) == y))
@@ -295,7 +335,8 @@ def run_(compiled: str, sim: str, inputs: str | None, count: int, seed: int, lab
         from .fileio import atomic_write
 
         buf = io.BytesIO()
-        np.savez(buf, **{o: np.stack([r.outputs[o] for r in reports]) for o in g.outputs})
+        arrays = {o: np.stack([r.outputs[o] for r in reports]) for o in g.outputs}
+        np.savez(buf, __snpu_format__=np.array("snpu-run-out/1"), **arrays)
         atomic_write(out, buf.getvalue())
     if as_json:
         click.echo(json.dumps(result, indent=1))
@@ -311,8 +352,9 @@ def _read_inputs(path: str, graph) -> list[dict]:
 
     try:
         data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise SnpuError(f"{path}: cannot read inputs ({e})") from None
+    except (OSError, ValueError, EOFError) as e:
+        why = "not a .npy or .npz array file" if "pickle" in str(e) else str(e)
+        raise SnpuError(f"{path}: cannot read inputs ({why})") from None
     if isinstance(data, np.ndarray):
         if len(graph.inputs) != 1:
             raise SnpuError(f"{path}: the model has {len(graph.inputs)} inputs; give an .npz "
@@ -323,10 +365,17 @@ def _read_inputs(path: str, graph) -> list[dict]:
         missing = [i for i in graph.inputs if i not in arrays]
         if missing:
             raise SnpuError(f"{path}: no array for model input(s) {', '.join(missing)}")
+    from .compiler.frontend import check_input_array
+
+    unknown = sorted(set(arrays) - set(graph.inputs))
+    if unknown:
+        raise SnpuError(f"{path}: array {unknown[0]!r} names no model input (inputs: "
+                        f"{', '.join(graph.inputs)})")
     counts = set()
     for name in graph.inputs:
         want = graph.tensor(name).shape
         a = arrays[name]
+        check_input_array(name, a, want, where=path)
         if a.shape == tuple(want):
             counts.add(1)
             arrays[name] = a[None]
@@ -381,7 +430,7 @@ def _print_run(r: dict) -> None:
     if "top1_agreement_vs_onnxruntime" in r:
         click.echo(f"onnxruntime (float): top-1 agreement {100 * r['top1_agreement_vs_onnxruntime']:.1f} %, "
                    f"max abs error {r['max_abs_err_vs_onnxruntime']:.4g} "
-                   f"({100 * r['max_rel_err_vs_onnxruntime']:.2f} % of the output range)")
+                   f"({100 * r['max_rel_err_vs_onnxruntime']:.2f} % of the largest |output|)")
     elif r.get("note"):
         click.echo(r["note"])
     if "accuracy" in r:
@@ -427,46 +476,6 @@ def _print_stats(s: dict) -> None:
     click.echo(f"MAC pairs {s['mac_pairs']} of {dense} dense ({100 * frac:.1f} %), "
                f"skipped {s['pairs_skipped']}; DMA read {s['dma_read_bytes']} B, "
                f"write {s['dma_write_bytes']} B")
-
-
-class _progress:
-    """A rich progress bar for long work, silent when stderr is not a terminal."""
-
-    def __init__(self, what: str, total: int):
-        self.what, self.total = what, total
-        self._bar = None
-
-    def __enter__(self):
-        if sys.stderr.isatty() and self.total < 0:  # steps reported as (done, total, name)
-            from rich.progress import Progress
-
-            self._bar = Progress(transient=True)
-            self._bar.start()
-            task = self._bar.add_task(self.what, total=None)
-
-            def tick(done, total, name=""):
-                self._bar.update(task, completed=done, total=total,
-                                 description=f"{self.what}: {name}" if name else self.what)
-            return tick
-        if sys.stderr.isatty() and self.total == 0:  # indeterminate: a spinner
-            from rich.console import Console
-
-            self._bar = Console(stderr=True).status(self.what + " ...")
-            self._bar.start()
-            return None
-        if sys.stderr.isatty() and self.total > 0:
-            from rich.progress import Progress
-
-            self._bar = Progress(transient=True)
-            self._bar.start()
-            task = self._bar.add_task(self.what, total=self.total)
-            return lambda done: self._bar.update(task, completed=done)
-        return None
-
-    def __exit__(self, *exc):
-        if self._bar is not None:
-            self._bar.stop()
-        return False
 
 
 from . import cli_map  # noqa: E402,F401  (registers snpu topology / snpu map)

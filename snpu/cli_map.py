@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from .cli import main
+from .cli_base import _force_option, _output, main
 from .errors import SnpuError
 
 
@@ -71,10 +71,12 @@ def topology() -> None:
 @click.option("--p", "p", type=float, default=0.1, show_default=True, help="small-world: rewiring probability")
 @click.option("--max-weight", type=int, default=1, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-def generate_(kind, output, layers, side, radius, sizes, n, k, p, max_weight, seed) -> None:
+@_force_option
+def generate_(kind, output, layers, side, radius, sizes, n, k, p, max_weight, seed, force) -> None:
     """Generate a topology and write it as a store."""
     from .compiler.mapping import generate, store
 
+    _output(output, "topology store", force=force)
     if kind == "layered":
         t = generate.layered(layers, side, radius, max_weight=max_weight, seed=seed)
     elif kind == "dense":
@@ -91,10 +93,12 @@ def generate_(kind, output, layers, side, radius, sizes, n, k, p, max_weight, se
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @click.option("--max-connections", type=int, default=50_000_000, show_default=True,
               help="ONNX: refuse models with more synapses than this.")
-def import_(source: str, output: str, max_connections: int) -> None:
+@_force_option
+def import_(source: str, output: str, max_connections: int, force: bool) -> None:
     """An ONNX model (neuron level) or an edge list (src dst [weight] per line) -> store."""
     from .compiler.mapping import importers, store
 
+    _output(output, "topology store", inputs=[source], force=force)
     if source.endswith(".onnx"):
         t = importers.from_onnx(source, max_connections=max_connections)
     else:
@@ -134,10 +138,12 @@ def info(store_path: str) -> None:
               help="Force refinement: fraction of groups considered per round.")
 @click.option("--force-rounds", type=int, default=200, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--heatmap", type=click.Path(dir_okay=False), help="Write a core-load / link-traffic image.")
+@click.option("--heatmap", type=click.Path(dir_okay=False),
+              help="Write a core-load / link-traffic image (.png).")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+@_force_option
 def map_(store_path, mesh, capacity, output, unusable, tries, merge_fraction, min_reduction,
-         force_top, force_rounds, seed, heatmap, as_json) -> None:
+         force_top, force_rounds, seed, heatmap, as_json, force) -> None:
     """Map the neurons of a topology store onto the cores of a 2-D mesh."""
     import numpy as np
 
@@ -145,13 +151,19 @@ def map_(store_path, mesh, capacity, output, unusable, tries, merge_fraction, mi
     from .compiler.mapping.mapper import MapOptions, map_topology
     from .fileio import atomic_write
 
+    _output(output, "results .npz", inputs=[store_path], force=force)
+    if heatmap:
+        if not heatmap.lower().endswith(".png"):
+            raise SnpuError(f"--heatmap {heatmap}: the heatmap is a PNG image; name it .png")
+        _output(heatmap, "heatmap", "--heatmap", inputs=[store_path, output], force=force)
     opts = MapOptions(capacity=capacity, mesh=_mesh(mesh), unusable=tuple(_core(u) for u in unusable),
                       tries=tries, merge_fraction=merge_fraction, min_reduction=min_reduction,
                       force_top=force_top, force_rounds=force_rounds, seed=seed)
     with _phases() as tick:
         m = map_topology(store_path, opts, progress=tick)
     buf = io.BytesIO()
-    np.savez_compressed(buf, group=m.group, core=m.core.astype(np.int32),
+    np.savez_compressed(buf, __snpu_format__=np.array("snpu-mapping/1"),
+                        group=m.group, core=m.core.astype(np.int32),
                         position=m.position.astype(np.int32), metrics=json.dumps(m.metrics))
     atomic_write(output, buf.getvalue())
     if heatmap:

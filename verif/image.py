@@ -257,7 +257,10 @@ class MemoryImage:
             man = {"size": -(-len(data) // 8) * 8, "regions": []}
         img = cls(man["size"])
         img.data[:len(data)] = np.frombuffer(data, dtype=np.uint8)
-        for i, r in enumerate(man.get("regions", [])):
+        regions = man.get("regions", [])
+        if not isinstance(regions, list):
+            raise ImageError(f"{man_path}: 'regions' is not a list")
+        for i, r in enumerate(regions):
             try:
                 img.add_region(r["name"], int(r["addr"]), int(r["size"]), r["kind"],
                                r.get("dtype", "uint8"), r.get("shape"))
@@ -265,6 +268,11 @@ class MemoryImage:
                 raise ImageError(f"{man_path}: region #{i} is malformed ({e})") from None
             except ImageError as e:
                 raise ImageError(f"{man_path}: {e}") from None
+        end = max((r.end for r in img.regions.values() if r.size), default=0)
+        if len(data) < end:
+            last = max(img.regions.values(), key=lambda r: r.end)
+            raise ImageError(f"{path}: the file is short: {len(data)} bytes, but region "
+                             f"{last.name!r} of its manifest ends at byte {end} (truncated copy?)")
         return img
 
     def to_readmemh(self, path: str | Path, word_bytes: int = 8) -> Path:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -238,5 +237,5 @@ def run_many(jobs: list[Job], config: CoreConfig | None = None, *, memory: str =
         if waves:
             fst = next(tmp.glob("*.fst"), None)
             if fst is not None:
-                shutil.copy(fst, waves)
+                atomic_write(waves, fst.read_bytes())
     return results

@@ -50,6 +50,7 @@ def heatmap(path: str | Path, t: Topology, quotient: Topology, group: np.ndarray
     if title:
         fig.suptitle(title)
     buf = io.BytesIO()
-    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", dpi=90, bbox_inches="tight")
+    # the Software tag lets a later run recognise the file as an snpu output it may replace
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": "snpu"})
     plt.close(fig)
     atomic_write(path, buf.getvalue())

@@ -3,7 +3,7 @@
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from snpu.compiler.frontend import input_arrays, load_onnx
 from snpu.errors import CompileError
@@ -64,7 +64,45 @@ def test_input_shape_errors():
     g = load_onnx(tiny_cnn())
     with pytest.raises(CompileError, match=r"input 'x' has shape \(5,\)"):
         input_arrays(g, np.zeros(5, np.float32))
+    with pytest.raises(CompileError, match="input 'z' is not an input of the model"):
+        input_arrays(g, {"z": np.zeros((1, 3, 12, 12), np.float32)})
     with pytest.raises(CompileError, match="no value for model input 'x'"):
-        input_arrays(g, {"z": np.zeros((1, 3, 12, 12))})
+        input_arrays(g, {})
     # the same number of elements is reshaped (e.g. an image without its batch axis)
-    assert input_arrays(g, np.zeros((3, 12, 12)))["x"].shape == (1, 3, 12, 12)
+    assert input_arrays(g, np.zeros((3, 12, 12), np.float32))["x"].shape == (1, 3, 12, 12)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int8])
+def test_inputs_must_be_float32(dtype):
+    g = load_onnx(tiny_cnn())
+    with pytest.raises(CompileError, match=f"input 'x' is {np.dtype(dtype)}; the model wants float32"):
+        input_arrays(g, np.zeros((1, 3, 12, 12), dtype))
+
+
+def test_inputs_must_be_finite():
+    g = load_onnx(tiny_cnn())
+    x = np.zeros((1, 3, 12, 12), np.float32)
+    x[0, 1, 2, 3] = np.inf
+    with pytest.raises(CompileError, match=r"1 NaN/Inf value\(s\) \(first at flat index 171\)"):
+        input_arrays(g, x)
+
+
+def test_non_float32_models_and_empty_graphs_are_refused():
+    half = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "half",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 4])]))
+    with pytest.raises(CompileError, match="input 'x' is float16; snpu compiles models with float32"):
+        load_onnx(half)
+    w64 = helper.make_model(helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "w64",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.ones((1, 4)), "w")]))
+    with pytest.raises(CompileError, match="initializer 'w' is float64"):
+        load_onnx(w64)
+    empty = helper.make_model(helper.make_graph(
+        [], "nothing", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])]))
+    with pytest.raises(CompileError, match="nothing: the graph has no nodes"):
+        load_onnx(empty)
