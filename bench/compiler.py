@@ -33,6 +33,8 @@ import numpy as np
 import onnx
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import provenance  # noqa: E402
 sys.path.insert(0, str(ROOT / "examples" / "digits"))
 
 from demo import evaluate  # noqa: E402
@@ -94,7 +96,8 @@ def main() -> None:
     ap.add_argument("--no-digits", action="store_true")
     ap.add_argument("--out", default="build/bench_compiler")
     args = ap.parse_args()
-    figures: dict = {"core_default": CoreConfig().to_dict()}
+    figures: dict = {"benchmark": "compiler", "provenance": provenance(),
+                     "core_default": CoreConfig().to_dict()}
     if not args.no_zoo:
         figures["zoo"] = {m: zoo_model(m) for m in args.models.split(",") if m}
     if not args.no_digits:

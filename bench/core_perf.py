@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import provenance  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
 from snpu.config import CoreConfig  # noqa: E402
@@ -170,12 +172,13 @@ def main() -> None:
     args = ap.parse_args()
     cfg = CoreConfig(lanes=args.lanes)
     if args.synth_only:
-        print(json.dumps({"benchmark": "core synthesis", "synthesis": [synthesis(1, "25k")]}, indent=1))
+        print(json.dumps({"benchmark": "core synthesis", "provenance": provenance(),
+                          "synthesis": [synthesis(1, "25k")]}, indent=1))
         return
     rows, util, speeds = speedups(cfg, args.nvec)
     good = [r["fraction_of_ideal"] for r in rows if r["weight_density"] >= 0.1]
     report = {
-        "benchmark": "core", "core": cfg.to_dict(), "sparse_speedup": rows,
+        "benchmark": "core", "provenance": provenance(), "core": cfg.to_dict(), "sparse_speedup": rows,
         "min_fraction_of_ideal_at_density_ge_0.1": min(good),
         "dense_utilisation": util,
         "simulation": {"simulated_cycles_per_s_median": round(float(np.median(speeds))),

@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import provenance  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
 from snpu.config import CoreConfig  # noqa: E402
@@ -104,7 +106,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--no-synth", action="store_true")
     args = ap.parse_args()
-    report = {"benchmark": "datapath", "lanes": args.lanes, "layer": [args.rows, args.n_in],
+    report = {"benchmark": "datapath", "provenance": provenance(), "lanes": args.lanes, "layer": [args.rows, args.n_in],
               "neuron_density": 1.0, "target_fraction": 0.9, "target_fmax_mhz": 125,
               "throughput": throughput(args.lanes, args.n_in, args.rows)}
     if not args.no_synth:

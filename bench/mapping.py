@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import provenance  # noqa: E402
 
 
 def _worker_map(path: str, mesh: str, capacity: int) -> None:
@@ -104,7 +106,7 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report: dict = {"benchmark": "mapping", "targets": {
+    report: dict = {"benchmark": "mapping", "provenance": provenance(), "targets": {
         "cut_vs_pymetis": 1.03, "seconds_8e6_edges": 60, "peak_rss_gb_1e8_edges": 4}}
 
     path, main_ = _write_graph(out, args.layers, args.side, "main")

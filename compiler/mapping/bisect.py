@@ -2,8 +2,9 @@
 
 :func:`grow` selects part of a vertex set: start from a random vertex; a vertex's selection
 cost is (edge weight to unselected vertices) - (edge weight to selected ones); repeatedly
-move the cheapest vertex in (a min-priority queue, costs updated as neighbours join) until
-the selected size reaches the target.  :func:`bisect` runs ``tries`` growths from different
+move the cheapest vertex of the selection's frontier in (a min-priority queue holding only
+neighbours of the selection, costs updated as neighbours join) until the selected size
+reaches the target.  :func:`bisect` runs ``tries`` growths from different
 random starts and keeps the one with the smallest cut.  :func:`recursive_partition` splits
 until every part fits ``capacity``; each split divides the cores a set needs,
 ``ceil(size / capacity)``, as evenly as possible and sizes the halves in proportion.
@@ -21,11 +22,18 @@ from .topology import Topology
 
 @numba.njit(cache=True)
 def grow(indptr, indices, weights, sizes, verts, local, start, target, limit):
-    """Select vertices of ``verts`` (``local[v]`` = position in ``verts`` or -1) from
-    ``verts[start]`` until their size reaches ``target``, never above ``limit``.
-    Returns (selected mask, cut weight)."""
+    """Grow a selection of ``verts`` (``local[v]`` = position in ``verts`` or -1) from
+    ``verts[start]`` along its frontier until its size reaches ``target``, never above
+    ``limit``.  Returns (selected mask, cut weight).
+
+    Only vertices adjacent to the selection are candidates (the frontier, in a min-priority
+    queue keyed by selection cost = weight to unselected - weight to selected); a vertex
+    enters the queue when its first neighbour is selected.  When the frontier empties
+    before the target (the rest is not connected to the selection) growth restarts from the
+    next unselected vertex after ``start`` in ``verts`` order."""
     n = verts.size
     sel = np.zeros(n, np.bool_)
+    queued = np.zeros(n, np.bool_)
     cost = np.zeros(n, np.int64)
     for i in range(n):
         v = verts[i]
@@ -33,12 +41,22 @@ def grow(indptr, indices, weights, sizes, verts, local, start, target, limit):
             if local[indices[e]] >= 0:
                 cost[i] += weights[e]
     heap = [(cost[start], start)]
-    for i in range(n):
-        if i != start:
-            heap.append((cost[i], i))
-    heapq.heapify(heap)
+    queued[start] = True
     size = 0
-    while heap and size < target:
+    scan = start  # where to restart when the frontier runs dry
+    while size < target:
+        if not heap:
+            nxt = -1
+            for k in range(n):
+                c = (scan + k) % n
+                if not sel[c] and not queued[c]:
+                    nxt = c
+                    break
+            if nxt < 0:
+                break
+            scan = nxt
+            queued[nxt] = True
+            heap.append((cost[nxt], nxt))
         c, i = heapq.heappop(heap)
         if sel[i] or c != cost[i]:
             continue  # stale entry
@@ -51,6 +69,7 @@ def grow(indptr, indices, weights, sizes, verts, local, start, target, limit):
             j = local[indices[e]]
             if j >= 0 and not sel[j]:
                 cost[j] -= 2 * weights[e]
+                queued[j] = True
                 heapq.heappush(heap, (cost[j], j))
     cut = 0
     for i in range(n):
@@ -63,18 +82,24 @@ def grow(indptr, indices, weights, sizes, verts, local, start, target, limit):
     return sel, cut
 
 
-def bisect(t: Topology, verts: np.ndarray, target: int, limit: int, tries: int,
-           rng: np.random.Generator, local: np.ndarray) -> tuple[np.ndarray, int]:
-    """Best of ``tries`` growths: (selected mask over ``verts``, cut)."""
+def growths(t: Topology, verts: np.ndarray, target: int, limit: int, tries: int,
+            rng: np.random.Generator, local: np.ndarray) -> list[tuple[int, np.ndarray, int]]:
+    """``tries`` growths from distinct random starts: [(start, selected mask, cut)]."""
     local[verts] = np.arange(verts.size)
-    best = None
+    out = []
     for start in rng.choice(verts.size, size=min(tries, verts.size), replace=False):
         sel, cut = grow(t.indptr, t.indices, t.weights, t.sizes, verts, local, int(start),
                         target, limit)
-        if best is None or cut < best[1]:
-            best = (sel, cut)
+        out.append((int(start), sel, int(cut)))
     local[verts] = -1
-    return best
+    return out
+
+
+def bisect(t: Topology, verts: np.ndarray, target: int, limit: int, tries: int,
+           rng: np.random.Generator, local: np.ndarray) -> tuple[np.ndarray, int]:
+    """Best of ``tries`` growths (seed 003 step 3): (selected mask over ``verts``, cut)."""
+    _, sel, cut = min(growths(t, verts, target, limit, tries, rng, local), key=lambda r: r[2])
+    return sel, cut
 
 
 def recursive_partition(t: Topology, capacity: int, tries: int, rng: np.random.Generator,

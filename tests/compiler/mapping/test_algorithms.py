@@ -6,13 +6,15 @@ import itertools
 import numpy as np
 import pytest
 
-from snpu.compiler.mapping.bisect import bisect, recursive_partition
+from snpu.compiler.mapping.bisect import bisect, grow, growths, recursive_partition
 from snpu.compiler.mapping.coarsen import coarsen_once, quotient
 from snpu.compiler.mapping.force import _swap_delta, force_refine, hop_traffic
 from snpu.compiler.mapping.generate import dense, layered, small_world
 from snpu.compiler.mapping.place import choose_rectangle, place
-from snpu.compiler.mapping.refine import edge_cut, refine
+from snpu.compiler.mapping.refine import refine
 from snpu.compiler.mapping.topology import from_edges
+
+from . import independent
 
 SEEDS = range(3)
 
@@ -32,7 +34,7 @@ def cliques(k: int, size: int, bridge_weight: int = 1):
 
 
 def _cut(t, part):
-    return int(edge_cut(t.indptr, t.indices, t.weights, part))
+    return independent.cut(t, part)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -65,6 +67,45 @@ def test_bisection_finds_the_bridge():
     sel, cut = bisect(t, np.arange(t.n_vertices), 12, 12, 4, np.random.default_rng(0), local)
     assert cut == 2  # two light edges join the two cliques in the ring
     assert sel.sum() == 12 and len(set(sel[:12])) == 1
+
+
+def ring(n: int):
+    return from_edges(n, np.arange(n), (np.arange(n) + 1) % n, np.ones(n, np.int64))
+
+
+def test_growth_starts_from_its_start_vertex():
+    """Seed 003 step 3 grows from the start along the frontier: on a ring, growth from
+    vertex s selects a contiguous arc of n/2 vertices holding s.  No such arc holds both 0
+    and n/2, so those two starts must give different selections (a cheapest-first heap
+    over all vertices gives the same one whatever the start)."""
+    n = 16
+    t = ring(n)
+    verts = np.arange(n)
+    local = np.full(n, -1, np.int64)
+    local[verts] = verts
+    selections = set()
+    for s in (0, n // 2):
+        sel, cut = grow(t.indptr, t.indices, t.weights, t.sizes, verts, local, s, n // 2, n // 2)
+        chosen = np.flatnonzero(sel)
+        assert sel[s] and chosen.size == n // 2 and cut == 2
+        # contiguous arc around the ring
+        assert sum(sel[(i + 1) % n] != sel[i] for i in range(n)) == 2
+        selections.add(tuple(chosen))
+    assert len(selections) == 2
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_best_of_tries_is_no_worse_than_each_try(seed):
+    t = small_world(400, k=6, p=0.3, max_weight=9, seed=seed)
+    verts = np.arange(t.n_vertices)
+    local = np.full(t.n_vertices, -1, np.int64)
+    tries = growths(t, verts, 200, 200, 8, np.random.default_rng(seed), local)
+    assert len({tuple(np.flatnonzero(sel)) for _, sel, _ in tries}) > 1, "tries must differ"
+    for start, sel, cut in tries:
+        assert sel[start]
+        assert cut == _cut(t, sel.astype(np.int64))
+    _, best = bisect(t, verts, 200, 200, 8, np.random.default_rng(seed), local)
+    assert best == min(c for _, _, c in tries)
 
 
 @pytest.mark.parametrize("k", [2, 4, 8])

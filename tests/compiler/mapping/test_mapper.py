@@ -14,6 +14,7 @@ from snpu.compiler.mapping.importers import from_edge_list, from_onnx
 from snpu.compiler.mapping.mapper import MapOptions, map_topology
 from snpu.compiler.mapping.topology import TopologyError
 
+from . import independent
 from .test_algorithms import cliques
 
 DIGITS = Path(__file__).resolve().parents[3] / "examples" / "digits"
@@ -30,6 +31,10 @@ def _check(t, m, opts):
     assert all(0 <= x < W and 0 <= y < H and (x, y) not in opts.unusable for x, y in cores)
     assert m.metrics["max_core_load"] == load.max()
     assert m.metrics["hop_traffic"] <= m.metrics["hop_traffic_after_placement"]
+    # the reported figures, recomputed from the graph and the assignment alone
+    assert m.metrics["edge_cut"] == independent.cut(t, m.group)
+    assert m.metrics["hop_traffic"] == independent.hop_traffic(t, m.core)
+    np.testing.assert_array_equal(m.core, m.position[m.group])
 
 
 @pytest.mark.parametrize("store_levels", [True, False])
@@ -56,6 +61,7 @@ def test_levels_in_stores_or_in_memory_give_the_same_mapping():
 def test_known_optimum_cliques():
     t = cliques(16, 32)
     m = map_topology(t, MapOptions(capacity=32, mesh=(4, 4)))
+    _check(t, m, MapOptions(capacity=32, mesh=(4, 4)))
     assert m.metrics["groups"] == 16
     assert m.metrics["edge_cut"] == 16  # only the ring's bridges
     # a ring of 16 groups on a 4x4 mesh: the optimum is 16 (every bridge one hop)
