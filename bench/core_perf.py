@@ -32,13 +32,14 @@ from provenance import provenance  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
 from snpu.config import CoreConfig  # noqa: E402
-from snpu.verif import index as ix  # noqa: E402
-from snpu.verif import layout, numerics, progen, rtl_sim  # noqa: E402
+from snpu.verif import layout, numerics  # noqa: E402
+from snpu.verif.index import FORMAT_CODES  # noqa: E402
+from snpu.verif.tb import rtl_sim  # noqa: E402
 from snpu.verif.isa import Unit  # noqa: E402
 from snpu.verif.program import Program  # noqa: E402
 
 LD, MX, VX, ST = Unit.LD, Unit.MX, Unit.VX, Unit.ST
-FMT = {"dense": 0, "direct": 1, "stride": 2}
+FMT = FORMAT_CODES
 
 
 def fc_layer_program(cfg: CoreConfig, x: np.ndarray, w: np.ndarray, nfmt: str, wfmt: str) -> Program:

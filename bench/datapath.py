@@ -33,10 +33,10 @@ sys.path.insert(0, str(ROOT))
 
 from snpu.config import CoreConfig  # noqa: E402
 from snpu.rtl.matrix_unit import MatrixUnit  # noqa: E402
-from snpu.verif import gen, timing  # noqa: E402
+from snpu.verif import gen  # noqa: E402
 from snpu.verif.golden import Machine  # noqa: E402
-from tests.rtl.mx_driver import load_case, run_case  # noqa: E402
-from tests.rtl.sim import simulate  # noqa: E402
+from snpu.verif.tb.mx_driver import load_case, run_case  # noqa: E402
+from snpu.verif.tb.amaranth_sim import simulate  # noqa: E402
 
 DENSITIES = (1.0, 0.5, 0.25, 0.1, 0.05)
 

@@ -29,11 +29,12 @@ import numpy as np
 from snpu.errors import CompileError
 from snpu.verif import layout as lanes_layout
 from snpu.verif import numerics
+from snpu.verif.index import FORMAT_CODES
 
 from .emit import Kernels
 from .memory import TensorLayout
 
-FMT = {"dense": 0, "direct": 1, "stride": 2}
+FMT = FORMAT_CODES
 
 
 def _r(x: int, m: int) -> int:
@@ -175,10 +176,10 @@ def choose_format(w: np.ndarray) -> str:
 
 
 def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
-    k, cfg, P = ctx.k, ctx.cfg, ctx.cfg.lanes
+    k, P = ctx.k, ctx.cfg.lanes
     q = node.meta["q"]
     kh, kw, sh, sw, pads, _, _, oh, ow = node.meta["geometry"]
-    cin, cout = X.c, Y.c
+    cin = X.c
     if X.pad_h < max(pads[0], pads[2]) or X.pad_w < max(pads[1], pads[3]):
         raise CompileError(f"{node.where()}: input halo smaller than the padding")
     # input-channel chunks whose patches fit half of the neuron buffer
@@ -238,7 +239,7 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
 
 def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
     """Fully connected: the HWC-flattened input (a view's source) times ``q["w"]``."""
-    k, cfg, P = ctx.k, ctx.cfg, ctx.cfg.lanes
+    k, P = ctx.k, ctx.cfg.lanes
     q = node.meta["q"]
     n_in = X.h * X.w * X.c
     w = q["w"]

@@ -69,7 +69,6 @@ def allocate(graph: Graph, image: MemoryImage) -> Graph:
     """Give every activation tensor a :class:`TensorLayout` (``graph.meta["layouts"]``) and a
     region in ``image``."""
     g = graph.copy()
-    cons = g.consumers()
     prod = g.producers()
     halo: dict[str, tuple[int, int]] = {}
     for n in g.nodes:

@@ -91,7 +91,7 @@ def run_batch(compiled: Compiled, xs: list, *, sim: str = "golden", check_races:
                     if progress:
                         progress(done, total)
             else:
-                from snpu.verif import rtl_sim
+                from snpu.verif.tb import rtl_sim
 
                 results = rtl_sim.run_many([rtl_sim.Job(words, im, seg["rom"]) for im in images],
                                            compiled.config, **(rtl_options or {}))

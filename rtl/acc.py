@@ -43,7 +43,6 @@ class Accumulators(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        P = self._cfg.lanes
         m.d.comb += self.ld_w.ready.eq(~self.vx_wr_en)
         for g, bank in enumerate(self._banks):
             m.submodules[f"bank{g}"] = bank

@@ -6,10 +6,9 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from snpu.config import CoreConfig
-from snpu.verif.isa import Unit
 
 from .acc import Accumulators
-from .axi import AxiSignature, RESP_OKAY
+from .axi import AxiSignature
 from .buffers import OutputCache, ParamMemory
 from .dispatch import Dispatcher
 from .ifetch import InstructionFetch
@@ -140,29 +139,20 @@ class Core(wiring.Component):
 
         fe_ld, fe_mx, fe_vx, fe_st = (self._front[u] for u in UNITS)
         # LD
-        rl = fe_ld.regs
         m.d.comb += [ld.start.eq(fe_ld.start), ld.args.eq(fe_ld.args.ld), fe_ld.done.eq(ld.done),
-                     ld.regs.eq(Cat(rl.ext_stride, rl.dst_stride, rl.ext_stride3, rl.dst_stride3,
-                                    rl.nidx_mode, rl.thresh, rl.group_log2, rl.group_t3,
-                                    rl.group_t4))]
+                     ld.regs.eq(fe_ld.regs.value)]
         # MX
-        rm = fe_mx.regs
         m.d.comb += [mx.start.eq(fe_mx.start), mx.args.eq(fe_mx.args.fc), fe_mx.done.eq(mx.done),
-                     mx.regs.eq(Cat(rm.nfmt, rm.npacked, rm.wfmt, rm.nvec, rm.nstride,
-                                    rm.nidx_stride, rm.acc_stride, rm.mixed))]
+                     mx.regs.eq(fe_mx.regs.value)]
         for name in ("nbuf_w", "nidx_w", "wbuf_w", "widx_w"):
             wiring.connect(m, getattr(ld, name), getattr(mx, name))
         m.d.comb += mx.w_lane.eq(ld.w_lane)
         # VX
-        rv = fe_vx.regs
         m.d.comb += [vx.start.eq(fe_vx.start), vx.op.eq(fe_vx.op), vx.args.eq(fe_vx.args),
-                     fe_vx.done.eq(vx.done),
-                     vx.regs.eq(Cat(rv.src_stride, rv.dst_stride, rv.k1_stride, rv.k2_stride,
-                                    rv.b_stride))]
+                     fe_vx.done.eq(vx.done), vx.regs.eq(fe_vx.regs.value)]
         # ST
-        rs = fe_st.regs
         m.d.comb += [st.start.eq(fe_st.start), st.args.eq(fe_st.args.st), fe_st.done.eq(st.done),
-                     st.regs.eq(Cat(rs.ext_stride, rs.src_stride, rs.ext_stride3, rs.src_stride3))]
+                     st.regs.eq(fe_st.regs.value)]
 
         # ---- Shared memories.
         m.d.comb += [acc.vx_rd_en.eq(vx.acc_rd_en), acc.vx_rd_row.eq(vx.acc_rd_row),

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from .bits import encode_onehot, lowest_set
 from .layouts import ADDR, CHUNK, chunk_layout, entry_layout
 
-ESCAPE = 255
+from snpu.verif.index import STRIDE_ESCAPE as ESCAPE
 
 
 class DirectToStride(wiring.Component):

@@ -8,9 +8,9 @@ from amaranth.lib.wiring import In, Out
 from snpu.config import CoreConfig
 from snpu.verif.isa import BUFFERS
 
-from .dma_reader import REQUEST, DmaReader
+from .dma_reader import DmaReader
 from .matrix_unit import write_port_signature
-from .microcode import args_layout
+from .microcode import args_layout, registers_layout
 from .realign import Realigner
 from .sparse_unit import SparseProcessingUnit
 from .status import ErrorCode
@@ -64,9 +64,7 @@ class LoadUnit(wiring.Component):
         super().__init__({
             "start": In(1),
             "args": In(args_layout(Unit.LD).members["ld"]),
-            "regs": In(data.StructLayout({
-                "ext_stride": 32, "dst_stride": 20, "ext_stride3": 32, "dst_stride3": 20,
-                "nidx_mode": 1, "thresh": 7, "group_log2": 2, "group_t3": 7, "group_t4": 4})),
+            "regs": In(registers_layout(Unit.LD)),
             "done": Out(1),
             "error": Out(ErrorCode),
             # AXI read channels (arid chosen by the core's arbiter)

@@ -1,7 +1,7 @@
 """Matrix (MX) unit datapath: P lanes with private neuron-buffer copies and weight banks."""
 
 from amaranth import *
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -68,7 +68,6 @@ class MatrixUnit(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        P = self._cfg.lanes
         busy, error, pairs = [], [], []
         for g, lane in enumerate(self._lanes):
             m.submodules[f"lane{g}"] = lane

@@ -63,33 +63,46 @@ def micro_layout(unit: Unit) -> data.StructLayout:
     })
 
 
+def registers_layout(unit: Unit) -> data.StructLayout:
+    """The configuration registers of ``unit`` as one struct, by short name
+    (``ext_stride`` for ``ld.ext_stride``): what a unit's executor reads on its ``regs``."""
+    return data.StructLayout({r.name.split(".", 1)[1]: r.width for r in unit_registers(unit)})
+
+
 class RegisterFile(Elaboratable):
     """The configuration registers of one unit, written by its ``cfg`` microinstructions.
 
-    Members are the registers by their short name (``ext_stride`` for ``ld.ext_stride``),
-    each a ``Signal`` of the register's width with its reset value.
+    Members
+    -------
+    value : Signal(registers_layout(unit))
+        Every register, with its reset value; fields are also reachable as attributes
+        (``regs.ext_stride``).
+    we, w_index, w_value :
+        Write port: register ``w_index`` (within the unit) takes ``w_value`` when ``we``.
     """
 
     def __init__(self, unit: Unit):
         self.unit = unit
-        self.regs = {r.name.split(".", 1)[1]: Signal(r.width, init=r.reset, name=r.name.replace(".", "_"))
-                     for r in unit_registers(unit)}
-        self.index = {r.name.split(".", 1)[1]: r.index for r in unit_registers(unit)}
+        regs = unit_registers(unit)
+        self.value = Signal(registers_layout(unit),
+                            init={r.name.split(".", 1)[1]: r.reset for r in regs},
+                            name=f"{unit.name.lower()}_regs")
+        self.index = {r.name.split(".", 1)[1]: r.index for r in regs}
         self.we = Signal()
         self.w_index = Signal(5)
         self.w_value = Signal(32)
 
     def __getattr__(self, name):
-        regs = self.__dict__.get("regs")
-        if regs is not None and name in regs:
-            return regs[name]
+        index = self.__dict__.get("index")
+        if index is not None and name in index:
+            return self.__dict__["value"][name]
         raise AttributeError(name)
 
     def elaborate(self, platform):
         m = Module()
         with m.If(self.we):
             with m.Switch(self.w_index):
-                for name, sig in self.regs.items():
-                    with m.Case(self.index[name]):
-                        m.d.sync += sig.eq(self.w_value)
+                for name, k in self.index.items():
+                    with m.Case(k):
+                        m.d.sync += self.value[name].eq(self.w_value)
         return m

@@ -9,7 +9,7 @@ from snpu.verif.isa import Unit
 
 from .lane import FC_CONFIG
 from .matrix_unit import MatrixUnit, write_port_signature
-from .microcode import args_layout
+from .microcode import args_layout, registers_layout
 from .side_source import Fmt
 from .status import ErrorCode
 
@@ -91,9 +91,7 @@ class MatrixController(wiring.Component):
         super().__init__({
             "start": In(1),
             "args": In(args_layout(Unit.MX).members["fc"]),
-            "regs": In(data.StructLayout({"nfmt": 2, "npacked": 1, "wfmt": 2, "nvec": 12,
-                                          "nstride": 16, "nidx_stride": 14, "acc_stride": 16,
-                                          "mixed": 1})),
+            "regs": In(registers_layout(Unit.MX)),
             "done": Out(1),
             "error": Out(ErrorCode),
             "nbuf_w": In(write_port_signature(config.nbuf_bytes // 8, 8)),

@@ -5,6 +5,8 @@ from amaranth.lib import enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
+from snpu.verif.index import FORMAT_CODES, STRIDE_ESCAPE as ESCAPE
+
 from .bits import popcount_bytes, sum_tree
 from .direct_to_stride import DirectToStride
 from .fetch import ByteFetcher
@@ -13,9 +15,11 @@ from .stride_to_direct import StrideToDirect
 
 
 class Fmt(enum.Enum, shape=2):
-    DENSE = 0
-    DIRECT = 1
-    STRIDE = 2
+    """Index format of one side (the codes of ``mx.nfmt`` / ``mx.wfmt``)."""
+
+    DENSE = FORMAT_CODES["dense"]
+    DIRECT = FORMAT_CODES["direct"]
+    STRIDE = FORMAT_CODES["stride"]
 
 
 class SideSource(wiring.Component):
@@ -222,7 +226,7 @@ class SideSource(wiring.Component):
                 with m.If(emit_entry & self.entries.ready):
                     m.d.comb += fetch.take.eq(1)
                     m.d.sync += [remaining.eq(remaining - 1), rem_zero.eq(remaining == 1)]
-                    with m.If(head != 255):
+                    with m.If(head != ESCAPE):
                         m.d.sync += s_kept.eq(s_kept + 1)
             with m.State("ROW_DONE"):
                 m.d.sync += s_k.eq(s_k + 1)
@@ -245,7 +249,7 @@ class SideSource(wiring.Component):
             m.d.sync += cursor.eq(0)
         with m.Elif(chk_valid):
             m.d.sync += cursor.eq(cursor + chk_value)
-            with m.If((chk_value != 255) & (cursor + chk_value >= n_reg)):
+            with m.If((chk_value != ESCAPE) & (cursor + chk_value >= n_reg)):
                 m.d.sync += s_error.eq(1)
 
         m.d.comb += [s2d.n.eq(self.n), s2d.val_base.eq(s_row_val), s2d.packed.eq(self.packed),

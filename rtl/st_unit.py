@@ -10,7 +10,7 @@ from snpu.verif.isa import Unit
 
 from .axi import BOUNDARY, MAX_BURST, RESP_OKAY
 from .dma_reader import BEAT
-from .microcode import args_layout
+from .microcode import args_layout, registers_layout
 from .realign import Realigner
 from .status import ErrorCode
 
@@ -42,8 +42,7 @@ class StoreUnit(wiring.Component):
         super().__init__({
             "start": In(1),
             "args": In(args_layout(Unit.ST).members["st"]),
-            "regs": In(data.StructLayout({"ext_stride": 32, "src_stride": 16,
-                                          "ext_stride3": 32, "src_stride3": 16})),
+            "regs": In(registers_layout(Unit.ST)),
             "done": Out(1),
             "error": Out(ErrorCode),
             "obuf_addr": Out(range(config.obuf_bytes // 8)),

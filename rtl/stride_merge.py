@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .layouts import ADDR, combined_layout, entry_layout
 
-ESCAPE = 255
+from snpu.verif.index import STRIDE_ESCAPE as ESCAPE
 
 
 class StrideMerge(wiring.Component):

@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .layouts import ADDR, CHUNK, chunk_layout
 
-ESCAPE = 255
+from snpu.verif.index import STRIDE_ESCAPE as ESCAPE
 QUEUE = 6  # element positions between the prefix-sum stage and the chunk assembler
 
 

@@ -9,7 +9,7 @@ from snpu.config import CoreConfig
 from snpu.verif.isa import REDUCE_OPS, Unit
 
 from .ld_unit import acc_write_layout
-from .microcode import args_layout, op_codes
+from .microcode import args_layout, op_codes, registers_layout
 from .requant import Requantizer
 from .status import ErrorCode
 from .vector_alu import AluOp, VectorAlu
@@ -47,8 +47,7 @@ class VectorUnit(wiring.Component):
             "start": In(1),
             "op": In(range(len(CODES))),
             "args": In(args_layout(Unit.VX)),
-            "regs": In(data.StructLayout({"src_stride": 16, "dst_stride": 16, "k1_stride": 16,
-                                          "k2_stride": 16, "b_stride": 16})),
+            "regs": In(registers_layout(Unit.VX)),
             "done": Out(1),
             "error": Out(ErrorCode),
             "acc_rd_en": Out(1), "acc_rd_row": Out(range(config.acc_words)),
@@ -110,9 +109,10 @@ class VectorUnit(wiring.Component):
         bad = Signal(ErrorCode)
         with m.If((rd + P > c.acc_elems) | (wr + P > dst_limit) | (is_req & (param + i >= c.param_rows))):
             m.d.comb += bad.eq(ErrorCode.RANGE)
+        # only the operands and strides the operation uses must be multiples of lanes
+        used = Mux(is_vred, r.k1_stride | r.k2_stride, Mux(is_vew, b | r.b_stride, 0))
         aligned = Signal()
-        m.d.comb += aligned.eq(((src | dst | b | r.src_stride | r.dst_stride | r.k1_stride |
-                                 r.k2_stride | r.b_stride) & (P - 1)) == 0)
+        m.d.comb += aligned.eq(((src | dst | r.src_stride | r.dst_stride | used) & (P - 1)) == 0)
         err = Signal(ErrorCode)
         issue = Signal()
         m.d.comb += issue.eq(gen & (bad == ErrorCode.NONE))

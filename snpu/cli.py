@@ -83,7 +83,8 @@ def disasm(rom: str, addresses: bool) -> None:
               help="RTL external memory: AXI RAM inside the simulation, or cocotbext-axi's AxiRam.")
 @click.option("--stall", type=float, default=0.0, show_default=True,
               help="RTL: probability of pausing each AXI handshake per cycle.")
-@click.option("--fst", "waves", type=click.Path(dir_okay=False), help="RTL: write waves (.fst).")
+@click.option("--waves", "waves", type=click.Path(dir_okay=False),
+              help="RTL: write a waveform, .vcd (or .fst where liblz4/zlib headers exist).")
 @click.option("--out", "out", type=click.Path(file_okay=False),
               help="Write every output region as .npy and the final memory image here.")
 @_force_option
@@ -103,15 +104,18 @@ def sim(rom: str, mem: str, manifest: str | None, core: str | None, out: str | N
     inputs = [rom, mem, manifest, core, expect, Path(mem).with_suffix(".json")]
     if waves:
         if not rtl:
-            raise SnpuError("--fst: waveforms come from the RTL; add --rtl")
-        _output(waves, "waveform", "--fst", inputs=inputs, force=force)
+            raise SnpuError("--waves: waveforms come from the RTL; add --rtl")
+        from .verif.tb.rtl_sim import waves_format
+
+        waves_format(waves)
+        _output(waves, "waveform", "--waves", inputs=inputs, force=force)
     if out:
         _output(out, "simulation output", "--out", inputs=inputs, force=force)
     cfg = _load_config(core, **params)
     words = read_rom(rom)
     image = MemoryImage.load(mem, manifest)
     if rtl:
-        from .verif import rtl_sim
+        from .verif.tb import rtl_sim
 
         with _progress("RTL simulation", 0):
             r = rtl_sim.run(words, image, cfg, memory=memory, stall=stall, waves=waves)

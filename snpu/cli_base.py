@@ -38,7 +38,7 @@ def _force_option(f):
 
 def _output(path, kind: str, option: str = "-o", *, inputs=(), force: bool = False):
     """Refuse an output path that would replace anything but a previous snpu output."""
-    from .fileio import check_output
+    from .outputs import check_output
 
     return check_output(path, kind, option=option, inputs=inputs, force=force)
 

@@ -43,14 +43,29 @@ class ImageError(SnpuError):
 
 
 class IndexFormatError(SnpuError, ValueError):
-    """An encoded connection index (direct or stride) is malformed."""
+    """An encoded connection index (direct or stride) is malformed.
+
+    ``fault`` names the core's error code when the hardware detects this problem too
+    (``"INDEX"``: a stride position beyond its row), else ``None``."""
+
+    def __init__(self, message: str, *, fault: str | None = None):
+        self.fault = fault
+        super().__init__(message)
 
 
 class ExecutionError(SnpuError):
-    """A legal instruction cannot execute (bad address, deadlock, race, ...)."""
+    """A legal instruction cannot execute (bad address, deadlock, race, ...).
 
-    def __init__(self, message: str, *, address: int | None = None, text: str | None = None):
+    ``fault`` is the error code the core reports for it (``"RANGE"``, ``"ALIGN"``,
+    ``"INDEX"``, ``"ILLEGAL"``, ``"LOAD_BUS"``, ``"STORE_BUS"``: the golden model is the
+    specification of the core's faults) or ``None`` for a program error the hardware does
+    not detect (a race, a deadlock, overlapping writes...): what the core does then is
+    undefined."""
+
+    def __init__(self, message: str, *, address: int | None = None, text: str | None = None,
+                 fault: str | None = None):
         self.address = address
+        self.fault = fault
         where = ""
         if address is not None:
             where = f"ROM word {address}"

@@ -96,10 +96,23 @@ def test_bad_core_config_is_one_line(tmp_path):
     assert r.output.strip() == "error: core config: lanes=3 must be a power of two in 1..64"
 
 
+def _commands(group, path=()):
+    """Every command of the CLI, groups included, as argument prefixes."""
+    import click
+
+    yield list(path)
+    if isinstance(group, click.Group):
+        for name, cmd in group.commands.items():
+            yield from _commands(cmd, (*path, name))
+
+
 def test_help_everywhere(cli):
-    for cmd in ([], ["asm"], ["disasm"], ["sim"]):
+    commands = list(_commands(main))
+    assert len(commands) >= 12  # the group, 7 commands, topology and its 3, map
+    for cmd in commands:
         r = cli(*cmd, "--help")
-        assert r.exit_code == 0 and "Usage:" in r.output
+        assert r.exit_code == 0 and "Usage:" in r.output, cmd
+        assert cmd == [] or f"snpu {' '.join(cmd)}" in r.output.replace("main", "snpu")
 
 
 def test_verilog_writes_a_standalone_core(tmp_path):
@@ -140,6 +153,38 @@ def test_sim_rtl(tmp_path):
                                   "--core", str(tmp_path / "core.json"), "--rtl"])
     assert r.exit_code == 0, r.output
     assert "golden model: match" in r.output and "error NONE" in r.output
+
+
+@pytest.mark.rtl
+def test_sim_writes_a_readable_waveform(tmp_path):
+    """`snpu sim --rtl --waves w.vcd` on a 1-lane core: the waveform parses, holds the
+    core's signals and spans the whole run."""
+    import json
+
+    import numpy as np
+
+    from snpu.config import CoreConfig
+    from snpu.verif import progen
+    from snpu.verif.image import write_rom
+    from snpu.verif.tb.vcd import read_vcd
+
+    core = CoreConfig(lanes=1, nbuf_bytes=1024, nidx_bytes=256, wbuf_bytes=1024,
+                      widx_bytes=512, acc_words=128, obuf_bytes=256, param_rows=16)
+    p = progen.eltwise_program(np.random.default_rng(5), core, c=3, n=4)
+    write_rom(tmp_path / "p.hex", p.place_rom())
+    p.image.save(tmp_path / "mem.bin")
+    (tmp_path / "core.json").write_text(json.dumps(core.to_dict()))
+    args = ["sim", str(tmp_path / "p.hex"), "--mem", str(tmp_path / "mem.bin"), "--core",
+            str(tmp_path / "core.json"), "--rtl", "--json", "--waves", str(tmp_path / "w.vcd")]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    cycles = json.loads(r.stdout)["cycles"]
+    info = read_vcd(tmp_path / "w.vcd")
+    assert {"clk", "start", "done", "busy"} <= info.names() and len(info.variables) > 100
+    assert info.changes > 1000
+    assert info.timescale == "1ps" and info.end_time >= cycles * 10_000  # 10 ns clock
+    # a second run may replace its own waveform
+    assert CliRunner().invoke(main, args).exit_code == 0
 
 
 @pytest.fixture

@@ -65,6 +65,7 @@ def _workspace(root: Path) -> Path:
     np.save(ws / "labels.npy", np.zeros(5, np.int64))
     (ws / "core.json").write_text("{not json")
     (ws / "sentinel.txt").write_text(SENTINEL)
+    (ws / "user.vcd").write_text("my own notes, not a waveform\n")
     (ws / "user.png").write_bytes(b"\x89PNG\r\n\x1a\n" + SENTINEL.encode())
     (ws / "model_in_dir").mkdir()
     shutil.copy(ws / "model.onnx", ws / "model_in_dir" / "model.onnx")
@@ -131,8 +132,9 @@ ROWS = [
     ("sim-out-cwd", "sim {ws}/prog.hex --mem {ws}/mem.bin --out ."),
     ("sim-out-userdir", "sim {ws}/prog.hex --mem {ws}/mem.bin --out {ws}/userdir"),
     ("sim-out-parent", "sim {ws}/prog.hex --mem {ws}/mem.bin --out {ws}"),
-    ("sim-fst-user-file", "sim {ws}/prog.hex --mem {ws}/mem.bin --rtl --fst {ws}/sentinel.txt"),
-    ("sim-fst-without-rtl", "sim {ws}/prog.hex --mem {ws}/mem.bin --fst {ws}/w.fst"),
+    ("sim-waves-user-file", "sim {ws}/prog.hex --mem {ws}/mem.bin --rtl --waves {ws}/user.vcd"),
+    ("sim-waves-not-a-waveform", "sim {ws}/prog.hex --mem {ws}/mem.bin --rtl --waves {ws}/w.txt"),
+    ("sim-waves-without-rtl", "sim {ws}/prog.hex --mem {ws}/mem.bin --waves {ws}/w.vcd"),
     ("sim-bad-lanes", "sim {ws}/prog.hex --mem {ws}/mem.bin --lanes 3"),
     ("sim-core-not-json", "sim {ws}/prog.hex --mem {ws}/mem.bin --core {ws}/core.json"),
     ("sim-rom-is-text", "sim {ws}/sentinel.txt --mem {ws}/mem.bin"),

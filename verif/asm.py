@@ -28,7 +28,7 @@ from typing import Iterable, Mapping
 from snpu.errors import AsmError
 
 from . import isa
-from .isa import Instr, Unit
+from .isa import Instr, Unit, format_instr  # noqa: F401  (format_instr: the canonical text)
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*$")
 _OPERAND_SPLIT = re.compile(r"\s+(?=[A-Za-z_][A-Za-z0-9_]*\s*=)")
@@ -151,32 +151,6 @@ def assemble(source: str, *, name: str = "<asm>") -> list[int]:
         if instr is not None:
             words.append(isa.encode(instr))
     return words
-
-
-def _fmt_value(f: isa.Field, v: int) -> str:
-    if f.kind == "enum":
-        return next(k for k, val in f.enum.items() if val == v)
-    if f.kind == "reg":
-        return isa.REGISTER_BY_NUMBER[v].name
-    if f.hex:
-        return f"0x{v:08x}"
-    return str(v)
-
-
-def _fmt_units(units: Iterable[Unit]) -> str:
-    return ",".join(u.name.lower() for u in sorted(units))
-
-
-def format_instr(instr: Instr) -> str:
-    """Canonical text of one instruction (all operands, ISA-table order)."""
-    opc = instr.opcode
-    parts = [opc.mnemonic]
-    parts += [f"{f.name}={_fmt_value(f, instr.args[f.name])}" for f in opc.fields]
-    if instr.wait:
-        parts.append(f"wait={_fmt_units(instr.wait)}")
-    if instr.signal:
-        parts.append(f"signal={_fmt_units(instr.signal)}")
-    return " ".join(parts)
 
 
 def disassemble(words: Iterable[int], *, addresses: bool = True) -> str:

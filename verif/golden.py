@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from snpu.config import CoreConfig
-from snpu.errors import ExecutionError, IndexFormatError, SnpuError
+from snpu.errors import ExecutionError, IllegalInstruction, IndexFormatError, SnpuError
 
 from . import index as ix
 from . import isa, layout, numerics, timing
@@ -78,13 +78,27 @@ class Machine:
         External memory, modified in place by stores.
     protect:
         ``(lo, hi)`` byte ranges of external memory that stores must not write (the ROM).
+    bus_error:
+        ``(lo, hi)``: external addresses whose 8-byte bus words answer SLVERR (fault
+        injection): an ``ld`` reading such a word faults with ``LOAD_BUS``, an ``st`` writing
+        one with ``STORE_BUS``.
+
+    Faults
+    ------
+    Every :class:`ExecutionError` carries ``fault``: the error code the core reports for it,
+    or ``None`` for a program error the hardware does not detect.  An instruction with no
+    work (a zero extent) does nothing and never faults; otherwise misalignment (``ALIGN``)
+    is checked before ranges (``RANGE``), and for ``ld`` / ``st`` rows are checked in order
+    (the first bad row decides), as the units do.
     """
 
     def __init__(self, config: CoreConfig, ext: np.ndarray,
-                 protect: Sequence[tuple[int, int]] = ()):
+                 protect: Sequence[tuple[int, int]] = (),
+                 bus_error: tuple[int, int] | None = None):
         c = self.config = config
         self.ext = ext
         self.protect = list(protect)
+        self.bus_error = bus_error
         self.nbuf = np.zeros(c.nbuf_bytes, np.uint8)
         self.nidx = np.zeros(c.nidx_bytes, np.uint8)
         self.wbuf = np.zeros((c.lanes, c.wbuf_bytes), np.uint8)
@@ -122,17 +136,41 @@ class Machine:
         return (base + p + r + c).reshape(-1)
 
     @staticmethod
-    def _check_range(addrs: np.ndarray, size: int, what: str) -> None:
+    def _check_range(addrs: np.ndarray, size: int, what: str, fault: str | None) -> None:
         if addrs.size and (addrs.min() < 0 or addrs.max() >= size):
             raise ExecutionError(f"{what} [{int(addrs.min())}, {int(addrs.max()) + 1}) lies "
-                                 f"outside 0..{size}")
+                                 f"outside 0..{size}", fault=fault)
 
     @staticmethod
     def _check_unique(addrs: np.ndarray, what: str) -> None:
         if addrs.size > 1 and np.unique(addrs).size != addrs.size:
             raise ExecutionError(f"{what}: rows overlap (an address would be written twice)")
 
-    def _span(self, buf: str, addrs: np.ndarray, write: bool, scale: int = 1) -> Access:
+    def _check_bus(self, addrs: np.ndarray, op: str, fault: str) -> None:
+        """Fault injection: a bus word of ``addrs`` inside :attr:`bus_error`."""
+        if self.bus_error is None or not addrs.size:
+            return
+        lo, hi = self.bus_error
+        words = np.unique(addrs // 8)
+        bad = (words * 8 < hi) & (words * 8 + 8 > lo)
+        if bad.any():
+            raise ExecutionError(f"{op}: the bus answered an error for the word at "
+                                 f"0x{int(words[bad][0]) * 8:x}", fault=fault)
+
+    @staticmethod
+    def _first_bad_row(starts: np.ndarray, cols: int, limit: int, align: int = 1,
+                       lane_ok: bool = True) -> str | None:
+        """The units check rows in order: RANGE (a row past ``limit``, or a bad lane) before
+        ALIGN (a row start or length not a multiple of ``align``) within a row."""
+        rng = (starts + cols > limit) | (starts < 0) | (not lane_ok)
+        ali = ((starts | cols) & (align - 1)) != 0
+        bad = np.flatnonzero(rng | ali)
+        if bad.size == 0:
+            return None
+        return "RANGE" if rng[bad[0]] else "ALIGN"
+
+    @staticmethod
+    def _span(buf: str, addrs: np.ndarray, write: bool, scale: int = 1) -> Access:
         if addrs.size == 0:
             return Access(buf, 0, 0, write)
         return Access(buf, int(addrs.min()) * scale, (int(addrs.max()) + 1) * scale, write)
@@ -140,16 +178,30 @@ class Machine:
     def _ld(self, i: Instr) -> _Exec:
         c, r = self.config, self.regs
         buf = next(k for k, v in isa.BUFFERS.items() if v == i.buf)
-        if buf in ("wbuf", "widx"):
-            if i.lane >= c.lanes:
-                raise ExecutionError(f"ld: lane {i.lane} does not exist (core has {c.lanes} lanes)")
-        elif i.lane:
-            raise ExecutionError(f"ld: lane must be 0 for buf={buf} (got {i.lane})")
+        if i.n3 * i.rows * i.cols == 0:
+            return _Exec(timing.dma_cycles(timing.DmaShape(0, 0, 0, c.axi_bytes)), [])
+        target_size = {"nbuf": c.nbuf_bytes, "nidx": c.nidx_bytes, "wbuf": c.wbuf_bytes,
+                       "widx": c.widx_bytes, "acc": c.acc_elems, "param": c.param_bytes}[buf]
+        lane_ok = i.lane < c.lanes if buf in ("wbuf", "widx") else i.lane == 0
+        group = 1 << r["ld.group_log2"] if buf == "nbuf" and r["ld.nidx_mode"] else 1
+        starts = self._grid(i.dst, i.n3, i.rows, 1, r["ld.dst_stride3"], r["ld.dst_stride"])
+        fault = self._first_bad_row(starts, i.cols, target_size, group, lane_ok)
+        if fault == "RANGE":
+            if not lane_ok:
+                raise ExecutionError(f"ld: lane {i.lane} is not a lane of buf={buf} (core has "
+                                     f"{c.lanes} lanes; other buffers take lane 0)", fault=fault)
+            self._check_range(starts[:, None] + np.arange(i.cols), target_size,
+                              f"ld: destination {buf}", fault)
+        if fault == "ALIGN":
+            raise ExecutionError(f"ld: group pruning with groups of {group} needs every row "
+                                 f"to start and end on a group boundary (dst={i.dst}, "
+                                 f"cols={i.cols}, strides {r['ld.dst_stride']}/"
+                                 f"{r['ld.dst_stride3']})", fault=fault)
         src = self._grid(i.ext, i.n3, i.rows, i.cols, r["ld.ext_stride3"], r["ld.ext_stride"])
         dst = self._grid(i.dst, i.n3, i.rows, i.cols, r["ld.dst_stride3"], r["ld.dst_stride"])
         target = self.buffer(buf, i.lane)
-        self._check_range(src, self.ext.size, "ld: external source")
-        self._check_range(dst, target.size, f"ld: destination {buf}")
+        self._check_range(src, self.ext.size, "ld: external source", None)
+        self._check_bus(src, "ld", "LOAD_BUS")
         self._check_unique(dst, f"ld: destination {buf}")
         data = self.ext[src]
         accesses = [self._span("ext", src, False)]
@@ -172,14 +224,8 @@ class Machine:
         r = self.regs
         bits = ix.threshold(data.view(np.int8), r["ld.thresh"])
         g = r["ld.group_log2"]
-        if g:
+        if g:  # _ld checked that rows start and end on group boundaries
             size = 1 << g
-            rows = dst.reshape(-1, i.cols) if i.cols else dst.reshape(0, 0)
-            if i.cols % size or (rows.size and (rows[:, 0] % size).any()):
-                raise ExecutionError(f"ld: group pruning with groups of {size} needs every row "
-                                     f"to start and end on a group boundary (dst={i.dst}, "
-                                     f"cols={i.cols}, strides {r['ld.dst_stride']}/"
-                                     f"{r['ld.dst_stride3']})")
             keep = ix.group_prune(data.view(np.int8).reshape(-1, size), size,
                                   r["ld.group_t3"], r["ld.group_t4"]).reshape(-1)
             bits &= keep
@@ -198,10 +244,7 @@ class Machine:
         entries = 0
         if fmt == "dense":
             mask = np.ones(n, bool)
-        elif fmt == "direct":
-            if ni % 8:
-                raise ExecutionError(f"fc: the direct neuron index of vector {v} at nidx byte {ni} "
-                                     "is not 8-byte aligned (lanes read it in 64-bit chunks)")
+        elif fmt == "direct":  # _fc checked the alignment
             mask = ix.decode_direct(self.nidx, n, ni)
             self._nidx_span.append((ni, ni + -(-n // 8)))
         else:
@@ -216,9 +259,7 @@ class Machine:
             vals = np.zeros(n, np.int8)
             vals[mask] = self.nbuf[nb:nb + k].view(np.int8)
             self._nbuf_span.append((nb, nb + k))
-        else:
-            if nb + n > self.nbuf.size:
-                raise ExecutionError(f"fc: vector {v} [{nb}, {nb + n}) runs past nbuf ({self.nbuf.size} bytes)")
+        else:  # _fc checked the range
             vals = self.nbuf[nb:nb + n].view(np.int8) * mask
             self._nbuf_span.append((nb, nb + n))
         return vals.astype(np.int8), mask, entries
@@ -242,23 +283,35 @@ class Machine:
         P, B = c.lanes, c.chunk_bits
         nfmt, wfmt = ix.FORMATS[r["mx.nfmt"]], ix.FORMATS[r["mx.wfmt"]]  # cfg checked the values
         nvec, astride = r["mx.nvec"], r["mx.acc_stride"]
-        if i.acc % P or (nvec > 1 and astride % P):
-            raise ExecutionError(f"fc: acc={i.acc} and mx.acc_stride={astride} must be multiples "
-                                 f"of lanes={P}")
-        last = i.acc + (nvec - 1) * astride + i.rows
-        if nvec and i.rows and last > c.acc_elems:
-            raise ExecutionError(f"fc: outputs reach acc element {last} > {c.acc_elems}")
         if nvec == 0 or i.rows == 0:
             return _Exec(timing.FC_PIPELINE, [])
+        # the MX unit's checks, in its order: alignment, then ranges, from the operands
+        if i.acc % P or (nvec > 1 and astride % P):
+            raise ExecutionError(f"fc: acc={i.acc} and mx.acc_stride={astride} must be multiples "
+                                 f"of lanes={P}", fault="ALIGN")
+        nidx_step = r["mx.nidx_stride"] if nvec > 1 else 0
+        if nfmt == "direct" and (i.nidx | nidx_step) % 8:
+            raise ExecutionError(f"fc: the direct neuron index (nidx={i.nidx}, mx.nidx_stride="
+                                 f"{nidx_step}) is not 8-byte aligned (lanes read 64-bit chunks)",
+                                 fault="ALIGN")
         if wfmt == "direct" and i.widx % 8:
             raise ExecutionError(f"fc: widx={i.widx} must be 8-byte aligned for direct weight "
-                                 "indices (lanes read them in 64-bit chunks)")
+                                 "indices (lanes read them in 64-bit chunks)", fault="ALIGN")
+        last = i.acc + (nvec - 1) * astride + i.rows
+        if last > c.acc_elems:
+            raise ExecutionError(f"fc: outputs reach acc element {last} > {c.acc_elems}",
+                                 fault="RANGE")
+        packed = bool(r["mx.npacked"]) and nfmt != "dense"
+        last_in = i.nbuf + (nvec - 1) * r["mx.nstride"] + i.n_in
+        if not packed and last_in > c.nbuf_bytes:
+            raise ExecutionError(f"fc: input vectors reach nbuf byte {last_in} > {c.nbuf_bytes}",
+                                 fault="RANGE")
         self._nbuf_span, self._nidx_span = [], []
         try:
             tile = self._weights(i, wfmt)
             neurons = [self._neurons(i, v, nfmt, bool(r["mx.npacked"])) for v in range(nvec)]
         except IndexFormatError as e:
-            raise ExecutionError(f"fc: {e}") from None
+            raise ExecutionError(f"fc: {e}", fault=e.fault) from None
         x = np.stack([n[0] for n in neurons]).astype(np.float64)
         nmask = np.stack([n[1] for n in neurons])
         # Exact: |sum| <= n_in * 128 * 128 < 2**53.
@@ -299,11 +352,9 @@ class Machine:
     # ------------------------------------------------------------------------------------
     def _words(self, what: str, base: int, n_o: int, n_i: int, so: int,
                k1: int = 1, k2: int = 1, s1: int = 0, s2: int = 0, size: int | None = None) -> np.ndarray:
-        """Word base addresses [n_o, n_i, k1*k2] of a VX operand (elements, lane-aligned)."""
+        """Word base addresses [n_o, n_i, k1*k2] of a VX operand (elements; alignment is
+        checked first by :meth:`_vx_align`)."""
         P = self.config.lanes
-        for name, val in ((what, base), ("outer stride", so), ("k1 stride", s1), ("k2 stride", s2)):
-            if val % P:
-                raise ExecutionError(f"{what}: {name} {val} is not a multiple of lanes={P}")
         a = (base + np.arange(n_o, dtype=np.int64)[:, None, None] * so
              + np.arange(n_i, dtype=np.int64)[None, :, None] * P
              + (np.arange(k1, dtype=np.int64)[:, None] * s1
@@ -311,8 +362,16 @@ class Machine:
         size = self.acc.size if size is None else size
         if a.size and (a.min() < 0 or a.max() + P > size):
             raise ExecutionError(f"{what}: words [{int(a.min())}, {int(a.max()) + P}) lie "
-                                 f"outside 0..{size}")
+                                 f"outside 0..{size}", fault="RANGE")
         return a
+
+    def _vx_align(self, op: str, **values: int) -> None:
+        """Every operand address and stride an operation uses is a multiple of lanes."""
+        P = self.config.lanes
+        for name, val in values.items():
+            if val % P:
+                raise ExecutionError(f"{op}: {name}={val} is not a multiple of lanes={P}",
+                                     fault="ALIGN")
 
     def _gather(self, words: np.ndarray) -> np.ndarray:
         P = self.config.lanes
@@ -353,13 +412,16 @@ class Machine:
 
     def _vred(self, i: Instr) -> _Exec:
         r = self.regs
+        if i.n_o * i.n_i * i.k1 * i.k2 == 0:
+            return _Exec(timing.vx_cycles(0, 1), [])
+        self._vx_align("vred", src=i.src, dst=i.dst, src_stride=r["vx.src_stride"],
+                       dst_stride=r["vx.dst_stride"], k1_stride=r["vx.k1_stride"],
+                       k2_stride=r["vx.k2_stride"])
         src = self._words("vred src", i.src, i.n_o, i.n_i, r["vx.src_stride"], i.k1, i.k2,
                           r["vx.k1_stride"], r["vx.k2_stride"])
         dst = self._words("vred dst", i.dst, i.n_o, i.n_i, r["vx.dst_stride"])[..., 0]
         self._check_in_place("vred", dst, src)
         vals = self._gather(src)  # [n_o, n_i, k, P]
-        if vals.shape[2] == 0:
-            raise ExecutionError("vred: k1 and k2 must be at least 1")
         res = vals.max(axis=2) if i.mode == isa.REDUCE_OPS["max"] else vals.sum(axis=2)
         self.acc[dst[..., None] + np.arange(self.config.lanes)] = numerics.wrap32(res)
         return _Exec(timing.vx_cycles(i.n_o * i.n_i, i.k1 * i.k2),
@@ -367,6 +429,10 @@ class Machine:
 
     def _vew(self, i: Instr) -> _Exec:
         r = self.regs
+        if i.n_o * i.n_i == 0:
+            return _Exec(timing.vx_cycles(0, 1), [])
+        self._vx_align("vew", a=i.a, b=i.b, dst=i.dst, src_stride=r["vx.src_stride"],
+                       b_stride=r["vx.b_stride"], dst_stride=r["vx.dst_stride"])
         a = self._words("vew a", i.a, i.n_o, i.n_i, r["vx.src_stride"])
         b = self._words("vew b", i.b, i.n_o, i.n_i, r["vx.b_stride"])
         dst = self._words("vew dst", i.dst, i.n_o, i.n_i, r["vx.dst_stride"])
@@ -382,11 +448,15 @@ class Machine:
     def _req(self, i: Instr) -> _Exec:
         c, r = self.config, self.regs
         P = c.lanes
+        if i.n_o * i.n_i == 0:
+            return _Exec(timing.vx_cycles(0, 1), [])
+        self._vx_align("req", src=i.src, dst=i.dst, src_stride=r["vx.src_stride"],
+                       dst_stride=r["vx.dst_stride"])
         src = self._words("req src", i.src, i.n_o, i.n_i, r["vx.src_stride"])[..., 0]
         dst = self._words("req dst", i.dst, i.n_o, i.n_i, r["vx.dst_stride"], size=c.obuf_bytes)[..., 0]
         if i.param + i.n_i > c.param_rows:
             raise ExecutionError(f"req: parameter rows [{i.param}, {i.param + i.n_i}) exceed "
-                                 f"{c.param_rows}")
+                                 f"{c.param_rows}", fault="RANGE")
         prm = self.param[i.param * c.param_row_bytes:(i.param + i.n_i) * c.param_row_bytes]
         bias, mult, shift = (p.reshape(i.n_i, P) for p in numerics.unpack_params(prm))
         if (shift > numerics.SHIFT_MAX).any():
@@ -404,10 +474,16 @@ class Machine:
     # ------------------------------------------------------------------------------------
     def _st(self, i: Instr) -> _Exec:
         c, r = self.config, self.regs
+        if i.n3 * i.rows * i.cols == 0:
+            return _Exec(timing.dma_cycles(timing.DmaShape(0, 0, 0, c.axi_bytes)), [])
+        starts = self._grid(i.src, i.n3, i.rows, 1, r["st.src_stride3"], r["st.src_stride"])
+        if self._first_bad_row(starts, i.cols, c.obuf_bytes):
+            self._check_range(starts[:, None] + np.arange(i.cols), c.obuf_bytes,
+                              "st: source obuf", "RANGE")
         src = self._grid(i.src, i.n3, i.rows, i.cols, r["st.src_stride3"], r["st.src_stride"])
         dst = self._grid(i.ext, i.n3, i.rows, i.cols, r["st.ext_stride3"], r["st.ext_stride"])
-        self._check_range(src, self.obuf.size, "st: source obuf")
-        self._check_range(dst, self.ext.size, "st: external destination")
+        self._check_range(dst, self.ext.size, "st: external destination", None)
+        self._check_bus(dst, "st", "STORE_BUS")
         self._check_unique(dst, "st: external destination")
         for lo, hi in self.protect:
             if dst.size and ((dst >= lo) & (dst < hi)).any():
@@ -426,7 +502,8 @@ class Machine:
 def run(words: Sequence[int], ext: np.ndarray, config: CoreConfig | None = None, *,
         protect: Sequence[tuple[int, int]] = (), check_races: bool = True,
         trace: bool = False, max_instructions: int | None = None,
-        progress: Callable[[int], None] | None = None) -> RunResult:
+        progress: Callable[[int], None] | None = None,
+        bus_error: tuple[int, int] | None = None) -> RunResult:
     """Run a ROM image on the golden model.
 
     Parameters
@@ -442,10 +519,20 @@ def run(words: Sequence[int], ext: np.ndarray, config: CoreConfig | None = None,
         Check that every pair of conflicting accesses on different units is ordered by tokens.
     progress:
         Called now and then with the number of instructions dispatched so far.
+    bus_error:
+        ``(lo, hi)`` external addresses that answer bus errors (see :class:`Machine`).
+
+    An illegal word faults (``ILLEGAL``) when the dispatcher reaches it, as in the core;
+    words after ``halt`` are never decoded.
     """
     config = config or CoreConfig()
-    prog = [isa.decode(w, address=a) for a, w in enumerate(words)]
-    machine = Machine(config, np.array(ext, dtype=np.uint8, copy=True), protect)
+    prog = []
+    for a, w in enumerate(words):
+        try:
+            prog.append(isa.decode(w, address=a))
+        except IllegalInstruction as e:
+            prog.append(e)
+    machine = Machine(config, np.array(ext, dtype=np.uint8, copy=True), protect, bus_error)
     sched = _Scheduler(prog, machine, check_races, trace, progress)
     sched.run(max_instructions)
     return RunResult(machine.ext, machine.stats, machine, sched.trace)
@@ -465,8 +552,8 @@ class _Scheduler:
         self.hz = HazardChecker() if check_races else None
         self.trace: list | None = [] if trace else None
 
-    def _error(self, msg: str, addr: int) -> ExecutionError:
-        return ExecutionError(msg, address=addr, text=str(self.prog[addr]))
+    def _error(self, msg: str, addr: int, fault: str | None = None) -> ExecutionError:
+        return ExecutionError(msg, address=addr, text=str(self.prog[addr]), fault=fault)
 
     def run(self, max_instructions: int | None) -> None:
         prog, m, cfg = self.prog, self.m, self.cfg
@@ -505,7 +592,7 @@ class _Scheduler:
                         ex = m.execute(ins)
                     except ExecutionError as e:
                         if e.address is None:
-                            raise self._error(str(e), addr) from None
+                            raise self._error(str(e), addr, e.fault) from None
                         raise
                     except SnpuError as e:
                         raise self._error(str(e), addr) from None
@@ -521,6 +608,8 @@ class _Scheduler:
                 # Dispatch the next instruction.
                 if pc < len(prog) and next_dispatch <= t:
                     ins = prog[pc]
+                    if isinstance(ins, IllegalInstruction):
+                        raise ExecutionError(str(ins), address=pc, fault="ILLEGAL")
                     unit = ins.unit
                     if unit is None:  # sync / halt: wait for everything to drain
                         if self._idle():

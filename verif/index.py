@@ -43,7 +43,11 @@ import numpy as np
 from snpu.errors import IndexFormatError
 
 Format = Literal["dense", "direct", "stride"]
-FORMATS: tuple[Format, ...] = ("dense", "direct", "stride")
+#: the index formats and their codes in the ISA (``mx.nfmt`` / ``mx.wfmt``): defined here
+#: once; the ISA tables, the compiler, the program generator and the RTL read them from here
+FORMAT_CODES: dict[Format, int] = {"dense": 0, "direct": 1, "stride": 2}
+FORMATS: tuple[Format, ...] = tuple(sorted(FORMAT_CODES, key=FORMAT_CODES.get))
+#: a stride entry that moves 255 positions without keeping anything
 STRIDE_ESCAPE = 255
 
 
@@ -124,7 +128,8 @@ def stride_to_direct(strides: np.ndarray, n: int) -> np.ndarray:
     """Stride index -> direct index of length ``n``."""
     pos = positions_from_stride(strides)
     if pos.size and pos[-1] >= n:
-        raise IndexFormatError(f"stride index reaches position {int(pos[-1])} >= length {n}")
+        raise IndexFormatError(f"stride index reaches position {int(pos[-1])} >= length {n}",
+                               fault="INDEX")
     bits = np.zeros(n, dtype=bool)
     bits[pos] = True
     return bits

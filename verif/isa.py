@@ -44,6 +44,8 @@ from typing import Iterable, Mapping
 
 from snpu.errors import IllegalInstruction
 
+from .index import FORMAT_CODES
+
 WORD_BITS = 128
 WORD_BYTES = WORD_BITS // 8
 
@@ -156,7 +158,7 @@ class Register:
 # --------------------------------------------------------------------------------------------
 
 BUFFERS = {"nbuf": 0, "nidx": 1, "wbuf": 2, "widx": 3, "acc": 4, "param": 5}
-FORMATS = {"dense": 0, "direct": 1, "stride": 2}
+FORMATS = FORMAT_CODES
 REDUCE_OPS = {"max": 0, "sum": 1}
 
 # --------------------------------------------------------------------------------------------
@@ -370,9 +372,33 @@ class Instr:
         raise AttributeError(name)
 
     def __str__(self) -> str:  # the disassembler's canonical text
-        from .asm import format_instr
-
         return format_instr(self)
+
+
+def _fmt_value(f: Field, v: int) -> str:
+    if f.kind == "enum":
+        return next(k for k, val in f.enum.items() if val == v)
+    if f.kind == "reg":
+        return REGISTER_BY_NUMBER[v].name
+    if f.hex:
+        return f"0x{v:08x}"
+    return str(v)
+
+
+def _fmt_units(units: Iterable[Unit]) -> str:
+    return ",".join(u.name.lower() for u in sorted(units))
+
+
+def format_instr(instr: Instr) -> str:
+    """Canonical text of one instruction (all operands, ISA-table order)."""
+    opc = instr.opcode
+    parts = [opc.mnemonic]
+    parts += [f"{f.name}={_fmt_value(f, instr.args[f.name])}" for f in opc.fields]
+    if instr.wait:
+        parts.append(f"wait={_fmt_units(instr.wait)}")
+    if instr.signal:
+        parts.append(f"signal={_fmt_units(instr.signal)}")
+    return " ".join(parts)
 
 
 def make(op: str, *, wait: Iterable[Unit] = (), signal: Iterable[Unit] = (), **args: int) -> Instr:

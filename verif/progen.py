@@ -23,11 +23,12 @@ from snpu.config import CoreConfig
 
 from . import index as ix
 from . import layout, numerics
+from .index import FORMAT_CODES
 from .isa import Unit
 from .program import Program
 
 LD, MX, VX, ST = Unit.LD, Unit.MX, Unit.VX, Unit.ST
-FMT = {"dense": 0, "direct": 1, "stride": 2}
+FMT = FORMAT_CODES
 
 
 def sparse_int8(rng, shape, density, low=-128, high=128):
@@ -93,6 +94,8 @@ def fc_program(rng, cfg: CoreConfig, *, n_in=None, rows=None, nvec=None, nfmt=No
     p.emit("ld", buf="param", ext=prm, dst=0, cols=8 * _round(rows, P))
     tok = _Tokens()
     out = p.space("y", (nvec, rows))
+    # what the neurons keep, per input tile: (threshold, (group size, t3, t4) or None)
+    p.meta = {"kind": "fc", "x": x, "w": w, "tiles": [], "nfmt": nfmt}
     nvec_stride = _round(max(hi - lo for lo, hi in bounds), 64)
     half = cfg.nbuf_bytes // 2
     if nvec * nvec_stride > half:
@@ -108,15 +111,18 @@ def fc_program(rng, cfg: CoreConfig, *, n_in=None, rows=None, nvec=None, nfmt=No
         # neurons
         if nfmt != "dense" and not npacked and nfmt == "direct":
             use_group = group and n % (1 << group) == 0 and nbase % 8 == 0
+            t3, t4 = int(rng.integers(0, 40)), int(rng.integers(0, 3))
             p.cfgs(ld__nidx_mode=1, ld__thresh=thresh, ld__group_log2=group if use_group else 0,
-                   ld__group_t3=int(rng.integers(0, 40)), ld__group_t4=int(rng.integers(0, 3)),
+                   ld__group_t3=t3, ld__group_t4=t4,
                    ld__ext_stride=n, ld__dst_stride=nvec_stride)
+            p.meta["tiles"].append((lo, hi, thresh, (1 << group, t3, t4) if use_group else None))
             p.emit("ld", buf="nbuf", ext=p.data(f"x{t}", np.ascontiguousarray(xs)), dst=nbase,
                    rows=nvec, cols=n, wait=waits)
             nidx_base, nidx_stride = nbase // 8, nvec_stride // 8
             p.cfgs(ld__nidx_mode=0)
         else:
             mask = ix.threshold(xs, thresh) if nfmt != "dense" else np.ones_like(xs, bool)
+            p.meta["tiles"].append((lo, hi, thresh if nfmt != "dense" else -1, None))
             vals = np.zeros((nvec, nvec_stride), np.int8)
             enc = []
             for v in range(nvec):
@@ -168,8 +174,10 @@ def fc_program(rng, cfg: CoreConfig, *, n_in=None, rows=None, nvec=None, nfmt=No
             tok.give(MX, s)
     tok.take(MX, VX)
     p.cfgs(vx__src_stride=acc_stride, vx__dst_stride=acc_stride)
+    relu = int(rng.integers(0, 2))
+    p.meta["relu"] = relu
     p.emit("req", dst=0, src=0, param=0, n_o=nvec, n_i=acc_stride // P,
-           relu=int(rng.integers(0, 2)), wait=[MX], signal=[ST])
+           relu=relu, wait=[MX], signal=[ST])
     p.cfgs(st__src_stride=acc_stride, st__ext_stride=rows)
     p.emit("st", src=0, ext=out, rows=nvec, cols=rows, wait=[VX])
     p.emit("halt")
@@ -286,8 +294,10 @@ def eltwise_program(rng, cfg: CoreConfig, *, c=None, n=None, mem_bytes=1 << 18) 
     p.emit("ld", buf="param", ext=p.data("params", prm, "params"), dst=0, cols=prm.size,
            signal=[VX])
     p.cfgs(vx__src_stride=cw, vx__b_stride=cw, vx__dst_stride=cw)
+    ma, mb = int(rng.integers(-300, 300)), int(rng.integers(-300, 300))
+    p.meta = {"kind": "eltwise", "a": a, "b": b, "ma": ma, "mb": mb}
     p.emit("vew", dst=2 * n * cw, a=0, b=n * cw, n_o=n, n_i=cw // P,
-           ma=int(rng.integers(-300, 300)), mb=int(rng.integers(-300, 300)), relu=1, wait=[LD])
+           ma=ma, mb=mb, relu=1, wait=[LD])
     p.emit("req", dst=0, src=2 * n * cw, param=0, n_o=n, n_i=cw // P, signal=[ST])
     y = p.space("y", (n, c))
     p.cfgs(st__src_stride=cw, st__ext_stride=c)

@@ -43,6 +43,7 @@ class Program:
         else:  # a shared image; the ROM region is placed by place_rom()
             self.image = image
         self.instrs: list[Instr] = []
+        self.meta: dict = {}  #: what a generator records for an independent reference
         self._regs = {r.name: r.reset for r in isa.REGISTERS}
 
     # Instructions ------------------------------------------------------------------------------

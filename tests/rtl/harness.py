@@ -1,7 +1,6 @@
 """Test harnesses: blocks wired to real ``lib.memory`` memories preloaded with test data."""
 
 from amaranth import *
-from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 
 

@@ -8,7 +8,7 @@ import pytest
 from snpu.rtl.compactor import Compactor
 from snpu.verif import index as ix
 
-from .sim import seeded, simulate, stream_get, stream_put
+from snpu.verif.tb.amaranth_sim import seeded, simulate, stream_get, stream_put
 
 CH = 64
 

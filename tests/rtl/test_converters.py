@@ -9,7 +9,7 @@ from snpu.rtl.direct_to_stride import DirectToStride
 from snpu.rtl.stride_merge import StrideMerge
 from snpu.verif import index as ix
 
-from .sim import seeded, simulate, stream_get, stream_put
+from snpu.verif.tb.amaranth_sim import seeded, simulate, stream_get, stream_put
 
 
 def _rows(rng, nrng, k):

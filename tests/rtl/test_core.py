@@ -13,9 +13,11 @@ import pytest
 
 from snpu.config import CoreConfig
 from snpu.rtl.status import ErrorCode
-from snpu.verif import progen, rtl_sim
+from snpu.verif import progen
+from snpu.verif.tb import rtl_sim
 from snpu.verif.asm import assemble
 from snpu.verif.image import MemoryImage
+from snpu.verif.isa import Unit
 from snpu.verif.program import Program
 
 pytestmark = pytest.mark.rtl
@@ -77,41 +79,78 @@ def test_regression(kind):
         _check(rtl_sim.run(p.place_rom(), p.image, TEST_CORE, stall=stall, seed=seed), seed)
 
 
-def _tiny_program():
+def _program():
     p = Program(TEST_CORE, mem_bytes=1 << 16, rom_bytes=1 << 12)
     x = p.data("x", np.arange(64, dtype=np.int8))
-    p.emit("ld", buf="nbuf", ext=x, dst=0, cols=64)
+    p.emit("ld", buf="nbuf", ext=x, dst=0, cols=64)  # ROM word 0
     return p, x
 
 
-@pytest.mark.parametrize("fault", ["illegal", "load_bus", "range", "store_bus"])
-def test_faults_are_reported_not_hung(fault):
-    p, x = _tiny_program()
-    words = None
-    error_range = None
+def _stride_weights(p: Program, n_in: int) -> None:
+    """Lane 0's weight index: one row whose stride entry points at position n_in (beyond
+    its row); the weight bytes after it."""
+    idx = p.data("widx", np.frombuffer(bytes([1, 0, n_in & 0xFF]), np.uint8).copy())
+    p.emit("ld", buf="widx", lane=0, ext=idx, dst=0, cols=3, signal=[Unit.MX])
+
+
+FAULTS = {
+    # name: (builder(p, x) -> error_range, expected error, faulting ROM word)
+    "illegal": (lambda p, x: None, ErrorCode.ILLEGAL, 1),  # word 1 replaced below
+    "load_bus": (lambda p, x: (x, x + 8), ErrorCode.LOAD_BUS, 0),
+    "range-ld": (lambda p, x: p.emit("ld", buf="wbuf", lane=0, ext=x,
+                                     dst=TEST_CORE.wbuf_bytes - 8, cols=64), ErrorCode.RANGE, 1),
+    "range-ld-lane": (lambda p, x: p.emit("ld", buf="acc", lane=1, ext=x, dst=0, cols=8),
+                      ErrorCode.RANGE, 1),
+    "align-ld-group": (lambda p, x: (p.cfgs(ld__nidx_mode=1, ld__group_log2=3),
+                                     p.emit("ld", buf="nbuf", ext=x, dst=4, cols=16)),
+                       ErrorCode.ALIGN, 3),
+    "align-vred": (lambda p, x: p.emit("vred", mode="max", dst=0, src=2, n_o=1, n_i=1),
+                   ErrorCode.ALIGN, 1),
+    "range-vew": (lambda p, x: p.emit("vew", dst=0, a=0, b=TEST_CORE.acc_elems, n_i=1),
+                  ErrorCode.RANGE, 1),
+    "range-req-param": (lambda p, x: p.emit("req", dst=0, src=0, param=TEST_CORE.param_rows,
+                                            n_i=1), ErrorCode.RANGE, 1),
+    "align-fc": (lambda p, x: p.emit("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=2, n_in=8,
+                                     rows=4), ErrorCode.ALIGN, 1),
+    "range-fc": (lambda p, x: p.emit("fc", nbuf=TEST_CORE.nbuf_bytes - 4, nidx=0, wbuf=0,
+                                     widx=0, acc=0, n_in=8, rows=4), ErrorCode.RANGE, 1),
+    "index-fc": (lambda p, x: (_stride_weights(p, 8), p.cfgs(mx__wfmt=2),
+                               p.emit("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=0, n_in=8,
+                                      rows=1, wait=[Unit.LD])), ErrorCode.INDEX, 3),
+    "store_bus": (lambda p, x: (p.emit("st", src=0, ext=p.space("y", (64,)), cols=64),
+                                (p.image.region("y").addr, p.image.region("y").addr + 8))[1],
+                  ErrorCode.STORE_BUS, 1),
+    "range-st": (lambda p, x: p.emit("st", src=TEST_CORE.obuf_bytes - 8, ext=p.space("y", (64,)),
+                                     cols=16), ErrorCode.RANGE, 1),
+    # no fault: an instruction with no work, and an illegal word after halt
+    "empty-vred": (lambda p, x: p.emit("vred", mode="max", dst=3, src=5, n_o=0), ErrorCode.NONE, 0),
+    "empty-ld": (lambda p, x: p.emit("ld", buf="wbuf", lane=9, ext=x, dst=1 << 19, cols=0),
+                 ErrorCode.NONE, 0),
+    "empty-fc": (lambda p, x: p.emit("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=1, n_in=8,
+                                     rows=0), ErrorCode.NONE, 0),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_faults_match_the_golden_model(fault):
+    """Every fault the golden model specifies (code and ROM word) is what the core reports,
+    and a fault ends the run instead of hanging it."""
+    build, expected, pc = FAULTS[fault]
+    p, x = _program()
+    ret = build(p, x)
+    error_range = ret if isinstance(ret, tuple) and len(ret) == 2 and isinstance(ret[0], int) \
+        else None
+    p.emit("halt")
+    words = p.place_rom()
     if fault == "illegal":
-        p.emit("halt")
-        words = p.place_rom()
-        words.insert(1, 0x3F)  # ROM word 1: unknown opcode
-        expected, pc = ErrorCode.ILLEGAL, 1
-    elif fault == "load_bus":
-        p.emit("halt")
-        error_range, expected, pc = (x, x + 8), ErrorCode.LOAD_BUS, 0
-    elif fault == "range":
-        p.emit("ld", buf="wbuf", lane=0, ext=x, dst=TEST_CORE.wbuf_bytes - 8, cols=64)
-        p.emit("halt")
-        expected, pc = ErrorCode.RANGE, 1
-    else:
-        p.emit("cfg", reg="vx.src_stride", value=0)
-        y = p.space("y", (64,))
-        p.emit("st", src=0, ext=y, cols=64)
-        p.emit("halt")
-        error_range, expected, pc = (y, y + 8), ErrorCode.STORE_BUS, 2
-    words = words or p.place_rom()
-    if fault == "illegal":
-        raw = b"".join(w.to_bytes(16, "little") for w in words)
-        p.image.data[:len(raw)] = np.frombuffer(raw, np.uint8)
-    result = rtl_sim.run(words, p.image, TEST_CORE, check=False, error_range=error_range,
-                         budget_cycles=20_000)
+        words[1] = 0x3F  # ROM word 1 (halt): an unknown opcode
+    if fault == "empty-vred":
+        words.append(0x3F)  # after halt: never dispatched
+    raw = b"".join(w.to_bytes(16, "little") for w in words)
+    rom = p.image.region("rom")
+    p.image.data[rom.addr:rom.addr + len(raw)] = np.frombuffer(raw, np.uint8)
+    result = rtl_sim.run(words, p.image, TEST_CORE, error_range=error_range, budget_cycles=20_000)
     assert result.finished, "a fault must end the run, not hang it"
-    assert (result.error, result.error_pc) == (expected.name, pc)
+    assert not result.problems, result.problems
+    assert (result.error, result.error_pc if expected != ErrorCode.NONE else 0) == \
+        (expected.name, pc)

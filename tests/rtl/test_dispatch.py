@@ -1,9 +1,7 @@
 """Dispatcher: the RTL legality check agrees with the ISA's decoder on random words, and legal
 words become the microinstruction of the right unit."""
 
-import random
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +12,7 @@ from snpu.rtl.status import ErrorCode
 from snpu.verif import isa
 
 from ..verif.strategies import legal_instr
-from .sim import simulate
+from snpu.verif.tb.amaranth_sim import simulate
 
 
 def _dispatch(words):
@@ -33,8 +31,6 @@ def _dispatch(words):
             await ctx.tick()
             if ctx.get(dut.error) != ErrorCode.NONE:
                 break
-            for u in UNITS:
-                pass
         ctx.set(dut.i.valid, 0)
         await ctx.tick().repeat(2)
         res["error"], res["pc"] = ctx.get(dut.error), ctx.get(dut.error_pc)

@@ -9,7 +9,7 @@ from snpu.rtl.dma_reader import DmaReader
 from snpu.rtl.realign import Realigner
 
 from .axi_model import AxiMemory
-from .sim import seeded, simulate, stream_get, stream_put
+from snpu.verif.tb.amaranth_sim import seeded, simulate, stream_get, stream_put
 
 
 class ReadPath(Elaboratable):

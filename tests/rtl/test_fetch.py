@@ -7,7 +7,7 @@ import pytest
 from snpu.rtl.fetch import ByteFetcher
 
 from .harness import WithMemory, words_of
-from .sim import seeded, simulate
+from snpu.verif.tb.amaranth_sim import seeded, simulate
 
 
 @pytest.mark.parametrize("window", [1, 4, 8])

@@ -12,7 +12,7 @@ from snpu.verif import isa
 from snpu.verif.golden import Machine
 
 from .axi_model import AxiMemory
-from .sim import seeded, simulate
+from snpu.verif.tb.amaranth_sim import seeded, simulate
 
 REGS = ("ext_stride", "dst_stride", "ext_stride3", "dst_stride3", "nidx_mode", "thresh",
         "group_log2", "group_t3", "group_t4")

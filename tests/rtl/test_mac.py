@@ -8,7 +8,7 @@ import pytest
 from snpu.rtl.mac import MacUnit
 from snpu.verif import numerics
 
-from .sim import seeded, simulate, stream_get, stream_put
+from snpu.verif.tb.amaranth_sim import seeded, simulate, stream_get, stream_put
 
 
 @pytest.mark.parametrize("lanes", [1, 2, 4, 8])

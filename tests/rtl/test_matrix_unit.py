@@ -9,8 +9,8 @@ from snpu.config import CoreConfig
 from snpu.rtl.matrix_unit import MatrixUnit
 from snpu.verif import gen
 
-from .mx_driver import load_case, run_case
-from .sim import seeded, simulate
+from snpu.verif.tb.mx_driver import load_case, run_case
+from snpu.verif.tb.amaranth_sim import seeded, simulate
 
 CFG = CoreConfig(lanes=4, nbuf_bytes=2048, nidx_bytes=512, wbuf_bytes=2048, widx_bytes=1024,
                  acc_words=64, obuf_bytes=256, param_rows=4)

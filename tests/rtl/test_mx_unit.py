@@ -11,7 +11,7 @@ from snpu.rtl.status import ErrorCode
 from snpu.verif import gen, isa
 from snpu.verif.golden import Machine
 
-from .sim import seeded, simulate
+from snpu.verif.tb.amaranth_sim import seeded, simulate
 
 CFG = CoreConfig(lanes=4, nbuf_bytes=2048, nidx_bytes=512, wbuf_bytes=2048, widx_bytes=1024,
                  acc_words=64, obuf_bytes=256, param_rows=4)

@@ -8,7 +8,7 @@ import pytest
 from snpu.rtl.requant import Requantizer
 from snpu.verif import numerics
 
-from .sim import seeded, simulate, stream_get, stream_put
+from snpu.verif.tb.amaranth_sim import seeded, simulate, stream_get, stream_put
 
 EDGES = [
     # acc, bias, mult, shift, relu

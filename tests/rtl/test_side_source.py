@@ -10,7 +10,7 @@ from snpu.verif import index as ix
 from snpu.verif import layout
 
 from .harness import WithMemory, words_of
-from .sim import seeded, simulate, stream_get
+from snpu.verif.tb.amaranth_sim import seeded, simulate, stream_get
 
 FMTS = {"dense": Fmt.DENSE, "direct": Fmt.DIRECT, "stride": Fmt.STRIDE}
 

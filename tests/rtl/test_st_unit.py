@@ -12,7 +12,7 @@ from snpu.verif import isa
 from snpu.verif.golden import Machine
 
 from .axi_model import AxiMemory
-from .sim import seeded, simulate
+from snpu.verif.tb.amaranth_sim import seeded, simulate
 
 CFG = CoreConfig(lanes=4, nbuf_bytes=1024, nidx_bytes=256, wbuf_bytes=512, widx_bytes=256,
                  acc_words=64, obuf_bytes=1024, param_rows=8)

@@ -12,7 +12,7 @@ from snpu.rtl.stride_to_direct import StrideToDirect
 from snpu.verif import index as ix
 
 from .harness import WithMemory, words_of
-from .sim import seeded, simulate, stream_get
+from snpu.verif.tb.amaranth_sim import seeded, simulate, stream_get
 
 
 class FetchConvert(Elaboratable):

@@ -8,7 +8,7 @@ import pytest
 from snpu.rtl.vector_alu import AluOp, VectorAlu
 from snpu.verif import numerics
 
-from .sim import seeded, simulate, stream_get, stream_put
+from snpu.verif.tb.amaranth_sim import seeded, simulate, stream_get, stream_put
 
 L = 4
 

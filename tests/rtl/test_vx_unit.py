@@ -17,7 +17,7 @@ from snpu.verif import isa, numerics
 from snpu.verif.golden import Machine
 from snpu.verif.isa import Unit
 
-from .sim import seeded, simulate
+from snpu.verif.tb.amaranth_sim import seeded, simulate
 
 CODES = op_codes(Unit.VX)
 REGS = ("src_stride", "dst_stride", "k1_stride", "k2_stride", "b_stride")

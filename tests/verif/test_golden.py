@@ -228,24 +228,53 @@ def test_token_channel_capacity_stalls_the_producer():
         run(p)
 
 
-@pytest.mark.parametrize("build,message", [
+@pytest.mark.parametrize("build,message,fault", [
     (lambda p: p.emit("ld", buf="nbuf", ext=0, dst=SMALL.nbuf_bytes - 4, cols=8),
-     "destination nbuf .* lies outside"),
-    (lambda p: p.emit("ld", buf="wbuf", lane=4, ext=0, dst=0, cols=8), "lane 4 does not exist"),
-    (lambda p: p.emit("ld", buf="nbuf", lane=1, ext=0, dst=0, cols=8), "lane must be 0"),
-    (lambda p: p.emit("ld", buf="nbuf", ext=(1 << 20) - 4, dst=0, cols=8), "external source"),
-    (lambda p: p.emit("st", src=0, ext=0x100, cols=8), "overwrite the program"),
+     "destination nbuf .* lies outside", "RANGE"),
+    (lambda p: p.emit("ld", buf="wbuf", lane=4, ext=0, dst=0, cols=8),
+     "lane 4 is not a lane of buf=wbuf", "RANGE"),
+    (lambda p: p.emit("ld", buf="nbuf", lane=1, ext=0, dst=0, cols=8),
+     "lane 1 is not a lane of buf=nbuf", "RANGE"),
+    (lambda p: p.emit("ld", buf="nbuf", ext=(1 << 20) - 4, dst=0, cols=8), "external source", None),
+    (lambda p: p.emit("st", src=0, ext=0x100, cols=8), "overwrite the program", None),
     (lambda p: p.emit("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=2, n_in=8, rows=1),
-     "multiples of lanes"),
-    (lambda p: p.emit("vred", mode="max", dst=0, src=1, n_i=1), "not a multiple of lanes"),
-    (lambda p: p.emit("req", dst=0, src=0, param=SMALL.param_rows, n_i=1), "parameter rows"),
+     "multiples of lanes", "ALIGN"),
+    (lambda p: p.emit("vred", mode="max", dst=0, src=1, n_i=1), "src=1 is not a multiple of lanes",
+     "ALIGN"),
+    (lambda p: p.emit("req", dst=0, src=0, param=SMALL.param_rows, n_i=1), "parameter rows",
+     "RANGE"),
 ])
-def test_execution_errors_name_the_instruction(build, message):
+def test_execution_errors_name_the_instruction_and_the_fault(build, message, fault):
+    """The message names the ROM word; ``fault`` is the error code the core must report
+    (``None``: a program error the hardware does not detect)."""
     p = Program(SMALL)
     build(p)
     p.emit("halt")
-    with pytest.raises(ExecutionError, match=r"ROM word 0 \(.*" + message):
+    with pytest.raises(ExecutionError, match=r"ROM word 0 \(.*" + message) as e:
         run(p)
+    assert e.value.fault == fault and e.value.address == 0
+
+
+def test_no_work_is_no_fault():
+    """An instruction with a zero extent does nothing, whatever its other operands."""
+    p = Program(SMALL)
+    p.emit("vred", mode="max", dst=1, src=3, n_o=0)
+    p.emit("ld", buf="wbuf", lane=9, ext=0, dst=1 << 19, cols=0)
+    p.emit("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=1, n_in=8, rows=0)
+    p.emit("halt")
+    run(p)
+
+
+def test_bus_errors_are_faults_of_the_instruction_that_touches_them():
+    p = Program(SMALL)
+    x = p.data("x", np.zeros(32, np.int8))
+    p.emit("ld", buf="nbuf", ext=x + 8, dst=0, cols=8)
+    p.emit("halt")
+    words = p.place_rom()
+    golden.run_image(words, p.image, SMALL, bus_error=(x, x + 8))  # the word before: fine
+    with pytest.raises(ExecutionError) as e:
+        golden.run_image(words, p.image, SMALL, bus_error=(x + 15, x + 16))
+    assert (e.value.fault, e.value.address) == ("LOAD_BUS", 0)
 
 
 def test_in_place_hazard_inside_one_vector_instruction():
@@ -262,5 +291,9 @@ def test_program_without_halt_and_illegal_words():
     p.emit("cfg", reg="ld.thresh", value=1)
     with pytest.raises(ExecutionError, match="ran past its last word"):
         run(p)
-    with pytest.raises(IllegalInstruction, match="at ROM word 1 "):
+    with pytest.raises(ExecutionError, match="illegal instruction at ROM word 1 ") as e:
         golden.run([p.place_rom()[0], 0x3F], np.zeros(64, np.uint8), SMALL)
+    assert (e.value.fault, e.value.address) == ("ILLEGAL", 1)
+    # words after halt are never dispatched, so never decoded
+    p.emit("halt")
+    golden.run(p.place_rom() + [0x3F], np.zeros(1 << 20, np.uint8), SMALL)

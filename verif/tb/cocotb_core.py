@@ -1,6 +1,6 @@
 """cocotb testbench of the whole core: runs one ROM image against one memory image.
 
-Launched by :mod:`snpu.verif.rtl_sim` through ``cocotb_tools.runner``; the job (paths, core
+Launched by :mod:`snpu.verif.tb.rtl_sim` through ``cocotb_tools.runner``; the job (paths, core
 configuration, cycle budget, back-pressure) comes in the JSON file named by ``SNPU_JOB`` and
 the result goes to the JSON file the job names.  Structure, as in cocotb's
 ``matrix_multiplier`` example:
@@ -30,6 +30,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 
 from snpu.config import CoreConfig
+from snpu.errors import ExecutionError, IllegalInstruction
 from snpu.rtl.core import COUNTERS
 from snpu.rtl.status import ErrorCode
 from snpu.verif import golden
@@ -134,11 +135,21 @@ class Checker:
              "dma_read_bytes": "dma_read_bytes", "dma_write_bytes": "dma_write_bytes"}
 
     def compare(self, ext: np.ndarray, status: dict, model: golden.RunResult | None,
-                model_error: str | None) -> list[str]:
+                model_error: ExecutionError | IllegalInstruction | None) -> list[str]:
+        """Faults: the golden model names the error code and ROM word the core must report
+        (the memory after a fault is not compared: the units stop part-way).  A program the
+        golden model rejects without a code (a race, a deadlock...) is not a valid test."""
         problems = []
         if model_error is not None:
-            if status["error"] == "NONE":
-                problems.append(f"golden model raised ({model_error}) but the RTL reported no error")
+            fault = getattr(model_error, "fault", None)
+            if fault is None:
+                problems.append(f"the golden model rejects the program ({model_error}); the "
+                                f"core's behaviour is undefined (RTL: {status['error']} at ROM "
+                                f"word {status['error_pc']})")
+            elif (status["error"], status["error_pc"]) != (fault, model_error.address):
+                problems.append(f"fault: golden {fault} at ROM word {model_error.address} "
+                                f"({model_error}), RTL {status['error']} at ROM word "
+                                f"{status['error_pc']}")
             return problems
         if status["error"] != "NONE":
             problems.append(f"RTL reported {status['error']} at ROM word {status['error_pc']}")
@@ -208,10 +219,12 @@ class Testbench:
             return result
         if self.job.get("check", True):
             model, model_error = None, None
+            error_range = self.job.get("error_range")
             try:
-                model = golden.run_image(rom, image, self.config)
-            except Exception as e:  # the checker reports it
-                model_error = str(e)
+                model = golden.run_image(rom, image, self.config,
+                                         bus_error=tuple(error_range) if error_range else None)
+            except (ExecutionError, IllegalInstruction) as e:  # the checker compares it
+                model_error = e
             result["problems"] = self.checker.compare(ext, status, model, model_error)
             if model is not None:
                 result["golden"] = model.stats.to_dict()

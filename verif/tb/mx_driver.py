@@ -2,7 +2,6 @@
 
 import numpy as np
 
-from snpu.rtl.lane import FC_CONFIG
 from snpu.rtl.side_source import Fmt
 
 FMT = {0: Fmt.DENSE, 1: Fmt.DIRECT, 2: Fmt.STRIDE}
