@@ -171,7 +171,10 @@ class Kernels(Emitter):
 
     def ld(self, buf: str, ext: int, dst: int, cols: int, rows: int = 1, n3: int = 1, *,
            ext_stride: int = 0, dst_stride: int = 0, ext_stride3: int = 0, dst_stride3: int = 0,
-           lane: int = 0, threshold: int | None = None) -> None:
+           lane: int = 0, threshold: int | None = None,
+           group: tuple[int, int, int] | None = None) -> None:
+        """A 3-D load; into nbuf with ``threshold`` (and ``group`` = (size, t3, t4)) the
+        sparse processing unit writes the neuron index as it loads."""
         if n3 * rows * cols == 0:
             return
         self.cfgs(ld__ext_stride=ext_stride if rows > 1 else self.p.reg("ld.ext_stride"),
@@ -181,7 +184,10 @@ class Kernels(Emitter):
         if buf == "nbuf":
             self.cfgs(ld__nidx_mode=int(threshold is not None))
             if threshold is not None:
-                self.cfgs(ld__thresh=threshold, ld__group_log2=0)
+                self.cfgs(ld__thresh=threshold,
+                          ld__group_log2=group[0].bit_length() - 1 if group else 0)
+                if group:
+                    self.cfgs(ld__group_t3=group[1], ld__group_t4=group[2])
         e_lo, e_hi = span(ext, n3, rows, cols, self.p.reg("ld.ext_stride3"), self.p.reg("ld.ext_stride"))
         d_lo, d_hi = span(dst, n3, rows, cols, self.p.reg("ld.dst_stride3"), self.p.reg("ld.dst_stride"))
         acc = [Access("ext", e_lo, e_hi, False), Access(buf, d_lo, d_hi, True)]
@@ -204,9 +210,12 @@ class Kernels(Emitter):
 
     def fc(self, *, nbuf: int, n_in: int, rows: int, acc: int, wbuf: int, widx: int,
            wbytes: int, ibytes: int, nvec: int = 1, nstride: int = 0, nfmt: int = 1,
-           wfmt: int = 1, accumulate: int = 0, acc_stride: int = 0) -> None:
+           wfmt: int = 1, accumulate: int = 0, acc_stride: int = 0, mixed: int = 0) -> None:
+        """``mixed``: with one direct and one stride index, 0 expands the stride one to
+        direct and ANDs (claim 9), 1 converts the direct one to stride and merges (claim 10)."""
         nidx = nbuf // 8
         self.cfgs(mx__nfmt=nfmt, mx__npacked=0, mx__wfmt=wfmt, mx__nvec=nvec,
+                  mx__mixed=mixed if {nfmt, wfmt} == {1, 2} else self.p.reg("mx.mixed"),
                   mx__nstride=nstride if nvec > 1 else self.p.reg("mx.nstride"),
                   mx__nidx_stride=nstride // 8 if nvec > 1 else self.p.reg("mx.nidx_stride"),
                   mx__acc_stride=acc_stride if nvec > 1 else self.p.reg("mx.acc_stride"))

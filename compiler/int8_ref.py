@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from snpu.errors import CompileError
+from snpu.verif import index as ix
 from snpu.verif import numerics
 
 from . import ops
@@ -31,6 +32,15 @@ def _im2col(x: np.ndarray, node) -> tuple[np.ndarray, int, int]:
     return cols.reshape(oh * ow, -1), oh, ow
 
 
+def neuron_mask(x: np.ndarray, settings: dict | None) -> np.ndarray:
+    """The neurons a core layer's LD unit keeps (``node.meta["neurons"]``, set by
+    :mod:`.passes.neurons`; ``None``: dense, all); groups run along the last axis."""
+    if settings is None:
+        return np.ones(x.shape, bool)
+    group = tuple(settings["group"]) if settings.get("group") else None
+    return ix.sparse_unit_mask(x, settings["threshold"], group)
+
+
 def _requant_channels(acc: np.ndarray, q: dict) -> np.ndarray:
     return numerics.requantize(acc, q["bias"], q["mult"], q["shift"], q["relu"])
 
@@ -46,6 +56,7 @@ def run_node(g: Graph, n, args: list[np.ndarray]) -> np.ndarray:
     x = args[0]
     if n.op == "Conv":
         cols, oh, ow = _im2col(x, n)
+        cols = cols * neuron_mask(cols, n.meta.get("neurons"))  # the patches the LD unit loads
         acc = cols.astype(np.float64) @ q["w"].astype(np.float64).T  # exact: |sum| < 2**53
         y = _requant_channels(acc.astype(np.int64), q)
         return y.T.reshape(1, -1, oh, ow)
@@ -53,6 +64,7 @@ def run_node(g: Graph, n, args: list[np.ndarray]) -> np.ndarray:
         v = x.reshape(1, -1).astype(np.int64)
         if q["in_perm"] is not None:
             v = v[:, q["in_perm"]]
+        v = v * neuron_mask(v, n.meta.get("neurons"))  # the vector as loaded (channels last)
         acc = v.astype(np.float64) @ q["w"].astype(np.float64).T
         return _requant_channels(acc.astype(np.int64), q).reshape(g.tensor(n.outputs[0]).shape)
     if n.op == "Affine":

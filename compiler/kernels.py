@@ -28,7 +28,7 @@ import numpy as np
 
 from snpu.errors import CompileError
 from snpu.verif import layout as lanes_layout
-from snpu.verif import numerics
+from snpu.verif import numerics, timing
 from snpu.verif.index import FORMAT_CODES
 
 from .emit import Kernels
@@ -44,12 +44,18 @@ def _r(x: int, m: int) -> int:
 class LayerContext:
     """What every kernel needs: the emitter, the image, and the layer's parameter rows."""
 
-    def __init__(self, k: Kernels, layer_index: int, name: str, dense: bool = False):
+    def __init__(self, k: Kernels, layer_index: int, name: str, dense: bool = False,
+                 neurons: dict | None = None):
         self.k = k
         #: dense mode (the baseline for sparse speedups): dense weight format, activations
         #: loaded without the sparse processing unit's threshold (no neuron index)
         self.dense = dense
-        self.threshold = None if dense else 0
+        #: the sparse processing unit's settings for this layer's input (passes/neurons.py)
+        self.neurons = None if dense else (neurons or {"threshold": 0, "group": None,
+                                                        "density": 1.0})
+        self.threshold = None if self.neurons is None else int(self.neurons["threshold"])
+        g = self.neurons.get("group") if self.neurons else None
+        self.group = tuple(int(v) for v in g) if g else None
         self.nfmt = FMT["dense"] if dense else FMT["direct"]
         self.cfg = k.cfg
         self.image = k.p.image
@@ -91,6 +97,39 @@ class LayerContext:
         addr = self.data(f"params{self._params_loaded}", blob, "params", 8)
         self.k.ld("param", addr, self.param_base * self.cfg.param_row_bytes, blob.size)
         return rows
+
+    def load_neurons(self, *args, **kw) -> None:
+        """An nbuf load through the sparse processing unit with this layer's settings."""
+        self.k.ld("nbuf", *args, threshold=self.threshold, group=self.group, **kw)
+
+    def neuron_report(self) -> dict:
+        if self.neurons is None:
+            return {}
+        out = {"neuron_threshold": self.threshold, "neuron_density": self.neurons.get("density")}
+        if self.group:
+            out["neuron_groups"] = list(self.group)
+        elif self.neurons.get("group_off"):
+            out["neuron_groups"] = self.neurons["group_off"]
+        return out
+
+    def mixed_path(self, w: np.ndarray, fmt: str, n_in: int) -> tuple[int, dict]:
+        """``mx.mixed`` for direct neurons x ``fmt`` weights, chosen by the cost model:
+        expand the stride index to a bitmap and AND (claim 9) or convert the neuron bitmap
+        to strides and merge (claim 10), whichever :func:`timing.fc_row_cycles_estimate`
+        finds cheaper at this layer's densities.  Returns (mx.mixed, what the report says)."""
+        if fmt != "stride" or self.nfmt != FMT["direct"]:
+            return 0, {}
+        forced = self.neurons.get("mixed", "auto")
+        if forced != "auto":
+            return int(forced == "merge"), {"mixed_path": forced}
+        dn = float(self.neurons.get("density", 1.0))
+        kept = float(np.count_nonzero(w)) / max(1, w.shape[0])
+        cost = {path: timing.fc_row_cycles_estimate(n_in, kept, dn, self.cfg.chunk_bits,
+                                                    path == "merge")
+                for path in ("expand", "merge")}
+        path = min(cost, key=cost.get)
+        return int(path == "merge"), {"mixed_path": path,
+                                      "mixed_cost": {k: round(v, 1) for k, v in cost.items()}}
 
     def alternate(self, resource: str = "buf") -> int:
         """0 / 1: the next half of ``resource`` (ping-pong)."""
@@ -175,6 +214,20 @@ def choose_format(w: np.ndarray) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def conv_channel_chunk(cin: int, kh: int, kw: int, nb_half: int, group: int = 1) -> int:
+    """Input channels per chunk, so that a chunk's ``kh x kw`` patches fit half the neuron
+    buffer; a multiple of ``group`` (neuron groups must not straddle two chunks).  Returns 0
+    if no such chunk exists."""
+    ck = cin
+    while ck > 1 and _r(kh * kw * ck, 64) > nb_half:
+        ck = -(-ck // 2)
+    if group > 1:
+        ck = max(group, ck // group * group)
+        if _r(kh * kw * ck, 64) > nb_half:
+            return 0
+    return ck
+
+
 def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
     k, P = ctx.k, ctx.cfg.lanes
     q = node.meta["q"]
@@ -182,10 +235,7 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
     cin = X.c
     if X.pad_h < max(pads[0], pads[2]) or X.pad_w < max(pads[1], pads[3]):
         raise CompileError(f"{node.where()}: input halo smaller than the padding")
-    # input-channel chunks whose patches fit half of the neuron buffer
-    ck = cin
-    while ck > 1 and _r(kh * kw * ck, 64) > ctx.nb_half:
-        ck = -(-ck // 2)
+    ck = conv_channel_chunk(cin, kh, kw, ctx.nb_half, ctx.group[0] if ctx.group else 1)
     cchunks = [(c0, min(cin, c0 + ck)) for c0 in range(0, cin, ck)]
     # weight columns of each chunk, in (ky, kx, c) patch order
     col = np.arange(kh * kw * cin).reshape(kh, kw, cin)
@@ -198,6 +248,7 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
         off += s.size
     fmt = "dense" if ctx.dense else node.meta.get("format") or choose_format(w)
     tiles = WeightTiles(ctx, wcat, fmt, bounds)
+    mixed, mixed_report = ctx.mixed_path(w, fmt, kh * kw * cin)
     contiguous = len(cchunks) == 1 and X.pixel == cin
     kmax = max(_r(kh * kw * (c1 - c0), 64) for c0, c1 in cchunks)
     for t, (r0, r1) in enumerate(tiles.tiles):
@@ -219,22 +270,24 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
                     if len(cchunks) > 1:
                         whalves[j] = tiles.load(t, j, ctx.alternate("w"))
                     if contiguous:
-                        k.ld("nbuf", X.addr(iy0, ox0 * sw - pads[1]), nb, kw * cin, kh, g,
-                             ext_stride=X.row, dst_stride=kw * cin, ext_stride3=sw * X.pixel,
-                             dst_stride3=ns, threshold=ctx.threshold)
+                        ctx.load_neurons(X.addr(iy0, ox0 * sw - pads[1]), nb, kw * cin, kh, g,
+                                         ext_stride=X.row, dst_stride=kw * cin,
+                                         ext_stride3=sw * X.pixel, dst_stride3=ns)
                     else:
                         for i in range(g):
-                            k.ld("nbuf", X.addr(iy0, (ox0 + i) * sw - pads[1], c0), nb + i * ns,
-                                 c1 - c0, kw, kh, ext_stride=X.pixel, dst_stride=c1 - c0,
-                                 ext_stride3=X.row, dst_stride3=kw * (c1 - c0), threshold=ctx.threshold)
+                            ctx.load_neurons(X.addr(iy0, (ox0 + i) * sw - pads[1], c0),
+                                             nb + i * ns, c1 - c0, kw, kh, ext_stride=X.pixel,
+                                             dst_stride=c1 - c0, ext_stride3=X.row,
+                                             dst_stride3=kw * (c1 - c0))
                     wb, ib, wbytes, ibytes = whalves[j]
                     k.fc(nbuf=nb, n_in=kj, rows=R, acc=ab, wbuf=wb, widx=ib, wbytes=wbytes,
                          ibytes=ibytes, nvec=g, nstride=ns, nfmt=ctx.nfmt, wfmt=FMT[fmt],
-                         accumulate=int(j > 0), acc_stride=Rp)
+                         accumulate=int(j > 0), acc_stride=Rp, mixed=mixed)
                 k.req(ob, ab, prow, g, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
                 k.st(ob, Y.addr(oy, ox0, r0), R, g, src_stride=Rp, ext_stride=Y.pixel)
     return {"format": fmt, "density": float(np.count_nonzero(w)) / w.size,
-            "weight_tiles": len(tiles.tiles), "channel_chunks": len(cchunks)}
+            "weight_tiles": len(tiles.tiles), "channel_chunks": len(cchunks),
+            **ctx.neuron_report(), **mixed_report}
 
 
 def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
@@ -255,6 +308,7 @@ def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
     chunks = [(e0, min(n_in, e0 + per)) for e0 in range(0, n_in, per)]
     fmt = "dense" if ctx.dense else node.meta.get("format") or choose_format(w)
     tiles = WeightTiles(ctx, w, fmt, chunks)
+    mixed, mixed_report = ctx.mixed_path(w, fmt, n_in)
     resident = len(chunks) == 1
     if resident:
         _load_vector(ctx, X, 0, n_in, 0)
@@ -270,27 +324,28 @@ def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
                 nb = ctx.alternate("nbuf") * ctx.nb_half
                 _load_vector(ctx, X, e0, e1, nb)
             k.fc(nbuf=nb, n_in=e1 - e0, rows=R, acc=ab, wbuf=wb, widx=ib, wbytes=wbytes,
-                 ibytes=ibytes, nvec=1, nfmt=ctx.nfmt, wfmt=FMT[fmt], accumulate=int(j > 0))
+                 ibytes=ibytes, nvec=1, nfmt=ctx.nfmt, wfmt=FMT[fmt], accumulate=int(j > 0),
+                 mixed=mixed)
         k.req(ob, ab, prow, 1, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
         k.st(ob, Y.addr(0, 0, r0), R)
     return {"format": fmt, "density": float(np.count_nonzero(w)) / w.size,
-            "weight_tiles": len(tiles.tiles), "input_chunks": len(chunks)}
+            "weight_tiles": len(tiles.tiles), "input_chunks": len(chunks),
+            **ctx.neuron_report(), **mixed_report}
 
 
 def _load_vector(ctx: LayerContext, X: TensorLayout, e0: int, e1: int, dst: int) -> None:
     """Elements [e0, e1) of the HWC-flattened tensor into the neuron buffer at ``dst``,
     thresholded (chunks start and end on whole pixels)."""
-    k = ctx.k
     c = X.c
     if X.dense:
-        k.ld("nbuf", X.base + e0, dst, e1 - e0, threshold=ctx.threshold)
+        ctx.load_neurons(X.base + e0, dst, e1 - e0)
         return
     p0, p1 = e0 // c, e1 // c
     while p0 < p1:
         y, x = divmod(p0, X.w)
         run = min(p1 - p0, X.w - x)
-        k.ld("nbuf", X.addr(y, x), dst + (p0 * c - e0), c, run, ext_stride=X.pixel, dst_stride=c,
-             threshold=ctx.threshold)
+        ctx.load_neurons(X.addr(y, x), dst + (p0 * c - e0), c, run, ext_stride=X.pixel,
+                         dst_stride=c)
         p0 += run
 
 

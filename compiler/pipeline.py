@@ -10,6 +10,8 @@
           -> partition           (seed 004: core / host subgraphs)
           -> prune               (magnitude + group pruning of core weights)
           -> quantize            (calibration, int8 scales, per-channel weights)
+          -> neurons             (the sparse processing unit's threshold / group pruning of
+                                  every core layer's input, neuron densities)
           -> allocate            (activation layouts in external memory)
           -> codegen             (kernels -> ROM segments, memory image)
 
@@ -18,6 +20,7 @@ Each pass is a function ``Graph -> Graph`` (its options bound here).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -36,6 +39,7 @@ from .passes.codegen import codegen
 from .passes.fold_affine import fold_affine
 from .passes.fold_constants import fold_constants
 from .passes.fuse_relu import fuse_relu
+from .passes.neurons import NeuronOptions, neurons
 from .passes.partition import partition
 from .passes.prune import PruneOptions, prune
 from .passes.quantize import quantize
@@ -57,6 +61,7 @@ class CompileOptions:
     calibration_seed: int = 0
     force_host: tuple[str, ...] = ()     #: nodes to run on the host
     dense: bool = False                  #: dense mode: no sparse skipping (speedup baseline)
+    neurons: NeuronOptions = field(default_factory=NeuronOptions)  #: neuron threshold / groups
 
 
 def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> list[tuple[str, Callable[[Graph], Graph]]]:
@@ -72,6 +77,8 @@ def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> 
                                                   t5=options.group_small, t6=options.group_max_small,
                                                   keep_dense=frozenset(options.keep_dense)))),
         ("quantize", lambda g: quantize(g, calibration)),
+        ("neurons", lambda g: neurons(g, options.neurons, calibration, options.config,
+                                      dense=options.dense)),
         ("allocate", lambda g: allocate(g, image)),
         ("codegen", lambda g: codegen(g, options.config, image, options.dense)),
     ]
@@ -157,6 +164,7 @@ def _report(g: Graph, options: CompileOptions, timings: dict, total: float) -> d
                       **({"instructions": s["instructions"], "token_nops": s["token_nops"]}
                          if s["kind"] == "core" else {})} for s in g.meta["segments"]],
         "options": {"density": options.density, "group_size": options.group_size,
-                    "random_weights": options.random_weights, "dense": options.dense},
+                    "random_weights": options.random_weights, "dense": options.dense,
+                    "neurons": dataclasses.asdict(options.neurons)},
         "layers": layers,
     }

@@ -240,18 +240,33 @@ def verilog(core: str | None, output: str, name: str, force: bool, **params) -> 
               help="How many seeded normal calibration inputs when --calibration is not given.")
 @click.option("--dense", is_flag=True, help="Dense mode: no weight index, no activation "
               "threshold (the same computation without sparse skipping; a speedup baseline).")
+@click.option("--neuron-threshold", type=int, default=0, show_default=True,
+              help="Sparse processing unit (claim 5): keep input neurons with |x| > this "
+                   "(int8 units) in core layers.")
+@click.option("--neuron-groups", type=int, default=0, show_default=True,
+              help="Neuron group pruning (claim 11): groups of this many channels (2, 4 or 8; "
+                   "0 = off).")
+@click.option("--t3", type=int, default=0, show_default=True,
+              help="Neuron group pruning: a neuron is small if |x| <= t3.")
+@click.option("--t4", type=int, default=0, show_default=True,
+              help="Neuron group pruning: delete a group with more than t4 small neurons.")
+@click.option("--mixed-path", type=click.Choice(["auto", "expand", "merge"]), default="auto",
+              show_default=True, help="Direct neurons x stride weights: the cost model's choice "
+              "per layer, or always expand strides to a bitmap (claim 9) / merge strides (claim 10).")
 @click.option("--json", "as_json", is_flag=True, help="Print the compile report as JSON.")
 @_force_option
 def compile_(model: str, output: str, core: str | None, density: float, group_size: int,
              group_small: float, group_max_small: int,
              keep_dense: tuple, force_host: tuple, random_weights: int | None,
-             calibration: str | None, calibration_count: int, dense: bool, as_json: bool,
-             force: bool, **params) -> None:
+             calibration: str | None, calibration_count: int, dense: bool,
+             neuron_threshold: int, neuron_groups: int, t3: int, t4: int, mixed_path: str,
+             as_json: bool, force: bool, **params) -> None:
     """Compile an ONNX MODEL to ROM images and a memory image in OUTPUT.
 
     OUTPUT may be a new or empty directory or a previous compiled model (replaced
     atomically); anything else needs --force."""
     from .compiler.frontend import load_onnx
+    from .compiler.passes.neurons import NeuronOptions
     from .compiler.pipeline import CompileOptions, compile_model
 
     _output(output, "compiled model", inputs=[model, core, calibration], force=force)
@@ -263,7 +278,8 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
                           group_small=group_small, group_max_small=group_max_small,
                           keep_dense=keep_dense, random_weights=random_weights,
                           calibration=calib, calibration_count=calibration_count,
-                          force_host=force_host, dense=dense)
+                          force_host=force_host, dense=dense,
+                          neurons=NeuronOptions(neuron_threshold, neuron_groups, t3, t4, mixed_path))
     with _progress("compiling", -1) as tick:
         compiled = compile_model(model, opts, progress=tick)
     compiled.save(output)

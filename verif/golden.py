@@ -222,13 +222,12 @@ class Machine:
     def _threshold(self, i: Instr, dst: np.ndarray, data: np.ndarray) -> None:
         """The sparse processing unit: write nidx bits for bytes loaded into nbuf."""
         r = self.regs
-        bits = ix.threshold(data.view(np.int8), r["ld.thresh"])
         g = r["ld.group_log2"]
-        if g:  # _ld checked that rows start and end on group boundaries
-            size = 1 << g
-            keep = ix.group_prune(data.view(np.int8).reshape(-1, size), size,
-                                  r["ld.group_t3"], r["ld.group_t4"]).reshape(-1)
-            bits &= keep
+        size = 1 << g
+        # _ld checked that rows start and end on group boundaries: groups are aligned blocks
+        bits = ix.sparse_unit_mask(data.view(np.int8).reshape(-1, size), r["ld.thresh"],
+                                   (size, r["ld.group_t3"], r["ld.group_t4"]) if g else None)
+        bits = bits.reshape(-1)
         byte, bit = dst >> 3, (dst & 7).astype(np.uint8)
         one = np.left_shift(np.uint8(1), bit)
         np.bitwise_and.at(self.nidx, byte, ~one)

@@ -97,6 +97,16 @@ def group_prune(x: np.ndarray, group_size: int, t3: int | float, t4: int) -> np.
     return np.repeat(keep, group_size, axis=-1)[..., :n]
 
 
+def sparse_unit_mask(x: np.ndarray, t: int, group: tuple[int, int, int] | None = None) -> np.ndarray:
+    """The neuron index the sparse processing unit derives from neurons ``x`` (groups run
+    along the last axis): ``|x| > t`` (claim 5), and with ``group = (size, t3, t4)`` only
+    in groups that survive :func:`group_prune` (claim 11)."""
+    keep = threshold(x, t)
+    if group:
+        keep &= group_prune(x, *group)
+    return keep
+
+
 # --------------------------------------------------------------------------------------------
 # Format conversion
 # --------------------------------------------------------------------------------------------

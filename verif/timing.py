@@ -66,5 +66,20 @@ def fc_row_cycles_merge(pairs: np.ndarray, n_entries: np.ndarray, w_entries: np.
     return np.maximum(merge, 1) + FC_ROW_OVERHEAD
 
 
+def fc_row_cycles_estimate(n_in: int, w_kept: float, n_density: float, chunk_bits: int,
+                           merge: bool) -> float:
+    """Expected cycles of one (vector, row) of an fc from densities alone (the compiler's
+    choice between the two mixed-format paths): ``w_kept`` weights kept in the row, a
+    fraction ``n_density`` of the neurons kept, independently.  The bitmap path scans
+    ``ceil(n_in / chunk_bits)`` chunks at max(pairs, 1) cycles each (pairs per chunk taken
+    as Poisson); the merge path walks both lists (:func:`fc_row_cycles_merge`)."""
+    pairs = w_kept * n_density
+    if merge:
+        return float(n_in * n_density + w_kept - pairs + 1 + FC_ROW_OVERHEAD)
+    chunks = -(-n_in // chunk_bits)
+    lam = pairs / chunks if chunks else 0.0
+    return float(chunks * (lam + np.exp(-lam)) + FC_ROW_OVERHEAD)
+
+
 def vx_cycles(iterations: int, reads_per_iteration: int) -> int:
     return VX_PIPELINE + iterations * max(1, reads_per_iteration)

@@ -36,7 +36,7 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
             n = nodes[name]
             if n.op in ("Concat", "Flatten", "Reshape"):
                 continue  # memory layout only
-            ctx = kernels.LayerContext(em, layer, f"{k}:{n.name}", dense)
+            ctx = kernels.LayerContext(em, layer, f"{k}:{n.name}", dense, n.meta.get("neurons"))
             layer += 1
             X = layouts[view_source(g, n.inputs[0])]
             Y = layouts[n.outputs[0]]

@@ -2,22 +2,23 @@
 
 1. Nodes are topologically sorted; a node's *depth* is one more than its deepest
    predecessor.
-2. Each node carries its *device support*: the devices it is to run on.  The core runs the
+2. Each node carries its *device support information*: the set of devices that can run it.
+   The host (the float semantics of :mod:`..ops`) runs every operator; the core runs the
    ops of ``ops.CORE_OPS`` when their attributes are within its limits
-   (:func:`core_support`), and that is then the node's device; every other node runs on
-   the host (the float semantics of :mod:`..ops`).  (The host could run everything; making
-   it the fallback only keeps core work on the core.)
-3. Candidates are taken in topological order; a candidate that is not yet partitioned
-   starts a subgraph on its preferred device (the core if it supports it).  Its
-   predecessors and successors are targets; a target joins when it passes the *history*
-   check (not yet partitioned), the *device* check (supports the subgraph's device) and the
-   *continuity* check (with it, the subgraphs still form a DAG: no cycle through other
-   subgraphs).  Growth repeats until nothing changes; a candidate that cannot grow is a
-   subgraph on its own.
-4. Each finished subgraph is contracted into one node, depths are recomputed and the loop
-   continues until every node is partitioned.
+   (:func:`core_support`).  A node both can run is *preferred* on the core (that is where
+   the work belongs); the set, the choice and, for a host node, why the core cannot run it
+   are recorded in ``node.meta`` (``device_support``, ``device``, ``core_reason``).
+3. Partition loop: the candidate is the unpartitioned node of least depth (ties: the
+   topological order).  It starts a subgraph on its preferred device; its predecessors and
+   successors are targets; a target joins when it passes the *history* check (not yet
+   partitioned), the *device* check (the subgraph's device is in its support set) and the
+   *continuity* check (with it, the contracted graph still has no cycle).  Growth repeats
+   until nothing changes; a candidate that cannot grow is a subgraph on its own.
+4. The finished subgraph is contracted into one node and the depths of the contracted
+   graph are recomputed before the next candidate is taken, until every node is
+   partitioned.
 5. The result (``graph.meta["subgraphs"]``) lists the subgraphs in dependency order with
-   their device: what the runtime dispatches.
+   their device and final depth: what the runtime dispatches.
 """
 
 from __future__ import annotations
@@ -101,52 +102,74 @@ def depths(order: list[str], preds: dict[str, set[str]]) -> dict[str, int]:
     return d
 
 
-def _acyclic(assign: dict[str, int], preds: dict[str, set[str]]) -> bool:
-    """Is the quotient graph (nodes contracted by ``assign``) a DAG?"""
+def _quotient(assign: dict[str, int], preds: dict[str, set[str]]) -> dict[int, set[int]]:
+    """Predecessors of every group of the contracted graph (nodes grouped by ``assign``)."""
     qpreds: dict[int, set[int]] = {}
     for v, ps in preds.items():
         a = assign[v]
-        qpreds.setdefault(a, set())
+        qpreds.setdefault(a, set()).update(assign[p] for p in ps if assign[p] != a)
+    return qpreds
+
+
+def _quotient_order(qpreds: dict[int, set[int]]) -> list[int] | None:
+    """A topological order of the contracted graph, or ``None`` if it has a cycle."""
+    indeg = {a: len(ps) for a, ps in qpreds.items()}
+    succs: dict[int, list[int]] = {a: [] for a in qpreds}
+    for a, ps in qpreds.items():
         for p in ps:
-            if assign[p] != a:
-                qpreds[a].add(assign[p])
-    state: dict[int, int] = {}
-    for start in qpreds:
-        if start in state:
-            continue
-        stack = [(start, iter(qpreds[start]))]
-        state[start] = 1
-        while stack:
-            v, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                state[v] = 2
-                stack.pop()
-            elif state.get(nxt) == 1:
-                return False
-            elif nxt not in state:
-                state[nxt] = 1
-                stack.append((nxt, iter(qpreds.get(nxt, ()))))
-    return True
+            succs[p].append(a)
+    ready = [a for a, k in indeg.items() if k == 0]
+    order = []
+    while ready:
+        a = ready.pop()
+        order.append(a)
+        for s in succs[a]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                ready.append(s)
+    return order if len(order) == len(qpreds) else None
 
 
-def partition(graph: Graph, *, force_host: set[str] = frozenset()) -> Graph:
-    g = graph.copy()
-    preds, succs = _edges(g)
-    order = [n.name for n in g.nodes]
-    node_by = {n.name: n for n in g.nodes}
-    support = {}
-    for n in g.nodes:
-        why = None if n.name not in force_host else "forced to the host"
-        why = why or core_support(g, n)
-        support[n.name] = {"host"} if why else {"core"}
-        n.meta["core_reason"] = why
-    assign = {v: -(k + 1) for k, v in enumerate(order)}  # unassigned: singleton groups
+def _acyclic(assign: dict[str, int], preds: dict[str, set[str]]) -> bool:
+    """The continuity check: is the contracted graph still a DAG?"""
+    return _quotient_order(_quotient(assign, preds)) is not None
+
+
+def _group_depths(assign: dict[str, int], preds: dict[str, set[str]]) -> dict[int, int]:
+    """Depth of every group of the contracted graph (steps 1 and 4)."""
+    qpreds = _quotient(assign, preds)
+    d: dict[int, int] = {}
+    for a in _quotient_order(qpreds):
+        d[a] = 1 + max((d[p] for p in qpreds[a]), default=0)
+    return d
+
+
+def choose_device(support: set[str]) -> str:
+    """The device a node runs on: the first of :data:`DEVICES` (the core before the host)
+    that supports it."""
+    return next(d for d in DEVICES if d in support)
+
+
+def partition_nodes(order: list[str], preds: dict[str, set[str]], succs: dict[str, set[str]],
+                    support: dict[str, set[str]]) -> tuple[list[Subgraph], dict[int, int]]:
+    """Seed 004 steps 1-4 on a bare DAG: ``order`` topological, ``support`` the devices of
+    each node.  Returns the subgraphs in dependency order and each one's depth.
+
+    The device check admits a node into a subgraph when the subgraph's device is the one
+    :func:`choose_device` picks from the node's support set: a node the core can run is
+    never pulled onto the host just because the host could run it too."""
+    rank = {v: k for k, v in enumerate(order)}
+    chosen = {v: choose_device(support[v]) for v in order}
+    assign = {v: -(k + 1) for k, v in enumerate(order)}  # unpartitioned: singleton groups
     subgraphs: list[Subgraph] = []
-    for cand in order:  # candidates in topological order (depth order)
-        if assign[cand] >= 0:
-            continue
-        dev = "core" if "core" in support[cand] else "host"
+    while True:
+        # step 4: depths of the contracted graph, then the shallowest unpartitioned node
+        depth = _group_depths(assign, preds)
+        free = [v for v in order if assign[v] < 0]
+        if not free:
+            break
+        cand = min(free, key=lambda v: (depth[assign[v]], rank[v]))
+        dev = chosen[cand]
         s = Subgraph(len(subgraphs), dev, [cand])
         assign[cand] = s.id
         grown = True
@@ -154,8 +177,8 @@ def partition(graph: Graph, *, force_host: set[str] = frozenset()) -> Graph:
             grown = False
             members = set(s.nodes)
             targets = set().union(*(preds[m] | succs[m] for m in members)) - members
-            for t in sorted(targets, key=order.index):
-                if assign[t] >= 0 or dev not in support[t]:  # history, device
+            for t in sorted(targets, key=rank.get):
+                if assign[t] >= 0 or chosen[t] != dev:  # history, device
                     continue
                 old = assign[t]
                 assign[t] = s.id
@@ -165,19 +188,30 @@ def partition(graph: Graph, *, force_host: set[str] = frozenset()) -> Graph:
                 else:
                     assign[t] = old
         subgraphs.append(s)
-        for v in s.nodes:
-            node_by[v].device = dev
-    # dependency order of the contracted graph
-    qpreds = {s.id: {assign[p] for v in s.nodes for p in preds[v]} - {s.id} for s in subgraphs}
-    done, ordered = set(), []
-    while len(ordered) < len(subgraphs):
-        for s in subgraphs:
-            if s.id not in done and qpreds[s.id] <= done:
-                ordered.append(s)
-                done.add(s.id)
-    rank = {v: k for k, v in enumerate(order)}
+    depth = _group_depths(assign, preds)
+    ordered = sorted(subgraphs, key=lambda s: (depth[s.id], s.id))
     for s in ordered:
         s.nodes.sort(key=rank.get)
-    g.meta["subgraphs"] = [{"id": s.id, "device": s.device, "nodes": s.nodes} for s in ordered]
+    return ordered, depth
+
+
+def partition(graph: Graph, *, force_host: set[str] = frozenset()) -> Graph:
+    g = graph.copy()
+    preds, succs = _edges(g)
+    order = [n.name for n in g.nodes]
+    node_by = {n.name: n for n in g.nodes}
+    support: dict[str, set[str]] = {}
+    for n in g.nodes:
+        why = "forced to the host (--host)" if n.name in force_host else core_support(g, n)
+        support[n.name] = {"host"} if why else {"core", "host"}
+        n.meta["core_reason"] = why
+        n.meta["device_support"] = sorted(support[n.name])
+    subgraphs, depth = partition_nodes(order, preds, succs, support)
+    for s in subgraphs:
+        for v in s.nodes:
+            node_by[v].device = s.device
+    # step 5: the association network -> subgraphs -> device, in dependency order
+    g.meta["subgraphs"] = [{"id": s.id, "device": s.device, "depth": depth[s.id], "nodes": s.nodes}
+                           for s in subgraphs]
     g.meta["depth"] = depths(order, preds)
     return g

@@ -10,6 +10,7 @@ from onnx import numpy_helper
 
 from snpu.compiler import check, runtime
 from snpu.compiler.export import onnxruntime_run
+from snpu.compiler.passes.neurons import NeuronOptions
 from snpu.compiler.pipeline import CompileOptions, compile_model
 from snpu.config import CoreConfig
 
@@ -53,3 +54,41 @@ def test_int8_program_on_the_golden_model(name, data):
     assert agree.bit_exact == len(xs), agree.mismatches
     assert np.mean(np.asarray(agree.run_top1) == yte[:60]) >= 0.93
     assert agree.top1_agree >= len(xs) - 2  # int8 and float agree on nearly every image
+
+
+@pytest.mark.parametrize("opts", [
+    NeuronOptions(threshold=6), NeuronOptions(group=4, t3=4, t4=1),
+    NeuronOptions(threshold=3, group=8, t3=2, t4=3), NeuronOptions(mixed="merge"),
+    NeuronOptions(mixed="expand")], ids=["threshold", "groups", "both", "merge", "expand"])
+def test_neuron_settings_on_the_golden_model(opts, data):
+    """The sparse processing unit's threshold and group pruning drop neurons exactly as the
+    int8 reference does, and the mixed paths compute the same sums; fewer pairs multiplied."""
+    xtr, _, xte, _ = data
+    cfg = CoreConfig.load(DIGITS / "core.json")
+    calib = [{"image": x[None]} for x in xtr[:16]]
+    density = 0.05 if opts.mixed != "auto" else 0.2
+    base = compile_model(DIGITS / "digits_cnn.onnx",
+                         CompileOptions(config=cfg, calibration=calib, density=density))
+    c = compile_model(DIGITS / "digits_cnn.onnx",
+                      CompileOptions(config=cfg, calibration=calib, density=density, neurons=opts))
+    xs = [x[None] for x in xte[:12]]
+    runs = runtime.run_batch(c, xs)
+    agree = check.compare(c, xs, runs, onnxruntime=False)
+    assert agree.bit_exact == len(xs), agree.mismatches
+    pairs = sum(r.mac_pairs for r in runs)
+    base_pairs = sum(r.mac_pairs for r in runtime.run_batch(base, xs))
+    if opts.threshold or opts.group:
+        assert pairs < base_pairs
+    else:  # a different path, the same pairs
+        assert pairs == base_pairs
+
+
+def test_mixed_path_is_chosen_by_the_cost_model():
+    """Dense neurons favour expanding the stride index (one 64-bit chunk per cycle); very
+    sparse neurons and weights favour the merge of two short lists."""
+    from snpu.verif import timing
+
+    busy = {m: timing.fc_row_cycles_estimate(1024, 50, 0.5, 64, m) for m in (False, True)}
+    assert busy[False] < busy[True]
+    sparse = {m: timing.fc_row_cycles_estimate(4096, 8, 0.005, 64, m) for m in (False, True)}
+    assert sparse[True] < sparse[False]

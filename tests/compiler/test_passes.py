@@ -12,7 +12,7 @@ from snpu.compiler.frontend import load_onnx
 from snpu.compiler.passes.fold_affine import fold_affine
 from snpu.compiler.passes.fold_constants import fold_constants
 from snpu.compiler.passes.fuse_relu import fuse_relu
-from snpu.compiler.passes.partition import partition
+from snpu.compiler.passes.partition import choose_device, partition, partition_nodes
 from snpu.compiler.passes.prune import PruneOptions, _rows, prune
 from snpu.compiler.passes.quantize import quantize
 from snpu.compiler.passes.remove_noops import remove_noops
@@ -73,6 +73,60 @@ def test_partition_puts_unsupported_ops_on_the_host_in_dependency_order():
         for i in n.inputs:
             if i in producers:
                 assert pos[producers[i].name] <= pos[n.name]
+
+
+@pytest.mark.parametrize("model", ["light_zfnet512", "light_bvlc_alexnet"])
+def test_partition_keeps_core_layers_on_the_core_after_a_host_node(model):
+    """LRN runs on the host; every convolution and fully connected layer after it still
+    runs on the core (a host subgraph must not swallow nodes the host could also run)."""
+    g = partition(_front(ZOO / f"{model}.onnx"))
+    assert {n.op for n in g.nodes if n.device == "host"} == {"LRN", "Softmax"}
+    core = [s for s in g.meta["subgraphs"] if s["device"] == "core"]
+    assert len(core) == 3  # split by the two LRNs
+
+
+def test_partition_records_device_support_and_choice():
+    g = partition(_front(tiny_cnn()), force_host={"conv3"})
+    assert g.node("conv1").meta["device_support"] == ["core", "host"]
+    assert g.node("conv1").device == "core"  # both can: the core is preferred
+    assert g.node("softmax").meta["device_support"] == ["host"]
+    assert g.node("conv3").meta["core_reason"] == "forced to the host (--host)"
+
+
+def test_partition_takes_candidates_in_depth_order_of_the_contracted_graph():
+    """a -> b -> {d, e} <- c; b and d run on the host only, a, c and e on both (so on the
+    core); c is a source listed after b.  After {a}, the shallowest free node is c (depth 1):
+    its core subgraph takes e, and b and d then stay apart (together they would form a cycle
+    with {c, e}).  In file order b would start first, take d, and leave c and e in two core
+    subgraphs: three core segments instead of two."""
+    order = ["a", "b", "c", "d", "e"]
+    preds = {"a": set(), "b": {"a"}, "c": set(), "d": {"b", "c"}, "e": {"b", "c"}}
+    succs = {v: {w for w in order if v in preds[w]} for v in order}
+    both, host = {"core", "host"}, {"host"}
+    support = {"a": both, "b": host, "c": both, "d": host, "e": both}
+    subgraphs, depth = partition_nodes(order, preds, succs, support)
+    assert [(s.device, s.nodes) for s in subgraphs] == [
+        ("core", ["a"]), ("host", ["b"]), ("core", ["c", "e"]), ("host", ["d"])]
+    assert [depth[s.id] for s in subgraphs] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_partition_of_random_dags(seed):
+    """Every node in one subgraph on a device it supports; the contracted graph is a DAG
+    and the subgraphs come in dependency order."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 30))
+    order = [f"v{k}" for k in range(n)]
+    preds = {v: {order[j] for j in range(k) if rng.random() < 3 / n} for k, v in enumerate(order)}
+    succs = {v: {w for w in order if v in preds[w]} for v in order}
+    support = {v: {"host"} if rng.random() < 0.3 else {"core", "host"} for v in order}
+    subgraphs, _ = partition_nodes(order, preds, succs, support)
+    where = {v: k for k, s in enumerate(subgraphs) for v in s.nodes}
+    assert sorted(where) == sorted(order)
+    for k, s in enumerate(subgraphs):
+        assert all(s.device == choose_device(support[v]) for v in s.nodes)
+        for v in s.nodes:
+            assert all(where[p] <= k for p in preds[v])  # dependency order, hence no cycle
 
 
 @pytest.mark.parametrize("density", [1.0, 0.5, 0.2, 0.05])

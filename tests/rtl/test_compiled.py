@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from snpu.compiler import check, runtime
+from snpu.compiler.passes.neurons import NeuronOptions
 from snpu.compiler.pipeline import CompileOptions, compile_model
 from snpu.config import CoreConfig
 
@@ -49,3 +50,36 @@ def test_every_core_operator_on_the_rtl(dense):
     m = tiny_cnn()
     c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5, dense=dense))
     _rtl_matches(c, inputs(m, 2))
+
+
+# The sparse processing unit's settings and the mixed-format paths, through the compiler:
+# (weight density, neuron options) -- at 5 % density the weights are stride-coded, so the
+# mixed direct x stride path is taken.
+NEURON_SETTINGS = {
+    "threshold": (0.2, NeuronOptions(threshold=5)),
+    "groups": (0.2, NeuronOptions(group=4, t3=2, t4=1)),
+    "threshold+groups": (0.2, NeuronOptions(threshold=2, group=8, t3=3, t4=4)),
+    "expand": (0.05, NeuronOptions(mixed="expand")),
+    "merge": (0.05, NeuronOptions(mixed="merge")),
+}
+
+
+@pytest.mark.parametrize("setting", NEURON_SETTINGS)
+def test_neuron_settings_on_the_rtl(setting):
+    """Each setting of the sparse processing unit and each mixed path: the compiled digits
+    CNN on the RTL equals the golden model and the int8 reference bit for bit."""
+    sys.path.insert(0, str(DIGITS))
+    from train import split
+
+    xtr, _, xte, _ = split()
+    density, opts = NEURON_SETTINGS[setting]
+    c = compile_model(DIGITS / "digits_cnn.onnx",
+                      CompileOptions(config=TEST_CORE, density=density, neurons=opts,
+                                     calibration=[{"image": x[None]} for x in xtr[:16]]))
+    layers = [entry for entry in c.report["layers"] if entry["op"] in ("Conv", "Gemm")]
+    if opts.group:
+        assert any(isinstance(entry.get("neuron_groups"), list) for entry in layers)
+    if opts.mixed != "auto":
+        assert [e.get("mixed_path") for e in layers if e["format"] == "stride"] and \
+            all(e.get("mixed_path") == opts.mixed for e in layers if e["format"] == "stride")
+    _rtl_matches(c, [x[None] for x in xte[:2]])
