@@ -8,8 +8,10 @@ Prints one JSON document:
 * ``zoo``: for each network of the onnx wheel's model zoo (``onnx/backend/test/data/light``),
   at its own input size on the default core (16 lanes):
   - ``structure``: compiled with its own weights (ConstantOfShape placeholders), as
-    shipped: compile seconds (target: densenet121 <= 30 s), ops on the core / host, the
-    host op types, instructions;
+    shipped: compile seconds (target: every model <= 30 s), ops on the core / host, the
+    host op types; ROM words with hardware loops and the instructions dispatched (what the
+    ROM held before loops: target ROM <= 1/20 of it), and the same compile without loops
+    (``--no-loops`` compile seconds);
   - ``numerics``: the same architecture with seeded Kaiming-normal weights, unpruned,
     calibrated on 8 seeded normal inputs, one other seeded input run on the golden model:
     bit-exact against the int8 reference, top-1 agreement and max error against
@@ -57,11 +59,20 @@ def zoo_model(name: str) -> dict:
     t = time.time()
     c = compile_model(path)
     rep = c.report
+    seconds = round(time.time() - t, 2)
+    t = time.time()
+    unrolled = compile_model(path, CompileOptions(loops=False))
+    rom = sum(s.get("instructions", 0) for s in rep["segments"])
+    dispatched = sum(s.get("dispatched_instructions", 0) for s in rep["segments"])
     out = {"structure": {
-        "compile_seconds": round(time.time() - t, 2),
+        "compile_seconds": seconds,
+        "compile_seconds_without_loops": round(time.time() - t, 2),
         "ops_on_core": rep["ops_on_core"], "ops_on_host": rep["ops_on_host"],
         "host_ops": rep["host_ops"],
-        "instructions": sum(s.get("instructions", 0) for s in rep["segments"]),
+        "rom_words": rom, "dispatched_instructions": dispatched,
+        "rom_words_without_loops": sum(s.get("instructions", 0)
+                                       for s in unrolled.report["segments"]),
+        "rom_fraction_of_unrolled": round(rom / max(1, dispatched), 4),
         "segments": len(rep["segments"]),
         "pass_seconds": rep["pass_seconds"]}}
     _log(f"{name}: structure compiled in {out['structure']['compile_seconds']} s")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
 from snpu.config import CoreConfig
 from snpu.verif import isa
@@ -41,6 +40,16 @@ class Access:
     write: bool
 
 
+#: which units can touch each buffer (the ISA's data paths): a history record of unit v is
+#: dropped once every other unit that could touch its buffer knows v's instruction finished
+BUFFER_USERS = {
+    "ext": (Unit.LD, Unit.ST), "nbuf": (Unit.LD, Unit.MX), "nidx": (Unit.LD, Unit.MX),
+    "wbuf": (Unit.LD, Unit.MX), "widx": (Unit.LD, Unit.MX), "param": (Unit.LD, Unit.VX),
+    "acc": (Unit.LD, Unit.MX, Unit.VX), "obuf": (Unit.VX, Unit.ST),
+}
+_UNIT = [Unit(u) for u in range(NU)]
+
+
 class Emitter:
     """Wraps a :class:`~snpu.verif.program.Program`; see the module docstring."""
 
@@ -49,12 +58,13 @@ class Emitter:
         self.cfg: CoreConfig = program.config
         self.count = [0] * NU                 # instructions emitted per unit
         self.last: list[int | None] = [None] * NU  # index in p.instrs of each unit's latest
-        self.clock = np.zeros((NU, NU), np.int64)
-        self.snap: dict[int, np.ndarray] = {}  # p.instrs index -> clock after it finished
-        self.signals = np.zeros((NU, NU), np.int64)
-        self.waits = np.zeros((NU, NU), np.int64)
+        self.clock = [[0] * NU for _ in range(NU)]
+        self.last_snap: list[tuple[int, ...]] = [(0,) * NU] * NU  # clock after each latest
+        self.signals = [[0] * NU for _ in range(NU)]
+        self.waits = [[0] * NU for _ in range(NU)]
         self.signal_of: dict[tuple[int, int], int] = {}  # (instr index, consumer) -> k
-        self.sig_list: dict[tuple[int, int], list[int]] = {}  # channel -> instr index per token
+        #: channel -> the clock snapshot after the instruction that gives each token
+        self.sig_list: dict[tuple[int, int], list[tuple[int, ...]]] = {}
         self.history: dict[str, list[tuple[int, int, int, int, bool]]] = {}
         self.nops = 0
 
@@ -81,43 +91,58 @@ class Emitter:
                 else isa.REGISTER_BY_NUMBER[args["reg"]].unit
         return isa.OPCODE_BY_NAME[op].unit
 
+    def _learn(self, u: int, snap: tuple[int, ...]) -> None:
+        """Unit ``u`` now knows everything ``snap`` knows (its next instruction starts after)."""
+        cu = self.clock[u]
+        for k in range(NU):
+            if snap[k] > cu[k]:
+                cu[k] = snap[k]
+
     def _emit_raw(self, op: str, accesses: list[Access], **args) -> Instr:
         u = int(self._unit(op, args))
         need: dict[int, int] = {}
+        cu = self.clock[u]
         for a in accesses:
             if a.hi <= a.lo:
                 continue
             for (v, idx, lo, hi, w) in self.history.get(a.buf, ()):
-                if v == u or hi <= a.lo or a.hi <= lo or not (w or a.write):
+                if v == u or hi <= a.lo or a.hi <= lo or not (w or a.write) or cu[v] >= idx:
                     continue
-                if self.clock[u, v] < idx:
-                    need[v] = max(need.get(v, 0), idx)
+                if idx > need.get(v, 0):
+                    need[v] = idx
         waits = []
         for v in sorted(need):
-            waits.append(v)
+            waits.append(_UNIT[v])
             k = self._signal_latest(v, u)
-            while self.waits[v, u] < k - 1:  # take the channel's earlier tokens first
+            while self.waits[v][u] < k - 1:  # take the channel's earlier tokens first
                 self._nop(u, v)
-            self.waits[v, u] += 1
-            np.maximum(self.clock[u], self.snap[self.last[v]], out=self.clock[u])
+            self.waits[v][u] += 1
+            self._learn(u, self.last_snap[v])
         if op == "cfg":
             reg = args["reg"]
-            instr = self.p.emit("cfg", reg=reg, value=args["value"], wait=[Unit(v) for v in waits])
+            instr = self.p.emit("cfg", reg=reg, value=args["value"], wait=waits)
             self.p._regs[reg if isinstance(reg, str) else isa.REGISTER_BY_NUMBER[reg].name] = args["value"]
         else:
-            instr = self.p.emit(op, wait=[Unit(v) for v in waits], **args)
+            instr = self.p.emit(op, wait=waits, **args)
         self._after(u, accesses)
         return instr
 
     def _after(self, u: int, accesses: list[Access]) -> None:
         k = len(self.p.instrs) - 1
         self.count[u] += 1
-        self.clock[u, u] = self.count[u]
+        self.clock[u][u] = self.count[u]
         self.last[u] = k
-        self.snap[k] = self.clock[u].copy()
+        self.last_snap[u] = tuple(self.clock[u])
         for a in accesses:
             if a.hi > a.lo:
-                self.history.setdefault(a.buf, []).append((u, self.count[u], a.lo, a.hi, a.write))
+                recs = self.history.setdefault(a.buf, [])
+                # an older record of this unit inside the new one's range (and no write where
+                # the new one only reads) adds nothing: whoever conflicts with it conflicts
+                # with the new record, and waiting for the newer instruction covers the older
+                if len(recs) > 8:
+                    recs[:] = [r for r in recs if not (r[0] == u and a.lo <= r[2] and r[3] <= a.hi
+                                                       and (a.write or not r[4]))]
+                recs.append((u, self.count[u], a.lo, a.hi, a.write))
         if k % 128 == 0:
             self._prune()
 
@@ -127,26 +152,27 @@ class Emitter:
         key = (li, u)
         if key not in self.signal_of:
             old = self.p.instrs[li]
-            self.p.instrs[li] = Instr(old.op, old.args, old.wait, old.signal | {Unit(u)})
-            self.signals[v, u] += 1
-            self.signal_of[key] = int(self.signals[v, u])
-            self.sig_list.setdefault((v, u), []).append(li)
+            self.p.instrs[li] = Instr(old.op, old.args, old.wait, old.signal | {_UNIT[u]})
+            self.signals[v][u] += 1
+            self.signal_of[key] = self.signals[v][u]
+            self.sig_list.setdefault((v, u), []).append(self.last_snap[v])
         return self.signal_of[key]
 
     def _nop(self, u: int, v: int) -> None:
         """A ``cfg`` on unit ``u`` rewriting a register's value, carrying a wait on ``v``."""
         reg = next(r for r in isa.REGISTERS if int(r.unit) == u)
-        self.p.emit("cfg", reg=reg.name, value=self.p.reg(reg.name), wait=[Unit(v)])
-        self.waits[v, u] += 1
+        self.p.emit("cfg", reg=reg.name, value=self.p.reg(reg.name), wait=[_UNIT[v]])
+        self.waits[v][u] += 1
         self.nops += 1
         # the token it took was given after the instruction holding that signal
-        src = self.sig_list[(v, u)][int(self.waits[v, u]) - 1]
-        np.maximum(self.clock[u], self.snap[src], out=self.clock[u])
+        self._learn(u, self.sig_list[(v, u)][self.waits[v][u] - 1])
         self._after(u, [])
 
     def _prune(self) -> None:
-        known = self.clock.min(axis=0)
+        """Drop history records every other unit that could touch their buffer knows."""
         for buf, recs in self.history.items():
+            users = [int(x) for x in BUFFER_USERS.get(buf, _UNIT)]
+            known = [min(self.clock[x][v] for x in users if x != v) for v in range(NU)]
             self.history[buf] = [r for r in recs if r[1] > known[r[0]]]
 
 

@@ -139,9 +139,22 @@ class LayerContext:
 
 class WeightTiles:
     """A layer's quantised weights ``[rows, K]`` split into row tiles (and column chunks)
-    that fit half of every lane's banks, encoded in the layer's index format."""
+    that fit half of every lane's banks, encoded in the layer's index format.
 
-    def __init__(self, ctx: LayerContext, w: np.ndarray, fmt: str, col_chunks: list[tuple[int, int]]):
+    In external memory every tile is one *record* of a fixed size: the tile's requantisation
+    parameters, then per column chunk its weight values and its index, each *striped* over
+    the lanes (lane ``g``'s bank at ``g * stride``, every lane padded to the same length) so
+    that one ``ld`` with a plane per lane fills every lane's bank.  Records (and the parts in
+    them) lie at constant strides, so the loads of consecutive tiles differ only in their
+    external address by one record: the re-roller turns the tile sequence into a loop that
+    walks the weight stream.  Padding to the layer's largest tile is skipped when it would
+    cost more than :data:`PAD_LIMIT` of the layer's bytes (each tile then keeps its sizes).
+    """
+
+    PAD_LIMIT = 0.125
+
+    def __init__(self, ctx: LayerContext, w: np.ndarray, fmt: str, col_chunks: list[tuple[int, int]],
+                 q: dict):
         self.ctx, self.w, self.fmt = ctx, w, fmt
         P = ctx.cfg.lanes
         rows = w.shape[0]
@@ -173,6 +186,7 @@ class WeightTiles:
                                    "banks; split the input dimension further")
             self.tiles.append((r0, min(rows, r0 + size)))
             r0 += size
+        self._build_records(q)
 
     def _fits(self, per_row, r0, size):
         P = self.ctx.cfg.lanes
@@ -185,19 +199,59 @@ class WeightTiles:
                     return False
         return True
 
+    def _build_records(self, q: dict) -> None:
+        """Encode every tile's parameters and banks and lay the records out (see above)."""
+        ctx, P = self.ctx, self.ctx.cfg.lanes
+        banks = [[lanes_layout.encode_weight_tile(self.w[r0:r1, c0:c1], self.fmt, P, 64)
+                  for c0, c1 in self.chunks] for r0, r1 in self.tiles]
+        params = [numerics.pack_params(*(np.concatenate([np.asarray(q[k][r0:r1], np.int64),
+                                                         np.zeros(_r(r1 - r0, P) - (r1 - r0),
+                                                                  np.int64)])
+                                         for k in ("bias", "mult", "shift")))
+                  for r0, r1 in self.tiles]
+        # per tile: the param bytes, and per chunk the striped lane length of wbuf and widx
+        sizes = [(p.size, [(_r(max(len(b.wbuf) for b in bk), 8), _r(max(len(b.widx) for b in bk), 8))
+                           for bk in chunks]) for p, chunks in zip(params, banks)]
+        most = (max(s[0] for s in sizes),
+                [tuple(max(s[1][j][i] for s in sizes) for i in range(2)) for j in range(len(self.chunks))])
+        used = sum(p + P * sum(a + b for a, b in c) for p, c in sizes)
+        uniform = most[0] + P * sum(a + b for a, b in most[1])
+        if uniform * len(sizes) - used <= self.PAD_LIMIT * used:
+            sizes = [most] * len(sizes)
+        self.records = []  # per tile: (param addr, param bytes, [(wbuf addr, stride, widx addr, stride)])
+        for t, ((pbytes, chunk_sizes), p, chunks) in enumerate(zip(sizes, params, banks)):
+            record = bytearray(pbytes + P * sum(a + b for a, b in chunk_sizes))
+            record[:p.size] = p.tobytes()
+            offsets, off = [], pbytes
+            for (sw, si), bk in zip(chunk_sizes, chunks):
+                for g, b in enumerate(bk):
+                    record[off + g * sw:off + g * sw + len(b.wbuf)] = b.wbuf
+                    record[off + P * sw + g * si:off + P * sw + g * si + len(b.widx)] = b.widx
+                offsets.append((off, sw, off + P * sw, si))
+                off += P * (sw + si)
+            base = ctx.data(f"tile{t}", np.frombuffer(bytes(record), np.uint8), "weights", 8)
+            self.records.append((base, pbytes, [(base + o1, s1, base + o2, s2)
+                                                for o1, s1, o2, s2 in offsets],
+                                 [(max(len(b.wbuf) for b in bk), max(len(b.widx) for b in bk))
+                                  for bk in chunks]))
+
+    def load_params(self, t: int) -> int:
+        """Emit the load of tile ``t``'s requantisation parameters; returns their first row."""
+        ctx = self.ctx
+        base, pbytes, _, _ = self.records[t]
+        ctx.k.ld("param", base, ctx.param_base * ctx.cfg.param_row_bytes, pbytes)
+        return ctx.param_base
+
     def load(self, t: int, j: int, half: int) -> tuple[int, int, int, int]:
-        """Emit the loads of tile ``t``, chunk ``j`` into weight half ``half``; returns
-        (wbuf, widx, max wbuf bytes, max widx bytes)."""
-        ctx, k = self.ctx, self.ctx.k
-        (r0, r1), (c0, c1) = self.tiles[t], self.chunks[j]
-        banks = lanes_layout.encode_weight_tile(self.w[r0:r1, c0:c1], self.fmt, ctx.cfg.lanes, 64)
+        """Emit the loads of tile ``t``, chunk ``j`` into weight half ``half`` (one striped
+        load per bank kind); returns (wbuf, widx, max wbuf bytes, max widx bytes)."""
+        ctx, k, P = self.ctx, self.ctx.k, self.ctx.cfg.lanes
         wb, ib = half * ctx.wb_half, half * ctx.ib_half
-        for g, b in enumerate(banks):
-            for buf, raw, dst in (("wbuf", b.wbuf, wb), ("widx", b.widx, ib)):
-                if raw:
-                    addr = ctx.data(f"{buf}.{t}.{j}.{g}", np.frombuffer(raw, np.uint8))
-                    k.ld(buf, addr, dst, len(raw), lane=g)
-        return (wb, ib, max(len(b.wbuf) for b in banks), max(len(b.widx) for b in banks))
+        (wa, ws, ia, isz), (wmax, imax) = self.records[t][2][j], self.records[t][3][j]
+        for buf, addr, stride, dst in (("wbuf", wa, ws, wb), ("widx", ia, isz, ib)):
+            if stride:
+                k.ld(buf, addr, dst, stride, n3=P, ext_stride3=stride, dst_stride3=0, lane=0)
+        return wb, ib, wmax, imax
 
 
 def choose_format(w: np.ndarray) -> str:
@@ -247,14 +301,14 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
         bounds.append((off, off + s.size))
         off += s.size
     fmt = "dense" if ctx.dense else node.meta.get("format") or choose_format(w)
-    tiles = WeightTiles(ctx, wcat, fmt, bounds)
+    tiles = WeightTiles(ctx, wcat, fmt, bounds, q)
     mixed, mixed_report = ctx.mixed_path(w, fmt, kh * kw * cin)
     contiguous = len(cchunks) == 1 and X.pixel == cin
     kmax = max(_r(kh * kw * (c1 - c0), 64) for c0, c1 in cchunks)
     for t, (r0, r1) in enumerate(tiles.tiles):
         R = r1 - r0
         Rp = _r(R, P)
-        prow = ctx.load_params([(q["bias"][r0:r1], q["mult"][r0:r1], q["shift"][r0:r1])])[0]
+        prow = tiles.load_params(t)
         G = max(1, min(ow, ctx.nb_half // kmax, ctx.acc_half // Rp, ctx.ob_half // Rp, 4095))
         # one chunk: the tile's weights stay in the banks; several: reloaded per pixel group
         whalves = [tiles.load(t, 0, ctx.alternate("w"))] if len(cchunks) == 1 else [None] * len(cchunks)
@@ -307,7 +361,7 @@ def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
         raise CompileError(f"{node.where()}: a {X.c}-channel pixel does not fit half the neuron buffer")
     chunks = [(e0, min(n_in, e0 + per)) for e0 in range(0, n_in, per)]
     fmt = "dense" if ctx.dense else node.meta.get("format") or choose_format(w)
-    tiles = WeightTiles(ctx, w, fmt, chunks)
+    tiles = WeightTiles(ctx, w, fmt, chunks, q)
     mixed, mixed_report = ctx.mixed_path(w, fmt, n_in)
     resident = len(chunks) == 1
     if resident:
@@ -315,7 +369,7 @@ def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
     for t, (r0, r1) in enumerate(tiles.tiles):
         R, half = r1 - r0, ctx.alternate()
         Rp = _r(R, P)
-        prow = ctx.load_params([(q["bias"][r0:r1], q["mult"][r0:r1], q["shift"][r0:r1])])[0]
+        prow = tiles.load_params(t)
         ab, ob = half * ctx.acc_half, half * ctx.ob_half
         for j, (e0, e1) in enumerate(chunks):
             wb, ib, wbytes, ibytes = tiles.load(t, j, ctx.alternate("w"))

@@ -13,7 +13,8 @@
           -> neurons             (the sparse processing unit's threshold / group pruning of
                                   every core layer's input, neuron densities)
           -> allocate            (activation layouts in external memory)
-          -> codegen             (kernels -> ROM segments, memory image)
+          -> codegen             (kernels -> ROM segments re-rolled into hardware loops,
+                                  memory image)
 
 Each pass is a function ``Graph -> Graph`` (its options bound here).
 """
@@ -62,6 +63,7 @@ class CompileOptions:
     force_host: tuple[str, ...] = ()     #: nodes to run on the host
     dense: bool = False                  #: dense mode: no sparse skipping (speedup baseline)
     neurons: NeuronOptions = field(default_factory=NeuronOptions)  #: neuron threshold / groups
+    loops: bool = True                   #: re-roll programs into hardware loops
 
 
 def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> list[tuple[str, Callable[[Graph], Graph]]]:
@@ -80,7 +82,7 @@ def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> 
         ("neurons", lambda g: neurons(g, options.neurons, calibration, options.config,
                                       dense=options.dense)),
         ("allocate", lambda g: allocate(g, image)),
-        ("codegen", lambda g: codegen(g, options.config, image, options.dense)),
+        ("codegen", lambda g: codegen(g, options.config, image, options.dense, options.loops)),
     ]
     return passes
 
@@ -161,7 +163,8 @@ def _report(g: Graph, options: CompileOptions, timings: dict, total: float) -> d
         "ops_on_core": core, "ops_on_host": len(g.nodes) - core,
         "host_ops": sorted({n.op for n in g.nodes if n.device == "host"}),
         "segments": [{"kind": s["kind"], "nodes": len(s["nodes"]),
-                      **({"instructions": s["instructions"], "token_nops": s["token_nops"]}
+                      **({"instructions": s["instructions"], "token_nops": s["token_nops"],
+                          "dispatched_instructions": s["dispatched_instructions"]}
                          if s["kind"] == "core" else {})} for s in g.meta["segments"]],
         "options": {"density": options.density, "group_size": options.group_size,
                     "random_weights": options.random_weights, "dense": options.dense,

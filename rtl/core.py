@@ -11,7 +11,7 @@ from .acc import Accumulators
 from .axi import AxiSignature
 from .buffers import OutputCache, ParamMemory
 from .dispatch import Dispatcher
-from .ifetch import InstructionFetch
+from .icache import InstructionCache
 from .ld_unit import LoadUnit
 from .microcode import PC_BITS, UNITS, micro_layout
 from .mx_unit import MatrixController
@@ -31,6 +31,7 @@ COUNTERS = (
     "pairs",             # neuron/weight pairs multiplied
     "dense_pairs",       # pairs a dense core would have multiplied
     "dma_read_bytes", "dma_write_bytes",
+    "icache_hits", "icache_misses", "icache_prefetches",  # instruction cache accesses
 )
 
 
@@ -60,7 +61,7 @@ class Core(wiring.Component):
 
     def __init__(self, config: CoreConfig | None = None):
         self._cfg = config = config or CoreConfig()
-        self._fetch = InstructionFetch()
+        self._fetch = InstructionCache(config.icache_lines)
         self._dispatch = Dispatcher()
         self._queues = {u: SyncFIFOBuffered(width=micro_layout(u).size, depth=config.queue_depth)
                         for u in UNITS}
@@ -77,6 +78,7 @@ class Core(wiring.Component):
             "axi": Out(AxiSignature()),
             "start": In(1),
             "rom_base": In(32),
+            "rom_words": In(PC_BITS + 1),
             "busy": Out(1),
             "done": Out(1),
             "error": Out(ErrorCode),
@@ -109,18 +111,21 @@ class Core(wiring.Component):
 
         # ---- Control.
         running = Signal()
-        begin = Signal()  # the cycle after start
+        begin = Signal()  # the cycle after start: the dispatcher asks for word 0
         rom_base = Signal(32)
+        rom_words = Signal(PC_BITS + 1)
         fault = Signal(ErrorCode)
         fault_pc = Signal(PC_BITS)
         halt = Signal()  # a fault: stop dispatching and accepting
         m.d.sync += begin.eq(self.start)
         with m.If(self.start):
-            m.d.sync += rom_base.eq(self.rom_base)
+            m.d.sync += [rom_base.eq(self.rom_base), rom_words.eq(self.rom_words)]
         m.d.comb += [self.busy.eq(running), self.error.eq(fault), self.error_pc.eq(fault_pc),
-                     fetch.start.eq(begin), fetch.rom_base.eq(rom_base),
-                     fetch.stop.eq(disp.halted | halt), disp.stop.eq(halt)]
-        wiring.connect(m, fetch.o, disp.i)
+                     fetch.start.eq(self.start), fetch.rom_base.eq(rom_base),
+                     fetch.rom_words.eq(rom_words),
+                     disp.start.eq(begin), disp.rom_words.eq(rom_words), disp.stop.eq(halt)]
+        wiring.connect(m, disp.fetch_req, fetch.req)
+        wiring.connect(m, fetch.resp, disp.fetch_resp)
 
         # ---- Queues and front ends.
         idle = [~self._front[u].busy & ~self._queues[u].r_rdy & (self._queues[u].level == 0)
@@ -212,7 +217,8 @@ class Core(wiring.Component):
         units_quiet = Cat(*[~self._front[u].busy for u in UNITS]).all()
         with m.If(self.start):
             m.d.sync += [running.eq(1), self.done.eq(0)]
-        with m.Elif(running & (disp.halted | (halt & units_quiet))):
+        # the instruction cache's fills in flight complete first (their beats are owed)
+        with m.Elif(running & fetch.idle & (disp.halted | (halt & units_quiet))):
             m.d.sync += [running.eq(0), self.done.eq(1)]
 
         # ---- Performance counters (since start).
@@ -231,5 +237,7 @@ class Core(wiring.Component):
                          cnt[f"{u.name.lower()}_instructions"].eq(self._front[u].instructions)]
         m.d.comb += [cnt["mac_cycles"].eq(mx.busy_cycles), cnt["pairs"].eq(mx.pairs),
                      cnt["dense_pairs"].eq(mx.dense_pairs),
-                     cnt["dma_read_bytes"].eq(ld.bytes_read), cnt["dma_write_bytes"].eq(st.bytes_written)]
+                     cnt["dma_read_bytes"].eq(ld.bytes_read), cnt["dma_write_bytes"].eq(st.bytes_written),
+                     cnt["icache_hits"].eq(fetch.hits), cnt["icache_misses"].eq(fetch.misses),
+                     cnt["icache_prefetches"].eq(fetch.prefetches)]
         return m

@@ -1,34 +1,63 @@
-"""Instruction control unit: decode, legality check, dispatch to the units' queues."""
+"""Instruction control unit: program sequencer (loops), decode, legality check, dispatch."""
 
 from amaranth import *
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from snpu.verif import isa
-from snpu.verif.isa import HEADER_BITS, NUM_UNIT_BITS, OPCODE_BITS, Unit
+from snpu.verif.isa import HEADER_BITS, LOOP_DEPTH, NUM_UNIT_BITS, OPCODE_BITS, Unit
+from snpu.verif.sequencer import STREAMS
 
-from .ifetch import FETCHED
+from .icache import FETCHED
 from .microcode import PC_BITS, UNITS, micro_layout, op_codes
 from .status import ErrorCode
 
+_LOOP = isa.OPCODE_BY_NAME["loop"]
+_INC_BITS = _LOOP.field("in_inc").width
+FRAME = data.StructLayout({
+    "start": PC_BITS, "end": PC_BITS, "left": _LOOP.field("count").width,
+    **{f"inc_{s}": signed(_INC_BITS) for s in STREAMS},
+    **{f"off_{s}": 32 for s in STREAMS},
+})
+
+
+def _field(word, opcode: isa.Opcode, name: str):
+    f = opcode.field(name)
+    v = word[opcode.offsets[name]:opcode.offsets[name] + f.width]
+    return v.as_signed() if f.kind == "sint" else v
+
 
 class Dispatcher(wiring.Component):
-    """Decodes each instruction word into a microinstruction and appends it to the queue of
-    the unit that executes it, in program order.
+    """Sequences the program, decodes each instruction word into a microinstruction and
+    appends it to the queue of the unit that executes it, in program order.
 
-    The legality check is generated from the ISA tables (:mod:`snpu.verif.isa`): a known,
+    **Sequencing** (specification: :class:`snpu.verif.sequencer.Sequencer`).  Words are
+    requested from the instruction cache by ROM index, from 0 on.  A ``loop`` word pushes a
+    frame (body start and end, iterations left, increments, offsets); after the last word
+    of a body the next request goes back to its start while iterations remain, else the
+    frame pops (enclosing frames ending on the same word are handled in the same cycle).  A
+    ``ld`` / ``st`` with ``walk=1`` is dispatched with ``ext`` plus the sum of the frames'
+    offsets for its stream (each frame's offset is its iteration number times its
+    increment).  The next word is requested in the cycle the current one is dispatched, so
+    with cache hits one instruction is dispatched per cycle; a jump back costs nothing more.
+
+    **Legality** is generated from the ISA tables (:mod:`snpu.verif.isa`): a known,
     non-reserved opcode; reserved bits zero; enumeration fields inside their value set; token
     bits naming only implemented units other than the instruction's own (none on control
-    instructions); for ``cfg`` a defined register and a legal value.  An illegal word (or a
-    word whose fetch failed) stops dispatching with ``ILLEGAL`` (``FETCH``) and its ROM index.
-    ``sync`` waits until ``units_idle``; ``halt`` does the same and then raises ``halted``.
-
-    Throughput one instruction per cycle while the target queue has room.
+    instructions); for ``cfg`` a defined register and a legal value; for ``loop`` a body of
+    at least one word that stays inside the ROM and its enclosing body, at most
+    :data:`~snpu.verif.isa.LOOP_DEPTH` deep.  Requesting a word at or past ``rom_words``
+    (no ``halt``) is illegal too.  An illegal word (or one whose fetch failed) stops
+    dispatching with ``ILLEGAL`` (``FETCH``) and its ROM index.  ``sync`` waits until
+    ``units_idle``; ``halt`` does the same and then raises ``halted``.
     """
 
     def __init__(self):
         super().__init__({
-            "i": In(stream.Signature(FETCHED)),
+            "start": In(1),          # request word 0 (the cycle after the core's start)
+            "rom_words": In(PC_BITS + 1),
+            "fetch_req": Out(stream.Signature(PC_BITS)),
+            "fetch_resp": In(stream.Signature(FETCHED)),
             **{f"q_{u.name.lower()}": Out(stream.Signature(micro_layout(u))) for u in UNITS},
             "units_idle": In(1),
             "stop": In(1),
@@ -42,25 +71,34 @@ class Dispatcher(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        word = self.i.payload.word
+        word = self.fetch_resp.payload.word
+        pc = self.fetch_resp.payload.pc
         opcode = word[:OPCODE_BITS]
         wait = word[OPCODE_BITS:OPCODE_BITS + NUM_UNIT_BITS]
         signal = word[OPCODE_BITS + NUM_UNIT_BITS:HEADER_BITS]
         impl = sum(1 << int(u) for u in UNITS)
 
+        # ---- Loop frames: frames[0] is the outermost; `depth` of them are valid.
+        frames = [Signal(FRAME, name=f"frame{k}") for k in range(LOOP_DEPTH)]
+        depth = Signal(range(LOOP_DEPTH + 1))
+        offset = {s: Signal(32, name=f"offset_{s}") for s in STREAMS}
+        for s in STREAMS:
+            m.d.comb += offset[s].eq(sum(Mux(depth > k, frames[k][f"off_{s}"], 0)
+                                         for k in range(LOOP_DEPTH)))
+
+        # ---- Decode.
         legal = Signal()
         target = Signal(range(len(UNITS)))
-        is_sync, is_halt = Signal(), Signal()
+        is_sync, is_halt, is_loop = Signal(), Signal(), Signal()
         micro = {u: Signal(micro_layout(u), name=f"micro_{u.name.lower()}") for u in UNITS}
         for u in UNITS:
-            m.d.comb += [micro[u].pc.eq(self.i.payload.pc),
-                         micro[u].wait.eq(wait), micro[u].signal.eq(signal)]
+            m.d.comb += [micro[u].pc.eq(pc), micro[u].wait.eq(wait), micro[u].signal.eq(signal)]
 
         def tokens_ok(unit_index):
-            own = 1 << unit_index
-            allowed = impl & ~own
+            allowed = impl & ~(1 << unit_index)
             return ((wait & ~allowed) == 0) & ((signal & ~allowed) == 0)
 
+        weight_bufs = [isa.BUFFERS[b] for b in ("wbuf", "widx", "param")]
         with m.Switch(opcode):
             for o in isa.OPCODES:
                 if o.reserved:
@@ -71,10 +109,13 @@ class Dispatcher(wiring.Component):
                         if f.kind == "enum":
                             v = word[o.offsets[f.name]:o.offsets[f.name] + f.width]
                             ok &= Cat(*[v == e for e in f.enum.values()]).any()
-                    if o.mnemonic in ("halt", "sync"):
+                    if o.unit is None and o.mnemonic != "cfg":  # halt, sync, loop
                         ok &= (wait == 0) & (signal == 0)
+                        if o.mnemonic == "loop":
+                            ok &= _field(word, o, "body") != 0
                         m.d.comb += [legal.eq(ok), is_halt.eq(o.mnemonic == "halt"),
-                                     is_sync.eq(o.mnemonic == "sync")]
+                                     is_sync.eq(o.mnemonic == "sync"),
+                                     is_loop.eq(o.mnemonic == "loop")]
                     elif o.mnemonic == "cfg":
                         reg = word[o.offsets["reg"]:o.offsets["reg"] + 8]
                         value = word[o.offsets["value"]:o.offsets["value"] + 32]
@@ -96,34 +137,127 @@ class Dispatcher(wiring.Component):
                         m.d.comb += mu.op.eq(op_codes(u)[o.mnemonic])
                         member = getattr(mu.args, o.mnemonic)
                         for f in o.fields:
-                            m.d.comb += getattr(member, f.name).eq(
-                                word[o.offsets[f.name]:o.offsets[f.name] + f.width])
+                            v = word[o.offsets[f.name]:o.offsets[f.name] + f.width]
+                            if f.name == "ext" and "walk" in o.offsets:
+                                walk = word[o.offsets["walk"]]
+                                if o.mnemonic == "st":
+                                    off = offset["out"]
+                                else:
+                                    buf = word[o.offsets["buf"]:o.offsets["buf"] + 3]
+                                    is_w = Cat(*[buf == b for b in weight_bufs]).any()
+                                    off = Mux(is_w, offset["w"], offset["in"])
+                                v = (v + Mux(walk, off, 0))[:32]
+                            m.d.comb += getattr(member, f.name).eq(v)
+
+        # ---- The loop word's context checks.
+        body = _field(word, _LOOP, "body")
+        count = _field(word, _LOOP, "count")
+        loop_end = Signal(PC_BITS + 1)
+        m.d.comb += loop_end.eq(pc + body)
+        top_end = Signal(PC_BITS)
+        with m.Switch(depth):
+            for k in range(1, LOOP_DEPTH + 1):
+                with m.Case(k):
+                    m.d.comb += top_end.eq(frames[k - 1].end)
+        loop_ok = ((loop_end < self.rom_words) & (depth < LOOP_DEPTH)
+                   & ((depth == 0) | (loop_end <= top_end)))
+
+        # ---- Next word: after `last` is done, go on after it or back to a body's start.
+        # Walking down from the top frame: a frame ending at `last` with no iterations left
+        # pops and the walk goes on to the frame below; one with iterations left jumps back.
+        fin_last = Signal(PC_BITS + 1)
+        m.d.comb += fin_last.eq(Mux(is_loop, loop_end, pc))  # a zero-trip loop skips its body
+        reach = [Signal(name=f"reach{k}") for k in range(LOOP_DEPTH)]
+        popped = [Signal(name=f"popped{k}") for k in range(LOOP_DEPTH)]
+        jump = Signal(LOOP_DEPTH)
+        for k in reversed(range(LOOP_DEPTH)):
+            below_top = (reach[k + 1] & popped[k + 1]) if k + 1 < LOOP_DEPTH else C(0)
+            ends = frames[k].end == fin_last
+            m.d.comb += [reach[k].eq((depth == k + 1) | below_top),
+                         popped[k].eq(reach[k] & ends & (frames[k].left == 0)),
+                         jump[k].eq(reach[k] & ends & (frames[k].left != 0))]
+        pops = Signal(range(LOOP_DEPTH + 1))
+        m.d.comb += pops.eq(sum(popped))
+        nxt = Signal(PC_BITS + 1)
+        m.d.comb += nxt.eq(fin_last + 1)
+        for k in range(LOOP_DEPTH):
+            with m.If(jump[k]):
+                m.d.comb += nxt.eq(frames[k].start)
+
+        # ---- Requests to the cache: word 0 after start, then the next word in the cycle
+        # the current one is consumed (held until the cache takes it).
+        consume = Signal()       # the current word is dispatched / executed this cycle
+        push = Signal()          # ... and it is a loop that runs its body
+        want_pc = Signal(PC_BITS + 1)
+        m.d.comb += want_pc.eq(Mux(push, pc + 1, nxt))
+        first = self.start  # ask for word 0
+        want = Signal()
+        m.d.comb += want.eq((consume & ~is_halt) | first)
+        addr = Signal(PC_BITS + 1)
+        m.d.comb += addr.eq(Mux(first, 0, want_pc))
+        past_rom = Signal()      # the next word would lie past the ROM: no halt
+        m.d.comb += past_rom.eq(want & (addr >= self.rom_words))
+        req_pending = Signal()
+        req_pc = Signal(PC_BITS)
+        m.d.comb += [self.fetch_req.valid.eq((req_pending | (want & ~past_rom)) & ~self.stop),
+                     self.fetch_req.payload.eq(Mux(req_pending, req_pc, addr))]
+        with m.If(req_pending):
+            m.d.sync += req_pending.eq(~self.fetch_req.ready)
+        with m.Elif(want & ~past_rom & ~self.fetch_req.ready):
+            m.d.sync += [req_pending.eq(1), req_pc.eq(addr)]
+
+        # ---- Frame updates when a word is consumed.
+        with m.If(consume & is_loop & (count != 0)):
+            m.d.comb += push.eq(1)
+            with m.Switch(depth):
+                for k in range(LOOP_DEPTH):
+                    with m.Case(k):
+                        f = frames[k]
+                        m.d.sync += [f.start.eq(pc + 1), f.end.eq(loop_end), f.left.eq(count - 1)]
+                        for s, name in STREAMS.items():
+                            m.d.sync += [f[f"inc_{s}"].eq(_field(word, _LOOP, name)),
+                                         f[f"off_{s}"].eq(0)]
+            m.d.sync += depth.eq(depth + 1)
+        with m.Elif(consume):
+            m.d.sync += depth.eq(depth - pops)
+            for k in range(LOOP_DEPTH):
+                f = frames[k]
+                with m.If(jump[k]):
+                    m.d.sync += f.left.eq(f.left - 1)
+                    for s in STREAMS:
+                        m.d.sync += f[f"off_{s}"].eq(f[f"off_{s}"] + f[f"inc_{s}"])
 
         # ---- Dispatch.
-        for k, u in enumerate(UNITS):
-            q = self.queue(u)
-            m.d.comb += q.payload.eq(micro[u])
+        for u in UNITS:
+            m.d.comb += self.queue(u).payload.eq(micro[u])
+        resp = self.fetch_resp
         with m.FSM():
             with m.State("RUN"):
                 with m.If(self.stop):
                     m.next = "DRAIN"
-                with m.Elif(self.i.valid):
-                    with m.If(self.i.payload.error):
-                        m.d.sync += [self.error.eq(ErrorCode.FETCH), self.error_pc.eq(self.i.payload.pc)]
+                with m.Elif(resp.valid):
+                    with m.If(resp.payload.error):
+                        m.d.sync += [self.error.eq(ErrorCode.FETCH), self.error_pc.eq(pc)]
                         m.next = "DRAIN"
-                    with m.Elif(~legal):
-                        m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), self.error_pc.eq(self.i.payload.pc)]
+                    with m.Elif(~legal | (is_loop & ~loop_ok)):
+                        m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), self.error_pc.eq(pc)]
                         m.next = "DRAIN"
+                    with m.Elif(is_loop):
+                        m.d.comb += [resp.ready.eq(1), consume.eq(1)]
                     with m.Elif(is_sync | is_halt):
                         with m.If(self.units_idle):
-                            m.d.comb += self.i.ready.eq(1)
+                            m.d.comb += [resp.ready.eq(1), consume.eq(1)]
                             with m.If(is_halt):
                                 m.next = "DRAIN"
                     with m.Else():
                         for k, u in enumerate(UNITS):
                             q = self.queue(u)
                             with m.If(target == k):
-                                m.d.comb += [q.valid.eq(1), self.i.ready.eq(q.ready)]
+                                m.d.comb += [q.valid.eq(1), resp.ready.eq(q.ready),
+                                             consume.eq(q.ready)]
+                with m.If(past_rom & ~self.stop):
+                    m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), self.error_pc.eq(addr)]
+                    m.next = "DRAIN"
             with m.State("DRAIN"):
                 with m.If(self.units_idle):
                     m.d.sync += self.halted.eq(1)

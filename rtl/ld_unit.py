@@ -60,7 +60,8 @@ class LoadUnit(wiring.Component):
         self._reader = DmaReader()
         self._realign = Realigner()
         self._spu = SparseProcessingUnit(8, addr_bits=(c.nbuf_bytes // 8 - 1).bit_length())
-        self._rows = SyncFIFOBuffered(width=20, depth=4)
+        # per requested row: its destination word address and (wbuf / widx) its lane
+        self._rows = SyncFIFOBuffered(width=20 + max(1, (c.lanes - 1).bit_length()), depth=4)
         super().__init__({
             "start": In(1),
             "args": In(args_layout(Unit.LD).members["ld"]),
@@ -109,15 +110,19 @@ class LoadUnit(wiring.Component):
             for name, code in BUFFERS.items():
                 with m.Case(code):
                     m.d.comb += limit.eq(sizes[name])
+        # wbuf / widx: plane p goes to lane `lane + p`; other buffers have lane 0 only
+        banked = (buf == BUFFERS["wbuf"]) | (buf == BUFFERS["widx"])
+        p_cnt = Signal(12)
+        row_lane = Signal(13)
+        m.d.comb += row_lane.eq(a.lane + Mux(banked, p_cnt, 0))
         lane_ok = Signal()
-        m.d.comb += lane_ok.eq(Mux((buf == BUFFERS["wbuf"]) | (buf == BUFFERS["widx"]),
-                                   a.lane < P, a.lane == 0))
+        m.d.comb += lane_ok.eq(Mux(banked, row_lane < P, a.lane == 0))
         group = Signal(4)  # group size in bytes (1: no group pruning)
         m.d.comb += group.eq(Mux((buf == BUFFERS["nbuf"]) & r.nidx_mode, 1 << r.group_log2, 1))
 
         # ---- Address side: one row request per cycle while rows remain.
         issuing = Signal()
-        p_cnt, r_cnt = Signal(12), Signal(12)
+        r_cnt = Signal(12)
         ext_plane, ext_row = Signal(32), Signal(32)
         dst_plane, dst_row = Signal(21), Signal(21)
         outstanding = Signal(range(1 << 14))  # rows requested and not yet written
@@ -135,7 +140,7 @@ class LoadUnit(wiring.Component):
             reader.req.payload.length.eq(a.cols),
             reader.req.payload.tag.eq(dst_row[:3]),
             rows_fifo.w_en.eq(can_issue),
-            rows_fifo.w_data.eq(dst_row >> 3),
+            rows_fifo.w_data.eq(Cat((dst_row >> 3)[:20], row_lane)),
         ]
         word_done = Signal()  # a row's last word was written this cycle
         with m.If(self.start):
@@ -165,7 +170,7 @@ class LoadUnit(wiring.Component):
         in_row = Signal()
         w = realign.o.payload
         addr = Signal(20)
-        m.d.comb += addr.eq(Mux(in_row, word, rows_fifo.r_data))
+        m.d.comb += addr.eq(Mux(in_row, word, rows_fifo.r_data[:20]))
         accept = Signal()
         acc_sub = Signal(range(max(1, 8 // P) + 1))  # sub-write of an 8-element word (P < 8)
         acc_busy = (buf == BUFFERS["acc"])
@@ -185,7 +190,7 @@ class LoadUnit(wiring.Component):
         for name, port in (("nbuf", self.nbuf_w), ("wbuf", self.wbuf_w), ("widx", self.widx_w)):
             m.d.comb += [port.addr.eq(addr), port.data.eq(w.data),
                          port.en.eq(Mux(accept & (buf == BUFFERS[name]), w.be, 0))]
-        m.d.comb += self.w_lane.eq(a.lane)
+        m.d.comb += self.w_lane.eq(rows_fifo.r_data[20:])  # the lane of the row being written
         m.d.comb += [
             spu.i.valid.eq(accept & (buf == BUFFERS["nbuf"]) & r.nidx_mode),
             spu.i.payload.data.eq(w.data), spu.i.payload.be.eq(w.be), spu.i.payload.addr.eq(addr),

@@ -50,6 +50,8 @@ class CoreConfig:
         Instruction queue depth in front of each unit.
     token_depth:
         Capacity of each dependency-token channel between two units.
+    icache_lines:
+        Instruction cache lines (4 words, 64 bytes each; direct-mapped, in block RAM).
     """
 
     lanes: int = 16
@@ -64,6 +66,7 @@ class CoreConfig:
     axi_data_bits: int = 64
     queue_depth: int = 8
     token_depth: int = 8
+    icache_lines: int = 64
 
     def __post_init__(self) -> None:
         checks = [
@@ -87,6 +90,8 @@ class CoreConfig:
             ("queue_depth", _pow2(self.queue_depth) and 2 <= self.queue_depth <= 64,
              "a power of two in 2..64"),
             ("token_depth", 1 <= self.token_depth <= 255, "in 1..255"),
+            ("icache_lines", _pow2(self.icache_lines) and 4 <= self.icache_lines <= 4096,
+             "a power of two in 4..4096"),
         ]
         for name, ok, want in checks:
             if not ok:

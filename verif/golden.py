@@ -26,6 +26,7 @@ from snpu.errors import ExecutionError, IllegalInstruction, IndexFormatError, Sn
 from . import index as ix
 from . import isa, layout, numerics, timing
 from .hazards import Access, HazardChecker
+from .sequencer import Sequencer
 from .isa import IMPLEMENTED_UNITS, Instr, Unit
 
 
@@ -41,6 +42,10 @@ class Stats:
     dense_pairs: int = 0  #: pairs a dense core would have multiplied
     dma_read_bytes: int = 0
     dma_write_bytes: int = 0
+    icache_hits: int = 0
+    icache_misses: int = 0
+    icache_prefetches: int = 0
+    fetch_bytes: int = 0  #: instruction bytes read from external memory (line fills)
 
     @property
     def pairs_skipped(self) -> int:
@@ -50,7 +55,9 @@ class Stats:
         return {"cycles": self.cycles, "busy": dict(self.busy),
                 "instructions": dict(self.instructions), "mac_pairs": self.mac_pairs,
                 "dense_pairs": self.dense_pairs, "pairs_skipped": self.pairs_skipped,
-                "dma_read_bytes": self.dma_read_bytes, "dma_write_bytes": self.dma_write_bytes}
+                "dma_read_bytes": self.dma_read_bytes, "dma_write_bytes": self.dma_write_bytes,
+                "icache_hits": self.icache_hits, "icache_misses": self.icache_misses,
+                "icache_prefetches": self.icache_prefetches, "fetch_bytes": self.fetch_bytes}
 
 
 @dataclass
@@ -159,10 +166,10 @@ class Machine:
 
     @staticmethod
     def _first_bad_row(starts: np.ndarray, cols: int, limit: int, align: int = 1,
-                       lane_ok: bool = True) -> str | None:
+                       lane_ok: np.ndarray | bool = True) -> str | None:
         """The units check rows in order: RANGE (a row past ``limit``, or a bad lane) before
         ALIGN (a row start or length not a multiple of ``align``) within a row."""
-        rng = (starts + cols > limit) | (starts < 0) | (not lane_ok)
+        rng = (starts + cols > limit) | (starts < 0) | ~np.asarray(lane_ok, bool)
         ali = ((starts | cols) & (align - 1)) != 0
         bad = np.flatnonzero(rng | ali)
         if bad.size == 0:
@@ -182,14 +189,18 @@ class Machine:
             return _Exec(timing.dma_cycles(timing.DmaShape(0, 0, 0, c.axi_bytes)), [])
         target_size = {"nbuf": c.nbuf_bytes, "nidx": c.nidx_bytes, "wbuf": c.wbuf_bytes,
                        "widx": c.widx_bytes, "acc": c.acc_elems, "param": c.param_bytes}[buf]
-        lane_ok = i.lane < c.lanes if buf in ("wbuf", "widx") else i.lane == 0
+        banked = buf in ("wbuf", "widx")
+        # wbuf / widx: plane p goes to lane ``lane + p``; other buffers have only lane 0
+        lanes = i.lane + np.repeat(np.arange(i.n3), i.rows) if banked else np.full(i.n3 * i.rows, i.lane)
+        lane_ok = lanes < c.lanes if banked else lanes == 0
         group = 1 << r["ld.group_log2"] if buf == "nbuf" and r["ld.nidx_mode"] else 1
         starts = self._grid(i.dst, i.n3, i.rows, 1, r["ld.dst_stride3"], r["ld.dst_stride"])
         fault = self._first_bad_row(starts, i.cols, target_size, group, lane_ok)
         if fault == "RANGE":
-            if not lane_ok:
-                raise ExecutionError(f"ld: lane {i.lane} is not a lane of buf={buf} (core has "
-                                     f"{c.lanes} lanes; other buffers take lane 0)", fault=fault)
+            if not lane_ok.all():
+                raise ExecutionError(f"ld: lane {int(lanes[~lane_ok][0])} is not a lane of "
+                                     f"buf={buf} (core has {c.lanes} lanes; other buffers take "
+                                     "lane 0)", fault=fault)
             self._check_range(starts[:, None] + np.arange(i.cols), target_size,
                               f"ld: destination {buf}", fault)
         if fault == "ALIGN":
@@ -199,19 +210,23 @@ class Machine:
                                  f"{r['ld.dst_stride3']})", fault=fault)
         src = self._grid(i.ext, i.n3, i.rows, i.cols, r["ld.ext_stride3"], r["ld.ext_stride"])
         dst = self._grid(i.dst, i.n3, i.rows, i.cols, r["ld.dst_stride3"], r["ld.dst_stride"])
-        target = self.buffer(buf, i.lane)
         self._check_range(src, self.ext.size, "ld: external source", None)
         self._check_bus(src, "ld", "LOAD_BUS")
-        self._check_unique(dst, f"ld: destination {buf}")
         data = self.ext[src]
         accesses = [self._span("ext", src, False)]
-        if buf == "acc":
-            target[dst] = data.view(np.int8).astype(np.int32)
-        else:
-            target[dst] = data
-        accesses.append(self._span(buf + (str(i.lane) if buf in ("wbuf", "widx") else ""), dst, True))
-        if buf in ("wbuf", "widx"):
+        if banked:
+            per_plane = i.rows * i.cols
+            for p in range(i.n3):
+                lane, sl = i.lane + p, slice(p * per_plane, (p + 1) * per_plane)
+                self._check_unique(dst[sl], f"ld: destination {buf} of lane {lane}")
+                self.buffer(buf, lane)[dst[sl]] = data[sl]
+                accesses.append(self._span(f"{buf}{lane}", dst[sl], True))
             self._weight_epoch += 1
+        else:
+            self._check_unique(dst, f"ld: destination {buf}")
+            target = self.buffer(buf)
+            target[dst] = data.view(np.int8).astype(np.int32) if buf == "acc" else data
+            accesses.append(self._span(buf, dst, True))
         if buf == "nbuf" and r["ld.nidx_mode"]:
             self._threshold(i, dst, data)
             accesses.append(Access("nidx", int(dst.min()) // 8 if dst.size else 0,
@@ -555,8 +570,9 @@ class _Scheduler:
         return ExecutionError(msg, address=addr, text=str(self.prog[addr]), fault=fault)
 
     def run(self, max_instructions: int | None) -> None:
-        prog, m, cfg = self.prog, self.m, self.cfg
-        t, pc, next_dispatch = 0, 0, 0
+        m, cfg = self.m, self.cfg
+        seq = self.seq = Sequencer(self.prog, cfg.icache_lines)
+        t, next_dispatch, dispatched = 0, 0, 0
         halted = False
         while not halted:
             progress = True
@@ -586,7 +602,7 @@ class _Scheduler:
                     self.queues[u].popleft()
                     for w in ins.wait:
                         self.tokens[(w, u)] -= 1
-                    seq = self.hz.start(u, sorted(ins.wait)) if self.hz else 0
+                    hz_seq = self.hz.start(u, sorted(ins.wait)) if self.hz else 0
                     try:
                         ex = m.execute(ins)
                     except ExecutionError as e:
@@ -596,7 +612,7 @@ class _Scheduler:
                     except SnpuError as e:
                         raise self._error(str(e), addr) from None
                     if self.hz:
-                        self.hz.access(u, seq, ex.accesses, addr, str(ins))
+                        self.hz.access(u, hz_seq, ex.accesses, addr, str(ins))
                     m.stats.busy[u.name] += ex.cycles
                     m.stats.instructions[u.name] += 1
                     self.running[u] = (addr, ins)
@@ -604,45 +620,50 @@ class _Scheduler:
                     if self.trace is not None:
                         self.trace.append((addr, u.name, t, t + ex.cycles))
                     progress = True
-                # Dispatch the next instruction.
-                if pc < len(prog) and next_dispatch <= t:
-                    ins = prog[pc]
-                    if isinstance(ins, IllegalInstruction):
-                        raise ExecutionError(str(ins), address=pc, fault="ILLEGAL")
+                # Dispatch the next word (the sequencer fetches it through the cache).
+                if next_dispatch <= t:
+                    pc, ins, ready = seq.current(t)
+                    if ready > t:
+                        next_dispatch = ready
+                        continue
                     unit = ins.unit
-                    if unit is None:  # sync / halt: wait for everything to drain
-                        if self._idle():
-                            if self.hz:
-                                self.hz.barrier()
-                            if ins.op == "halt":
-                                halted = True
-                                break
-                            pc += 1
-                            next_dispatch = t + 1
-                            progress = True
-                    elif len(self.queues[unit]) < cfg.queue_depth:
-                        self.queues[unit].append((pc, ins))
-                        pc += 1
-                        next_dispatch = t + timing.DISPATCH_CYCLES
+                    if ins.op == "loop":
+                        go = True
+                    elif unit is None:  # sync / halt: wait for everything to drain
+                        go = self._idle()
+                        if go and self.hz:
+                            self.hz.barrier()
+                        if go and ins.op == "halt":
+                            halted = True
+                            break
+                    else:
+                        go = len(self.queues[unit]) < cfg.queue_depth
+                        if go:
+                            self.queues[unit].append((pc, ins))
+                            dispatched += 1
+                            if self.progress is not None and dispatched % 256 == 0:
+                                self.progress(dispatched)
+                            if max_instructions is not None and dispatched > max_instructions:
+                                raise self._error(f"more than {max_instructions} instructions", pc)
+                    if go:
+                        jumped = seq.advance()
+                        next_dispatch = t + timing.DISPATCH_CYCLES + \
+                            (timing.LOOP_JUMP_CYCLES if jumped else 0)
                         progress = True
-                        if self.progress is not None and pc % 256 == 0:
-                            self.progress(pc)
-                        if max_instructions is not None and pc > max_instructions:
-                            raise self._error(f"more than {max_instructions} instructions", pc - 1)
             if halted:
                 break
             # Advance time to the next event.
             events = [e for u, e in self.busy_until.items() if u in self.running]
-            if pc < len(prog) and next_dispatch > t:
+            if next_dispatch > t:
                 events.append(next_dispatch)
             future = [e for e in events if e > t]
             if not future:
-                if pc >= len(prog) and self._idle():
-                    raise ExecutionError(f"the program ran past its last word ({len(prog)}) "
-                                         "without halt", address=max(len(prog) - 1, 0))
-                raise ExecutionError(self._deadlock_report(pc, t))
+                raise ExecutionError(self._deadlock_report(seq.pc, t))
             t = min(future)
         m.stats.cycles = t
+        c = seq.cache.stats
+        m.stats.icache_hits, m.stats.icache_misses = c.hits, c.misses
+        m.stats.icache_prefetches, m.stats.fetch_bytes = c.prefetches, c.fill_bytes
 
     def _idle(self) -> bool:
         return not self.running and not self.pending_signals and not any(self.queues.values())

@@ -34,6 +34,17 @@ after taking a token from ``u -> self``; when it finishes it puts a token into
 the load/compute/store token scheme of VTA generalised to four units; it is how the
 compiler expresses double buffering.  ``sync`` waits until every queue is empty and every
 unit idle; ``halt`` does the same and then stops the core.
+
+Loops
+-----
+``loop`` is executed by the program sequencer in front of the dispatcher: the words of its
+body are dispatched ``count`` times, each time with the same tokens, so a body's tokens
+must balance over one iteration.  Loads and stores with ``walk=1`` move through memory as
+the loops run: each loop level has one increment per stream (activations in, weights and
+parameters, activations out); everything else in a body repeats as written.  The sequencer reads words through the instruction cache, so a body is
+fetched from external memory once and then hits.  The core is started with the ROM's
+length (``rom_words``): dispatching at or past it is ILLEGAL, as is a loop whose body
+reaches it.
 """
 
 from __future__ import annotations
@@ -59,6 +70,9 @@ class Unit(enum.IntEnum):
     ST = 3  #: DMA stores: output cache -> external memory
     NET = 4  #: reserved: inter-core send/receive over the 2-D mesh
 
+
+#: Loops nest at most this deep.
+LOOP_DEPTH = 3
 
 #: Units whose instructions exist in ISA v1.  Token bits for other units are illegal.
 IMPLEMENTED_UNITS = (Unit.LD, Unit.MX, Unit.VX, Unit.ST)
@@ -232,6 +246,25 @@ OPCODES: tuple[Opcode, ...] = (
     Opcode("sync", 0x02, None, (), "Barrier: wait until every queue is empty and every unit idle.",
            "drain all queues"),
     Opcode(
+        "loop", 0x04, None,
+        (_f("count", 16, "iterations (0: the body is skipped)"),
+         _f("body", 12, "words in the body: the ones right after this instruction"),
+         _f("in_inc", 24, "bytes per iteration added to walking lds into nbuf / nidx / acc",
+            "sint", default=0),
+         _f("w_inc", 24, "bytes per iteration added to walking lds into wbuf / widx / param",
+            "sint", default=0),
+         _f("out_inc", 24, "bytes per iteration added to walking sts", "sint", default=0)),
+        "Hardware loop: run the next `body` words `count` times, then continue after them.  "
+        "Loops nest up to 3 deep; an inner body lies inside its enclosing body (it may end on "
+        "the same word).  A `ld` / `st` with `walk=1` reads / writes at `ext` plus, for every "
+        "enclosing loop, its iteration number times its increment for that stream: `in_inc` "
+        "for activations loaded (nbuf, nidx, acc), `w_inc` for weights and parameters loaded "
+        "(wbuf, widx, param), `out_inc` for stores (mod 2**32).  Zero `body`, a fourth level, "
+        "a body leaving its enclosing body or running past the ROM (`rom_words`) is ILLEGAL "
+        "at this word.",
+        "repeat count times: run words [pc+1, pc+body]; then pc <- pc+body+1",
+    ),
+    Opcode(
         "cfg", 0x03, None,
         (_f("reg", 8, "register number (unit << 5 | index); see the register table", "reg"),
          _f("value", 32, "value; must fit the register's width")),
@@ -241,15 +274,18 @@ OPCODES: tuple[Opcode, ...] = (
     Opcode(
         "ld", 0x08, Unit.LD,
         (_f("buf", 3, "destination buffer", "enum", enum=BUFFERS),
-         _f("lane", 6, "lane bank for wbuf / widx (must be 0 for other buffers)", default=0),
+         _f("lane", 6, "lane bank for wbuf / widx, of plane 0: plane p goes to lane + p (must "
+                       "be 0 for other buffers)", default=0),
          _f("ext", 32, "source byte address in external memory", hex=True),
          _f("dst", 20, "destination address (bytes; int32 elements for acc)"),
          _f("n3", 12, "planes", default=1),
          _f("rows", 12, "rows per plane", default=1),
-         _f("cols", 16, "bytes per row")),
+         _f("cols", 16, "bytes per row"),
+         _f("walk", 1, "1: add the enclosing loops' ld offsets to ext", "flag", default=0)),
         "3-D DMA load from external memory into an on-chip buffer.",
         "for p<n3, r<rows, c<cols: B[dst + p*ld.dst_stride3 + r*ld.dst_stride + c] <- "
-        "E[ext + p*ld.ext_stride3 + r*ld.ext_stride + c]; acc sign-extends int8 to int32; "
+        "E[ext + p*ld.ext_stride3 + r*ld.ext_stride + c], B the bank of lane lane+p for "
+        "wbuf / widx; acc sign-extends int8 to int32; "
         "nbuf loads with ld.nidx_mode=1 also write nidx bits (threshold, group pruning)",
     ),
     Opcode("ldc", 0x09, Unit.LD, (), "Reserved: load activations kept in compressed form "
@@ -317,7 +353,8 @@ OPCODES: tuple[Opcode, ...] = (
          _f("ext", 32, "destination byte address in external memory", hex=True),
          _f("n3", 12, "planes", default=1),
          _f("rows", 12, "rows per plane", default=1),
-         _f("cols", 16, "bytes per row")),
+         _f("cols", 16, "bytes per row"),
+         _f("walk", 1, "1: add the enclosing loops' st offsets to ext", "flag", default=0)),
         "3-D DMA store from the output cache to external memory.",
         "for p<n3, r<rows, c<cols: E[ext + p*st.ext_stride3 + r*st.ext_stride + c] <- "
         "obuf[src + p*st.src_stride3 + r*st.src_stride + c]",
@@ -419,7 +456,11 @@ def make(op: str, *, wait: Iterable[Unit] = (), signal: Iterable[Unit] = (), **a
             raise ValueError(f"{op}: missing operand {f.name}")
     if args:
         raise ValueError(f"{op}: unknown operand(s) {', '.join(sorted(args))}")
-    return Instr(op, full, frozenset(Unit(u) for u in wait), frozenset(Unit(u) for u in signal))
+    return Instr(op, full, _unit_set(wait), _unit_set(signal))
+
+
+def _unit_set(units: Iterable) -> frozenset[Unit]:
+    return frozenset(u if type(u) is Unit else Unit(u) for u in units)
 
 
 # --------------------------------------------------------------------------------------------
@@ -461,6 +502,8 @@ def validate(instr: Instr) -> str | None:
         if reg.values is not None and instr.args["value"] not in reg.values:
             return (f"cfg: value {instr.args['value']} is not a legal value of {reg.name} "
                     f"({', '.join(map(str, reg.values))})")
+    if opc.mnemonic == "loop" and instr.args["body"] == 0:
+        return "loop: body must hold at least one word"
     unit = instr.unit
     return (_token_problem(unit, instr.wait, "wait")
             or _token_problem(unit, instr.signal, "signal"))

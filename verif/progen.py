@@ -22,7 +22,7 @@ import numpy as np
 from snpu.config import CoreConfig
 
 from . import index as ix
-from . import layout, numerics
+from . import isa, layout, numerics
 from .index import FORMAT_CODES
 from .isa import Unit
 from .program import Program
@@ -319,3 +319,55 @@ def random_program(rng, cfg: CoreConfig, kind: str | None = None) -> Program:
         except ValueError:
             continue
     raise ValueError(f"could not generate a {kind or 'random'} program that fits {cfg}")
+
+
+def loop_program(rng, cfg: CoreConfig, *, shape=None, mem_bytes=1 << 18) -> Program:
+    """Hardware loops: ``y = requant(x)`` over tiles ``x[t0, t1, t2]`` of ``n`` int8 values,
+    walked by up to three nested loops (activation and output streams move), with a
+    zero-trip loop and a one-trip loop in the middle and random ``cfg`` padding in the
+    bodies (so bodies cross instruction-cache lines).  Each tile follows the load / compute
+    / store token protocol whose tokens balance over one iteration: LD -> VX (acc loaded),
+    VX -> LD (acc free), VX -> ST (obuf ready), ST -> VX (obuf free)."""
+    P = cfg.lanes
+    t0, t1, t2 = shape or (int(rng.integers(1, 4)), int(rng.integers(1, 4)), int(rng.integers(1, 6)))
+    n = P * int(rng.integers(1, 4))
+    p = Program(cfg, mem_bytes=mem_bytes, rom_bytes=1 << 13)
+    x = sparse_int8(rng, (t0, t1, t2, n), 0.9)
+    xa = p.data("x", x)
+    y = p.space("y", (t0, t1, t2, n))
+    mult, shift = numerics.quantize_multiplier(float(rng.uniform(0.3, 0.9)))
+    prm = numerics.pack_params(np.zeros(n, np.int64), np.full(n, mult), np.full(n, shift))
+    p.emit("ld", buf="param", ext=p.data("params", prm, "params"), dst=0, cols=prm.size,
+           signal=[VX])
+    p.emit("cfg", reg="vx.src_stride", value=0, wait=[LD], signal=[LD])  # acc starts free
+    p.emit("cfg", reg="st.src_stride", value=0, signal=[VX])              # obuf starts free
+    relu = int(rng.integers(0, 2))
+    p.meta = {"kind": "loop", "x": x, "mult": mult, "shift": shift, "relu": relu}
+
+    def pad():  # cfg no-ops of random length: bodies of any size
+        return [isa.make("cfg", reg="vx.k1_stride", value=0)
+                for _ in range(int(rng.integers(0, 4)))]
+
+    tile = [isa.make("ld", buf="acc", ext=xa, dst=0, cols=n, walk=1, wait=[VX], signal=[VX]),
+            *pad(),
+            isa.make("req", dst=0, src=0, param=0, n_i=n // P, relu=relu, wait=[LD, ST],
+                     signal=[LD, ST]),
+            *pad(),
+            isa.make("st", src=0, ext=y, cols=n, walk=1, wait=[VX], signal=[VX])]
+    inner = [isa.make("loop", count=t2, body=len(tile), in_inc=n, out_inc=n), *tile]
+    skipped = [isa.make("loop", count=0, body=2), isa.make("cfg", reg="vx.k2_stride", value=1),
+               isa.make("halt")]  # never dispatched: a zero-trip body
+    once = [isa.make("loop", count=1, body=1), isa.make("cfg", reg="vx.k2_stride", value=0)]
+    middle = [*pad(), *skipped, *inner, *once]
+    mid_loop = [isa.make("loop", count=t1, body=len(middle), in_inc=t2 * n, out_inc=t2 * n),
+                *middle]
+    outer = [isa.make("loop", count=t0, body=len(mid_loop), in_inc=t1 * t2 * n,
+                      out_inc=t1 * t2 * n), *mid_loop]
+    p.instrs += outer
+    p.emit("cfg", reg="ld.thresh", value=0, wait=[VX])      # the last iteration's tokens
+    p.emit("cfg", reg="vx.dst_stride", value=0, wait=[ST])
+    p.emit("halt")
+    return p
+
+
+GENERATORS["loop"] = loop_program

@@ -26,8 +26,14 @@ FC_PIPELINE = 22
 VX_PIPELINE = 5
 #: cycles of a cfg instruction
 CFG_CYCLES = 1
-#: cycles to dispatch one instruction (fetch bandwidth: 16 bytes over an 8-byte bus)
-DISPATCH_CYCLES = 2
+#: cycles to dispatch one instruction once its word is in the instruction cache
+DISPATCH_CYCLES = 1
+#: cycles lost when the sequencer jumps back to the start of a loop body
+LOOP_JUMP_CYCLES = 1
+#: cycles from requesting an instruction-cache line fill to its first beat
+FETCH_LATENCY = DMA_LATENCY
+#: beats of one line fill (64 bytes over the 8-byte bus)
+LINE_FILL_BEATS = 8
 
 
 @dataclass(frozen=True)

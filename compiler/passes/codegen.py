@@ -13,12 +13,14 @@ from .. import kernels
 from ..emit import Kernels
 from ..ir import Graph
 from ..memory import view_source
+from .reroll import reroll
 
 
-def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = False) -> Graph:
+def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = False,
+            loops: bool = True) -> Graph:
     """``dense``: compile every layer in dense mode (no weight index, no activation
     threshold): the same computation without sparse skipping, the baseline of sparse
-    speedups."""
+    speedups.  ``loops``: re-roll each segment into hardware loops (:mod:`.reroll`)."""
     g = graph.copy()
     layouts = g.meta["layouts"]
     nodes = {n.name: n for n in g.nodes}
@@ -61,9 +63,13 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
                 raise CompileError(f"{n.where()}: {e}") from None
             stats[n.name] = st
         em.halt()
+        dispatched = len(prog.instrs)
+        if loops:
+            prog.instrs = reroll(prog.instrs)
         words = prog.place_rom()
         segments.append({"kind": "core", "rom": prog.rom_name, "nodes": list(sg["nodes"]),
-                         "words": words, "instructions": len(words), "token_nops": em.nops,
+                         "words": words, "instructions": len(words),
+                         "dispatched_instructions": dispatched, "token_nops": em.nops,
                          "layers": stats})
     g.meta["segments"] = segments
     return g

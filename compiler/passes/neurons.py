@@ -40,6 +40,8 @@ from ..memory import hwc, view_source
 GROUP_SIZES = (2, 4, 8)
 T3_MAX, T4_MAX, THRESHOLD_MAX = 127, 15, 127
 MIXED_PATHS = ("auto", "expand", "merge")
+#: calibration inputs the neuron densities are measured on (an estimate for the cost model)
+DENSITY_SAMPLES = 2
 MATRIX_OPS = ("Conv", "Gemm", "MatMul")
 
 
@@ -92,9 +94,9 @@ def neurons(graph: Graph, options: NeuronOptions, calibration: list, config: Cor
                 group = (options.group, options.t3, options.t4)
         n.meta["neurons"] = {"threshold": options.threshold, "group": group,
                              "group_off": why, "density": 1.0, "mixed": options.mixed}
-    # the neurons kept on the calibration inputs, with the settings above in force
+    # the neurons kept on (the first two) calibration inputs, with the settings above in force
     kept: dict[str, list[float]] = {}
-    for x in calibration:
+    for x in calibration[:DENSITY_SAMPLES]:
         vals = int8_run(g, x, keep=True)
         for n in g.nodes:
             s = n.meta.get("neurons")

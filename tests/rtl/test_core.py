@@ -17,6 +17,7 @@ from snpu.verif import progen
 from snpu.verif.tb import rtl_sim
 from snpu.verif.asm import assemble
 from snpu.verif.image import MemoryImage
+from snpu.verif import isa
 from snpu.verif.isa import Unit
 from snpu.verif.program import Program
 
@@ -128,6 +129,17 @@ FAULTS = {
                  ErrorCode.NONE, 0),
     "empty-fc": (lambda p, x: p.emit("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=1, n_in=8,
                                      rows=0), ErrorCode.NONE, 0),
+    # loops: nested too deep, leaving the enclosing body, running past the ROM; no halt
+    "loop-too-deep": (lambda p, x: [p.emit("loop", count=2, body=4 - k) for k in range(4)] +
+                      [p.emit("cfg", reg="vx.k1_stride", value=0)], ErrorCode.ILLEGAL, 4),
+    "loop-leaves-body": (lambda p, x: (p.emit("loop", count=2, body=2),
+                                       p.emit("loop", count=2, body=2),
+                                       p.emit("cfg", reg="vx.k1_stride", value=0),
+                                       p.emit("cfg", reg="vx.k2_stride", value=0)),
+                         ErrorCode.ILLEGAL, 2),
+    "loop-past-rom": (lambda p, x: p.emit("loop", count=2, body=5), ErrorCode.ILLEGAL, 1),
+    "no-halt": (lambda p, x: "no halt", ErrorCode.ILLEGAL, 1),
+    "loop-zero-body": (lambda p, x: p.emit("loop", count=2, body=1), ErrorCode.ILLEGAL, 1),
 }
 
 
@@ -140,12 +152,16 @@ def test_faults_match_the_golden_model(fault):
     ret = build(p, x)
     error_range = ret if isinstance(ret, tuple) and len(ret) == 2 and isinstance(ret[0], int) \
         else None
-    p.emit("halt")
+    if ret != "no halt":
+        p.emit("halt")
     words = p.place_rom()
     if fault == "illegal":
         words[1] = 0x3F  # ROM word 1 (halt): an unknown opcode
     if fault == "empty-vred":
         words.append(0x3F)  # after halt: never dispatched
+    if fault == "loop-zero-body":  # clear the body field: an illegal word
+        loop = isa.OPCODE_BY_NAME["loop"]
+        words[1] &= ~(((1 << loop.field("body").width) - 1) << loop.offsets["body"])
     raw = b"".join(w.to_bytes(16, "little") for w in words)
     rom = p.image.region("rom")
     p.image.data[rom.addr:rom.addr + len(raw)] = np.frombuffer(raw, np.uint8)

@@ -96,7 +96,14 @@ def _random_ld(rng, c: CoreConfig, ext_size):
     regs["ext_stride"] = rng.randrange(0, 100)
     regs["ext_stride3"] = rng.randrange(0, 300)
     ext = rng.randrange(0, ext_size - 1000)
-    lane = rng.randrange(c.lanes) if buf in ("wbuf", "widx") else 0
+    lane = 0
+    if buf in ("wbuf", "widx"):  # plane p goes to lane + p: a striped load of several lanes
+        lane = rng.randrange(c.lanes)
+        n3 = min(n3 + rng.randrange(0, 3), c.lanes - lane)
+        regs["dst_stride3"] = rng.choice([0, regs["dst_stride3"]])
+        if (n3 - 1) * regs["dst_stride3"] + (rows - 1) * regs["dst_stride"] + cols > size:
+            n3, rows = 1, 1
+        dst = min(dst, size - ((n3 - 1) * regs["dst_stride3"] + (rows - 1) * regs["dst_stride"] + cols))
     return regs, dict(buf=isa.BUFFERS[buf], lane=lane, ext=ext, dst=dst, n3=n3, rows=rows,
                       cols=cols)
 

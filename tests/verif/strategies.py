@@ -26,6 +26,8 @@ def legal_instr(draw) -> Instr:
         unit = reg.unit
     else:
         args = {f.name: draw(field_value(f)) for f in opc.fields}
+        if opc.mnemonic == "loop":
+            args["body"] = draw(st.integers(1, (1 << opc.field("body").width) - 1))
         unit = opc.unit
     if unit is None:
         return Instr(opc.mnemonic, args)

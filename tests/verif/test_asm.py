@@ -36,7 +36,7 @@ def test_source_features():
     ins = [isa.decode(w) for w in words]
     assert ins[0].op == "cfg" and ins[0].value == 3
     assert ins[1].args == {"buf": 2, "lane": 2, "ext": 0x1200, "dst": 128, "n3": 1, "rows": 1,
-                           "cols": 255}
+                           "cols": 255, "walk": 0}
     assert ins[1].wait == {isa.Unit.MX, isa.Unit.VX} and ins[1].signal == {isa.Unit.ST}
     assert ins[2].rows == 64 and ins[2].accumulate == 1
     assert ins[3].ma == -3 and ins[3].mb == 0x7FFF

@@ -289,8 +289,9 @@ def test_in_place_hazard_inside_one_vector_instruction():
 def test_program_without_halt_and_illegal_words():
     p = Program(SMALL)
     p.emit("cfg", reg="ld.thresh", value=1)
-    with pytest.raises(ExecutionError, match="ran past its last word"):
+    with pytest.raises(ExecutionError, match="past the ROM .*no halt") as e:
         run(p)
+    assert (e.value.fault, e.value.address) == ("ILLEGAL", 1)
     with pytest.raises(ExecutionError, match="illegal instruction at ROM word 1 ") as e:
         golden.run([p.place_rom()[0], 0x3F], np.zeros(64, np.uint8), SMALL)
     assert (e.value.fault, e.value.address) == ("ILLEGAL", 1)

@@ -153,7 +153,8 @@ class SimTop(wiring.Component):
         self.memory = memory
         self.ram = AxiRam(mem_bytes) if memory == "hdl" else None
         ports = {
-            "start": In(1), "rom_base": In(32), "busy": Out(1), "done": Out(1),
+            "start": In(1), "rom_base": In(32), "rom_words": In(PC_BITS + 1),
+            "busy": Out(1), "done": Out(1),
             "error": Out(ErrorCode), "error_pc": Out(PC_BITS),
             "counters": Out(data.ArrayLayout(64, len(COUNTERS))),
         }
@@ -167,6 +168,7 @@ class SimTop(wiring.Component):
         m = Module()
         m.submodules.core = core = self.core
         m.d.comb += [core.start.eq(self.start), core.rom_base.eq(self.rom_base),
+                     core.rom_words.eq(self.rom_words),
                      self.busy.eq(core.busy), self.done.eq(core.done), self.error.eq(core.error),
                      self.error_pc.eq(core.error_pc), self.counters.eq(core.counters)]
         if self.ram is not None:

@@ -97,13 +97,15 @@ class CoreDriver:
     async def reset(self):
         self.dut.start.value = 0
         self.dut.rom_base.value = 0
+        self.dut.rom_words.value = 0
         self.dut.rst.value = 1
         await ClockCycles(self.dut.clk, 3)
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 1)
 
-    async def start(self, rom_base: int):
+    async def start(self, rom_base: int, rom_words: int):
         self.dut.rom_base.value = rom_base
+        self.dut.rom_words.value = rom_words
         self.dut.start.value = 1
         await RisingEdge(self.dut.clk)
         self.dut.start.value = 0
@@ -132,7 +134,9 @@ class Checker:
     """Compares the RTL run with the golden model; returns a list of mismatches."""
 
     EXACT = {"pairs": "mac_pairs", "dense_pairs": "dense_pairs",
-             "dma_read_bytes": "dma_read_bytes", "dma_write_bytes": "dma_write_bytes"}
+             "dma_read_bytes": "dma_read_bytes", "dma_write_bytes": "dma_write_bytes",
+             "icache_hits": "icache_hits", "icache_misses": "icache_misses",
+             "icache_prefetches": "icache_prefetches"}
 
     def compare(self, ext: np.ndarray, status: dict, model: golden.RunResult | None,
                 model_error: ExecutionError | IllegalInstruction | None) -> list[str]:
@@ -204,7 +208,10 @@ class Testbench:
         image.data[:] = data  # the model sees the same memory, ROM included
         self.memory.load(data, previous=self._loaded)
         self._loaded = data
-        await self.driver.start(rom_region.addr)
+        if rom_region.addr % 64:
+            raise ValueError(f"the ROM at 0x{rom_region.addr:x} is not 64-byte aligned "
+                             "(instruction-cache lines)")
+        await self.driver.start(rom_region.addr, len(rom))
         t0 = time.time()
         finished = await self.monitor.wait_done(run["budget_cycles"])
         wall = time.time() - t0

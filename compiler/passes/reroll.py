@@ -1,0 +1,220 @@
+"""Pass: re-roll a segment's instruction stream into hardware loops (ISA ``loop``).
+
+The kernels emit every tile and pixel group; this pass finds the repetitions and turns
+them into ``loop`` bodies, so the ROM grows with the network, not with its tiles.
+
+A run of ``r >= 2`` consecutive copies of a block of ``L`` items becomes one loop when the
+copies are identical -- opcode, operands, tokens -- except for the ``ext`` of loads and
+stores, and those change by the same amount from one copy to the next: one increment per
+address stream (activations in, weights and parameters, activations out) for every load or
+store of that stream that moves (the ``walk=1`` ones).
+Items are instructions or loops found by an earlier pass, so loops nest (up to
+``LOOP_DEPTH``): each pass turns, at every position, the shortest repeating block into a
+loop, and the next pass finds the repetitions of those loops; the passes allow bodies of
+growing size, so the innermost repetitions everywhere are rolled up first.
+
+The result is exact by construction: the sequencer (:func:`snpu.verif.sequencer.unroll`)
+dispatches the very instructions of the input, in order, tokens included, so the program's
+behaviour is unchanged.  :func:`reroll` checks that before returning.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from snpu.verif import isa
+from snpu.verif.isa import LOOP_DEPTH, Instr
+from snpu.verif.sequencer import STREAMS, stream, unroll
+
+MAX_BODY = (1 << isa.OPCODE_BY_NAME["loop"].field("body").width) - 1
+MAX_COUNT = (1 << isa.OPCODE_BY_NAME["loop"].field("count").width) - 1
+_INC = isa.OPCODE_BY_NAME["loop"].field("in_inc").width
+INC_MIN, INC_MAX = -(1 << (_INC - 1)), (1 << (_INC - 1)) - 1
+#: how many later occurrences of an item are tried as the period of a run starting at it
+CANDIDATES = 12
+#: the body-size limits of the successive passes
+BODY_CAPS = (8, 32, 128, 512, 2048, MAX_BODY)
+
+
+@dataclass
+class Item:
+    """A plain instruction, or a loop word with its body (``words``)."""
+
+    words: list[Instr]
+    key: int                     #: structure: equal keys mean equal but for ld / st ext
+    exts: list[int]              #: ext of every ld / st word, in order
+    depth: int                   #: loops nested in the item
+
+    @property
+    def size(self) -> int:
+        return len(self.words)
+
+
+class _Keys:
+    """Structure keys: equal for instructions equal but for a load's or store's ext."""
+
+    def __init__(self):
+        self.ids: dict = {}
+
+    def of(self, token) -> int:
+        return self.ids.setdefault(token, len(self.ids))
+
+
+def _plain(ins: Instr, keys: _Keys) -> Item:
+    if ins.op in ("ld", "st"):
+        args = tuple(v for k, v in ins.args.items() if k != "ext")
+        return Item([ins], keys.of((ins.op, args, ins.wait, ins.signal)), [ins.args["ext"]], 0)
+    return Item([ins], keys.of((ins.op, tuple(ins.args.values()), ins.wait, ins.signal)), [], 0)
+
+
+def _steps(items: list[Item], p: int, L: int, r: int) -> tuple[int, list[int]]:
+    """For ``r`` copies of ``items[p:p+L]``: how many leading copies keep every ld / st ext
+    stepping by the same amount from one copy to the next, and those steps."""
+    def exts(k):
+        return [e for it in items[p + k * L:p + (k + 1) * L] for e in it.exts]
+
+    prev, steps = exts(0), None
+    for k in range(1, r):
+        cur = exts(k)
+        d = [c - q for c, q in zip(cur, prev)]
+        if steps is None:
+            steps = d
+        elif d != steps:
+            return k, steps
+        prev = cur
+    return r, steps or []
+
+
+def _plan(body: list[Instr], steps: list[int]):
+    """The increment of every stream and the walk flag of every ld / st word of ``body`` (in
+    order) for a loop whose copies move them by ``steps``; ``None`` if no increments can.
+
+    A word walks when it moves (its step is its stream's increment); a word that walks
+    already (an inner loop moves it) must step by the increment too; a word under an inner
+    loop that moves its stream cannot start walking (it would move with the inner loop)."""
+    inner = _inner_moves(body)
+    mem = [(k, w, stream(w)) for k, w in enumerate(body) if w.op in ("ld", "st")]
+    inc: dict[str, int | None] = {s: None for s in STREAMS}
+    for (k, w, s), d in zip(mem, steps):
+        if d or w.args["walk"]:
+            if inc[s] is not None and inc[s] != d:
+                return None
+            inc[s] = d
+    walks = {}
+    for (k, w, s), d in zip(mem, steps):
+        if w.args["walk"]:
+            walks[k] = 1
+        elif d == 0:
+            walks[k] = 0
+        elif s in inner[k]:
+            return None
+        else:
+            walks[k] = 1
+    incs = {s: v or 0 for s, v in inc.items()}
+    if not all(INC_MIN <= v <= INC_MAX for v in incs.values()):
+        return None
+    return incs, walks
+
+
+def _inner_moves(body: list[Instr]) -> list[set[str]]:
+    """For every word of ``body``: the streams a loop of ``body`` enclosing it moves."""
+    out, stack = [], []  # stack of (last word index, streams moved)
+    for k, w in enumerate(body):
+        while stack and stack[-1][0] < k:
+            stack.pop()
+        out.append(set().union(*(m for _, m in stack)))
+        if w.op == "loop":
+            stack.append((k + w.body, {s for s, f in STREAMS.items() if w.args[f]}))
+    return out
+
+
+def _loop(body_items: list[Item], r: int, steps: list[int], keys: _Keys) -> Item | None:
+    """A loop running ``body_items`` ``r`` times, its lds / sts moving by ``steps`` per
+    copy; ``None`` if the increments cannot express the steps."""
+    body = [w for it in body_items for w in it.words]
+    plan = _plan(body, steps)
+    if plan is None:
+        return None
+    incs, walks = plan
+    words = [Instr(w.op, {**w.args, "walk": walks[k]}, w.wait, w.signal)
+             if k in walks and w.args["walk"] != walks[k] else w for k, w in enumerate(body)]
+    head = isa.make("loop", count=r, body=len(words),
+                    **{f: incs[s] for s, f in STREAMS.items()})
+    key = keys.of(("loop", r, tuple(sorted(incs.items())), tuple(it.key for it in body_items),
+                   tuple(sorted(walks.items()))))
+    exts = [e for it in body_items for e in it.exts]
+    return Item([head] + words, key, exts, 1 + max(it.depth for it in body_items))
+
+
+def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int) -> list[Item]:
+    """One pass: at every position, the shortest block of at most ``max_body`` words that
+    repeats (with constant ext steps) becomes a loop, if that saves words; loops at most
+    ``depth_left`` deep."""
+    ids = [it.key for it in items]
+    where: dict[int, list[int]] = {}
+    for k, i in enumerate(ids):
+        where.setdefault(i, []).append(k)
+    size_upto = [0]   # words of items[:k]
+    deep_upto = [0]   # items of items[:k] too deep to nest in another loop here
+    for it in items:
+        size_upto.append(size_upto[-1] + it.size)
+        deep_upto.append(deep_upto[-1] + (it.depth >= depth_left))
+    out: list[Item] = []
+    p, n = 0, len(items)
+    while p < n:
+        loop, span = None, 1
+        occ = where[ids[p]]
+        start = bisect.bisect_right(occ, p)
+        for q in occ[start:start + CANDIDATES]:
+            L = q - p
+            words = size_upto[q] - size_upto[p]
+            if 2 * L > n - p or words > max_body:
+                break
+            if deep_upto[q] != deep_upto[p]:
+                continue
+            block = ids[p:q]
+            r = 1
+            while (r < MAX_COUNT and p + (r + 1) * L <= n
+                   and ids[p + r * L:p + (r + 1) * L] == block):
+                r += 1
+            if r < 2:
+                continue
+            r, steps = _steps(items, p, L, r)
+            if r < 2 or (r - 1) * words <= 1:
+                continue
+            loop = _loop(items[p:q], r, steps, keys)
+            if loop is not None:
+                span = L * r
+                break
+        out.append(loop or items[p])
+        p += span
+    return out
+
+
+def reroll(instrs: list[Instr], *, max_depth: int = LOOP_DEPTH) -> list[Instr]:
+    """Instruction stream (ending in ``halt``) -> the same stream with hardware loops."""
+    keys = _Keys()
+    items = [_plain(i, keys) for i in instrs]
+    # bodies of growing size: every inner repetition is rolled up before the blocks that
+    # contain it are compared (a row's pixel groups before the rows)
+    for cap in BODY_CAPS:
+        while True:
+            smaller = _compress(items, max_depth, keys, cap)
+            if len(smaller) == len(items):
+                break
+            items = smaller
+    out = [w for it in items for w in it.words]
+    if [_unwalked(i) for _, i in unroll(out)] != [_unwalked(i) for i in instrs]:
+        raise AssertionError("re-rolled program does not unroll to the original stream")
+    return out
+
+
+def _unwalked(ins: Instr) -> Instr:
+    """The instruction as dispatched, whatever its walk flag."""
+    if ins.op in ("ld", "st") and ins.args["walk"]:
+        return Instr(ins.op, {**ins.args, "walk": 0}, ins.wait, ins.signal)
+    return ins
+
+
+HALT = isa.make("halt")

@@ -1,0 +1,217 @@
+"""Instruction cache: direct-mapped lines of instruction words in block RAM, filled over AXI.
+
+The specification is :class:`snpu.verif.sequencer.InstructionCache`: every word the
+sequencer asks for is one access, a hit when its line is present, else a miss that fills
+the line; after each access the next line of the ROM is prefetched if it is not present.
+The hit / miss / prefetch counts equal the golden model's.
+"""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from snpu.verif.sequencer import LINE_WORDS
+
+from .axi import RESP_OKAY
+from .microcode import PC_BITS
+
+#: a word as the cache delivers it
+FETCHED = data.StructLayout({"word": 128, "pc": PC_BITS, "error": 1})
+BEATS_PER_LINE = LINE_WORDS * 2
+FILL_SLOTS = 2
+
+
+class InstructionCache(wiring.Component):
+    """Direct-mapped instruction cache of ``lines`` lines of :data:`LINE_WORDS` words.
+
+    ``req`` takes the ROM word index of the next word the sequencer needs.  If its line is
+    present and filled, the word is read from block RAM at once and comes out on ``resp``
+    the next cycle (one word per cycle on hits); otherwise it comes out once its line has
+    arrived.  Each accepted request is one access, classified against the tags when it is
+    accepted: a miss writes the line's tag and queues its fill; then, if the next line of the
+    ROM is not present, its tag is written and its fill queued (the prefetch).  Fills are
+    8-beat AXI bursts at ``rom_base + 64 * line`` (``rom_base`` is a multiple of 64: a line
+    never crosses a 4 KiB boundary), at most :data:`FILL_SLOTS` queued or in flight,
+    answered in order.  A request that would rewrite the tag of a line still being filled
+    waits.  A beat answered with an AXI error marks its word (``error``: the dispatcher
+    faults with ``FETCH`` if it reaches the word).  ``idle`` is low while fills are queued
+    or in flight: the core does not finish before they have.
+
+    Members
+    -------
+    start, rom_base, rom_words : In
+        Begin a program: every line becomes invalid.  Lines at or past ``rom_words`` are
+        never prefetched.
+    req : In(stream(PC_BITS))
+    resp : Out(stream(FETCHED))
+    ar*, r* :
+        AXI read channels (``arid`` chosen by the core's arbiter).
+    idle : Out(1)
+    hits, misses, prefetches : Out(32)
+    """
+
+    def __init__(self, lines: int):
+        if lines < 4 or lines & (lines - 1):
+            raise ValueError(f"icache lines={lines} must be a power of two >= 4")
+        self._lines = lines
+        self._index_bits = (lines - 1).bit_length()
+        self._tag_bits = PC_BITS - (LINE_WORDS - 1).bit_length() - self._index_bits
+        self._data = Memory(shape=129, depth=lines * LINE_WORDS, init=[])
+        self._tags = Memory(shape=self._tag_bits, depth=lines, init=[])
+        super().__init__({
+            "start": In(1), "rom_base": In(32), "rom_words": In(PC_BITS + 1),
+            "req": In(stream.Signature(PC_BITS)),
+            "resp": Out(stream.Signature(FETCHED)),
+            "arvalid": Out(1), "arready": In(1), "araddr": Out(32), "arlen": Out(8),
+            "rvalid": In(1), "rready": Out(1), "rdata": In(64), "rresp": In(2), "rlast": In(1),
+            "idle": Out(1),
+            "hits": Out(32), "misses": Out(32), "prefetches": Out(32),
+        })
+
+    @property
+    def lines(self) -> int:
+        return self._lines
+
+    def elaborate(self, platform):
+        m = Module()
+        L, IB = self._lines, self._index_bits
+        W = (LINE_WORDS - 1).bit_length()
+        LB = PC_BITS - W  # line number bits
+        m.submodules.data = mem = self._data
+        m.submodules.tags = tags = self._tags
+        valid = Signal(L)   # tag written: the line is present or being filled
+        ready = Signal(L)   # all the line's words have arrived
+
+        # Fill slots, a queue in request order: [head] is the oldest.  A slot is queued
+        # (waiting for AR) or requested (beats due).
+        slot_v = Signal(FILL_SLOTS)
+        slot_ar = Signal(FILL_SLOTS)  # AR done
+        slot_line = Array(Signal(LB, name=f"slot_line{k}") for k in range(FILL_SLOTS))
+        count = Signal(range(FILL_SLOTS + 1))
+        m.d.comb += count.eq(sum(slot_v[k] for k in range(FILL_SLOTS)))
+        m.d.comb += self.idle.eq(count == 0)
+
+        def filling(idx):
+            return Cat(*[slot_v[k] & (slot_line[k][:IB] == idx) for k in range(FILL_SLOTS)]).any()
+
+        # ---- Lookup of the request's line and of the next line against the tags.
+        line = Signal(LB)
+        m.d.comb += line.eq(self.req.payload[W:])
+        index = line[:IB]
+        nxt = Signal(LB)
+        m.d.comb += nxt.eq(line + 1)
+        t_port = tags.read_port(domain="comb")
+        n_port = tags.read_port(domain="comb")
+        m.d.comb += [t_port.addr.eq(index), n_port.addr.eq(nxt[:IB])]
+        present = Signal()
+        next_present = Signal()
+        m.d.comb += [present.eq(valid.bit_select(index, 1) & (t_port.data == line[IB:])),
+                     next_present.eq(valid.bit_select(nxt[:IB], 1) & (n_port.data == nxt[IB:]))]
+        want_next = Signal()
+        m.d.comb += want_next.eq(~next_present & ((nxt << W) < self.rom_words))
+        fills_needed = Signal(range(3))
+        m.d.comb += fills_needed.eq((~present).as_unsigned() + want_next)
+        # no tag of a line still being filled is rewritten; room for the fills
+        clash = ((~present & filling(index)) | (want_next & filling(nxt[:IB])))
+        pend = Signal()             # the prefetch of a missed line's successor, next cycle
+        pend_line = Signal(LB)
+        out_busy = Signal()         # resp holds a word nobody has taken yet
+        waiting = Signal()          # an accepted request whose line is not ready yet
+        cur = Signal(PC_BITS)
+        accept = Signal()
+        m.d.comb += accept.eq(self.req.valid & ~waiting & ~pend & ~out_busy & ~clash
+                              & (count + fills_needed <= FILL_SLOTS))
+        m.d.comb += self.req.ready.eq(accept)
+
+        # ---- Tag writes and fill slots (at most one new slot per cycle).
+        tw = tags.write_port()
+        new = Signal()
+        new_line = Signal(LB)
+        with m.If(pend):
+            m.d.comb += [new.eq(1), new_line.eq(pend_line)]
+            m.d.sync += pend.eq(0)
+        with m.Elif(accept & ~present):
+            m.d.comb += [new.eq(1), new_line.eq(line)]
+            m.d.sync += self.misses.eq(self.misses + 1)
+            with m.If(want_next):
+                m.d.sync += [pend.eq(1), pend_line.eq(nxt), self.prefetches.eq(self.prefetches + 1)]
+        with m.Elif(accept):
+            m.d.sync += self.hits.eq(self.hits + 1)
+            with m.If(want_next):
+                m.d.comb += [new.eq(1), new_line.eq(nxt)]
+                m.d.sync += self.prefetches.eq(self.prefetches + 1)
+        m.d.comb += [tw.addr.eq(new_line[:IB]), tw.data.eq(new_line[IB:]), tw.en.eq(new)]
+
+        # ---- Reading the word: at once on a ready hit, else when its line is ready.
+        rp = mem.read_port()
+        hit_now = accept & present & ready.bit_select(index, 1)
+        late = waiting & ready.bit_select(cur[W:W + IB], 1)
+        m.d.comb += [rp.addr.eq(Mux(hit_now, self.req.payload[:W + IB], cur[:W + IB])),
+                     rp.en.eq(hit_now | late)]
+        read = Signal()  # the read port holds a word for resp (from the last read on)
+        with m.If(accept):
+            m.d.sync += cur.eq(self.req.payload)
+        with m.If(accept & ~hit_now):
+            m.d.sync += waiting.eq(1)
+        with m.Elif(late):
+            m.d.sync += waiting.eq(0)
+        with m.If(hit_now | late):
+            m.d.sync += read.eq(1)
+        with m.Elif(self.resp.ready):
+            m.d.sync += read.eq(0)
+        m.d.comb += [out_busy.eq(read & ~self.resp.ready),
+                     self.resp.valid.eq(read),
+                     self.resp.payload.word.eq(rp.data[:128]),
+                     self.resp.payload.error.eq(rp.data[128]),
+                     self.resp.payload.pc.eq(cur)]
+
+        # ---- Fills: AR for the oldest queued slot, R beats into the oldest requested one.
+        # slots are kept in order: slot 0 is the oldest; a new one goes after the others
+        ar_slot = Signal(range(FILL_SLOTS))
+        has_ar = Signal()
+        for k in reversed(range(FILL_SLOTS)):
+            with m.If(slot_v[k] & ~slot_ar[k]):
+                m.d.comb += [ar_slot.eq(k), has_ar.eq(1)]
+        m.d.comb += [self.arvalid.eq(has_ar),
+                     self.araddr.eq(self.rom_base + (slot_line[ar_slot] << (W + 4))),
+                     self.arlen.eq(BEATS_PER_LINE - 1)]
+        beat = Signal(range(BEATS_PER_LINE))
+        low = Signal(64)
+        low_err = Signal()
+        wp = mem.write_port()
+        done = Signal()  # the oldest slot's last beat
+        m.d.comb += self.rready.eq(slot_v[0] & slot_ar[0])
+        err = self.rresp != RESP_OKAY
+        with m.If(self.rvalid & self.rready):
+            m.d.sync += beat.eq(beat + 1)
+            with m.If(~beat[0]):
+                m.d.sync += [low.eq(self.rdata), low_err.eq(err)]
+            with m.Else():
+                m.d.comb += [wp.addr.eq(Cat(beat[1:], slot_line[0][:IB])),
+                             wp.data.eq(Cat(low, self.rdata, low_err | err)), wp.en.eq(1)]
+            with m.If(beat == BEATS_PER_LINE - 1):
+                m.d.comb += done.eq(1)
+                m.d.sync += ready.bit_select(slot_line[0][:IB], 1).eq(1)
+        # slot bookkeeping: pop the oldest when done, push the new one at the end
+        after_pop_v = Mux(done, slot_v >> 1, slot_v)
+        after_pop_ar = Mux(done, slot_ar >> 1, slot_ar)
+        ar_done = Signal(FILL_SLOTS)
+        with m.If(self.arvalid & self.arready):
+            m.d.comb += ar_done.eq(1 << ar_slot)
+        ar_after = Mux(done, ar_done >> 1, ar_done)
+        n_after = Signal(range(FILL_SLOTS + 1))
+        m.d.comb += n_after.eq(count - done)
+        m.d.sync += [slot_v.eq(after_pop_v | Mux(new, 1 << n_after, 0)),
+                     slot_ar.eq(after_pop_ar | ar_after)]
+        with m.If(done):
+            for k in range(FILL_SLOTS - 1):
+                m.d.sync += slot_line[k].eq(slot_line[k + 1])
+        with m.If(new):
+            m.d.sync += [slot_line[n_after].eq(new_line), valid.bit_select(new_line[:IB], 1).eq(1),
+                         ready.bit_select(new_line[:IB], 1).eq(0)]
+
+        with m.If(self.start):
+            m.d.sync += [valid.eq(0), ready.eq(0), waiting.eq(0), read.eq(0), pend.eq(0),
+                         self.hits.eq(0), self.misses.eq(0), self.prefetches.eq(0)]
+        return m

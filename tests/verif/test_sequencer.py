@@ -1,0 +1,130 @@
+"""The program sequencer: loops, walking loads and stores, illegal loops, and the
+instruction cache's hit / miss / prefetch counts."""
+
+import numpy as np
+import pytest
+
+from snpu.config import CoreConfig
+from snpu.errors import ExecutionError
+from snpu.verif import golden, isa
+from snpu.verif.isa import make
+from snpu.verif.program import Program
+from snpu.verif.sequencer import InstructionCache, unroll
+
+SMALL = CoreConfig(lanes=4, nbuf_bytes=1024, nidx_bytes=128, wbuf_bytes=1024, widx_bytes=512,
+                   acc_words=64, obuf_bytes=256, param_rows=8)
+
+
+def _cfg(v):
+    return make("cfg", reg="ld.thresh", value=v)
+
+
+def _trace(prog):
+    return [(a, i.op, i.args.get("value", i.args.get("ext"))) for a, i in unroll(prog)]
+
+
+def test_loop_repeats_its_body_and_walks():
+    prog = [make("loop", count=3, body=2, in_inc=64, out_inc=-8),
+            make("ld", buf="nbuf", ext=100, dst=0, cols=8, walk=1),
+            make("st", src=0, ext=500, cols=8, walk=1),
+            _cfg(7), make("halt")]
+    assert _trace(prog) == [(1, "ld", 100), (2, "st", 500), (1, "ld", 164), (2, "st", 492),
+                            (1, "ld", 228), (2, "st", 484), (3, "cfg", 7), (4, "halt", None)]
+
+
+def test_nested_loops_zero_and_one_trip_and_shared_ends():
+    prog = [make("loop", count=2, body=5, in_inc=1000),        # 0: outer, body 1..5
+            make("loop", count=3, body=1, in_inc=10),          # 1: inner, body 2
+            make("ld", buf="acc", ext=0, dst=0, cols=1, walk=1),   # 2
+            make("loop", count=0, body=1),                     # 3: zero trip: skips 4
+            _cfg(1),                                           # 4
+            make("loop", count=1, body=0 + 1),                 # 5: one trip, ends with outer
+            _cfg(2),                                           # 6 -- outside the outer body
+            make("halt")]
+    prog[0] = make("loop", count=2, body=6, in_inc=1000)      # outer body 1..6 ends on 6
+    exts = [e for _, op, e in _trace(prog) if op == "ld"]
+    assert exts == [0, 10, 20, 1000, 1010, 1020]
+    ops = [op for _, op, _ in _trace(prog)]
+    assert ops == ["ld"] * 3 + ["cfg"] + ["ld"] * 3 + ["cfg", "halt"]
+
+
+@pytest.mark.parametrize("prog,message,word", [
+    ([make("loop", count=2, body=5), make("halt")], "runs past the ROM", 0),
+    ([make("loop", count=2, body=2), make("loop", count=2, body=2), _cfg(1), _cfg(2),
+      make("halt")], "leaves its enclosing body", 1),
+    ([make("loop", count=2, body=4), make("loop", count=2, body=3), make("loop", count=2, body=2),
+      make("loop", count=2, body=1), _cfg(1), make("halt")], "nest deeper than 3", 3),
+    ([_cfg(1)], "past the ROM .*no halt", 1),
+])
+def test_illegal_loops_fault_at_the_loop_word(prog, message, word):
+    with pytest.raises(ExecutionError, match=message) as e:
+        unroll(prog)
+    assert (e.value.fault, e.value.address) == ("ILLEGAL", word)
+
+
+def test_zero_body_is_an_illegal_word():
+    word = isa.encode(make("loop", count=2, body=1)) & ~(0xFFF << 32)
+    with pytest.raises(Exception, match="body must hold at least one word"):
+        isa.decode(word)
+
+
+def test_cache_counts_hits_misses_and_prefetches():
+    c = InstructionCache(lines=4, rom_words=40)
+    for a in range(8):  # two lines: miss on line 0 (prefetch 1), hit line 1 (prefetch 2)
+        c.access(a, 0)
+    assert (c.stats.misses, c.stats.hits, c.stats.prefetches) == (1, 7, 2)
+    c.access(16, 0)     # line 4 maps onto line 0's slot: a miss, prefetching line 5
+    c.access(0, 0)      # line 0 was evicted: a miss again
+    assert (c.stats.misses, c.stats.prefetches) == (3, 4)  # line 5 then line 1 again
+
+
+def _tiles_program(looped: bool, a_values: np.ndarray) -> Program:
+    """Requantise ``tiles`` rows of ``n`` int8 values, one tile per iteration, with the
+    load / compute / store token protocol a loop body needs (each iteration's tokens
+    balance): LD -> VX (acc loaded), VX -> LD (acc free), VX -> ST (obuf ready), ST -> VX
+    (obuf free)."""
+    from snpu.verif import numerics
+
+    LD, VX, ST = isa.Unit.LD, isa.Unit.VX, isa.Unit.ST
+    P = SMALL.lanes
+    tiles, n = a_values.shape
+    p = Program(SMALL, mem_bytes=1 << 16, rom_bytes=1 << 12)
+    a = p.data("a", a_values)
+    y = p.space("y", (tiles, n))
+    prm = numerics.pack_params(np.zeros(P, np.int64), np.full(P, 1 << 14), np.full(P, 15))
+    p.emit("ld", buf="param", ext=p.data("params", prm, "params"), dst=0, cols=prm.size,
+           signal=[VX])
+    p.emit("cfg", reg="vx.src_stride", value=0, wait=[LD], signal=[LD])  # acc starts free
+    p.emit("cfg", reg="st.src_stride", value=0, signal=[VX])              # obuf starts free
+    body = [make("ld", buf="acc", ext=a, dst=0, cols=n, walk=1, wait=[VX], signal=[VX]),
+            make("req", dst=0, src=0, param=0, n_i=n // P, wait=[LD, ST], signal=[LD, ST]),
+            make("st", src=0, ext=y, cols=n, walk=1, wait=[VX], signal=[VX])]
+    if looped:
+        p.instrs.append(make("loop", count=tiles, body=len(body), in_inc=n, out_inc=n))
+        p.instrs += body
+    else:
+        for t in range(tiles):
+            p.instrs += [make(i.op, wait=i.wait, signal=i.signal,
+                              **{**i.args, "walk": 0, "ext": i.args["ext"] + t * n})
+                         if i.op in ("ld", "st") else i for i in body]
+    p.emit("cfg", reg="ld.thresh", value=0, wait=[VX])      # the last iteration's tokens
+    p.emit("cfg", reg="vx.dst_stride", value=0, wait=[ST])
+    p.emit("halt")
+    return p
+
+
+def test_looped_program_equals_its_unrolled_form_on_the_golden_model():
+    """Tiles walked by a loop give the bytes of the unrolled program, race-free; the loop's
+    body is fetched once, then hits."""
+    a_values = np.random.default_rng(3).integers(-50, 50, (6, 8), dtype=np.int8)
+    runs = []
+    for looped in (False, True):
+        p = _tiles_program(looped, a_values)
+        r = golden.run_image(p.place_rom(), p.image, SMALL)
+        y = p.image.region("y")
+        runs.append((r, len(p.instrs), r.ext[y.addr:y.end]))
+    (r0, n0, y0), (r1, n1, y1) = runs
+    np.testing.assert_array_equal(y0, y1)
+    assert y0.any()
+    assert r0.stats.instructions == r1.stats.instructions and n1 < n0
+    assert r1.stats.icache_misses == 1 and r1.stats.icache_hits >= 3 * 6

@@ -1,0 +1,211 @@
+"""The program sequencer and the instruction cache: which word is dispatched next.
+
+This is the specification the RTL sequencer (``rtl/sequencer.py``) and instruction cache
+(``rtl/icache.py``) implement; the golden model dispatches through it.
+
+Sequencing
+----------
+Words are dispatched from ROM word 0 on.  A ``loop count body ld_inc st_inc`` word pushes a
+*frame* (first word, last word, iterations left, iteration number, increments) and is not
+dispatched to a unit; with ``count = 0`` its body is skipped.  After the last word of the
+innermost frame's body, the sequencer jumps back to the body's first word while iterations
+remain, else pops the frame (and the enclosing frame may end on the same word).  A ``ld`` /
+``st`` with ``walk = 1`` is dispatched with ``ext`` plus, for every frame, the frame's
+iteration number times its increment for the instruction's stream (:func:`stream`),
+modulo 2**32.
+
+Faults (``ILLEGAL`` at the word): dispatching at or past ``rom_words`` (running off the end
+without ``halt``); an illegal word; a ``loop`` whose body would reach ``rom_words``, leave
+its enclosing body, or nest a fourth level.  (``body = 0`` is already an illegal word.)
+
+Instruction cache
+-----------------
+Direct-mapped, ``lines`` lines of :data:`LINE_WORDS` words.  Every word the sequencer
+presents (dispatched words and ``loop`` words alike) is one access: a *hit* if its line is
+in the cache, else a *miss* that fills the line.  After each access, if the next line of
+the ROM is not in the cache it is *prefetched* (filled in the background).  Hits, misses
+and prefetches are exact counts the RTL reports too; each fill reads one line (64 bytes) of
+external memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from snpu.errors import ExecutionError, IllegalInstruction
+
+from . import isa, timing
+from .isa import LOOP_DEPTH, Instr
+
+LINE_WORDS = 4
+LINE_BYTES = LINE_WORDS * 16
+
+
+#: the address streams a loop walks, and the loop field holding each one's increment
+STREAMS = {"in": "in_inc", "w": "w_inc", "out": "out_inc"}
+_WEIGHT_BUFFERS = {isa.BUFFERS[b] for b in ("wbuf", "widx", "param")}
+
+
+def stream(ins: Instr) -> str | None:
+    """The address stream a ``ld`` / ``st`` walks: ``"in"`` (activations loaded into nbuf,
+    nidx or acc), ``"w"`` (weights and parameters: wbuf, widx, param) or ``"out"`` (st)."""
+    if ins.op == "st":
+        return "out"
+    if ins.op == "ld":
+        return "w" if ins.args["buf"] in _WEIGHT_BUFFERS else "in"
+    return None
+
+
+@dataclass
+class Frame:
+    start: int          #: first word of the body
+    end: int            #: last word of the body
+    left: int           #: iterations after the current one
+    inc: dict[str, int]  #: bytes per iteration, per stream
+    iteration: int = 0
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    prefetches: int = 0
+
+    @property
+    def fill_bytes(self) -> int:
+        return (self.misses + self.prefetches) * LINE_BYTES
+
+
+@dataclass
+class InstructionCache:
+    """Direct-mapped cache state and the time each line's fill completes (the estimate)."""
+
+    lines: int
+    rom_words: int
+    tags: list[int] = field(init=False)
+    ready_at: list[int] = field(init=False)
+    bus_free_at: int = 0
+    stats: CacheStats = field(default_factory=CacheStats)
+
+    def __post_init__(self) -> None:
+        self.tags = [-1] * self.lines
+        self.ready_at = [0] * self.lines
+
+    def _fill(self, line: int, t: int) -> None:
+        k = line % self.lines
+        self.tags[k] = line
+        start = max(t + timing.FETCH_LATENCY, self.bus_free_at)
+        self.bus_free_at = start + timing.LINE_FILL_BEATS
+        self.ready_at[k] = self.bus_free_at
+
+    def access(self, addr: int, t: int) -> int:
+        """Present word ``addr`` at time ``t``; returns when it is available."""
+        line = addr // LINE_WORDS
+        k = line % self.lines
+        if self.tags[k] == line:
+            self.stats.hits += 1
+        else:
+            self.stats.misses += 1
+            self._fill(line, t)
+        nxt = line + 1
+        if nxt * LINE_WORDS < self.rom_words and self.tags[nxt % self.lines] != nxt:
+            self.stats.prefetches += 1
+            self._fill(nxt, t)
+        return max(t, self.ready_at[k])
+
+
+class Sequencer:
+    """Presents the words of a decoded ROM in dispatch order (see the module docstring).
+
+    ``prog`` holds an :class:`~snpu.verif.isa.Instr` per word, or the
+    :class:`~snpu.errors.IllegalInstruction` its word raised.
+    """
+
+    def __init__(self, prog: list, cache_lines: int | None):
+        self.prog = prog
+        self.rom_words = len(prog)
+        self.pc = 0
+        self.frames: list[Frame] = []
+        #: ``None``: no cache model (every word available at once)
+        self.cache = InstructionCache(cache_lines, self.rom_words) if cache_lines else None
+        self._current: tuple[int, Instr, int] | None = None
+
+    def _fault(self, addr: int, message: str) -> ExecutionError:
+        return ExecutionError(message, address=addr, fault="ILLEGAL")
+
+    def current(self, t: int) -> tuple[int, Instr, int]:
+        """The word to dispatch: (ROM word, instruction with walk offsets applied, the time
+        it is available).  The cache access happens once per presented word."""
+        if self._current is not None:
+            return self._current
+        addr = self.pc
+        if addr >= self.rom_words:
+            raise self._fault(addr, f"dispatch reached word {addr}, past the ROM "
+                                    f"({self.rom_words} words): no halt")
+        ready = self.cache.access(addr, t) if self.cache is not None else t
+        ins = self.prog[addr]
+        if isinstance(ins, IllegalInstruction):
+            raise ExecutionError(str(ins), address=addr, fault="ILLEGAL")
+        if ins.op == "loop":
+            end = addr + ins.body
+            if end >= self.rom_words:
+                raise self._fault(addr, f"loop body [{addr + 1}, {end}] runs past the ROM "
+                                        f"({self.rom_words} words)")
+            if self.frames and end > self.frames[-1].end:
+                raise self._fault(addr, f"loop body [{addr + 1}, {end}] leaves its enclosing "
+                                        f"body, which ends at word {self.frames[-1].end}")
+            if len(self.frames) == LOOP_DEPTH:
+                raise self._fault(addr, f"loops nest deeper than {LOOP_DEPTH}")
+        elif ins.op in ("ld", "st") and ins.args["walk"] and self.frames:
+            s = stream(ins)
+            off = sum(f.iteration * f.inc[s] for f in self.frames)
+            if off:
+                ins = Instr(ins.op, {**ins.args, "ext": (ins.args["ext"] + off) & 0xFFFFFFFF},
+                            ins.wait, ins.signal)
+        self._current = (addr, ins, ready)
+        return self._current
+
+    def advance(self) -> bool:
+        """The current word was dispatched (or executed, for ``loop``).  Returns whether the
+        sequencer jumped back (a loop's next iteration)."""
+        addr, ins, _ = self._current
+        self._current = None
+        if ins.op == "loop":
+            if ins.count == 0:
+                return self._finish(addr + ins.body)
+            self.frames.append(Frame(addr + 1, addr + ins.body, ins.count - 1,
+                                     {s: ins.args[f] for s, f in STREAMS.items()}))
+            self.pc = addr + 1
+            return False
+        return self._finish(addr)
+
+    def _finish(self, last: int) -> bool:
+        """Word ``last`` is done: go on after it, or back to the start of a body it ends."""
+        self.pc = last + 1
+        while self.frames and self.frames[-1].end == last:
+            f = self.frames[-1]
+            if f.left:
+                f.left -= 1
+                f.iteration += 1
+                self.pc = f.start
+                return True
+            self.frames.pop()
+        return False
+
+
+def unroll(prog: list, *, limit: int | None = None) -> list[tuple[int, Instr]]:
+    """The dynamic instruction stream of a decoded ROM: every word the sequencer dispatches
+    (``loop`` words excluded), with walk offsets applied, up to and including ``halt``.
+    Faults as :meth:`Sequencer.current`; ``limit`` bounds the stream's length."""
+    seq = Sequencer(prog, None)
+    out = []
+    while True:
+        addr, ins, _ = seq.current(0)
+        if ins.op != "loop":
+            out.append((addr, ins))
+            if ins.op == "halt":
+                return out
+            if limit is not None and len(out) > limit:
+                raise ExecutionError(f"the program dispatches more than {limit} instructions",
+                                     address=addr)
+        seq.advance()
