@@ -46,6 +46,7 @@ BUFFER_USERS = {
     "ext": (Unit.LD, Unit.ST), "nbuf": (Unit.LD, Unit.MX), "nidx": (Unit.LD, Unit.MX),
     "wbuf": (Unit.LD, Unit.MX), "widx": (Unit.LD, Unit.MX), "param": (Unit.LD, Unit.VX),
     "acc": (Unit.LD, Unit.MX, Unit.VX), "obuf": (Unit.VX, Unit.ST),
+    "local": (Unit.LD, Unit.ST, Unit.NET),
 }
 _UNIT = [Unit(u) for u in range(NU)]
 

@@ -8,31 +8,59 @@ from amaranth.lib.wiring import In, Out
 from snpu.config import CoreConfig
 
 from .acc import Accumulators
+from .axi_split import ReadSplit, WriteSplit
 from .axi import AxiSignature
 from .buffers import OutputCache, ParamMemory
 from .dispatch import Dispatcher
 from .icache import InstructionCache
 from .ld_unit import LoadUnit
+from .local_memory import LocalMemory
 from .microcode import PC_BITS, UNITS, micro_layout
 from .mx_unit import MatrixController
+from .net_unit import NetUnit
+from .noc import FLIT
 from .st_unit import StoreUnit
 from .status import ErrorCode
 from .tokens import TokenChannels
 from .unit import UnitFrontEnd
 from .vx_unit import VectorUnit
+from amaranth.lib import stream
+from snpu.verif.isa import MESH_BITS
 
 #: performance counters, in the order of the ``counters`` output
 COUNTERS = (
     "cycles",            # from start to done
-    "ld_busy", "mx_busy", "vx_busy", "st_busy",          # cycles each unit was executing
-    "ld_stall", "mx_stall", "vx_stall", "st_stall",      # ... of which waiting for tokens
+    "ld_busy", "mx_busy", "vx_busy", "st_busy", "net_busy",  # cycles each unit was executing
+    "ld_stall", "mx_stall", "vx_stall", "st_stall", "net_stall",  # ... waiting for tokens
     "ld_instructions", "mx_instructions", "vx_instructions", "st_instructions",
+    "net_instructions",
     "mac_cycles",        # cycles the MX unit spent in fc
     "pairs",             # neuron/weight pairs multiplied
     "dense_pairs",       # pairs a dense core would have multiplied
     "dma_read_bytes", "dma_write_bytes",
     "icache_hits", "icache_misses", "icache_prefetches",  # instruction cache accesses
+    "net_bytes_sent", "net_bytes_received",
 )
+
+
+def core_signature() -> wiring.Signature:
+    """The core's ports (the same for every configuration)."""
+    return wiring.Signature({
+        "axi": Out(AxiSignature()),
+        "start": In(1),
+        "rom_base": In(32),
+        "rom_words": In(PC_BITS + 1),
+        # the mesh: this core's place, the mesh size, the router's local port
+        "mesh_x": In(MESH_BITS), "mesh_y": In(MESH_BITS),
+        "mesh_w": In(MESH_BITS + 1), "mesh_h": In(MESH_BITS + 1),
+        "noc_out": Out(stream.Signature(FLIT)),
+        "noc_in": In(stream.Signature(FLIT)),
+        "busy": Out(1),
+        "done": Out(1),
+        "error": Out(ErrorCode),
+        "error_pc": Out(PC_BITS),
+        "counters": Out(data.ArrayLayout(64, len(COUNTERS))),
+    })
 
 
 class Core(wiring.Component):
@@ -71,20 +99,14 @@ class Core(wiring.Component):
         self._mx = MatrixController(config)
         self._vx = VectorUnit(config)
         self._st = StoreUnit(config)
+        self._net = NetUnit(config)
+        self._local = LocalMemory(config.local_bytes)
+        self._ld_split = ReadSplit()
+        self._st_split = WriteSplit()
         self._acc = Accumulators(config)
         self._param = ParamMemory(config)
         self._obuf = OutputCache(config)
-        super().__init__({
-            "axi": Out(AxiSignature()),
-            "start": In(1),
-            "rom_base": In(32),
-            "rom_words": In(PC_BITS + 1),
-            "busy": Out(1),
-            "done": Out(1),
-            "error": Out(ErrorCode),
-            "error_pc": Out(PC_BITS),
-            "counters": Out(data.ArrayLayout(64, len(COUNTERS))),
-        })
+        super().__init__(core_signature())
 
     @property
     def config(self) -> CoreConfig:
@@ -100,10 +122,13 @@ class Core(wiring.Component):
         # Every register outside the memories restarts with `start` (queues, prefetched
         # instructions, tokens, configuration registers, counters); fetching begins a cycle
         # later.  Memory contents are kept.
+        net, local = self._net, self._local
+        # (the cores of a mesh start together: no packet of a program arrives before start)
         for name, sub in (("fetch", fetch), ("dispatch", disp), ("tokens", tok), ("ld", ld),
-                          ("mx", mx), ("vx", vx), ("st", st)):
+                          ("mx", mx), ("vx", vx), ("st", st), ("net", net),
+                          ("ld_split", self._ld_split), ("st_split", self._st_split)):
             m.submodules[name] = ResetInserter(self.start)(sub)
-        for name, sub in (("acc", acc), ("param", prm), ("obuf", obuf)):
+        for name, sub in (("acc", acc), ("param", prm), ("obuf", obuf), ("local_mem", local)):
             m.submodules[name] = sub
         for u in UNITS:
             m.submodules[f"queue_{u.name.lower()}"] = ResetInserter(self.start)(self._queues[u])
@@ -142,7 +167,7 @@ class Core(wiring.Component):
                          tok.signal_mask[k].eq(fe.signal_mask), fe.signal_ok.eq(tok.signal_ok[k]),
                          tok.give[k].eq(fe.give)]
 
-        fe_ld, fe_mx, fe_vx, fe_st = (self._front[u] for u in UNITS)
+        fe_ld, fe_mx, fe_vx, fe_st, fe_net = (self._front[u] for u in UNITS)
         # LD
         m.d.comb += [ld.start.eq(fe_ld.start), ld.args.eq(fe_ld.args.ld), fe_ld.done.eq(ld.done),
                      ld.regs.eq(fe_ld.regs.value)]
@@ -158,6 +183,17 @@ class Core(wiring.Component):
         # ST
         m.d.comb += [st.start.eq(fe_st.start), st.args.eq(fe_st.args.st), fe_st.done.eq(st.done),
                      st.regs.eq(fe_st.regs.value)]
+
+        # NET
+        m.d.comb += [net.start.eq(fe_net.start), net.op.eq(fe_net.op), net.args.eq(fe_net.args),
+                     fe_net.done.eq(net.done), net.regs.eq(fe_net.regs.value),
+                     net.x.eq(self.mesh_x), net.y.eq(self.mesh_y),
+                     net.w.eq(self.mesh_w), net.h.eq(self.mesh_h)]
+        wiring.connect(m, net.inject, wiring.flipped(self.noc_out))
+        wiring.connect(m, wiring.flipped(self.noc_in), net.eject)
+        wiring.connect(m, net.mem_rd, local.net_rd)
+        wiring.connect(m, net.mem_wr, local.net_wr)
+        m.d.comb += [net.mem_rdata.eq(local.net_rdata), net.mem_rvalid.eq(local.net_rvalid)]
 
         # ---- Shared memories.
         m.d.comb += [acc.vx_rd_en.eq(vx.acc_rd_en), acc.vx_rd_row.eq(vx.acc_rd_row),
@@ -175,35 +211,61 @@ class Core(wiring.Component):
                      obuf.r_en.eq(st.obuf_en), obuf.r_word.eq(st.obuf_addr),
                      st.obuf_data.eq(obuf.r_data)]
 
+        # ---- Local memory or external bus, by address: LD's reads, ST's writes.
+        lsp, ssp = self._ld_split, self._st_split
+        for k in ("arvalid", "araddr", "arlen", "rready"):
+            m.d.comb += getattr(lsp, f"m_{k}").eq(getattr(ld, k))
+        for k in ("arready", "rvalid", "rdata", "rresp", "rlast"):
+            m.d.comb += getattr(ld, k).eq(getattr(lsp, f"m_{k}"))
+        for k in ("awvalid", "awaddr", "awlen", "wvalid", "wdata", "wstrb", "wlast", "bready"):
+            m.d.comb += getattr(ssp, f"m_{k}").eq(getattr(st, k))
+        for k in ("awready", "wready", "bvalid", "bresp"):
+            m.d.comb += getattr(st, k).eq(getattr(ssp, f"m_{k}"))
+        lax = local.axi
+        m.d.comb += [lax.arvalid.eq(lsp.l_arvalid), lax.araddr.eq(lsp.l_araddr),
+                     lax.arlen.eq(lsp.l_arlen), lax.arsize.eq(3), lax.arburst.eq(1),
+                     lax.arid.eq(1), lsp.l_arready.eq(lax.arready),
+                     lsp.l_rvalid.eq(lax.rvalid), lsp.l_rdata.eq(lax.rdata),
+                     lsp.l_rresp.eq(lax.rresp), lsp.l_rlast.eq(lax.rlast),
+                     lax.rready.eq(lsp.l_rready),
+                     lax.awvalid.eq(ssp.l_awvalid), lax.awaddr.eq(ssp.l_awaddr),
+                     lax.awlen.eq(ssp.l_awlen), lax.awsize.eq(3), lax.awburst.eq(1),
+                     lax.awid.eq(0), ssp.l_awready.eq(lax.awready),
+                     lax.wvalid.eq(ssp.l_wvalid), lax.wdata.eq(ssp.l_wdata),
+                     lax.wstrb.eq(ssp.l_wstrb), lax.wlast.eq(ssp.l_wlast),
+                     ssp.l_wready.eq(lax.wready), ssp.l_bvalid.eq(lax.bvalid),
+                     ssp.l_bresp.eq(lax.bresp), lax.bready.eq(ssp.l_bready)]
+
         # ---- AXI: read arbitration (fetch id 0, LD id 1), writes from ST.
         bus = self.axi
         last_ld = Signal()  # round robin: who won the last address handshake
         pick_ld = Signal()
-        m.d.comb += pick_ld.eq(ld.arvalid & (~fetch.arvalid | ~last_ld))
+        m.d.comb += pick_ld.eq(lsp.e_arvalid & (~fetch.arvalid | ~last_ld))
         m.d.comb += [
-            bus.arvalid.eq(fetch.arvalid | ld.arvalid),
-            bus.araddr.eq(Mux(pick_ld, ld.araddr, fetch.araddr)),
-            bus.arlen.eq(Mux(pick_ld, ld.arlen, fetch.arlen)),
+            bus.arvalid.eq(fetch.arvalid | lsp.e_arvalid),
+            bus.araddr.eq(Mux(pick_ld, lsp.e_araddr, fetch.araddr)),
+            bus.arlen.eq(Mux(pick_ld, lsp.e_arlen, fetch.arlen)),
             bus.arid.eq(pick_ld), bus.arsize.eq(3), bus.arburst.eq(1),
-            ld.arready.eq(bus.arready & pick_ld), fetch.arready.eq(bus.arready & ~pick_ld),
-            bus.rready.eq(Mux(bus.rid, ld.rready, fetch.rready)),
-            ld.rvalid.eq(bus.rvalid & bus.rid), fetch.rvalid.eq(bus.rvalid & ~bus.rid),
+            lsp.e_arready.eq(bus.arready & pick_ld), fetch.arready.eq(bus.arready & ~pick_ld),
+            bus.rready.eq(Mux(bus.rid, lsp.e_rready, fetch.rready)),
+            lsp.e_rvalid.eq(bus.rvalid & bus.rid), fetch.rvalid.eq(bus.rvalid & ~bus.rid),
+            lsp.e_rdata.eq(bus.rdata), lsp.e_rresp.eq(bus.rresp), lsp.e_rlast.eq(bus.rlast),
+            fetch.rdata.eq(bus.rdata), fetch.rresp.eq(bus.rresp), fetch.rlast.eq(bus.rlast),
         ]
         with m.If(bus.arvalid & bus.arready):
             m.d.sync += last_ld.eq(pick_ld)
-        for dst in (ld, fetch):
-            m.d.comb += [dst.rdata.eq(bus.rdata), dst.rresp.eq(bus.rresp), dst.rlast.eq(bus.rlast)]
         m.d.comb += [
-            bus.awvalid.eq(st.awvalid), bus.awaddr.eq(st.awaddr), bus.awlen.eq(st.awlen),
-            bus.awsize.eq(3), bus.awburst.eq(1), bus.awid.eq(0), st.awready.eq(bus.awready),
-            bus.wvalid.eq(st.wvalid), bus.wdata.eq(st.wdata), bus.wstrb.eq(st.wstrb),
-            bus.wlast.eq(st.wlast), st.wready.eq(bus.wready),
-            st.bvalid.eq(bus.bvalid), st.bresp.eq(bus.bresp), bus.bready.eq(st.bready),
+            bus.awvalid.eq(ssp.e_awvalid), bus.awaddr.eq(ssp.e_awaddr), bus.awlen.eq(ssp.e_awlen),
+            bus.awsize.eq(3), bus.awburst.eq(1), bus.awid.eq(0), ssp.e_awready.eq(bus.awready),
+            bus.wvalid.eq(ssp.e_wvalid), bus.wdata.eq(ssp.e_wdata), bus.wstrb.eq(ssp.e_wstrb),
+            bus.wlast.eq(ssp.e_wlast), ssp.e_wready.eq(bus.wready),
+            ssp.e_bvalid.eq(bus.bvalid), ssp.e_bresp.eq(bus.bresp), bus.bready.eq(ssp.e_bready),
         ]
 
         # ---- Faults: the first one wins.
         unit_errors = ((fe_ld, ld.done, ld.error), (fe_mx, mx.done, mx.error),
-                       (fe_vx, vx.done, vx.error), (fe_st, st.done, st.error))
+                       (fe_vx, vx.done, vx.error), (fe_st, st.done, st.error),
+                       (fe_net, net.done, net.error))
         with m.If(self.start):
             m.d.sync += [fault.eq(ErrorCode.NONE), fault_pc.eq(0), halt.eq(0)]
         with m.Elif(~halt):
@@ -239,5 +301,7 @@ class Core(wiring.Component):
                      cnt["dense_pairs"].eq(mx.dense_pairs),
                      cnt["dma_read_bytes"].eq(ld.bytes_read), cnt["dma_write_bytes"].eq(st.bytes_written),
                      cnt["icache_hits"].eq(fetch.hits), cnt["icache_misses"].eq(fetch.misses),
-                     cnt["icache_prefetches"].eq(fetch.prefetches)]
+                     cnt["icache_prefetches"].eq(fetch.prefetches),
+                     cnt["net_bytes_sent"].eq(net.bytes_sent),
+                     cnt["net_bytes_received"].eq(net.bytes_received)]
         return m

@@ -72,8 +72,11 @@ def disasm(rom: str, addresses: bool) -> None:
 
 @main.command()
 @click.argument("rom", type=click.Path(exists=True, dir_okay=False))
-@click.option("--mem", "mem", required=True, type=click.Path(exists=True, dir_okay=False),
+@click.option("--mem", "mem", type=click.Path(exists=True, dir_okay=False),
               help="External-memory image (.bin); its manifest is the .json beside it.")
+@click.option("--mesh", default=None, metavar="WxH",
+              help="ROM is a tiled-array program's manifest.json (one ROM per core, shared "
+                   "memory image) for a WxH array.")
 @click.option("--manifest", type=click.Path(exists=True, dir_okay=False),
               help="Manifest, if not beside the image.")
 @_config_options
@@ -92,15 +95,30 @@ def disasm(rom: str, addresses: bool) -> None:
               help=".npz of expected arrays, keyed by region name; mismatches fail.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run statistics as JSON.")
 @click.option("--no-race-check", is_flag=True, help="Skip the check that units are ordered.")
-def sim(rom: str, mem: str, manifest: str | None, core: str | None, out: str | None,
-        expect: str | None, as_json: bool, no_race_check: bool, rtl: bool, memory: str,
-        stall: float, waves: str | None, force: bool, **params) -> None:
-    """Run ROM against the memory image MEM on the golden model (or, with --rtl, the RTL)."""
+def sim(rom: str, mem: str | None, mesh: str | None, manifest: str | None, core: str | None,
+        out: str | None, expect: str | None, as_json: bool, no_race_check: bool, rtl: bool,
+        memory: str, stall: float, waves: str | None, force: bool, **params) -> None:
+    """Run ROM against the memory image MEM on the golden model (or, with --rtl, the RTL).
+
+    With --mesh WxH, ROM is the manifest.json of a tiled-array program and every core runs
+    its own ROM against the shared memory image."""
     import numpy as np
 
     from .verif import golden
     from .verif.image import MemoryImage, read_rom
 
+    if mesh is not None:
+        given = [f"--{k.replace('_', '-')}" for k, v in params.items() if v is not None]
+        given += ["--core"] * bool(core) + ["--mem"] * bool(mem) + ["--manifest"] * bool(manifest)
+        if given:
+            raise SnpuError(f"{', '.join(given)}: a mesh program carries its own memory image "
+                            "and core configuration (see its manifest.json)")
+        return _sim_mesh(rom, mesh, out=out, expect=expect, as_json=as_json,
+                         no_race_check=no_race_check, rtl=rtl, memory=memory, stall=stall,
+                         waves=waves, force=force)
+    if mem is None:
+        raise SnpuError("--mem: the external-memory image is required (or give --mesh WxH "
+                        "and a mesh program's manifest.json)")
     inputs = [rom, mem, manifest, core, expect, Path(mem).with_suffix(".json")]
     if waves:
         if not rtl:
@@ -165,6 +183,122 @@ def sim(rom: str, mem: str, manifest: str | None, core: str | None, out: str | N
         sys.exit(1)
 
 
+def _sim_mesh(manifest: str, mesh: str, *, out, expect, as_json, no_race_check, rtl, memory,
+              stall, waves, force) -> None:
+    """``snpu sim --mesh``: a tiled-array program on the golden model or the RTL array."""
+    import numpy as np
+
+    from .verif.mesh_program import MeshProgram, parse_mesh
+
+    size = parse_mesh(mesh)
+    inputs = [manifest, expect, Path(manifest).parent]
+    if waves:
+        if not rtl:
+            raise SnpuError("--waves: waveforms come from the RTL; add --rtl")
+        from .verif.tb.rtl_sim import waves_format
+
+        waves_format(waves)
+        _output(waves, "waveform", "--waves", inputs=inputs, force=force)
+    if out:
+        _output(out, "simulation output", "--out", inputs=inputs, force=force)
+    prog = MeshProgram.load(manifest)
+    if prog.mesh != size:
+        raise SnpuError(f"--mesh {mesh}: {manifest} is a program for a "
+                        f"{prog.mesh[0]}x{prog.mesh[1]} array")
+    image = prog.placed()
+    if rtl:
+        from .verif.tb import rtl_sim
+
+        with _progress(f"RTL simulation of the {mesh} array", 0):
+            r = rtl_sim.run_mesh(prog, memory=memory, stall=stall, waves=waves)
+        if not r.finished:
+            raise rtl_sim.RtlError("the array did not finish within its cycle budget (hang)")
+        image.data[:] = r.ext
+        stats = {"cycles": r.cycles, "golden_cycles": r.golden_cycles, "cores": r.cores,
+                 "network": r.network, "simulated_cycles_per_s": r.cycles_per_s,
+                 "golden_check": r.problems or "match"}
+        errors = [f"core ({k}): {c['error']} at ROM word {c['error_pc']}"
+                  for k, c in r.cores.items() if c["error"] != "NONE"]
+    else:
+        with _progress("golden model", 0):
+            res = prog.run_golden(check_races=not no_race_check)
+        image.data[:] = res.ext
+        stats = {"cycles": res.cycles, "network": res.network,
+                 "cores": {f"{x},{y}": c.stats.to_dict() for (x, y), c in res.cores.items()}}
+        errors = []
+    if out:
+        _save_sim_outputs(Path(out), image)
+    failures = []
+    if expect:
+        ref = np.load(expect)
+        for name in ref.files:
+            got, want = image.read(name), ref[name]
+            if got.shape != want.shape or not np.array_equal(got, want):
+                failures.append(f"{name} differs")
+        stats["expect"] = {"checked": list(ref.files), "failures": failures}
+    if as_json:
+        click.echo(json.dumps(stats, indent=1))
+    else:
+        net = stats["network"] or {}
+        click.echo(f"{'RTL' if rtl else 'golden model'}: {size[0]}x{size[1]} array, "
+                   f"{stats['cycles']} cycles"
+                   + (f" (golden estimate {stats['golden_cycles']})" if rtl else "")
+                   + f"; network: {net.get('packets', 0)} packets, {net.get('flits', 0)} flits, "
+                   f"busiest link {net.get('busiest_link_flits', 0)} flits")
+        for k, c in stats["cores"].items():
+            cnt = c["counters"] if rtl else c
+            click.echo(f"  core ({k}): {cnt['cycles']} cycles, "
+                       f"{cnt['net_bytes_sent']} B sent, {cnt['net_bytes_received']} B received"
+                       + (f", {c['error']} at ROM word {c['error_pc']}"
+                          if rtl and c["error"] != "NONE" else ""))
+        if rtl:
+            click.echo("golden model check: " + ("match" if stats["golden_check"] == "match"
+                                                 else "; ".join(stats["golden_check"])))
+        if expect:
+            click.echo("MISMATCH: " + "; ".join(failures) if failures else
+                       f"match: {', '.join(ref.files)} equal the expected arrays bit for bit")
+    if failures or errors or (rtl and stats["golden_check"] != "match"):
+        sys.exit(1)
+
+
+@main.command("mesh-gen")
+@click.argument("pattern", type=click.Choice(["neighbour", "ring", "all_to_all", "gather",
+                                              "hotspot"]))
+@click.option("--mesh", required=True, metavar="WxH", help="Array size.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
+              help="Directory to write the program to (manifest.json, one ROM per core, "
+                   "memory image).")
+@_config_options
+@_force_option
+def mesh_gen(pattern: str, mesh: str, seed: int, output: str, core: str | None, force: bool,
+             **params) -> None:
+    """Write a random tiled-array program with traffic PATTERN (and the expected outputs,
+    expected.npz, for ``snpu sim --mesh ... --expect``)."""
+    import io
+
+    import numpy as np
+
+    from .fileio import atomic_write
+    from .verif import meshgen
+    from .verif.mesh_program import parse_mesh
+
+    size = parse_mesh(mesh)
+    _output(output, "mesh program", inputs=[core], force=force)
+    cfg = _load_config(core, **params)
+    try:
+        prog = meshgen.mesh_program(np.random.default_rng(seed), cfg, size, pattern)
+    except ValueError as e:
+        raise SnpuError(f"mesh-gen: {e} (core configuration too small?)") from None
+    path = prog.save(output)
+    buf = io.BytesIO()
+    np.savez(buf, **prog.meta["expected"])
+    atomic_write(Path(output) / "expected.npz", buf.getvalue())
+    click.echo(f"{path}: {pattern} on a {size[0]}x{size[1]} array, "
+               f"{sum(len(w) for w in prog.roms.values())} instruction words; run it with "
+               f"snpu sim --mesh {mesh} {path} [--rtl] --expect {Path(output) / 'expected.npz'}")
+
+
 def _save_sim_outputs(outdir: Path, image) -> None:
     """Every output region as ``<name>.npy`` and the final memory image, in one directory
     replaced atomically; ``outputs.json`` marks it as an snpu output."""
@@ -197,22 +331,40 @@ def _save_sim_outputs(outdir: Path, image) -> None:
 @_config_options
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Verilog file to write.")
-@click.option("--name", default="snpu_core", show_default=True, help="Top module name.")
+@click.option("--name", default=None,
+              help="Top module name (default snpu_core, or snpu_array with --mesh).")
+@click.option("--mesh", default=None, metavar="WxH",
+              help="A tiled array of WxH cores with routers and the AXI4 interconnect "
+                   "(the core's module is emitted once, as <name>_core).")
 @_force_option
-def verilog(core: str | None, output: str, name: str, force: bool, **params) -> None:
-    """Write standalone Verilog of one core (AXI4 master, control/status ports)."""
-    from amaranth.back import verilog as amaranth_verilog
-
+def verilog(core: str | None, output: str, name: str | None, mesh: str | None, force: bool,
+            **params) -> None:
+    """Write standalone Verilog of one core (AXI4 master, control/status ports), or with
+    --mesh of a tiled array of cores (one shared AXI4 master port)."""
     from .fileio import atomic_write
-    from .rtl.core import Core
 
-    _verilog_name(name)
+    size = None
+    if mesh is not None:
+        from .verif.mesh_program import parse_mesh
+
+        size = parse_mesh(mesh)
+    name = _verilog_name(name or ("snpu_array" if size else "snpu_core"))
     _output(output, "Verilog file", inputs=[core], force=force)
     cfg = _load_config(core, **params)
     with _progress("generating Verilog", 0):
-        text = amaranth_verilog.convert(Core(cfg), name=name)
+        if size:
+            from .rtl.array import array_verilog
+
+            text = array_verilog(cfg, *size, name=name)
+        else:
+            from amaranth.back import verilog as amaranth_verilog
+
+            from .rtl.core import Core
+
+            text = amaranth_verilog.convert(Core(cfg), name=name)
     atomic_write(output, text)
-    click.echo(f"{output}: module {name}, {cfg.lanes} lanes, {len(text) // 1024} KiB")
+    what = f"{size[0]}x{size[1]} array of cores ({name}_core)" if size else "one core"
+    click.echo(f"{output}: module {name}, {what}, {cfg.lanes} lanes, {len(text) // 1024} KiB")
 
 
 @main.command("compile")

@@ -52,6 +52,10 @@ class CoreConfig:
         Capacity of each dependency-token channel between two units.
     icache_lines:
         Instruction cache lines (4 words, 64 bytes each; direct-mapped, in block RAM).
+    local_bytes:
+        Local memory (scratchpad, block RAM) size: ``ld`` / ``st`` reach it at
+        ``isa.LOCAL_BASE``; ``send`` / ``recv`` move data between the local memories of
+        the cores of a mesh.
     """
 
     lanes: int = 16
@@ -67,6 +71,7 @@ class CoreConfig:
     queue_depth: int = 8
     token_depth: int = 8
     icache_lines: int = 64
+    local_bytes: int = 65536
 
     def __post_init__(self) -> None:
         checks = [
@@ -92,6 +97,8 @@ class CoreConfig:
             ("token_depth", 1 <= self.token_depth <= 255, "in 1..255"),
             ("icache_lines", _pow2(self.icache_lines) and 4 <= self.icache_lines <= 4096,
              "a power of two in 4..4096"),
+            ("local_bytes", _pow2(self.local_bytes) and 1024 <= self.local_bytes <= 1 << 20,
+             "a power of two in 1024..1048576"),
         ]
         for name, ok, want in checks:
             if not ok:

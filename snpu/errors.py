@@ -60,12 +60,14 @@ class ExecutionError(SnpuError):
     ``"INDEX"``, ``"ILLEGAL"``, ``"LOAD_BUS"``, ``"STORE_BUS"``: the golden model is the
     specification of the core's faults) or ``None`` for a program error the hardware does
     not detect (a race, a deadlock, overlapping writes...): what the core does then is
-    undefined."""
+    undefined.  ``core`` is the (x, y) of the core it happened on (set by the array
+    model)."""
 
     def __init__(self, message: str, *, address: int | None = None, text: str | None = None,
                  fault: str | None = None):
         self.address = address
         self.fault = fault
+        self.core: tuple[int, int] | None = None
         where = ""
         if address is not None:
             where = f"ROM word {address}"

@@ -98,6 +98,7 @@ def _is_memory_image(path: Path) -> bool:
 DIR_MANIFESTS = {
     "compiled model": ("model.json", "snpu-model/"),
     "simulation output": ("outputs.json", "snpu-sim-out/"),
+    "mesh program": ("manifest.json", "snpu-mesh-program"),
 }
 
 FILE_KINDS: dict[str, Callable[[Path], bool]] = {

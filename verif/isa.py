@@ -62,20 +62,29 @@ WORD_BYTES = WORD_BITS // 8
 
 
 class Unit(enum.IntEnum):
-    """Execution units.  ``NET`` is reserved for the tiled array's mesh interface."""
+    """Execution units."""
 
     LD = 0  #: DMA loads: external memory -> on-chip buffers (with the sparse processing unit)
     MX = 1  #: matrix unit: mapping unit + MAC lanes (sparse / dense FC)
     VX = 2  #: vector unit: pooling, element-wise, ReLU, requantisation
     ST = 3  #: DMA stores: output cache -> external memory
-    NET = 4  #: reserved: inter-core send/receive over the 2-D mesh
+    NET = 4  #: the mesh interface: send local memory to another core, wait for arrivals
 
 
 #: Loops nest at most this deep.
 LOOP_DEPTH = 3
 
-#: Units whose instructions exist in ISA v1.  Token bits for other units are illegal.
-IMPLEMENTED_UNITS = (Unit.LD, Unit.MX, Unit.VX, Unit.ST)
+#: Units whose instructions exist.  Token bits for other units are illegal.
+IMPLEMENTED_UNITS = (Unit.LD, Unit.MX, Unit.VX, Unit.ST, Unit.NET)
+
+#: Where a core's local memory (scratchpad) appears in its address space: ``ld`` / ``st``
+#: addresses in ``[LOCAL_BASE, LOCAL_BASE + local_bytes)`` reach it, the rest of the 32-bit
+#: space is the shared external memory.  ``send`` / ``recv`` take local offsets.
+LOCAL_BASE = 0xF000_0000
+#: Tags of the NET unit's arrival counters.
+NET_TAGS = 16
+#: Mesh coordinates: the x / y fields of ``send``.
+MESH_BITS = 4
 NUM_UNIT_BITS = 5
 
 OPCODE_BITS = 6
@@ -223,6 +232,10 @@ REGISTERS: tuple[Register, ...] = (
     Register("st.src_stride", Unit.ST, 1, 16, "bytes between rows in obuf"),
     Register("st.ext_stride3", Unit.ST, 2, 32, "bytes between planes (n3) in external memory"),
     Register("st.src_stride3", Unit.ST, 3, 16, "bytes between planes (n3) in obuf"),
+    # NET: packetisation.
+    Register("net.packet_log2", Unit.NET, 0, 3,
+             "payload bytes per packet of a send: 8 << value (8 .. 1024); a send of more "
+             "bytes goes as several packets", reset=5),
 )
 
 REGISTER_BY_NAME: dict[str, Register] = {r.name: r for r in REGISTERS}
@@ -361,10 +374,32 @@ OPCODES: tuple[Opcode, ...] = (
     ),
     Opcode("stc", 0x21, Unit.ST, (), "Reserved: store activations in compressed form "
            "(threshold, index + nonzero values).", reserved=True),
-    Opcode("send", 0x28, Unit.NET, (), "Reserved: send a buffer region to a neighbouring core "
-           "of the 2-D mesh.", reserved=True),
-    Opcode("recv", 0x29, Unit.NET, (), "Reserved: receive a buffer region from a neighbouring "
-           "core of the 2-D mesh.", reserved=True),
+    Opcode(
+        "send", 0x28, Unit.NET,
+        (_f("x", 4, "destination core column"),
+         _f("y", 4, "destination core row"),
+         _f("src", 20, "first byte in this core's local memory (8-aligned)"),
+         _f("dst", 20, "first byte in the destination core's local memory (8-aligned)"),
+         _f("bytes", 16, "bytes to send"),
+         _f("tag", 4, "arrival counter at the destination")),
+        "Send a region of local memory to core (x, y) of the mesh (a remote write): the "
+        "bytes land in the destination's local memory at dst and add to its arrival counter "
+        "`tag`.  Ends when the last packet has left (the destination does not acknowledge).  "
+        "(x, y) outside the mesh or a region outside local memory is RANGE; src or dst not "
+        "8-aligned is ALIGN.",
+        "L'[x,y][dst .. dst+bytes) <- L[src .. src+bytes); count'[x,y][tag] += bytes",
+    ),
+    Opcode(
+        "recv", 0x29, Unit.NET,
+        (_f("tag", 4, "arrival counter"),
+         _f("dst", 20, "first byte of the region the data lands in (local memory)"),
+         _f("bytes", 16, "bytes to wait for")),
+        "Wait until `bytes` bytes have arrived on counter `tag`, then take them off the "
+        "counter.  The region [dst, dst+bytes) is where they landed: the instruction's "
+        "footprint, so units that read it after the recv are ordered by tokens from NET.  "
+        "A region outside local memory is RANGE.",
+        "wait until count[tag] >= bytes; count[tag] -= bytes",
+    ),
 )
 
 OPCODE_BY_NAME: dict[str, Opcode] = {o.mnemonic: o for o in OPCODES}
@@ -502,6 +537,8 @@ def validate(instr: Instr) -> str | None:
         if reg.values is not None and instr.args["value"] not in reg.values:
             return (f"cfg: value {instr.args['value']} is not a legal value of {reg.name} "
                     f"({', '.join(map(str, reg.values))})")
+    if opc.mnemonic in ("send", "recv") and instr.args["tag"] >= NET_TAGS:
+        return f"{opc.mnemonic}: tag {instr.args['tag']} is not below {NET_TAGS}"
     if opc.mnemonic == "loop" and instr.args["body"] == 0:
         return "loop: body must hold at least one word"
     unit = instr.unit

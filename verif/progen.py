@@ -27,7 +27,7 @@ from .index import FORMAT_CODES
 from .isa import Unit
 from .program import Program
 
-LD, MX, VX, ST = Unit.LD, Unit.MX, Unit.VX, Unit.ST
+LD, MX, VX, ST, NET = Unit.LD, Unit.MX, Unit.VX, Unit.ST, Unit.NET
 FMT = FORMAT_CODES
 
 
@@ -371,3 +371,39 @@ def loop_program(rng, cfg: CoreConfig, *, shape=None, mem_bytes=1 << 18) -> Prog
 
 
 GENERATORS["loop"] = loop_program
+
+
+def net_program(rng, cfg: CoreConfig, *, n=None, mem_bytes=1 << 18) -> Program:
+    """Local memory and the NET unit on one core (a 1 x 1 mesh: sends come back to it):
+    ``x`` is requantised into local memory, sent (in packets of a random size) to another
+    local region, received, loaded from local memory, requantised again and stored to
+    ``y``.  The parameters are the identity, so ``y == x``."""
+    from .isa import LOCAL_BASE
+
+    P = cfg.lanes
+    n = n or P * int(rng.integers(1, 9))
+    p = Program(cfg, mem_bytes=mem_bytes, rom_bytes=1 << 12)
+    x = sparse_int8(rng, (n,), 0.8)
+    a = 8 * int(rng.integers(0, (cfg.local_bytes // 2 - n) // 8))
+    b = cfg.local_bytes // 2 + 8 * int(rng.integers(0, (cfg.local_bytes // 2 - n) // 8))
+    tag = int(rng.integers(0, 16))
+    prm = numerics.pack_params(np.zeros(n, np.int64), np.full(n, 1 << 14), np.full(n, 14))
+    p.meta = {"kind": "net", "x": x}
+    y = p.space("y", (n,))
+    p.emit("ld", buf="param", ext=p.data("params", prm, "params"), dst=0, cols=prm.size,
+           signal=[VX])
+    p.emit("cfg", reg="vx.src_stride", value=0, wait=[LD])
+    p.emit("ld", buf="acc", ext=p.data("x", x), dst=0, cols=n, signal=[VX])
+    p.emit("req", dst=0, src=0, param=0, n_i=n // P, wait=[LD], signal=[ST])
+    p.emit("st", src=0, ext=LOCAL_BASE + a, cols=n, wait=[VX], signal=[NET, VX])
+    p.emit("cfg", reg="net.packet_log2", value=int(rng.integers(0, 4)))
+    p.emit("send", x=0, y=0, src=a, dst=b, bytes=n, tag=tag, wait=[ST])
+    p.emit("recv", tag=tag, dst=b, bytes=n, signal=[LD])
+    p.emit("ld", buf="acc", ext=LOCAL_BASE + b, dst=P * 8, cols=n, wait=[NET], signal=[VX])
+    p.emit("req", dst=P * 8, src=P * 8, param=0, n_i=n // P, wait=[LD, ST], signal=[ST])
+    p.emit("st", src=P * 8, ext=y, cols=n, wait=[VX])
+    p.emit("halt")
+    return p
+
+
+GENERATORS["net"] = net_program

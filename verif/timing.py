@@ -28,6 +28,10 @@ VX_PIPELINE = 5
 CFG_CYCLES = 1
 #: cycles to dispatch one instruction once its word is in the instruction cache
 DISPATCH_CYCLES = 1
+#: cycles of a send besides one per flit (reading the first word of local memory)
+NET_SEND_OVERHEAD = 2
+#: cycles a flit spends in each router (input buffer and output register)
+HOP_CYCLES = 2
 #: cycles lost when the sequencer jumps back to the start of a loop body
 LOOP_JUMP_CYCLES = 1
 #: cycles from requesting an instruction-cache line fill to its first beat

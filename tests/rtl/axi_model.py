@@ -74,11 +74,12 @@ class AxiMemory:
         while True:
             await self._idle(ctx)
             ctx.set(bus.awready, 1)
-            _, _, valid, addr, length = await ctx.tick().sample(bus.awvalid, bus.awaddr, bus.awlen)
+            _, _, valid, addr, length, wid = await ctx.tick().sample(
+                bus.awvalid, bus.awaddr, bus.awlen, bus.awid if self.has_id else bus.awvalid)
             ctx.set(bus.awready, 0)
             if valid:
                 assert addr % 8 == 0 and (addr % 4096) + (length + 1) * 8 <= 4096
-                self.writes.append((addr, length + 1))
+                self.writes.append((addr, length + 1, wid if self.has_id else 0))
                 self.write_bursts += 1
 
     async def w(self, ctx):
@@ -89,7 +90,7 @@ class AxiMemory:
             if not self.writes:
                 await ctx.tick()
                 continue
-            addr, beats = self.writes.popleft()
+            addr, beats, wid = self.writes.popleft()
             err = False
             for k in range(beats):
                 await self._idle(ctx)
@@ -105,5 +106,7 @@ class AxiMemory:
             await self._idle(ctx)
             ctx.set(bus.bvalid, 1)
             ctx.set(bus.bresp, 2 if err else 0)
+            if self.has_id:
+                ctx.set(bus.bid, wid)
             await ctx.tick().until(bus.bready)
             ctx.set(bus.bvalid, 0)

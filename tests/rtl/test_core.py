@@ -140,6 +140,20 @@ FAULTS = {
     "loop-past-rom": (lambda p, x: p.emit("loop", count=2, body=5), ErrorCode.ILLEGAL, 1),
     "no-halt": (lambda p, x: "no halt", ErrorCode.ILLEGAL, 1),
     "loop-zero-body": (lambda p, x: p.emit("loop", count=2, body=1), ErrorCode.ILLEGAL, 1),
+    # the NET unit and local memory
+    "send-outside-mesh": (lambda p, x: p.emit("send", x=1, y=0, src=0, dst=0, bytes=8, tag=0),
+                          ErrorCode.RANGE, 1),
+    "send-misaligned": (lambda p, x: p.emit("send", x=0, y=0, src=4, dst=0, bytes=8, tag=0),
+                        ErrorCode.ALIGN, 1),
+    "send-past-local": (lambda p, x: p.emit("send", x=0, y=0, src=0,
+                                            dst=TEST_CORE.local_bytes - 8, bytes=16, tag=0),
+                        ErrorCode.RANGE, 1),
+    "recv-past-local": (lambda p, x: p.emit("recv", tag=1, dst=TEST_CORE.local_bytes, bytes=8),
+                        ErrorCode.RANGE, 1),
+    "ld-past-local": (lambda p, x: p.emit("ld", buf="acc", ext=isa.LOCAL_BASE + TEST_CORE.local_bytes,
+                                          dst=0, cols=8), ErrorCode.LOAD_BUS, 1),
+    "st-past-local": (lambda p, x: p.emit("st", src=0, ext=isa.LOCAL_BASE + TEST_CORE.local_bytes - 8,
+                                          cols=16), ErrorCode.STORE_BUS, 1),
 }
 
 

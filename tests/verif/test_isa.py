@@ -52,11 +52,11 @@ ILLEGAL = [
     (0, "unknown opcode 0x00"),
     (0x3F, "unknown opcode 0x3f"),
     (0x09, "reserved in ISA v1"),  # ldc
-    (0x28, "reserved in ISA v1"),  # send
+    (0x0A, "unknown opcode 0x0a"),
     (_w("ld", buf="nbuf", ext=0, dst=0, cols=1) | 7 << 16, "buf=7 is not one of"),
     (_w("ld", buf="nbuf", ext=0, dst=0, cols=1) | 1 << 6, "own unit LD"),
-    (_w("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=0, n_in=1, rows=1) | 1 << (11 + 4),
-     "unit NET"),
+    (_w("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=0, n_in=1, rows=1) | 1 << (11 + 1),
+     "own unit MX"),
     (_w("halt") | 1 << 7, "control instructions"),
     (0x03 | 0x7F << 16, "register number 127 is not defined"),
     (0x03 | isa.REGISTER_BY_NAME["mx.nfmt"].number << 16 | 4 << 24,

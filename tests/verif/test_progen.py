@@ -117,3 +117,11 @@ def test_pooling_equals_numpy(seed):
     np.testing.assert_array_equal(y, numerics.requantize(red, bias, mult, shift))
     if mode == "sum":  # average pooling within one unit of rounding
         assert np.abs(y - np.clip(np.round(win.mean(axis=(1, 3))), -128, 127)).max() <= 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_net_programs_move_data_through_local_memory(seed):
+    p = progen.net_program(np.random.default_rng(seed), CFG)
+    res = _run(p)
+    np.testing.assert_array_equal(p.image.read("y"), p.meta["x"])
+    assert res.stats.net_bytes_sent == res.stats.net_bytes_received == p.meta["x"].size

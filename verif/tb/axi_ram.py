@@ -2,22 +2,20 @@
 
 :class:`AxiRam` is the external memory of fast RTL simulations: the whole simulation runs in
 Verilator (no Python per cycle), the testbench loads and reads the memory array through the
-simulator's handles.  :class:`SimTop` is what the cocotb testbench drives: the core plus,
-depending on ``memory``, this RAM (``"hdl"``) or the core's AXI port brought out for
-cocotbext-axi's ``AxiRam`` (``"axiram"``).
+simulator's handles.  :class:`SimTop` is what the cocotb testbench drives: the array of
+cores (one core: a 1 x 1 array) plus, depending on ``memory``, this RAM (``"hdl"``) or the
+array's AXI port brought out for cocotbext-axi's ``AxiRam`` (``"axiram"``).
 """
 
 from amaranth import *
-from amaranth.lib import data, wiring
+from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from snpu.config import CoreConfig
 from snpu.rtl.axi import RESP_DECERR, RESP_OKAY, RESP_SLVERR, AxiSignature
-from snpu.rtl.core import COUNTERS, Core
-from snpu.rtl.microcode import PC_BITS
-from snpu.rtl.status import ErrorCode
+from snpu.rtl.array import Array
 
 
 class _Lfsr(Elaboratable):
@@ -45,16 +43,17 @@ class AxiRam(wiring.Component):
     Addresses in ``[err_lo, err_hi)`` answer SLVERR; addresses beyond ``size`` DECERR.
     """
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, id_bits: int = 1):
         if size % 8 or size & (size - 1):
             raise ValueError(f"size must be a power of two, got {size}")
         self._size = size
+        self._id_bits = id_bits
         self.mem = Memory(shape=64, depth=size // 8, init=[])
         self._ar = SyncFIFOBuffered(width=40, depth=4)
         self._rdata = SyncFIFOBuffered(width=67, depth=4)
         self._lfsrs = [_Lfsr(seed) for seed in (0xACE1, 0x1D2C, 0xBEEF, 0x7A31, 0x0F0F)]
         super().__init__({
-            "axi": In(AxiSignature()),
+            "axi": In(AxiSignature(id_bits)),
             "stall_rate": In(8),
             "err_lo": In(32),
             "err_hi": In(32),
@@ -102,9 +101,8 @@ class AxiRam(wiring.Component):
         m.d.comb += [bus.rvalid.eq(rq.r_rdy & ~st_r), bus.rdata.eq(rq.r_data[:64]),
                      bus.rresp.eq(rq.r_data[64:66]), bus.rlast.eq(rq.r_data[66]),
                      rq.r_en.eq(bus.rvalid & bus.rready)]
-        # echo the burst's id: the core uses one id per requester, and bursts are answered
-        # in order, so a small id queue suffices
-        idq = SyncFIFOBuffered(width=1, depth=8)
+        # echo the burst's id: bursts are answered in order, so a small id queue suffices
+        idq = SyncFIFOBuffered(width=self._id_bits, depth=8)
         m.submodules.idq = idq
         m.d.comb += [idq.w_en.eq(bus.arvalid & bus.arready), idq.w_data.eq(bus.arid),
                      bus.rid.eq(idq.r_data), idq.r_en.eq(bus.rvalid & bus.rready & bus.rlast)]
@@ -113,11 +111,12 @@ class AxiRam(wiring.Component):
         wp = mem.write_port(granularity=8)
         w_addr = Signal(32)
         w_err = Signal(2)
+        w_id = Signal(self._id_bits)
         with m.FSM():
             with m.State("ADDR"):
                 m.d.comb += bus.awready.eq(~st_aw)
                 with m.If(bus.awvalid & bus.awready):
-                    m.d.sync += [w_addr.eq(bus.awaddr), w_err.eq(RESP_OKAY)]
+                    m.d.sync += [w_addr.eq(bus.awaddr), w_err.eq(RESP_OKAY), w_id.eq(bus.awid)]
                     m.next = "DATA"
             with m.State("DATA"):
                 m.d.comb += bus.wready.eq(~st_w)
@@ -131,51 +130,68 @@ class AxiRam(wiring.Component):
                     with m.If(bus.wlast):
                         m.next = "RESP"
             with m.State("RESP"):
-                m.d.comb += [bus.bvalid.eq(~st_b), bus.bresp.eq(w_err), bus.bid.eq(0)]
+                m.d.comb += [bus.bvalid.eq(~st_b), bus.bresp.eq(w_err), bus.bid.eq(w_id)]
                 with m.If(bus.bvalid & bus.bready):
                     m.next = "ADDR"
         return m
 
 
 class SimTop(wiring.Component):
-    """The core as the cocotb testbench drives it.
+    """The tiled array (:class:`~snpu.rtl.array.Array`, ``mesh = (width, height)``; a
+    single core is the 1 x 1 array) as the cocotb testbench drives it.
 
-    ``memory = "hdl"``: the core talks to an :class:`AxiRam` of ``mem_bytes`` inside the
-    design (``stall_rate``, ``err_lo``/``err_hi`` drive its back-pressure and error range).
-    ``memory = "axiram"``: the core's AXI port is brought out as ``axi__*`` ports for
-    cocotbext-axi.
+    ``memory = "hdl"``: the array's AXI port talks to an :class:`AxiRam` of ``mem_bytes``
+    inside the design (``stall_rate``, ``err_lo``/``err_hi`` drive its back-pressure and
+    error range).  ``memory = "axiram"``: the AXI port is brought out as ``axi__*`` ports
+    for cocotbext-axi.  ``core_module``: the cores are instances of this Verilog module
+    (see :func:`~snpu.rtl.array.array_verilog`).
     """
 
-    def __init__(self, config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20):
+    def __init__(self, config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20,
+                 mesh: tuple[int, int] = (1, 1), core_module: str | None = None):
         if memory not in ("hdl", "axiram"):
             raise ValueError(f"memory must be 'hdl' or 'axiram', got {memory!r}")
-        self.core = Core(config)
+        self.array = Array(config, *mesh, core_module=core_module)
         self.memory = memory
-        self.ram = AxiRam(mem_bytes) if memory == "hdl" else None
-        ports = {
-            "start": In(1), "rom_base": In(32), "rom_words": In(PC_BITS + 1),
-            "busy": Out(1), "done": Out(1),
-            "error": Out(ErrorCode), "error_pc": Out(PC_BITS),
-            "counters": Out(data.ArrayLayout(64, len(COUNTERS))),
-        }
+        id_bits = self.array.axi.signature.id_bits
+        self.ram = AxiRam(mem_bytes, id_bits) if memory == "hdl" else None
+        ports = {name: member for name, member in self.array.signature.members.items()
+                 if name != "axi"}
         if memory == "hdl":
             ports.update({"stall_rate": In(8), "err_lo": In(32), "err_hi": In(32)})
         else:
-            ports["axi"] = Out(AxiSignature())
+            ports["axi"] = Out(AxiSignature(id_bits))
         super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.core = core = self.core
-        m.d.comb += [core.start.eq(self.start), core.rom_base.eq(self.rom_base),
-                     core.rom_words.eq(self.rom_words),
-                     self.busy.eq(core.busy), self.done.eq(core.done), self.error.eq(core.error),
-                     self.error_pc.eq(core.error_pc), self.counters.eq(core.counters)]
+        m.submodules.array = array = self.array
+        for name in self.signature.members:
+            if name in ("axi", "stall_rate", "err_lo", "err_hi"):
+                continue
+            if self.signature.members[name].flow == In:
+                m.d.comb += getattr(array, name).eq(getattr(self, name))
+            else:
+                m.d.comb += getattr(self, name).eq(getattr(array, name))
         if self.ram is not None:
             m.submodules.ram = ram = self.ram
-            wiring.connect(m, core.axi, ram.axi)
+            wiring.connect(m, array.axi, ram.axi)
             m.d.comb += [ram.stall_rate.eq(self.stall_rate), ram.err_lo.eq(self.err_lo),
                          ram.err_hi.eq(self.err_hi)]
         else:
-            wiring.connect(m, core.axi, wiring.flipped(self.axi))
+            wiring.connect(m, array.axi, wiring.flipped(self.axi))
         return m
+
+
+def sim_verilog(config: CoreConfig, memory: str, mem_bytes: int, mesh: tuple[int, int],
+                name: str) -> str:
+    """Verilog of the simulation top ``name``: the core's module once (``<name>_core``),
+    the array and the memory around it."""
+    from amaranth.back import verilog
+
+    from snpu.rtl.core import Core
+
+    core = verilog.convert(Core(config), name=f"{name}_core")
+    top = verilog.convert(SimTop(config, memory, mem_bytes, mesh, core_module=f"{name}_core"),
+                          name=name)
+    return core + "\n" + top

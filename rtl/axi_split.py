@@ -1,0 +1,105 @@
+"""Address decoders that send an AXI master's bursts to local memory or to the external
+bus by address (``isa.LOCAL_BASE`` and up: local memory)."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from snpu.verif.isa import LOCAL_BASE
+
+
+def _read_channels(flip: bool):
+    d, u = (In, Out) if flip else (Out, In)
+    return {"arvalid": d(1), "arready": u(1), "araddr": d(32), "arlen": d(8),
+            "rvalid": u(1), "rready": d(1), "rdata": u(64), "rresp": u(2), "rlast": u(1)}
+
+
+def _write_channels(flip: bool):
+    d, u = (In, Out) if flip else (Out, In)
+    return {"awvalid": d(1), "awready": u(1), "awaddr": d(32), "awlen": d(8),
+            "wvalid": d(1), "wready": u(1), "wdata": d(64), "wstrb": d(8), "wlast": d(1),
+            "bvalid": u(1), "bready": d(1), "bresp": u(2)}
+
+
+def _is_local(addr):
+    return addr[28:] == (LOCAL_BASE >> 28)
+
+
+class ReadSplit(wiring.Component):
+    """A read master (``m_*``, e.g. the LD unit) to two slaves: external (``e_*``) and local
+    memory (``l_*``).  Bursts go out in order to either side; read data comes back in the
+    same order (only the side of the oldest outstanding burst may answer), up to
+    ``depth`` bursts outstanding."""
+
+    def __init__(self, depth: int = 4):
+        self._order = SyncFIFOBuffered(width=1, depth=depth)
+        super().__init__({**{f"m_{k}": v for k, v in _read_channels(True).items()},
+                          **{f"e_{k}": v for k, v in _read_channels(False).items()},
+                          **{f"l_{k}": v for k, v in _read_channels(False).items()}})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.order = order = self._order
+        local = _is_local(self.m_araddr)
+        for side, sel in (("e", ~local), ("l", local)):
+            m.d.comb += [getattr(self, f"{side}_arvalid").eq(self.m_arvalid & sel & order.w_rdy),
+                         getattr(self, f"{side}_araddr").eq(self.m_araddr),
+                         getattr(self, f"{side}_arlen").eq(self.m_arlen)]
+        accepted = Signal()
+        m.d.comb += [self.m_arready.eq(order.w_rdy & Mux(local, self.l_arready, self.e_arready)),
+                     accepted.eq(self.m_arvalid & self.m_arready),
+                     order.w_en.eq(accepted), order.w_data.eq(local)]
+        head_local = order.r_data
+        for field in ("rdata", "rresp", "rlast"):
+            m.d.comb += getattr(self, f"m_{field}").eq(
+                Mux(head_local, getattr(self, f"l_{field}"), getattr(self, f"e_{field}")))
+        m.d.comb += [self.m_rvalid.eq(order.r_rdy & Mux(head_local, self.l_rvalid, self.e_rvalid)),
+                     self.l_rready.eq(order.r_rdy & head_local & self.m_rready),
+                     self.e_rready.eq(order.r_rdy & ~head_local & self.m_rready),
+                     order.r_en.eq(self.m_rvalid & self.m_rready & self.m_rlast)]
+        return m
+
+
+class WriteSplit(wiring.Component):
+    """A write master (``m_*``, e.g. the ST unit) to two slaves, external (``e_*``) and
+    local memory (``l_*``), by the burst's address; write data follows its burst, responses
+    come back in burst order."""
+
+    def __init__(self, depth: int = 4):
+        self._w_order = SyncFIFOBuffered(width=1, depth=depth)
+        self._b_order = SyncFIFOBuffered(width=1, depth=depth)
+        super().__init__({**{f"m_{k}": v for k, v in _write_channels(True).items()},
+                          **{f"e_{k}": v for k, v in _write_channels(False).items()},
+                          **{f"l_{k}": v for k, v in _write_channels(False).items()}})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.w_order = wq = self._w_order
+        m.submodules.b_order = bq = self._b_order
+        local = _is_local(self.m_awaddr)
+        room = wq.w_rdy & bq.w_rdy
+        for side, sel in (("e", ~local), ("l", local)):
+            m.d.comb += [getattr(self, f"{side}_awvalid").eq(self.m_awvalid & sel & room),
+                         getattr(self, f"{side}_awaddr").eq(self.m_awaddr),
+                         getattr(self, f"{side}_awlen").eq(self.m_awlen)]
+        accepted = Signal()
+        m.d.comb += [self.m_awready.eq(room & Mux(local, self.l_awready, self.e_awready)),
+                     accepted.eq(self.m_awvalid & self.m_awready),
+                     wq.w_en.eq(accepted), wq.w_data.eq(local),
+                     bq.w_en.eq(accepted), bq.w_data.eq(local)]
+        w_local = wq.r_data
+        for side, sel in (("e", ~w_local), ("l", w_local)):
+            m.d.comb += [getattr(self, f"{side}_wvalid").eq(self.m_wvalid & wq.r_rdy & sel),
+                         getattr(self, f"{side}_wdata").eq(self.m_wdata),
+                         getattr(self, f"{side}_wstrb").eq(self.m_wstrb),
+                         getattr(self, f"{side}_wlast").eq(self.m_wlast)]
+        m.d.comb += [self.m_wready.eq(wq.r_rdy & Mux(w_local, self.l_wready, self.e_wready)),
+                     wq.r_en.eq(self.m_wvalid & self.m_wready & self.m_wlast)]
+        b_local = bq.r_data
+        m.d.comb += [self.m_bvalid.eq(bq.r_rdy & Mux(b_local, self.l_bvalid, self.e_bvalid)),
+                     self.m_bresp.eq(Mux(b_local, self.l_bresp, self.e_bresp)),
+                     self.l_bready.eq(bq.r_rdy & b_local & self.m_bready),
+                     self.e_bready.eq(bq.r_rdy & ~b_local & self.m_bready),
+                     bq.r_en.eq(self.m_bvalid & self.m_bready)]
+        return m

@@ -1,0 +1,132 @@
+"""Local memory: a core's scratchpad in block RAM, reached by its LD / ST units over AXI
+(at ``isa.LOCAL_BASE``) and by its NET unit (send reads, arriving packets' writes)."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .axi import RESP_DECERR, RESP_OKAY, AxiSignature
+
+NET_WRITE = data.StructLayout({"addr": 17, "data": 64, "en": 8})
+
+
+class LocalMemory(wiring.Component):
+    """``size`` bytes of 64-bit words in block RAM with one read and one write port.
+
+    The AXI side is a slave (INCR bursts, write strobes; addresses are local byte offsets,
+    taken modulo 2**28 of the core's address): up to two read bursts are queued and
+    streamed back one word per cycle, one write burst at a time; an address at or past
+    ``size`` answers DECERR (the unit that asked faults with ``LOAD_BUS`` /
+    ``STORE_BUS``).  The NET side reads words for ``send`` (``net_rd``: one request per
+    cycle, the word on ``net_rdata`` the cycle after, no back-pressure: the NET unit asks
+    only when it has room) and writes arriving packets' words (``net_wr``, with byte
+    enables).  The read port alternates between the AXI side and the NET side when both
+    want it; arriving packets win the write port, so the network always drains.
+
+    Members
+    -------
+    axi : In(AxiSignature())
+    net_rd : In(stream(word address)); net_rdata : Out(64); net_rvalid : Out(1)
+    net_wr : In(stream(NET_WRITE))
+    """
+
+    def __init__(self, size: int):
+        if size % 8 or size & (size - 1):
+            raise ValueError(f"local memory size must be a power of two, got {size}")
+        self._size = size
+        self.mem = Memory(shape=64, depth=size // 8, init=[])
+        self._ar = SyncFIFOBuffered(width=36, depth=2)
+        self._rdata = SyncFIFOBuffered(width=67, depth=4)
+        super().__init__({
+            "axi": In(AxiSignature()),
+            "net_rd": In(stream.Signature(17)),
+            "net_rdata": Out(64),
+            "net_rvalid": Out(1),
+            "net_wr": In(stream.Signature(NET_WRITE)),
+        })
+
+    def _resp(self, addr):
+        return Mux(addr[:28] >= self._size, RESP_DECERR, RESP_OKAY)
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.axi
+        m.submodules.mem = mem = self.mem
+        m.submodules.ar = arq = self._ar
+        m.submodules.rdata = rq = self._rdata
+        rp = mem.read_port()
+        wp = mem.write_port(granularity=8)
+
+        # ---- AXI reads: queue bursts, one word per cycle into the data queue.
+        m.d.comb += [bus.arready.eq(arq.w_rdy), arq.w_en.eq(bus.arvalid & bus.arready),
+                     arq.w_data.eq(Cat(bus.araddr[:28], bus.arlen))]
+        cur_addr = Signal(28)
+        cur_left = Signal(9)
+        busy = Signal()
+        inflight = Signal()
+        meta = Signal(3)  # resp, last of the word in flight
+        axi_wants = Signal()
+        m.d.comb += axi_wants.eq(busy & (rq.level + inflight < rq.depth - 1))
+        with m.If(~busy & arq.r_rdy):
+            m.d.comb += arq.r_en.eq(1)
+            m.d.sync += [busy.eq(1), cur_addr.eq(arq.r_data[:28]), cur_left.eq(arq.r_data[28:] + 1)]
+        # read port arbitration: alternate when both sides want it
+        prefer_net = Signal()
+        net_go = Signal()
+        axi_go = Signal()
+        m.d.comb += [net_go.eq(self.net_rd.valid & (prefer_net | ~axi_wants)),
+                     axi_go.eq(axi_wants & ~net_go),
+                     self.net_rd.ready.eq(net_go),
+                     rp.addr.eq(Mux(net_go, self.net_rd.payload, cur_addr[3:])),
+                     rp.en.eq(net_go | axi_go)]
+        with m.If(self.net_rd.valid & axi_wants):
+            m.d.sync += prefer_net.eq(~net_go)
+        with m.If(axi_go):
+            m.d.sync += [cur_addr.eq(cur_addr + 8), cur_left.eq(cur_left - 1),
+                         meta.eq(Cat(self._resp(cur_addr), cur_left == 1))]
+            with m.If(cur_left == 1):
+                m.d.sync += busy.eq(0)
+        m.d.sync += [inflight.eq(axi_go), self.net_rvalid.eq(net_go)]
+        m.d.comb += [self.net_rdata.eq(rp.data),
+                     rq.w_en.eq(inflight), rq.w_data.eq(Cat(rp.data, meta)),
+                     bus.rvalid.eq(rq.r_rdy), bus.rdata.eq(rq.r_data[:64]),
+                     bus.rresp.eq(rq.r_data[64:66]), bus.rlast.eq(rq.r_data[66]),
+                     rq.r_en.eq(bus.rvalid & bus.rready)]
+        idq = SyncFIFOBuffered(width=1, depth=4)  # bursts are answered in order
+        m.submodules.idq = idq
+        m.d.comb += [idq.w_en.eq(bus.arvalid & bus.arready), idq.w_data.eq(bus.arid),
+                     bus.rid.eq(idq.r_data), idq.r_en.eq(bus.rvalid & bus.rready & bus.rlast)]
+
+        # ---- Writes: arriving packets first, then one AXI burst at a time.
+        m.d.comb += self.net_wr.ready.eq(1)
+        w_addr = Signal(28)
+        w_err = Signal(2)
+        axi_w = Signal()
+        with m.If(self.net_wr.valid):
+            m.d.comb += [wp.addr.eq(self.net_wr.payload.addr), wp.data.eq(self.net_wr.payload.data),
+                         wp.en.eq(self.net_wr.payload.en)]
+        with m.FSM():
+            with m.State("ADDR"):
+                m.d.comb += bus.awready.eq(1)
+                with m.If(bus.awvalid):
+                    m.d.sync += [w_addr.eq(bus.awaddr[:28]), w_err.eq(RESP_OKAY)]
+                    m.next = "DATA"
+            with m.State("DATA"):
+                m.d.comb += [bus.wready.eq(~self.net_wr.valid), axi_w.eq(bus.wvalid & bus.wready)]
+                resp = self._resp(w_addr)
+                with m.If(~self.net_wr.valid):
+                    m.d.comb += [wp.addr.eq(w_addr[3:]), wp.data.eq(bus.wdata),
+                                 wp.en.eq(Mux(axi_w & (resp == RESP_OKAY), bus.wstrb, 0))]
+                with m.If(axi_w):
+                    m.d.sync += w_addr.eq(w_addr + 8)
+                    with m.If(resp != RESP_OKAY):
+                        m.d.sync += w_err.eq(resp)
+                    with m.If(bus.wlast):
+                        m.next = "RESP"
+            with m.State("RESP"):
+                m.d.comb += [bus.bvalid.eq(1), bus.bresp.eq(w_err), bus.bid.eq(0)]
+                with m.If(bus.bready):
+                    m.next = "ADDR"
+        return m

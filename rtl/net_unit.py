@@ -1,0 +1,192 @@
+"""NET unit: ``send`` local memory to another core of the mesh, ``recv`` arrivals; and the
+receiving side, which writes arriving packets into local memory and counts them."""
+
+from amaranth import *
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from snpu.config import CoreConfig
+from snpu.verif.isa import MESH_BITS, NET_TAGS, Unit
+
+from .local_memory import NET_WRITE
+from .microcode import args_layout, op_codes, registers_layout
+from .noc import FLIT, HEAD
+from .status import ErrorCode
+
+CODES = op_codes(Unit.NET)
+COUNT_BITS = 21
+
+
+class NetUnit(wiring.Component):
+    """Executes ``send`` and ``recv`` (golden model: ``Machine._send`` / ``_recv``) and
+    receives packets.
+
+    **send**: checks first (``ALIGN``: src or dst not 8-aligned; ``RANGE``: the destination
+    outside the mesh, or either region past local memory; nothing is sent then), then splits
+    the region into packets of ``8 << net.packet_log2`` bytes: a head flit, then the words
+    read from local memory.  ``done`` when the last flit has entered the router.
+    **recv**: ``RANGE`` if the region lies past local memory; else waits until the tag's
+    arrival counter holds ``bytes`` and takes them.
+    **Arrivals** (independent of the instructions): a packet's head gives address, tag and
+    length; its data flits are written to local memory (byte enables on the last, partial
+    word); when its last flit is written the tag's counter grows by its length.
+
+    Members
+    -------
+    start, op, args, regs, done, error :
+        The executor hand-off from the NET unit's front end.
+    x, y, w, h :
+        This core's coordinates and the mesh size.
+    inject : Out(stream(FLIT)); eject : In(stream(FLIT))
+        The router's local port.
+    mem_rd, mem_rdata, mem_rvalid, mem_wr :
+        Local memory's NET ports.
+    bytes_sent, bytes_received : Out(32)
+    """
+
+    def __init__(self, config: CoreConfig):
+        self._cfg = config
+        self._tx = SyncFIFOBuffered(width=FLIT.size, depth=4)
+        super().__init__({
+            "start": In(1),
+            "op": In(range(len(CODES))),
+            "args": In(args_layout(Unit.NET)),
+            "regs": In(registers_layout(Unit.NET)),
+            "done": Out(1),
+            "error": Out(ErrorCode),
+            "x": In(MESH_BITS), "y": In(MESH_BITS),
+            "w": In(MESH_BITS + 1), "h": In(MESH_BITS + 1),
+            "inject": Out(stream.Signature(FLIT)),
+            "eject": In(stream.Signature(FLIT)),
+            "mem_rd": Out(stream.Signature(17)),
+            "mem_rdata": In(64),
+            "mem_rvalid": In(1),
+            "mem_wr": Out(stream.Signature(NET_WRITE)),
+            "bytes_sent": Out(32),
+            "bytes_received": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        size = self._cfg.local_bytes
+        m.submodules.tx = tx = self._tx
+        m.d.comb += [self.inject.payload.eq(tx.r_data), self.inject.valid.eq(tx.r_rdy),
+                     tx.r_en.eq(self.inject.ready)]
+        counters = Array(Signal(COUNT_BITS, name=f"arrived{t}") for t in range(NET_TAGS))
+        add = Signal(COUNT_BITS)      # bytes landing this cycle ...
+        add_tag = Signal(4)           # ... on this tag
+        take = Signal(COUNT_BITS)     # bytes a recv takes this cycle ...
+        take_tag = Signal(4)          # ... from this tag
+        for t in range(NET_TAGS):
+            m.d.sync += counters[t].eq(counters[t] + Mux(add_tag == t, add, 0)
+                                       - Mux(take_tag == t, take, 0))
+
+        # ---- Instructions.
+        op = Signal(range(len(CODES)))
+        s = Signal(self.args.send.shape())
+        r = Signal(self.args.recv.shape())
+        packet = Signal(12)
+        with m.If(self.start):
+            m.d.sync += [op.eq(self.op), s.eq(self.args.send), r.eq(self.args.recv),
+                         packet.eq(8 << self.regs.packet_log2), self.error.eq(ErrorCode.NONE)]
+        sent = Signal(17)          # bytes of the send already in packets
+        left = Signal(12)          # data words of the current packet still to read
+        inflight = Signal(range(5))
+        issue = Signal()
+        rd_addr = Signal(17)       # next local word to read
+        m.d.comb += [self.mem_rd.payload.eq(rd_addr), self.mem_rd.valid.eq(issue)]
+        read_last = Signal()       # the word read last cycle ends its packet (read latency 1)
+        head = Signal(HEAD)
+        pk_bytes = Signal(17)
+        m.d.comb += pk_bytes.eq(Mux(s.bytes - sent > packet, packet, s.bytes - sent))
+        m.d.comb += [head.x.eq(s.x), head.y.eq(s.y), head.addr.eq(s.dst + sent), head.tag.eq(s.tag),
+                     head.bytes.eq(pk_bytes)]
+        with m.If(self.mem_rvalid):
+            m.d.comb += [tx.w_en.eq(1), tx.w_data.eq(Cat(self.mem_rdata, read_last))]
+        accepted = Signal()
+        m.d.comb += accepted.eq(issue & self.mem_rd.ready)
+        m.d.sync += inflight.eq(inflight + accepted - self.mem_rvalid)
+        with m.If(accepted):
+            m.d.sync += read_last.eq(left == 1)
+        send_bad = Signal(ErrorCode)
+        with m.If(((s.src | s.dst) & 7) != 0):
+            m.d.comb += send_bad.eq(ErrorCode.ALIGN)
+        with m.Elif((s.x >= self.w) | (s.y >= self.h) | (s.src + s.bytes > size)
+                    | (s.dst + s.bytes > size)):
+            m.d.comb += send_bad.eq(ErrorCode.RANGE)
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += sent.eq(0)
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                with m.If(op == CODES["recv"]):
+                    with m.If((r.bytes != 0) & (r.dst + r.bytes > size)):
+                        m.d.sync += [self.error.eq(ErrorCode.RANGE), self.done.eq(1)]
+                        m.next = "END"
+                    with m.Else():
+                        m.next = "RECV"
+                with m.Elif(s.bytes == 0):
+                    m.d.sync += self.done.eq(1)
+                    m.next = "END"
+                with m.Elif(send_bad != ErrorCode.NONE):
+                    m.d.sync += [self.error.eq(send_bad), self.done.eq(1)]
+                    m.next = "END"
+                with m.Else():
+                    m.d.sync += rd_addr.eq(s.src >> 3)
+                    m.next = "HEAD"
+            with m.State("HEAD"):
+                # the head flit goes in while no read is outstanding (flits stay in order)
+                with m.If(sent == s.bytes):
+                    with m.If(~tx.r_rdy & (inflight == 0)):
+                        m.d.sync += self.done.eq(1)
+                        m.next = "END"
+                with m.Elif((inflight == 0) & tx.w_rdy & ~self.mem_rvalid):
+                    m.d.comb += [tx.w_en.eq(1), tx.w_data.eq(Cat(head.as_value(), C(0, 64 - HEAD.size),
+                                                                 C(0, 1)))]
+                    m.d.sync += [left.eq((pk_bytes + 7) >> 3), sent.eq(sent + pk_bytes),
+                                 self.bytes_sent.eq(self.bytes_sent + pk_bytes)]
+                    m.next = "DATA"
+            with m.State("DATA"):
+                m.d.comb += issue.eq(tx.level + inflight < tx.depth - 1)
+                with m.If(issue & self.mem_rd.ready):
+                    m.d.sync += [rd_addr.eq(rd_addr + 1), left.eq(left - 1)]
+                    with m.If(left == 1):
+                        m.next = "HEAD"
+            with m.State("RECV"):
+                with m.If(counters[r.tag] >= r.bytes):
+                    m.d.comb += [take.eq(r.bytes), take_tag.eq(r.tag)]
+                    m.d.sync += self.done.eq(1)
+                    m.next = "END"
+            with m.State("END"):
+                m.d.sync += self.done.eq(0)
+                m.next = "IDLE"
+
+        # ---- Arrivals.
+        a_head = Signal(HEAD)
+        a_word = Signal(17)
+        a_left = Signal(17)        # payload bytes still to write
+        with m.FSM():
+            with m.State("HEAD"):
+                m.d.comb += self.eject.ready.eq(1)
+                with m.If(self.eject.valid):
+                    m.d.sync += [a_head.eq(self.eject.payload.data[:HEAD.size]),
+                                 a_word.eq(self.eject.payload.data[8:28] >> 3),
+                                 a_left.eq(self.eject.payload.data[32:48])]
+                    with m.If(~self.eject.payload.last):
+                        m.next = "DATA"
+            with m.State("DATA"):
+                m.d.comb += [self.mem_wr.valid.eq(self.eject.valid),
+                             self.mem_wr.payload.addr.eq(a_word),
+                             self.mem_wr.payload.data.eq(self.eject.payload.data),
+                             self.mem_wr.payload.en.eq(Mux(a_left >= 8, 0xFF,
+                                                           (C(1, 9) << a_left[:3]) - 1)),
+                             self.eject.ready.eq(self.mem_wr.ready)]
+                with m.If(self.eject.valid & self.mem_wr.ready):
+                    m.d.sync += [a_word.eq(a_word + 1), a_left.eq(Mux(a_left >= 8, a_left - 8, 0))]
+                    with m.If(self.eject.payload.last):
+                        m.d.comb += [add.eq(a_head.bytes), add_tag.eq(a_head.tag)]
+                        m.d.sync += self.bytes_received.eq(self.bytes_received + a_head.bytes)
+                        m.next = "HEAD"
+        return m

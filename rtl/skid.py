@@ -1,0 +1,40 @@
+"""A register slice for valid/ready streams."""
+
+from amaranth import *
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+
+class SkidBuffer(wiring.Component):
+    """Registers a stream of ``shape`` payloads: one cycle of latency, one payload per cycle
+    sustained, and ``i.ready`` comes from a register (no combinational path from
+    ``o.ready`` back to ``i.ready``), so chains of them close timing.  Two entries: the
+    output register and a skid register that catches the payload accepted in the cycle
+    the output stalls.
+
+    Members
+    -------
+    i : In(stream(shape))
+    o : Out(stream(shape))
+    """
+
+    def __init__(self, shape):
+        self._shape = shape
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        main = Signal(self._shape)
+        main_valid = Signal()
+        skid = Signal(self._shape)
+        skid_valid = Signal()
+        m.d.comb += [self.i.ready.eq(~skid_valid), self.o.valid.eq(main_valid),
+                     self.o.payload.eq(main)]
+        with m.If(self.o.ready | ~main_valid):    # the output register moves on
+            with m.If(skid_valid):
+                m.d.sync += [main.eq(skid), main_valid.eq(1), skid_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [main.eq(self.i.payload), main_valid.eq(self.i.valid)]
+        with m.Elif(self.i.valid & self.i.ready):  # stalled: park the accepted payload
+            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+        return m
