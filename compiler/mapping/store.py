@@ -186,7 +186,7 @@ def _parse_group(values, v0, n, V, indptr, indices, weights, flags, e_at, own_si
         if e + cnt > indices.size:
             return 3, p - 1, e
         for k in range(cnt):
-            f, u, s, w = values[p], values[p + 1], values[p + 2], values[p + 3]
+            f, u, w = values[p], values[p + 1], values[p + 3]  # (p + 2: the synapse slot, unchecked)
             if f < 1 or f > 3:
                 return 4, p, e
             if u >= V:

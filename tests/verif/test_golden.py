@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from snpu.config import CoreConfig
-from snpu.errors import ExecutionError, IllegalInstruction
+from snpu.errors import ExecutionError
 from snpu.verif import golden, index as ix, numerics
 from snpu.verif.isa import Unit
 from snpu.verif.program import Program
