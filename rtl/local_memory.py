@@ -38,7 +38,7 @@ class LocalMemory(wiring.Component):
         self._size = size
         self.mem = Memory(shape=64, depth=size // 8, init=[])
         self._ar = SyncFIFOBuffered(width=36, depth=2)
-        self._rdata = SyncFIFOBuffered(width=67, depth=4)
+        self._rdata = SyncFIFOBuffered(width=67, depth=8)
         super().__init__({
             "axi": In(AxiSignature()),
             "net_rd": In(stream.Signature(17)),

@@ -47,7 +47,7 @@ class NetUnit(wiring.Component):
 
     def __init__(self, config: CoreConfig):
         self._cfg = config
-        self._tx = SyncFIFOBuffered(width=FLIT.size, depth=4)
+        self._tx = SyncFIFOBuffered(width=FLIT.size, depth=8)
         super().__init__({
             "start": In(1),
             "op": In(range(len(CODES))),

@@ -121,12 +121,15 @@ class Machine:
     def __init__(self, config: CoreConfig, ext: np.ndarray,
                  protect: Sequence[tuple[int, int]] = (),
                  bus_error: tuple[int, int] | None = None,
-                 coords: tuple[int, int] = (0, 0), mesh: tuple[int, int] = (1, 1)):
+                 coords: tuple[int, int] = (0, 0), mesh: tuple[int, int] = (1, 1),
+                 bus: timing.SharedBus | None = None):
         c = self.config = config
         self.ext = ext
         self.protect = list(protect)
         self.bus_error = bus_error
         self.coords, self.mesh = coords, mesh
+        #: the external-memory port (shared by the cores of an array): DMA timing waits for it
+        self.bus = bus or timing.SharedBus()
         self.local = np.zeros(c.local_bytes, np.uint8)
         self.arrived = [0] * isa.NET_TAGS
         self.outbox: list[Packet] = []
@@ -255,7 +258,10 @@ class Machine:
             accesses.append(Access("nidx", int(dst.min()) // 8 if dst.size else 0,
                                    int(dst.max()) // 8 + 1 if dst.size else 0, True))
         self.stats.dma_read_bytes += int(src.size)
-        return _Exec(timing.dma_cycles(timing.DmaShape(i.n3, i.rows, i.cols, c.axi_bytes)), accesses)
+        # the accumulators take `lanes` int8 -> int32 elements per cycle
+        beat = max(1, c.axi_bytes // c.lanes) if buf == "acc" else 1
+        cycles = timing.dma_cycles(timing.DmaShape(i.n3, i.rows, i.cols, c.axi_bytes, beat))
+        return _Exec(cycles + self._bus_wait(src, beat, write=False), accesses)
 
     def _threshold(self, i: Instr, dst: np.ndarray, data: np.ndarray) -> None:
         """The sparse processing unit: write nidx bits for bytes loaded into nbuf."""
@@ -522,8 +528,20 @@ class Machine:
         self._check_unique(dst, "st: external destination")
         accesses = self._mem_write(dst, self.obuf[src], "st", "STORE_BUS")
         self.stats.dma_write_bytes += int(dst.size)
-        return _Exec(timing.dma_cycles(timing.DmaShape(i.n3, i.rows, i.cols, c.axi_bytes)),
+        cycles = timing.dma_cycles(timing.DmaShape(i.n3, i.rows, i.cols, c.axi_bytes))
+        return _Exec(cycles + self._bus_wait(dst, 1, write=True),
                      [self._span("obuf", src, False), *accesses])
+
+    def _bus_wait(self, addrs: np.ndarray, beat_cycles: int, write: bool) -> int:
+        """Cycles a DMA waits for the shared external-memory port (0 for local memory):
+        its external beats are reserved on the port from its first beat on."""
+        ext = int(np.count_nonzero(addrs < isa.LOCAL_BASE))
+        if not ext:
+            return 0
+        beats = -(-ext // self.config.axi_bytes) * beat_cycles
+        want = self.now + timing.DMA_LATENCY
+        start = (self.bus.write if write else self.bus.read)(want, beats)
+        return start - want
 
     # ------------------------------------------------------------------------------------
     def _split(self, addrs: np.ndarray, op: str, fault: str) -> tuple[np.ndarray, np.ndarray]:
@@ -578,15 +596,15 @@ class Machine:
         self._net_range("send", "src", i.src, n)
         self._net_range("send", "dst", i.dst, n)
         size = 8 << self.regs["net.packet_log2"]
-        flits = 0
+        cycles = 0  # when the next head enters the router, after the send started
         for off in range(0, n, size):
             k = min(size, n - off)
             self.outbox.append(Packet(self.coords, (i.x, i.y), i.dst + off, i.tag,
                                       self.local[i.src + off:i.src + off + k].copy(),
-                                      self.now + flits))
-            flits += 1 + -(-k // 8)
+                                      self.now + cycles))
+            cycles += 1 + -(-k // 8) + timing.NET_PACKET_GAP
         self.stats.net_bytes_sent += n
-        return _Exec(timing.NET_SEND_OVERHEAD + flits, [Access("local", i.src, i.src + n, False)])
+        return _Exec(timing.NET_SEND_OVERHEAD + cycles, [Access("local", i.src, i.src + n, False)])
 
     def _recv(self, i: Instr) -> _Exec:
         n = i.args["bytes"]
@@ -594,7 +612,7 @@ class Machine:
             return _Exec(1, [])
         self._net_range("recv", "region", i.dst, n)
         self.arrived[i.tag] -= n  # the scheduler starts a recv once the bytes are there
-        return _Exec(1, [Access("local", i.dst, i.dst + n, True)])
+        return _Exec(timing.RECV_CYCLES, [Access("local", i.dst, i.dst + n, True)])
 
 
 def decode_rom(words: Sequence[int]) -> list:
@@ -625,12 +643,15 @@ class Scheduler:
         self.max_instructions = max_instructions
         self.queues = {u: deque() for u in IMPLEMENTED_UNITS}
         self.tokens = {(a, b): 0 for a in IMPLEMENTED_UNITS for b in IMPLEMENTED_UNITS if a != b}
+        self.in_flight: list[tuple[int, tuple[Unit, Unit]]] = []  # (visible at, channel)
         self.busy_until = {u: None for u in IMPLEMENTED_UNITS}  # end time of running instr
         self.running: dict[Unit, tuple[int, Instr]] = {}
         self.pending_signals: dict[Unit, tuple[int, Instr]] = {}  # finished, waiting to push
         self.hz = HazardChecker() if check_races else None
         self.trace: list | None = [] if trace else None
         self.seq = Sequencer(prog, self.cfg.icache_lines)
+        if self.seq.cache is not None:
+            self.seq.cache.bus = machine.bus  # fills and loads share the port
         self.next_dispatch = 0
         self.dispatched = 0
         self.halted = False
@@ -638,6 +659,10 @@ class Scheduler:
 
     def _error(self, msg: str, addr: int, fault: str | None = None) -> ExecutionError:
         return ExecutionError(msg, address=addr, text=str(self.prog[addr]), fault=fault)
+
+    def _held(self, a: Unit, b: Unit) -> int:
+        """Tokens in channel a -> b, seen or still on their way."""
+        return self.tokens[(a, b)] + sum(1 for _, ch in self.in_flight if ch == (a, b))
 
     def _can_start(self, u: Unit, ins: Instr) -> bool:
         if not all(self.tokens[(w, u)] > 0 for w in ins.wait):
@@ -657,6 +682,12 @@ class Scheduler:
         progress = True
         while progress and not self.halted:
             progress = False
+            # Tokens given TOKEN_CYCLES ago are seen by their receivers now.
+            if self.in_flight and self.in_flight[0][0] <= t:
+                for _, ch in [x for x in self.in_flight if x[0] <= t]:
+                    self.tokens[ch] += 1
+                self.in_flight = [x for x in self.in_flight if x[0] > t]
+                progress = True
             # Finish running instructions whose time is up; push their tokens.
             for u in IMPLEMENTED_UNITS:
                 if u in self.running and self.busy_until[u] <= t:
@@ -664,9 +695,9 @@ class Scheduler:
                     progress = True
                 if u in self.pending_signals:
                     addr, ins = self.pending_signals[u]
-                    if all(self.tokens[(u, s)] < cfg.token_depth for s in ins.signal):
+                    if all(self._held(u, s) < cfg.token_depth for s in ins.signal):
                         for s in ins.signal:
-                            self.tokens[(u, s)] += 1
+                            self.in_flight.append((t + timing.TOKEN_CYCLES, (u, s)))
                         if self.hz:
                             self.hz.finish(u, sorted(ins.signal))
                         del self.pending_signals[u]
@@ -738,6 +769,7 @@ class Scheduler:
         if self.halted:
             return None
         events = [e for u, e in self.busy_until.items() if u in self.running]
+        events += [e for e, _ in self.in_flight]
         if self.next_dispatch > self.time:
             events.append(self.next_dispatch)
         future = [e for e in events if e > self.time]
@@ -759,7 +791,7 @@ class Scheduler:
         for u in IMPLEMENTED_UNITS:
             if u in self.pending_signals:
                 addr, ins = self.pending_signals[u]
-                full = [s.name for s in ins.signal if self.tokens[(u, s)] >= self.cfg.token_depth]
+                full = [s.name for s in ins.signal if self._held(u, s) >= self.cfg.token_depth]
                 parts.append(f"{u.name} cannot signal {','.join(full)} (channel full) after ROM "
                              f"word {addr} ({ins.op});")
             elif self.queues[u]:

@@ -131,10 +131,11 @@ def run_mesh(roms: Mapping[Coord, Sequence[int]], ext: np.ndarray,
     w, h = mesh
     shared = np.array(ext, dtype=np.uint8, copy=True)
     cores: dict[Coord, Scheduler] = {}
+    bus = timing.SharedBus()  # one external-memory port for the whole array
     for xy, words in roms.items():
         if not (0 <= xy[0] < w and 0 <= xy[1] < h):
             raise ExecutionError(f"core {xy} is outside the {w} x {h} mesh")
-        m = Machine(config, shared, protect, bus_error, coords=xy, mesh=mesh)
+        m = Machine(config, shared, protect, bus_error, coords=xy, mesh=mesh, bus=bus)
         if local is not None and xy in local:
             m.local[:] = local[xy]
         cores[xy] = Scheduler(decode_rom(words), m, check_races, trace, progress,

@@ -84,7 +84,8 @@ class InstructionCache:
     rom_words: int
     tags: list[int] = field(init=False)
     ready_at: list[int] = field(init=False)
-    bus_free_at: int = 0
+    #: the external-memory port the fills share (with LD, and with other cores)
+    bus: timing.SharedBus = field(default_factory=timing.SharedBus)
     stats: CacheStats = field(default_factory=CacheStats)
 
     def __post_init__(self) -> None:
@@ -94,9 +95,8 @@ class InstructionCache:
     def _fill(self, line: int, t: int) -> None:
         k = line % self.lines
         self.tags[k] = line
-        start = max(t + timing.FETCH_LATENCY, self.bus_free_at)
-        self.bus_free_at = start + timing.LINE_FILL_BEATS
-        self.ready_at[k] = self.bus_free_at
+        start = self.bus.read(t + timing.FETCH_LATENCY, timing.LINE_FILL_BEATS)
+        self.ready_at[k] = start + timing.LINE_FILL_BEATS
 
     def access(self, addr: int, t: int) -> int:
         """Present word ``addr`` at time ``t``; returns when it is available."""

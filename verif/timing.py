@@ -28,8 +28,16 @@ VX_PIPELINE = 5
 CFG_CYCLES = 1
 #: cycles to dispatch one instruction once its word is in the instruction cache
 DISPATCH_CYCLES = 1
-#: cycles of a send besides one per flit (reading the first word of local memory)
-NET_SEND_OVERHEAD = 2
+#: cycles of a send besides one per flit (reading the first word of local memory, the last
+#: flits draining into the router; measured on the RTL, bench/noc.py)
+NET_SEND_OVERHEAD = 3
+#: cycles between the packets of one send (the next head waits for the reads in flight)
+NET_PACKET_GAP = 1
+#: cycles of a recv whose bytes are there
+RECV_CYCLES = 3
+#: cycles from an instruction's end on one unit to a dependency token it gives being seen
+#: by the unit that waits for it (front end done -> token channel -> other front end)
+TOKEN_CYCLES = 2
 #: cycles a flit spends in each router (input buffer and output register)
 HOP_CYCLES = 2
 #: cycles lost when the sequencer jumps back to the start of a loop body
@@ -46,13 +54,14 @@ class DmaShape:
     rows: int
     cols: int
     axi_bytes: int
+    beat_cycles: int = 1  #: cycles the destination takes per beat (acc: 8 / lanes)
 
 
 def dma_cycles(s: DmaShape) -> int:
     if s.n3 * s.rows * s.cols == 0:
         return 1
     beats_per_row = -(-s.cols // s.axi_bytes) + 1  # +1: unaligned start may need one more
-    return DMA_LATENCY + s.n3 * s.rows * (beats_per_row + DMA_ROW_OVERHEAD)
+    return DMA_LATENCY + s.n3 * s.rows * (beats_per_row * s.beat_cycles + DMA_ROW_OVERHEAD)
 
 
 def fc_lane_cycles(row_cycles: np.ndarray, lanes: int) -> np.ndarray:
@@ -93,3 +102,25 @@ def fc_row_cycles_estimate(n_in: int, w_kept: float, n_density: float, chunk_bit
 
 def vx_cycles(iterations: int, reads_per_iteration: int) -> int:
     return VX_PIPELINE + iterations * max(1, reads_per_iteration)
+
+
+@dataclass
+class SharedBus:
+    """The external-memory port's read and write data channels, one beat per cycle each,
+    shared by every requester of every core of an array (instruction-cache fills and LD
+    reads; ST writes).  A request is served after the ones before it: its first beat goes
+    when the channel is free, and it holds the channel for its beats."""
+
+    read_free: int = 0
+    write_free: int = 0
+
+    def read(self, t: int, beats: int) -> int:
+        """Reserve ``beats`` read beats wanted from time ``t``; returns when they start."""
+        start = max(t, self.read_free)
+        self.read_free = start + beats
+        return start
+
+    def write(self, t: int, beats: int) -> int:
+        start = max(t, self.write_free)
+        self.write_free = start + beats
+        return start

@@ -50,7 +50,7 @@ class AxiRam(wiring.Component):
         self._id_bits = id_bits
         self.mem = Memory(shape=64, depth=size // 8, init=[])
         self._ar = SyncFIFOBuffered(width=40, depth=4)
-        self._rdata = SyncFIFOBuffered(width=67, depth=4)
+        self._rdata = SyncFIFOBuffered(width=67, depth=8)
         self._lfsrs = [_Lfsr(seed) for seed in (0xACE1, 0x1D2C, 0xBEEF, 0x7A31, 0x0F0F)]
         super().__init__({
             "axi": In(AxiSignature(id_bits)),
