@@ -9,6 +9,8 @@
 ``mem.bin``         the external-memory image (weights, parameters, ROMs, zeroed activations)
 ``mem.json``        its manifest (what lives where)
 ``seg<k>.hex``      the ROM of core segment ``k`` (also inside ``mem.bin`` at region ``rom:<k>``)
+``seg<k>_<x>_<y>``  compiled for a tiled array (``--mesh``): core (x, y)'s ROM of segment ``k``
+``.hex``            (region ``rom:<k>:<x>_<y>``; the segment lists them under ``roms``)
 ``report.json``     per-layer densities, index formats, tiles; compile time; device split
 ``source.onnx``     the ONNX model as given (``snpu run`` compares with onnxruntime on it)
 ==================  ==========================================================================
@@ -70,7 +72,10 @@ class Compiled:
             np.savez(tmp / "arrays.npz", **arrays)
             self.image.save(tmp / "mem.bin")
             for k, s in enumerate(self.segments):
-                if s["kind"] == "core":
+                if s["kind"] == "core" and "roms" in s:  # an array: one ROM per core
+                    for xy, region in s["roms"].items():
+                        write_rom(tmp / f"seg{k}_{xy}.hex", self.rom(region))
+                elif s["kind"] == "core":
                     write_rom(tmp / f"seg{k}.hex", self.rom(s["rom"]))
             (tmp / "report.json").write_text(json.dumps(self.report, indent=1, default=_jsonable))
             if self.source is not None:
@@ -145,6 +150,8 @@ def _jsonable(v):
         return v.tolist()
     if isinstance(v, (set, frozenset, tuple)):
         return list(v)
+    if hasattr(v, "to_dict"):  # e.g. a layer's parts on an array (passes/parallelize.Part)
+        return v.to_dict()
     raise TypeError(f"cannot store {type(v).__name__} in model.json")
 
 

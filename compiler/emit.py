@@ -54,8 +54,13 @@ _UNIT = [Unit(u) for u in range(NU)]
 class Emitter:
     """Wraps a :class:`~snpu.verif.program.Program`; see the module docstring."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, net: bool = False):
+        """``net``: the program uses the NET unit (``send`` / ``recv`` on an array), which
+        reads and writes the same address space as LD and ST."""
         self.p = program
+        self.users = dict(BUFFER_USERS)
+        if net:
+            self.users["ext"] = (Unit.LD, Unit.ST, Unit.NET)
         self.cfg: CoreConfig = program.config
         self.count = [0] * NU                 # instructions emitted per unit
         self.last: list[int | None] = [None] * NU  # index in p.instrs of each unit's latest
@@ -172,7 +177,7 @@ class Emitter:
     def _prune(self) -> None:
         """Drop history records every other unit that could touch their buffer knows."""
         for buf, recs in self.history.items():
-            users = [int(x) for x in BUFFER_USERS.get(buf, _UNIT)]
+            users = [int(x) for x in self.users.get(buf, _UNIT)]
             known = [min(self.clock[x][v] for x in users if x != v) for v in range(NU)]
             self.history[buf] = [r for r in recs if r[1] > known[r[0]]]
 
@@ -288,3 +293,24 @@ class Kernels(Emitter):
                           Access("obuf", *self._acc_span(dst, n_o, dst_stride, n_i), True),
                           Access("param", param * rb, (param + n_i) * rb, False)],
                   dst=dst, src=src, param=param, n_o=n_o, n_i=n_i, relu=relu)
+
+    # The array's NET unit: addresses here are absolute (``isa.LOCAL_BASE + offset``), so
+    # footprints share the "ext" address space with LD / ST and the emitter orders them.
+    def send(self, x: int, y: int, src: int, dst: int, nbytes: int, tag: int, *,
+             after: tuple[tuple[int, int], ...] = ()) -> None:
+        """Remote write of local bytes [src, src+nbytes) to core (x, y) at ``dst``, adding to
+        its arrival counter ``tag``.  ``after``: further address ranges whose writes must
+        be complete before the send starts (a flag for data left in shared memory)."""
+        acc = [Access("ext", src, src + nbytes, False)] + [Access("ext", lo, hi, False)
+                                                           for lo, hi in after]
+        self.emit("send", acc, x=x, y=y, src=src - isa.LOCAL_BASE, dst=dst - isa.LOCAL_BASE,
+                  bytes=nbytes, tag=tag)
+
+    def recv(self, tag: int, dst: int, nbytes: int, *,
+             covers: tuple[tuple[int, int], ...] = ()) -> None:
+        """Wait for ``nbytes`` on counter ``tag`` (landing at local ``dst``); ``covers``:
+        further address ranges the arrival makes readable (data in shared memory behind a
+        flag), which later loads must wait for."""
+        acc = [Access("ext", dst, dst + nbytes, True)] + [Access("ext", lo, hi, True)
+                                                          for lo, hi in covers]
+        self.emit("recv", acc, tag=tag, dst=dst - isa.LOCAL_BASE, bytes=nbytes)

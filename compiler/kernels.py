@@ -24,6 +24,8 @@ tile ``k + 1`` overlap the compute of tile ``k``.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from snpu.errors import CompileError
@@ -45,8 +47,11 @@ class LayerContext:
     """What every kernel needs: the emitter, the image, and the layer's parameter rows."""
 
     def __init__(self, k: Kernels, layer_index: int, name: str, dense: bool = False,
-                 neurons: dict | None = None):
+                 neurons: dict | None = None, shared: dict | None = None):
         self.k = k
+        #: read-only data already in the image, by content (the cores of an array that run
+        #: parts of one layer share its weights): ``None`` places every array anew
+        self.shared = shared
         #: dense mode (the baseline for sparse speedups): dense weight format, activations
         #: loaded without the sparse processing unit's threshold (no neuron index)
         self.dense = dense
@@ -72,9 +77,16 @@ class LayerContext:
 
     def data(self, tag: str, array: np.ndarray, kind: str = "weights", align: int = 8) -> int:
         a = np.ascontiguousarray(array)
+        key = None
+        if self.shared is not None:
+            key = (kind, a.dtype.str, a.shape, align, hashlib.sha1(a.tobytes()).digest())
+            if key in self.shared:
+                return self.shared[key]
         region = self.image.alloc(f"{self.name}:{tag}", max(a.nbytes, 1), kind, a.dtype.str,
                                   a.shape, align=align)
         self.image.write(region.name, a)
+        if key is not None:
+            self.shared[key] = region.addr
         return region.addr
 
     def load_params(self, sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[int]:
@@ -282,10 +294,19 @@ def conv_channel_chunk(cin: int, kh: int, kw: int, nb_half: int, group: int = 1)
     return ck
 
 
-def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
+def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
+         rows: tuple[int, int] | None = None, channels: tuple[int, int] | None = None) -> dict:
+    """Convolution; a core's share of a layer split across an array: ``rows``, only output
+    rows [r0, r1); ``channels``, only output channels [c0, c1) (only that slice of the
+    weights is stored and loaded)."""
     k, P = ctx.k, ctx.cfg.lanes
     q = node.meta["q"]
     kh, kw, sh, sw, pads, _, _, oh, ow = node.meta["geometry"]
+    rows = rows or (0, oh)
+    out0 = 0
+    if channels is not None:
+        out0, out1 = channels
+        q = {**q, "w": q["w"][out0:out1], **{key: q[key][out0:out1] for key in ("bias", "mult", "shift")}}
     cin = X.c
     if X.pad_h < max(pads[0], pads[2]) or X.pad_w < max(pads[1], pads[3]):
         raise CompileError(f"{node.where()}: input halo smaller than the padding")
@@ -312,7 +333,7 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
         G = max(1, min(ow, ctx.nb_half // kmax, ctx.acc_half // Rp, ctx.ob_half // Rp, 4095))
         # one chunk: the tile's weights stay in the banks; several: reloaded per pixel group
         whalves = [tiles.load(t, 0, ctx.alternate("w"))] if len(cchunks) == 1 else [None] * len(cchunks)
-        for oy in range(oh):
+        for oy in range(*rows):
             iy0 = oy * sh - pads[0]
             for ox0 in range(0, ow, G):
                 g = min(G, ow - ox0)
@@ -338,18 +359,26 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
                          ibytes=ibytes, nvec=g, nstride=ns, nfmt=ctx.nfmt, wfmt=FMT[fmt],
                          accumulate=int(j > 0), acc_stride=Rp, mixed=mixed)
                 k.req(ob, ab, prow, g, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
-                k.st(ob, Y.addr(oy, ox0, r0), R, g, src_stride=Rp, ext_stride=Y.pixel)
+                k.st(ob, Y.addr(oy, ox0, out0 + r0), R, g, src_stride=Rp, ext_stride=Y.pixel)
     return {"format": fmt, "density": float(np.count_nonzero(w)) / w.size,
             "weight_tiles": len(tiles.tiles), "channel_chunks": len(cchunks),
             **ctx.neuron_report(), **mixed_report}
 
 
-def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
-    """Fully connected: the HWC-flattened input (a view's source) times ``q["w"]``."""
+def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
+       channels: tuple[int, int] | None = None) -> dict:
+    """Fully connected: the HWC-flattened input (a view's source) times ``q["w"]``;
+    ``channels``: compute only outputs [c0, c1) (a core's share of a layer split by output
+    channels across the array: only that slice of the weights is stored and loaded)."""
     k, P = ctx.k, ctx.cfg.lanes
     q = node.meta["q"]
     n_in = X.h * X.w * X.c
     w = q["w"]
+    out0 = 0
+    if channels is not None:
+        out0, out1 = channels
+        q = {**q, "w": w[out0:out1], **{key: q[key][out0:out1] for key in ("bias", "mult", "shift")}}
+        w = q["w"]
     if w.shape[1] != n_in:
         raise CompileError(f"{node.where()}: weights have {w.shape[1]} columns for {n_in} inputs")
     # input chunks that fit half of the neuron buffer, on whole pixels
@@ -381,7 +410,7 @@ def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
                  ibytes=ibytes, nvec=1, nfmt=ctx.nfmt, wfmt=FMT[fmt], accumulate=int(j > 0),
                  mixed=mixed)
         k.req(ob, ab, prow, 1, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
-        k.st(ob, Y.addr(0, 0, r0), R)
+        k.st(ob, Y.addr(0, 0, out0 + r0), R)
     return {"format": fmt, "density": float(np.count_nonzero(w)) / w.size,
             "weight_tiles": len(tiles.tiles), "input_chunks": len(chunks),
             **ctx.neuron_report(), **mixed_report}
@@ -403,12 +432,15 @@ def _load_vector(ctx: LayerContext, X: TensorLayout, e0: int, e1: int, dst: int)
         p0 += run
 
 
-def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
+def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
+         rows: tuple[int, int] | None = None) -> dict:
+    """Max / average pooling; ``rows``: only output rows [r0, r1)."""
     from .ops import pool_geometry
 
     k, P = ctx.k, ctx.cfg.lanes
     q = node.meta["q"]
     kh, kw, sh, sw, pads, oh, ow = pool_geometry(node, (1, X.c, X.h, X.w))
+    out_rows = rows or (0, oh)
     c, cp = X.c, _r(X.c, P)
     is_max = node.op == "MaxPool"
     if is_max:
@@ -435,7 +467,7 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
     for c0 in range(0, c, cc):
         n = min(cc, c - c0)
         ncp = _r(n, P)
-        for oy in range(oh):
+        for oy in range(*out_rows):
             iy0 = oy * sh - pads[0]
             ya, yb = max(0, iy0), min(X.h, iy0 + kh)
             for ox0 in range(0, ow, G):
@@ -495,8 +527,8 @@ def global_pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> di
     return {}
 
 
-def _pixel_groups(X: TensorLayout, per: int):
-    for y in range(X.h):
+def _pixel_groups(X: TensorLayout, per: int, rows: tuple[int, int] | None = None):
+    for y in range(*(rows or (0, X.h))):
         for x0 in range(0, X.w, per):
             yield y, x0, min(per, X.w - x0)
 
@@ -507,7 +539,9 @@ def _channel_chunks(c: int, P: int, words_budget: int) -> list[tuple[int, int]]:
     return [(c0, min(c, c0 + cc)) for c0 in range(0, c, cc)]
 
 
-def add(ctx: LayerContext, node, inputs: list[TensorLayout], Y: TensorLayout) -> dict:
+def add(ctx: LayerContext, node, inputs: list[TensorLayout], Y: TensorLayout,
+        rows: tuple[int, int] | None = None) -> dict:
+    """Element-wise sum of 2+ tensors; ``rows``: only rows [r0, r1)."""
     k, P = ctx.k, ctx.cfg.lanes
     q = node.meta["q"]
     X = inputs[0]
@@ -519,7 +553,7 @@ def add(ctx: LayerContext, node, inputs: list[TensorLayout], Y: TensorLayout) ->
     for c0, c1 in chunks:
         c, cp = c1 - c0, _r(c1 - c0, P)
         per = max(1, min(X.w, ctx.acc_half // (regions * cp), ctx.ob_half // cp, 4095))
-        for y, x0, g in _pixel_groups(X, per):
+        for y, x0, g in _pixel_groups(X, per, rows):
             half = ctx.alternate()
             ab, ob = half * ctx.acc_half, half * ctx.ob_half
             regs = [ab + i * g * cp for i in range(regions)]
@@ -536,7 +570,9 @@ def add(ctx: LayerContext, node, inputs: list[TensorLayout], Y: TensorLayout) ->
     return {"channel_chunks": len(chunks)}
 
 
-def affine(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
+def affine(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
+           rows: tuple[int, int] | None = None) -> dict:
+    """Per-channel scale and offset (folded BatchNormalization); ``rows``: only rows [r0, r1)."""
     k, P = ctx.k, ctx.cfg.lanes
     q = node.meta["q"]
     chunks = _channel_chunks(X.c, P, min(ctx.acc_half, ctx.ob_half, ctx.param_half * P))
@@ -544,7 +580,7 @@ def affine(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
         c, cp = c1 - c0, _r(c1 - c0, P)
         row = ctx.load_params([(q["bias"][c0:c1], q["mult"][c0:c1], q["shift"][c0:c1])])[0]
         per = max(1, min(X.w, ctx.acc_half // cp, ctx.ob_half // cp, 4095))
-        for y, x0, g in _pixel_groups(X, per):
+        for y, x0, g in _pixel_groups(X, per, rows):
             half = ctx.alternate()
             ab, ob = half * ctx.acc_half, half * ctx.ob_half
             k.ld("acc", X.addr(y, x0, c0), ab, c, g, ext_stride=X.pixel, dst_stride=cp)

@@ -21,7 +21,50 @@ import numpy as np
 from snpu.errors import CompileError
 from snpu.verif.image import MemoryImage
 
+from snpu.verif import isa
+
 from .ir import Graph
+
+
+def _local_size(g: Graph, t: str, halo: dict) -> int:
+    h, w, c = hwc(g.tensor(t).shape)
+    ph, pw = halo.get(t, (0, 0))
+    return (h + 2 * ph) * (-(-((w + 2 * pw) * c) // 8) * 8)
+
+
+def _local_tensors(g: Graph, storage: list[str], halo: dict, parent: dict,
+                   local_bytes: int) -> dict[str, int]:
+    """Tensors that go to local memory, with their offsets (see :func:`allocate`)."""
+    seg = {n: k for k, sg in enumerate(g.meta.get("subgraphs", [])) for n in sg["nodes"]}
+    prod = g.producers()
+    users: dict[str, list] = {}
+    for n in g.nodes:
+        for i in n.inputs:
+            if i and not g.tensor(i).is_const:
+                users.setdefault(view_source(g, i), []).append(n)
+    concat_roots = {r for r in (p for p, _ in parent.values())}
+    candidates = []
+    for t in storage:
+        p = prod.get(t)
+        if (p is None or p.device != "core" or t in g.outputs or t in concat_roots
+                or not users.get(t)):
+            continue
+        h, w, _ = hwc(g.tensor(t).shape)
+        if (p.meta.get("split") or {}).get("kind") == "channels" and h * w > 1:
+            continue  # channel slices of a map are not contiguous: shared memory
+        us = users[t]
+        if any(u.device != "core" or seg.get(u.name) != seg.get(p.name) for u in us):
+            continue
+        if any(u.op in ("Flatten", "Reshape") and u.outputs[0] in g.outputs for u in us):
+            continue
+        candidates.append(t)
+    out, off = {}, FLAG_BYTES
+    for t in candidates:  # program order: early layers (usually the largest maps) first
+        size = _local_size(g, t, halo)
+        if off + size <= local_bytes:
+            out[t] = off
+            off += -(-size // 64) * 64
+    return out
 
 
 @dataclass
@@ -65,9 +108,21 @@ def view_source(g: Graph, name: str) -> str:
         name = p.inputs[0]
 
 
-def allocate(graph: Graph, image: MemoryImage) -> Graph:
+#: bytes at the start of every local memory kept for the array's synchronisation flags
+#: (8 bytes per source core: :mod:`.passes.codegen_mesh`)
+FLAG_BYTES = 8 * 16
+
+
+def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0) -> Graph:
     """Give every activation tensor a :class:`TensorLayout` (``graph.meta["layouts"]``) and a
-    region in ``image``."""
+    region in ``image``.
+
+    ``local_bytes`` > 0 (a tiled array): a tensor produced and consumed only inside one core
+    subgraph, that is no slice of a concatenation, lives in the cores' *local* memories
+    instead, at the same address in every core (``isa.LOCAL_BASE + offset``; rows padded to
+    8 bytes so that row blocks move by remote writes), in program order while they have
+    room; ``graph.meta["local"]`` lists them.  Maps written by a channel-split layer stay
+    in shared memory (a channel slice of a map is not contiguous).  The rest stays in shared external memory."""
     g = graph.copy()
     prod = g.producers()
     halo: dict[str, tuple[int, int]] = {}
@@ -107,7 +162,16 @@ def allocate(graph: Graph, image: MemoryImage) -> Graph:
     layouts: dict[str, TensorLayout] = {}
     storage = [t for t in list(g.inputs) + [o for n in g.nodes for o in n.outputs]
                if t and not g.tensor(t).is_const and view_source(g, t) == t and t not in parent]
+    local = _local_tensors(g, storage, halo, parent, local_bytes) if local_bytes else {}
+    for t, off in local.items():
+        h, w, c = hwc(g.tensor(t).shape)
+        ph, pw = halo.get(t, (0, 0))
+        row = -(-((w + 2 * pw) * c) // 8) * 8
+        layouts[t] = TensorLayout(isa.LOCAL_BASE + off + ph * row + pw * c, h, w, c, c, row, ph, pw)
+    g.meta["local"] = sorted(local)
     for t in storage:
+        if t in local:
+            continue
         h, w, c = hwc(g.tensor(t).shape)
         ph, pw = halo.get(t, (0, 0))
         row = (w + 2 * pw) * c

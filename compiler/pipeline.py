@@ -12,9 +12,14 @@
           -> quantize            (calibration, int8 scales, per-channel weights)
           -> neurons             (the sparse processing unit's threshold / group pruning of
                                   every core layer's input, neuron densities)
-          -> allocate            (activation layouts in external memory)
+          -> [parallelize]       (a tiled array: each layer's parts on the cores)
+          -> allocate            (activation layouts in external memory, and on an array in
+                                  the cores' local memories)
+          -> [place_parts]       (a tiled array: the parts' cores placed by the seed-003
+                                  mapper on the traffic between them)
           -> codegen             (kernels -> ROM segments re-rolled into hardware loops,
-                                  memory image)
+                                  memory image; on an array codegen_mesh: one ROM per core,
+                                  send / recv between them)
 
 Each pass is a function ``Graph -> Graph`` (its options bound here).
 """
@@ -37,6 +42,9 @@ from .frontend import load_onnx
 from .ir import Graph
 from .memory import allocate
 from .passes.codegen import codegen
+from .passes.codegen_mesh import codegen_mesh
+from .passes.parallelize import parallelize
+from .passes.place_parts import place_parts
 from .passes.fold_affine import fold_affine
 from .passes.fold_constants import fold_constants
 from .passes.fuse_relu import fuse_relu
@@ -64,6 +72,14 @@ class CompileOptions:
     dense: bool = False                  #: dense mode: no sparse skipping (speedup baseline)
     neurons: NeuronOptions = field(default_factory=NeuronOptions)  #: neuron threshold / groups
     loops: bool = True                   #: re-roll programs into hardware loops
+    mesh: tuple[int, int] = (1, 1)       #: (width, height) of the tiled array
+    unusable: tuple[tuple[int, int], ...] = ()  #: cores of the mesh not to use
+    split: str = "auto"                  #: array: auto (cost model) / rows / channels
+    placement: str = "mapper"            #: array: mapper (seed 003) / row-major
+
+    @property
+    def array(self) -> bool:
+        return tuple(self.mesh) != (1, 1) or bool(self.unusable)
 
 
 def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> list[tuple[str, Callable[[Graph], Graph]]]:
@@ -81,9 +97,21 @@ def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> 
         ("quantize", lambda g: quantize(g, calibration)),
         ("neurons", lambda g: neurons(g, options.neurons, calibration, options.config,
                                       dense=options.dense)),
-        ("allocate", lambda g: allocate(g, image)),
-        ("codegen", lambda g: codegen(g, options.config, image, options.dense, options.loops)),
     ]
+    if options.array:
+        passes += [
+            ("parallelize", lambda g: parallelize(g, tuple(options.mesh), options.config,
+                                                  tuple(options.unusable), options.split)),
+            ("allocate", lambda g: allocate(g, image, options.config.local_bytes)),
+            ("place_parts", lambda g: place_parts(g, method=options.placement)),
+            ("codegen", lambda g: codegen_mesh(g, options.config, image, options.dense,
+                                               options.loops)),
+        ]
+    else:
+        passes += [
+            ("allocate", lambda g: allocate(g, image)),
+            ("codegen", lambda g: codegen(g, options.config, image, options.dense, options.loops)),
+        ]
     return passes
 
 
@@ -164,8 +192,11 @@ def _report(g: Graph, options: CompileOptions, timings: dict, total: float) -> d
         "host_ops": sorted({n.op for n in g.nodes if n.device == "host"}),
         "segments": [{"kind": s["kind"], "nodes": len(s["nodes"]),
                       **({"instructions": s["instructions"], "token_nops": s["token_nops"],
-                          "dispatched_instructions": s["dispatched_instructions"]}
+                          "dispatched_instructions": s["dispatched_instructions"],
+                          **{k: s[k] for k in ("instructions_per_core", "noc") if k in s}}
                          if s["kind"] == "core" else {})} for s in g.meta["segments"]],
+        **({"mesh": {**g.meta["mesh"], "local_tensors": g.meta.get("local", [])}}
+           if "mesh" in g.meta else {}),
         "options": {"density": options.density, "group_size": options.group_size,
                     "random_weights": options.random_weights, "dense": options.dense,
                     "neurons": dataclasses.asdict(options.neurons)},

@@ -79,7 +79,17 @@ def run_batch(compiled: Compiled, xs: list, *, sim: str = "golden", check_races:
     reps = [RunReport({}, {}) for _ in xs]
     total, done = len(compiled.segments) * len(xs), 0
     for k, seg in enumerate(compiled.segments):
-        if seg["kind"] == "core":
+        if seg["kind"] == "core" and "roms" in seg:
+            stats = _run_array(compiled, k, seg, images, sim, check_races, rtl_options)
+            for rep, st in zip(reps, stats):
+                rep.core_cycles += st["cycles"]
+                rep.mac_pairs += st["pairs"]
+                rep.dense_pairs += st["dense_pairs"]
+                rep.segments.append({"segment": k, "device": "array", **st})
+            done += len(images)
+            if progress:
+                progress(done, total)
+        elif seg["kind"] == "core":
             words = compiled.rom(seg["rom"])
             if sim == "golden":
                 stats = []
@@ -130,6 +140,66 @@ def run_batch(compiled: Compiled, xs: list, *, sim: str = "golden", check_races:
             rep.outputs[o] = q.astype(np.float32) * np.float32(g.tensor(o).scale)
         rep.wall_s = wall
     return reps
+
+
+def _core_key(xy) -> str:
+    return f"{xy[0]},{xy[1]}"
+
+
+def _run_array(compiled: Compiled, k: int, seg: dict, images: list, sim: str,
+               check_races: bool, rtl_options: dict | None) -> list[dict]:
+    """An array segment (one ROM per core) on every image; each image's memory is updated.
+    Returns per image: cycles (to the last core's halt), MAC pairs, per-core cycles and
+    utilisation (busy cycles of the matrix unit / array cycles), NoC flits."""
+    mesh = tuple(seg["mesh"])
+    roms = {}
+    for key, region in seg["roms"].items():
+        x, y = (int(v) for v in key.split("_"))
+        roms[(x, y)] = (compiled.rom(region), region)
+    out = []
+    if sim == "golden":
+        from snpu.verif.mesh import run_mesh
+
+        for image in images:
+            protect = [(r.addr, r.end) for r in image.regions.values() if r.kind == "rom"]
+            res = run_mesh({xy: w for xy, (w, _) in roms.items()}, image.data, compiled.config,
+                           mesh=mesh, protect=protect, check_races=check_races)
+            image.data[:] = res.ext
+            cores = {_core_key(xy): {"cycles": c.stats.cycles, "mac_pairs": c.stats.mac_pairs,
+                                     "mx_busy": c.stats.busy["MX"],
+                                     "dram_bytes": c.stats.dma_read_bytes + c.stats.dma_write_bytes
+                                     + c.stats.fetch_bytes,
+                                     "noc_bytes_sent": c.stats.net_bytes_sent}
+                     for xy, c in res.cores.items()}
+            out.append({"cycles": res.cycles,
+                        "pairs": sum(c.stats.mac_pairs for c in res.cores.values()),
+                        "dense_pairs": sum(c.stats.dense_pairs for c in res.cores.values()),
+                        "cores": cores, "network": res.network})
+        return out
+    from snpu.verif.tb import rtl_sim
+
+    results = rtl_sim.run_many([rtl_sim.ArrayJob(roms, im, mesh) for im in images],
+                               compiled.config, mesh=mesh, **(rtl_options or {}))
+    for i, (image, r) in enumerate(zip(images, results)):
+        if not r.ok:
+            bad = {c: (v["error"], v["error_pc"]) for c, v in r.cores.items() if v["error"] != "NONE"}
+            raise CompileError(f"segment {k} on the RTL array, input {i}: finished={r.finished} "
+                               f"faults={bad or 'none'}; {'; '.join(r.problems)}")
+        image.data[:] = r.ext
+        out.append({"cycles": r.cycles,
+                    "pairs": sum(c["counters"].get("pairs", 0) for c in r.cores.values()),
+                    "dense_pairs": sum(c["counters"].get("dense_pairs", 0) for c in r.cores.values()),
+                    "cores": {c: {"cycles": v["counters"].get("cycles", 0),
+                                  "mac_pairs": v["counters"].get("pairs", 0),
+                                  "mx_busy": v["counters"].get("mx_busy", 0),
+                                  "dram_bytes": v["counters"].get("dma_read_bytes", 0)
+                                  + v["counters"].get("dma_write_bytes", 0)}
+                              for c, v in r.cores.items()},
+                    "network": r.network, "golden_cycles": r.golden_cycles})
+    if len(results) < len(images):
+        raise CompileError(f"segment {k} on the RTL array: the simulation stopped after "
+                           f"{len(results)} of {len(images)} inputs")
+    return out
 
 
 def _run_host(compiled: Compiled, nodes: list, image) -> None:

@@ -405,6 +405,17 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None, f
 @click.option("--mixed-path", type=click.Choice(["auto", "expand", "merge"]), default="auto",
               show_default=True, help="Direct neurons x stride weights: the cost model's choice "
               "per layer, or always expand strides to a bitmap (claim 9) / merge strides (claim 10).")
+@click.option("--mesh", default="1x1", show_default=True, metavar="WxH",
+              help="Compile for a tiled array of WxH cores (layers split across them, data "
+                   "moved core to core with send/recv); 1x1 is the single core.")
+@click.option("--unusable", multiple=True, metavar="X,Y",
+              help="A core of the mesh not to use (repeatable); the layers go to the others.")
+@click.option("--split", type=click.Choice(["auto", "rows", "channels"]), default="auto",
+              show_default=True, help="Array: how matrix layers split across cores: the cost "
+              "model's choice, or always output rows / output channels.")
+@click.option("--placement", type=click.Choice(["mapper", "row-major"]), default="mapper",
+              show_default=True, help="Array: place the parts with the seed-003 mapper, or "
+              "row-major.")
 @click.option("--json", "as_json", is_flag=True, help="Print the compile report as JSON.")
 @_force_option
 def compile_(model: str, output: str, core: str | None, density: float, group_size: int,
@@ -412,7 +423,8 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
              keep_dense: tuple, force_host: tuple, random_weights: int | None,
              calibration: str | None, calibration_count: int, dense: bool,
              neuron_threshold: int, neuron_groups: int, t3: int, t4: int, mixed_path: str,
-             as_json: bool, force: bool, **params) -> None:
+             mesh: str, unusable: tuple, split: str, placement: str, as_json: bool,
+             force: bool, **params) -> None:
     """Compile an ONNX MODEL to ROM images and a memory image in OUTPUT.
 
     OUTPUT may be a new or empty directory or a previous compiled model (replaced
@@ -421,6 +433,10 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
     from .compiler.passes.neurons import NeuronOptions
     from .compiler.pipeline import CompileOptions, compile_model
 
+    from .verif.mesh_program import parse_mesh
+
+    size = parse_mesh(mesh)
+    broken = tuple(_parse_core(u, size) for u in unusable)
     _output(output, "compiled model", inputs=[model, core, calibration], force=force)
     cfg = _load_config(core, **params)
     calib = None
@@ -431,7 +447,8 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
                           keep_dense=keep_dense, random_weights=random_weights,
                           calibration=calib, calibration_count=calibration_count,
                           force_host=force_host, dense=dense,
-                          neurons=NeuronOptions(neuron_threshold, neuron_groups, t3, t4, mixed_path))
+                          neurons=NeuronOptions(neuron_threshold, neuron_groups, t3, t4, mixed_path),
+                          mesh=size, unusable=broken, split=split, placement=placement)
     with _progress("compiling", -1) as tick:
         compiled = compile_model(model, opts, progress=tick)
     compiled.save(output)
@@ -495,6 +512,8 @@ def run_(compiled: str, sim: str, inputs: str | None, count: int, seed: int, lab
     agreement = check.compare(model, xs, reports, onnxruntime=not no_onnxruntime)
     result = {"model": g.name, "sim": sim, **agreement.to_dict(),
               "core_cycles_per_input": [r.core_cycles for r in reports],
+              **({"array_segments": [s for s in reports[0].segments if s["device"] == "array"]}
+                 if any(s["device"] == "array" for s in reports[0].segments) else {}),
               "mac_pairs": sum(r.mac_pairs for r in reports),
               "dense_pairs": sum(r.dense_pairs for r in reports)}
     if labels:
@@ -566,6 +585,16 @@ def _read_inputs(path: str, graph) -> list[dict]:
             for k in range(n)]
 
 
+def _parse_core(text: str, mesh: tuple[int, int]) -> tuple[int, int]:
+    try:
+        x, y = (int(v) for v in text.split(","))
+    except ValueError:
+        raise SnpuError(f"--unusable {text!r} is not X,Y (e.g. 1,0)") from None
+    if not (0 <= x < mesh[0] and 0 <= y < mesh[1]):
+        raise SnpuError(f"--unusable {text!r}: no core ({x}, {y}) in a {mesh[0]}x{mesh[1]} mesh")
+    return x, y
+
+
 def _print_compile(r: dict, output: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -584,6 +613,20 @@ def _print_compile(r: dict, output: str) -> None:
     segs = ", ".join(f"{s['kind']} ({s['instructions']} instructions)" if s["kind"] == "core"
                      else f"host ({s['nodes']} nodes)" for s in r["segments"])
     click.echo(f"segments: {segs}")
+    if "mesh" in r:
+        w, h = r["mesh"]["shape"]
+        noc = [s["noc"] for s in r["segments"] if "noc" in s]
+        pl = r["mesh"]["placement"]
+        click.echo(f"array {w}x{h} ({len(r['mesh']['cores'])} cores used, placement: "
+                   f"{pl['method']}; byte-hops {pl['hop_bytes']} vs {pl['hop_bytes_row_major']} "
+                   f"row-major): {sum(n['data_bytes'] for n in noc)} activation "
+                   f"bytes over the NoC, "
+                   f"{sum(n['flags'] for n in noc)} flags; {len(r['mesh']['local_tensors'])} "
+                   "tensors in local memory")
+        for layer in r["layers"]:
+            if layer.get("split"):
+                sp = layer["split"]
+                click.echo(f"  {layer['node']}: {sp['kind']} over {sp['cores']} core(s) - {sp['why']}")
     click.echo(f"wrote {output}/ (model.json, mem.bin, seg*.hex, report.json)")
 
 
@@ -596,6 +639,15 @@ def _print_run(r: dict) -> None:
         click.echo(f"MAC pairs {r['mac_pairs']} of {dense} dense "
                    f"({100 * r['mac_pairs'] / dense:.1f} %): sparse skipping removed "
                    f"{100 * (1 - r['mac_pairs'] / dense):.1f} % of the multiplies")
+    for s in r.get("array_segments", []):
+        cyc = s["cycles"]
+        util = ", ".join(f"({k}) {100 * v.get('mx_busy', 0) / max(1, cyc):.0f} %"
+                         for k, v in s["cores"].items())
+        net = s.get("network") or {}
+        click.echo(f"array segment {s['segment']} (first input): {cyc} cycles to the last core's "
+                   f"halt; MX utilisation per core {util}; NoC {net.get('flits', 0)} flits "
+                   f"({net.get('hop_flits', 0)} flit-hops); DRAM "
+                   f"{sum(v.get('dram_bytes', 0) for v in s['cores'].values())} bytes")
     exact = r["bit_exact_vs_int8_reference"]
     click.echo(f"int8 reference: {exact} of {n} bit-exact" + ("" if exact == n else
                " -- MISMATCH: " + "; ".join(r["mismatches"][:3])))

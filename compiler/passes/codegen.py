@@ -40,28 +40,7 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
                 continue  # memory layout only
             ctx = kernels.LayerContext(em, layer, f"{k}:{n.name}", dense, n.meta.get("neurons"))
             layer += 1
-            X = layouts[view_source(g, n.inputs[0])]
-            Y = layouts[n.outputs[0]]
-            try:
-                if n.op == "Conv":
-                    st = kernels.conv(ctx, n, X, Y)
-                elif n.op in ("Gemm", "MatMul"):
-                    st = kernels.fc(ctx, n, X, Y)
-                elif n.op in ("MaxPool", "AveragePool"):
-                    st = kernels.pool(ctx, n, X, Y)
-                elif n.op == "GlobalAveragePool":
-                    st = kernels.global_pool(ctx, n, X, Y)
-                elif n.op in ("Add", "Sum"):
-                    st = kernels.add(ctx, n, [layouts[view_source(g, i)] for i in n.inputs], Y)
-                elif n.op == "Affine":
-                    st = kernels.affine(ctx, n, X, Y)
-                else:
-                    raise CompileError(f"{n.where()}: no core kernel")
-            except CompileError as e:
-                if str(e).startswith(("node", "layer")):
-                    raise
-                raise CompileError(f"{n.where()}: {e}") from None
-            stats[n.name] = st
+            stats[n.name] = emit_layer(ctx, g, n, layouts)
         em.halt()
         dispatched = len(prog.instrs)
         if loops:
@@ -73,3 +52,30 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
                          "layers": stats})
     g.meta["segments"] = segments
     return g
+
+
+def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None) -> dict:
+    """Emit node ``n``'s kernel (all of it, or ``part``: a
+    :class:`~.parallelize.Part` of it); returns the kernel's report entry."""
+    X = layouts[view_source(g, n.inputs[0])]
+    Y = layouts[n.outputs[0]]
+    rows = (part.lo, part.hi) if part is not None and part.kind == "rows" else None
+    channels = (part.lo, part.hi) if part is not None and part.kind == "channels" else None
+    try:
+        if n.op == "Conv":
+            return kernels.conv(ctx, n, X, Y, rows, channels)
+        if n.op in ("Gemm", "MatMul"):
+            return kernels.fc(ctx, n, X, Y, channels)
+        if n.op in ("MaxPool", "AveragePool"):
+            return kernels.pool(ctx, n, X, Y, rows)
+        if n.op == "GlobalAveragePool":
+            return kernels.global_pool(ctx, n, X, Y)
+        if n.op in ("Add", "Sum"):
+            return kernels.add(ctx, n, [layouts[view_source(g, i)] for i in n.inputs], Y, rows)
+        if n.op == "Affine":
+            return kernels.affine(ctx, n, X, Y, rows)
+        raise CompileError(f"{n.where()}: no core kernel")
+    except CompileError as e:
+        if str(e).startswith(("node", "layer")):
+            raise
+        raise CompileError(f"{n.where()}: {e}") from None

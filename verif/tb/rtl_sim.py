@@ -227,6 +227,27 @@ class MeshJob:
         return self.program.run_golden(check_races=False).cycles
 
 
+@dataclass
+class ArrayJob:
+    """One array run of per-core ROMs already placed in ``image`` (``roms``: core ->
+    (words, ROM region name)), as the compiler's array segments are."""
+
+    roms: dict
+    image: MemoryImage
+    mesh: tuple[int, int]
+    budget_cycles: int | None = None
+
+    def runs(self) -> tuple[dict, MemoryImage]:
+        return self.roms, self.image
+
+    def estimate(self, config: CoreConfig) -> int:
+        from ..mesh import run_mesh
+
+        protect = [(r.addr, r.end) for r in self.image.regions.values() if r.kind == "rom"]
+        return run_mesh({xy: w for xy, (w, _) in self.roms.items()}, self.image.data, config,
+                        mesh=self.mesh, protect=protect, check_races=False).cycles
+
+
 def run_many(jobs: list, config: CoreConfig | None = None, *, memory: str = "hdl",
              stall: float = 0.0, seed: int = 0, waves: str | None = None, check: bool = True,
              error_range: tuple[int, int] | None = None,
@@ -259,7 +280,8 @@ def run_many(jobs: list, config: CoreConfig | None = None, *, memory: str = "hdl
     mesh = tuple(mesh)
     coords = [(x, y) for y in range(mesh[1]) for x in range(mesh[0])]
     size = max(j.runs()[1].size for j in jobs)
-    mem_bytes = 1 << max(16, (size - 1).bit_length())
+    # arrays: at least 256 KiB, so that small programs share one build per configuration
+    mem_bytes = 1 << max(16 if mesh == (1, 1) else 18, (size - 1).bit_length())
     wave_format = waves_format(waves) if waves else None
     bdir = build(config, memory, mem_bytes, waves=wave_format, mesh=mesh)
     sim = os.environ.get("SNPU_SIM", "verilator")

@@ -1,0 +1,140 @@
+"""Benchmark of compiling onto the tiled array (``snpu compile --mesh``).
+
+    .venv/bin/python bench/array.py [--quick] [--skip-rtl] [--models a,b]
+
+* **Scaling** (golden model): zoo networks (random weights, 50 % weight density, the
+  default 16-lane core) compiled for 1, 4 (2x2) and 16 (4x4) cores; cycles of one input to
+  the last core's halt, speedup and parallel efficiency (speedup / cores), against a naive
+  mapping in the same run (every matrix layer split by output channels over every core,
+  row-major placement).  Also the activation bytes over the network, the DRAM bytes
+  (loads, stores, instruction fetch) and the hop traffic of the mapper's placement against
+  row-major.
+* **RTL** (cocotb + Verilator): the digits CNN (``examples/digits``) on one core and on a
+  2x2 array: cycles, bit-exactness against the int8 reference, NoC flits.
+
+Prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import provenance  # noqa: E402
+
+from snpu.compiler import check, runtime  # noqa: E402
+from snpu.compiler.pipeline import CompileOptions, compile_model  # noqa: E402
+from snpu.config import CoreConfig  # noqa: E402
+
+ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+MODELS = ("squeezenet", "inception_v1", "resnet50")
+DIGITS = ROOT / "examples" / "digits"
+
+
+def _one(source, options: CompileOptions, x) -> dict:
+    t = time.time()
+    c = compile_model(source, options)
+    compile_s = time.time() - t
+    t = time.time()
+    reps = runtime.run_batch(c, [x], check_races=False)
+    agree = check.compare(c, [x], reps, onnxruntime=False)
+    rep = reps[0]
+    out = {"cycles": rep.core_cycles, "bit_exact": agree.bit_exact == 1,
+           "compile_s": round(compile_s, 1), "run_s": round(time.time() - t, 1),
+           "mac_pairs": rep.mac_pairs}
+    arrays = [s for s in rep.segments if s["device"] == "array"]
+    if arrays:
+        out["noc_flits"] = sum(s["network"]["flits"] for s in arrays)
+        out["noc_flit_hops"] = sum(s["network"]["hop_flits"] for s in arrays)
+        out["dram_bytes"] = sum(v["dram_bytes"] for s in arrays for v in s["cores"].values())
+        busy = [v["mx_busy"] / max(1, s["cycles"]) for s in arrays for v in s["cores"].values()]
+        out["mx_utilisation_mean"] = round(float(np.mean(busy)), 3)
+        pl = c.report["mesh"]["placement"]
+        out["hop_bytes"], out["hop_bytes_row_major"] = pl["hop_bytes"], pl["hop_bytes_row_major"]
+        out["noc_bytes"] = sum(s["noc"]["data_bytes"] for s in c.segments if "noc" in s)
+        kinds: dict[str, int] = {}
+        for layer in c.report["layers"]:
+            if layer.get("split"):
+                key = f"{layer['split']['kind']} x{layer['split']['cores']}"
+                kinds[key] = kinds.get(key, 0) + 1
+        out["layer_splits"] = kinds
+    return out
+
+
+def scaling(models, meshes) -> dict:
+    res = {}
+    for name in models:
+        src = ZOO / f"light_{name}.onnx"
+        base = CompileOptions(density=0.5, random_weights=0)
+        g = compile_model(src, base).graph
+        x = np.random.default_rng(0).standard_normal(g.tensor(g.inputs[0]).shape).astype(np.float32)
+        one = _one(src, base, x)
+        rows = {"1x1": one}
+        for mesh in meshes:
+            n = mesh[0] * mesh[1]
+            key = f"{mesh[0]}x{mesh[1]}"
+            for variant, extra in (("", {}), (" naive", {"split": "channels", "placement": "row-major"})):
+                r = _one(src, CompileOptions(density=0.5, random_weights=0, mesh=mesh, **extra), x)
+                r["speedup"] = round(one["cycles"] / r["cycles"], 3)
+                r["parallel_efficiency"] = round(r["speedup"] / n, 3)
+                rows[key + variant] = r
+            rows[key]["gain_over_naive"] = round(rows[key + " naive"]["cycles"] / rows[key]["cycles"], 3)
+            print(f"{name} {key}: {rows[key]['speedup']}x (naive {rows[key + ' naive']['speedup']}x)",
+                  file=sys.stderr)
+        res[name] = rows
+    return res
+
+
+def rtl_digits() -> dict:
+    cfg = CoreConfig.from_dict(json.loads((DIGITS / "core.json").read_text()))
+    src = DIGITS / "digits_cnn.onnx"
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((1, 1, 8, 8)).astype(np.float32) for _ in range(4)]
+    out = {}
+    for key, mesh in (("1x1", (1, 1)), ("2x2", (2, 2))):
+        c = compile_model(src, CompileOptions(config=cfg, mesh=mesh))
+        t = time.time()
+        reps = runtime.run_batch(c, xs, sim="rtl")
+        agree = check.compare(c, xs, reps, onnxruntime=False)
+        gold = runtime.run_batch(c, xs)
+        out[key] = {"rtl_cycles": [r.core_cycles for r in reps],
+                    "golden_cycles": [r.core_cycles for r in gold],
+                    "bit_exact": f"{agree.bit_exact}/{len(xs)}", "wall_s": round(time.time() - t)}
+        arrays = [s for s in reps[0].segments if s["device"] == "array"]
+        if arrays:
+            out[key]["noc_flits"] = arrays[0]["network"]["flits"]
+            out[key]["noc_bytes"] = c.segments[0]["noc"]["data_bytes"]
+            out[key]["dram_bytes"] = sum(v["dram_bytes"] for v in arrays[0]["cores"].values())
+            pl = c.report["mesh"]["placement"]
+            out[key]["hop_bytes"], out[key]["hop_bytes_row_major"] = pl["hop_bytes"], pl["hop_bytes_row_major"]
+    out["rtl_speedup"] = round(float(np.mean(out["1x1"]["rtl_cycles"]) / np.mean(out["2x2"]["rtl_cycles"])), 3)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="squeezenet only, 2x2 only")
+    ap.add_argument("--skip-rtl", action="store_true")
+    ap.add_argument("--models", default=",".join(MODELS))
+    args = ap.parse_args()
+    models = ["squeezenet"] if args.quick else args.models.split(",")
+    meshes = [(2, 2)] if args.quick else [(2, 2), (4, 4)]
+    out = {"benchmark": "compiling onto the tiled array", "provenance": provenance()}
+    t0 = time.time()
+    out["scaling"] = scaling(models, meshes)
+    if not args.skip_rtl:
+        out["rtl_digits"] = rtl_digits()
+    out["seconds"] = round(time.time() - t0)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

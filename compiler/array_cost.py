@@ -1,0 +1,124 @@
+"""The array cost model: estimated cycles of a layer split across the cores of an array.
+
+:mod:`.passes.parallelize` asks it, for every convolution and fully connected layer, what
+each way of splitting costs (output rows or output channels, over 1..N cores) and keeps the
+cheapest.  A part's time is the larger of its matrix-unit time and its share of the shared
+external-memory port; the layer's time is the slowest part, or the port's total traffic
+when that is larger (every core's loads go through one AXI port), plus the network time of
+the all-gather that a channel split needs.  The per-row matrix-unit cost is the golden
+model's own estimate (:func:`snpu.verif.timing.fc_row_cycles_estimate`) at the layer's
+weight and neuron densities; the constants come from :mod:`snpu.verif.timing`, the golden
+model's calibration table.
+
+What it does not model: overlap between layers, instruction fetch, the token protocol's
+stalls, contention on individual network links.  ``bench/array.py`` reports how close its
+estimates come to the golden model's cycles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from snpu.config import CoreConfig
+from snpu.verif import timing
+
+from .kernels import _r, conv_channel_chunk
+
+#: payload bytes a core's network port takes per cycle (one 64-bit flit)
+LINK_BYTES = 8
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """What the model needs to know about a matrix layer."""
+
+    rows: int            #: output channels (weight rows)
+    k: int               #: inputs per output (kh * kw * cin, or n_in)
+    oh: int
+    ow: int
+    kh: int
+    kw: int
+    cin: int
+    kept: np.ndarray     #: [rows] weights kept per row
+    neuron_density: float
+    input_shared: bool   #: the input is read from shared memory (not local memory)
+    output_shared: bool  #: a row split's output goes to shared memory
+
+
+def matrix_shape(g, n, local_budget: int) -> LayerShape:
+    """The :class:`LayerShape` of a Conv / Gemm / MatMul node (after quantisation)."""
+    w = n.meta["q"]["w"]
+    kept = np.count_nonzero(w, axis=1)
+    dens = float((n.meta.get("neurons") or {}).get("density", 1.0))
+    x = g.tensor(n.inputs[0]).shape
+    y = g.tensor(n.outputs[0]).shape
+    if n.op == "Conv":
+        kh, kw, *_, oh, ow = n.meta["geometry"]
+        cin = x[1]
+    else:
+        kh = kw = oh = ow = 1
+        cin = w.shape[1]
+    in_bytes = int(np.prod(x))
+    out_bytes = int(np.prod(y))
+    return LayerShape(w.shape[0], w.shape[1], oh, ow, kh, kw, cin, kept, dens,
+                      in_bytes > local_budget, out_bytes > local_budget)
+
+
+def part_cycles(s: LayerShape, cfg: CoreConfig, rows: tuple[int, int],
+                channels: tuple[int, int], out_shared: bool) -> tuple[float, float]:
+    """(matrix-unit cycles, shared-memory bytes) of the part computing output rows ``rows``
+    and output channels ``channels``."""
+    P = cfg.lanes
+    c0, c1 = channels
+    R = c1 - c0
+    pix = (rows[1] - rows[0]) * s.ow
+    if R <= 0 or pix <= 0:
+        return 0.0, 0.0
+    kept = float(s.kept[c0:c1].mean())
+    row = min(timing.fc_row_cycles_estimate(s.k, kept, s.neuron_density, cfg.chunk_bits, m)
+              for m in (False, True))
+    # rows are spread over the lanes; one fc instruction per pixel group per weight tile
+    tile = min(_r(R, P), cfg.param_rows // 2 * P, 4095 // P * P)
+    tiles = -(-R // tile)
+    nb_half = cfg.nbuf_bytes // 2
+    kmax = _r(s.k, 64)
+    group = max(1, min(s.ow, nb_half // max(1, kmax), (cfg.acc_words // 2) // _r(tile, P),
+                       (cfg.obuf_bytes // 2) // _r(tile, P)))
+    groups = (rows[1] - rows[0]) * -(-s.ow // group)
+    mx = pix * -(-R // P) * row + tiles * groups * timing.FC_PIPELINE / 4
+    weight_bytes = float(s.kept[c0:c1].sum() + R * (_r(s.k, 64) // 8) + R * 8)
+    chunks = 1 if s.oh == 1 and s.ow == 1 else -(-s.cin // conv_channel_chunk(
+        s.cin, s.kh, s.kw, nb_half))
+    reloads = 1 if chunks == 1 else groups
+    shared = weight_bytes * reloads
+    if s.input_shared:
+        shared += pix * s.k
+    if out_shared:
+        shared += pix * R
+    return mx, shared
+
+
+def split_cycles(s: LayerShape, cfg: CoreConfig, kind: str,
+                 ranges: list[tuple[int, int]]) -> float:
+    """Estimated cycles of the layer split into ``ranges`` of ``kind`` (rows / channels)."""
+    bus = cfg.axi_data_bits // 8
+    # a channel slice of a feature map is not contiguous: it goes to shared memory
+    out_shared = s.output_shared or (kind == "channels" and s.oh * s.ow > 1)
+    parts = [part_cycles(s, cfg, r, (0, s.rows), out_shared) if kind == "rows"
+             else part_cycles(s, cfg, (0, s.oh), r, out_shared) for r in ranges]
+    slowest = max(max(mx, b / bus) for mx, b in parts)
+    port = sum(b for _, b in parts) / bus
+    k = len(ranges)
+    out_bytes = s.oh * s.ow * s.rows
+    if kind == "channels" and k > 1:
+        # all-gather of the output: over the network when it stays local (fc outputs), else
+        # through shared memory (a channel-split convolution's output is shared)
+        if s.oh * s.ow == 1:
+            gather = out_bytes * (k - 1) / k / LINK_BYTES + k * timing.NET_SEND_OVERHEAD
+        else:
+            gather = 2 * out_bytes / bus
+        return max(slowest, port) + gather
+    halo = (s.kh - 1) * s.ow * s.rows * (k - 1) / LINK_BYTES if k > 1 else 0.0
+    return max(slowest, port) + halo

@@ -1,0 +1,248 @@
+"""Pass: code generation for a tiled array (``--mesh WxH``).
+
+Every core subgraph becomes one ROM per core of the mesh.  Each core runs, in the graph's
+order, its part of every layer (:mod:`.parallelize`) with the single-core kernels, and the
+data its parts need from other cores moves over the network:
+
+* **Local tensors** (``graph.meta["local"]``: in every core's local memory at the same
+  address).  After computing its part, a core ``send`` s the bytes another core's parts will
+  read (a row block, clipped to the rows the consumer's kernels and halos need, or a channel
+  block) straight into that core's copy; the consumer ``recv`` s them before its first
+  kernel that reads them.  Activations never leave the array.
+* **Shared tensors** (external memory: concatenations, tensors the host or a later segment
+  reads, tensors local memory has no room for).  The producer's stores go to shared memory;
+  then it sends an 8-byte *flag* (to the consumer's flag slot for this producer, at local
+  offset ``8 * source``); the consumer's ``recv`` of the flag orders its loads after the
+  producer's stores.
+
+Synchronisation: the arrival counter of a transfer is the *source core's index* (row-major,
+so a mesh has at most ``NET_TAGS`` = 16 cores), and packets between one pair of cores arrive
+in order (XY routing), so a ``recv`` of ``n`` bytes on tag ``a`` is satisfied by exactly the
+next ``n`` bytes core ``a`` sent: a core receives the transfers of each source in the order
+they were sent (receiving earlier ones first when a later one is needed first).  Every core
+emits its work in one global (topological) order and every ``recv`` follows its ``send`` in
+that order, and sends never wait for the receiver, so the array cannot deadlock; the
+emitter's tokens order the NET unit against the core's own loads and stores (footprints in
+one address space).  The golden model checks both.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from snpu.config import CoreConfig
+from snpu.errors import CompileError
+from snpu.verif import isa
+from snpu.verif.image import MemoryImage
+from snpu.verif.program import Program
+
+from .. import kernels
+from ..emit import Kernels
+from ..ir import Graph
+from ..memory import TensorLayout, view_source
+from .codegen import emit_layer
+from .parallelize import VIEW_OPS, Part, input_rows
+from .reroll import reroll
+
+Coord = tuple[int, int]
+#: the largest remote write of one ``send`` (the ``bytes`` field is 16 bits; 8-aligned pieces)
+MAX_SEND = 32768
+FLAG = 8
+
+
+@dataclass
+class Transfer:
+    """What one core sends another for one tensor: data runs (local tensors) or a flag
+    covering ``ranges`` of shared memory."""
+
+    tensor: str
+    src: Coord
+    dst: Coord
+    runs: list[tuple[int, int]]               #: (address, bytes) of each send (local data)
+    ranges: list[tuple[int, int]] = field(default_factory=list)  #: shared bytes a flag covers
+    flag: bool = False
+
+
+def codegen_mesh(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = False,
+                 loops: bool = True) -> Graph:
+    g = graph.copy()
+    w, h = g.meta["mesh"]["shape"]
+    layouts: dict[str, TensorLayout] = g.meta["layouts"]
+    local = set(g.meta["local"])
+    nodes = {n.name: n for n in g.nodes}
+    root = storage_roots(g)
+    coords = [(x, y) for y in range(h) for x in range(w)]
+    segments, layer = [], 0
+    for sg in g.meta["subgraphs"]:
+        if sg["device"] == "host":
+            segments.append({"kind": "host", "nodes": list(sg["nodes"])})
+            continue
+        k = len(segments)
+        seg = _Segment(g, config, image, k, coords, w, layouts, local, root, set(sg["nodes"]))
+        stats: dict[str, dict] = {}
+        for name in sg["nodes"]:
+            n = nodes[name]
+            if n.op in VIEW_OPS:
+                continue
+            for part in n.meta["parts"]:
+                seg.receive_inputs(n, part)
+                ctx = kernels.LayerContext(seg.em[part.core], layer, f"{k}:{n.name}@{part.core[0]}_{part.core[1]}",
+                                           dense, n.meta.get("neurons"), shared=seg.shared)
+                st = emit_layer(ctx, g, n, layouts, part)
+                stats.setdefault(n.name, {**st, "split": n.meta["split"],
+                                          "parts": [p.to_dict() for p in n.meta["parts"]]})
+                seg.send_output(n, part)
+            layer += 1
+        segments.append(seg.finish(sg["nodes"], stats, loops))
+    g.meta["segments"] = segments
+    return g
+
+
+def storage_roots(g: Graph) -> dict[str, str]:
+    """Tensor -> the tensor whose storage it is part of (views and concatenation slices)."""
+    parent = {i: n.outputs[0] for n in g.nodes if n.op == "Concat" and n.device == "core"
+              for i in n.inputs}
+    out = {}
+    for t in {t for n in g.nodes for t in list(n.inputs) + list(n.outputs) if t}:
+        r = view_source(g, t)
+        while r in parent:
+            r = view_source(g, parent[r])
+        out[t] = r
+    return out
+
+
+class TransferPlan:
+    """Which bytes each part of a core subgraph's layers sends to other cores' parts
+    (placement-independent: cores are whatever the parts say)."""
+
+    def __init__(self, g: Graph, names: set[str], layouts: dict, local: set, root: dict):
+        self.g, self.layouts, self.local, self.root = g, layouts, local, root
+        self.writers: dict[str, list] = {}  # storage root -> nodes of the subgraph writing it
+        self.readers: dict[str, list] = {}  # storage root -> (node, input index) reading it
+        for n in g.nodes:
+            if n.device != "core" or n.name not in names or n.op in VIEW_OPS:
+                continue
+            self.writers.setdefault(root[n.outputs[0]], []).append(n)
+            for idx, i in enumerate(n.inputs):
+                if i and not g.tensor(i).is_const:
+                    self.readers.setdefault(root[i], []).append((n, idx))
+
+    def sends(self, n, part: Part) -> list[Transfer]:
+        """After ``part`` of ``n``: what other cores' parts will read of it, per core."""
+        r = self.root[n.outputs[0]]
+        L = self.layouts[r]
+        Y = self.layouts[n.outputs[0]]
+        need: dict[Coord, tuple[int, int]] = {}
+        for c, idx in self.readers.get(r, []):
+            for cp in c.meta["parts"]:
+                if cp.core == part.core:
+                    continue
+                lo, hi = input_rows(self.g, c, cp, idx) if cp.kind == "rows" else (0, L.h)
+                old = need.get(cp.core)
+                need[cp.core] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+        made_lo, made_hi = (part.lo, part.hi) if part.kind == "rows" else (0, L.h)
+        out = []
+        for dst, (lo, hi) in sorted(need.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            ra, rb = max(lo, made_lo), min(hi, made_hi)
+            if ra >= rb:
+                continue
+            row0 = L.base - L.pad_w * L.pixel  # first byte of row 0, horizontal halo included
+            if r in self.local:
+                if part.kind == "channels":
+                    start, size = Y.base + part.lo, part.hi - part.lo
+                else:
+                    start, size = row0 + ra * L.row, (rb - ra) * L.row
+                runs = [(a, min(MAX_SEND, start + size - a)) for a in range(start, start + size, MAX_SEND)]
+                out.append(Transfer(r, part.core, dst, runs))
+            else:
+                out.append(Transfer(r, part.core, dst, [], [(row0 + ra * L.row, row0 + rb * L.row)],
+                                    flag=True))
+        return out
+
+
+class _Segment:
+    """One core subgraph's programs (one per core) and the transfers between them."""
+
+    def __init__(self, g, config, image, k, coords, width, layouts, local, root, names):
+        self.g, self.k, self.coords, self.width = g, k, coords, width
+        self.plan = TransferPlan(g, names, layouts, local, root)
+        self.root = root
+        self.progs = {xy: Program(config, image=image, rom_name=f"rom:{k}:{xy[0]}_{xy[1]}")
+                      for xy in coords}
+        self.em = {xy: Kernels(p, net=True) for xy, p in self.progs.items()}
+        self.shared: dict = {}
+        self.queues: dict[tuple[Coord, Coord], deque[Transfer]] = {}
+        self.sent: dict[tuple[str, Coord, Coord], Transfer] = {}
+        self.noc = {"data_bytes": 0, "flags": 0, "hop_bytes": 0, "sends": 0}
+
+    def tag(self, xy: Coord) -> int:
+        return xy[0] + xy[1] * self.width
+
+    # -------------------------------------------------------------------------------------
+    def send_output(self, n, part: Part) -> None:
+        """After ``part`` of ``n``: send what other cores' parts will read of it."""
+        for tr in self.plan.sends(n, part):
+            self._send(tr)
+
+    def _send(self, tr: Transfer) -> None:
+        em, slot = self.em[tr.src], isa.LOCAL_BASE + 8 * self.tag(tr.src)
+        hops = abs(tr.src[0] - tr.dst[0]) + abs(tr.src[1] - tr.dst[1])
+        if tr.flag:
+            em.send(*tr.dst, slot, slot, FLAG, self.tag(tr.src), after=tuple(tr.ranges))
+            self.noc["flags"] += 1
+            self.noc["sends"] += 1
+        for addr, size in tr.runs:
+            em.send(*tr.dst, addr, addr, size, self.tag(tr.src))
+            self.noc["data_bytes"] += size
+            self.noc["hop_bytes"] += size * hops
+            self.noc["sends"] += 1
+        self.queues.setdefault((tr.src, tr.dst), deque()).append(tr)
+        self.sent[(tr.tensor, tr.src, tr.dst)] = tr
+
+    def receive_inputs(self, n, part: Part) -> None:
+        """Before ``part`` of ``n``: receive every transfer of its inputs from other cores."""
+        for i in n.inputs:
+            if not i or self.g.tensor(i).is_const:
+                continue
+            r = self.root[i]
+            for p in self.plan.writers.get(r, []):
+                for pp in p.meta["parts"]:
+                    tr = self.sent.get((r, pp.core, part.core))
+                    if tr is not None:
+                        self._receive(tr)
+
+    def _receive(self, tr: Transfer) -> None:
+        q = self.queues.get((tr.src, tr.dst))
+        if not q or tr not in q:
+            return  # received already
+        em, tag = self.em[tr.dst], self.tag(tr.src)
+        while True:
+            t = q.popleft()
+            if t.flag:
+                slot = isa.LOCAL_BASE + 8 * tag
+                em.recv(tag, slot, FLAG, covers=tuple(t.ranges))
+            for addr, size in t.runs:
+                em.recv(tag, addr, size)
+            if t is tr:
+                return
+
+    # -------------------------------------------------------------------------------------
+    def finish(self, names: list[str], stats: dict, loops: bool) -> dict:
+        left = [(a, b, len(q)) for (a, b), q in self.queues.items() if q]
+        if left:
+            raise CompileError(f"internal: transfers never received: {left}")
+        roms, counts, dispatched, nops = {}, {}, 0, 0
+        for xy, p in self.progs.items():
+            self.em[xy].halt()
+            dispatched += len(p.instrs)
+            nops += self.em[xy].nops
+            if loops:
+                p.instrs = reroll(p.instrs)
+            p.place_rom()
+            roms[f"{xy[0]}_{xy[1]}"] = p.rom_name
+            counts[f"{xy[0]}_{xy[1]}"] = len(p.instrs)
+        return {"kind": "core", "mesh": [self.width, len(self.coords) // self.width],
+                "roms": roms, "nodes": list(names), "instructions": sum(counts.values()),
+                "instructions_per_core": counts, "dispatched_instructions": dispatched,
+                "token_nops": nops, "noc": dict(self.noc), "layers": stats}

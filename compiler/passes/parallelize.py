@@ -1,0 +1,180 @@
+"""Pass: split every core layer across the cores of a tiled array.
+
+Each core node gets ``node.meta["parts"]``: a list of :class:`Part`, one per core that
+computes a share of it, and ``node.meta["split"]`` (what the report says: the kind, the
+number of cores and why).  The split follows seed 002's rules (``docs/compiler.md``):
+
+* **rows** - convolutions, pooling, element-wise sums and affine layers: each core computes
+  a block of output rows (the spatial H split) for every channel.  Its input rows (the block
+  plus the kernel's halo) come from the cores that produced them; the weights are read by
+  every core from shared memory.  A block of whole rows is one contiguous range of the
+  channels-last layout, so it moves as one remote write.
+* **channels** - fully connected layers: each core computes a block of output channels and
+  holds only that slice of the weights; the outputs are exchanged.  Blocks are multiples of
+  ``max(8, lanes)`` channels (remote writes start 8-aligned).
+* **whole** - a layer that reduces over H and W (global pooling) or is too small to split
+  runs on one core; the cores take such layers in turn.
+
+A layer smaller than the array uses fewer cores (a row block or a channel block per core at
+least) and the report says so.  Cores are numbered row-major over the usable cores; the
+placement of parts onto physical cores is the identity (row-major) in this version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from snpu.config import CoreConfig
+from snpu.errors import CompileError
+from snpu.verif import isa
+
+from ..array_cost import matrix_shape, split_cycles
+from ..ir import Graph, Node
+from ..ops import pool_geometry
+
+Coord = tuple[int, int]
+
+MATRIX_OPS = ("Conv", "Gemm", "MatMul")
+#: a split other than the aligned default must be estimated this much faster
+ALIGN_GAIN = 0.85
+ROW_SPLIT_OPS = ("Conv", "MaxPool", "AveragePool", "Add", "Sum", "Affine")
+CHANNEL_SPLIT_OPS = ("Gemm", "MatMul")
+VIEW_OPS = ("Concat", "Flatten", "Reshape")
+
+
+@dataclass(frozen=True)
+class Part:
+    """A core's share of a layer: output rows (``kind == "rows"``), output channels
+    (``"channels"``) or all of it (``"whole"``, ``lo``/``hi`` the rows) in [lo, hi)."""
+
+    core: Coord
+    kind: str
+    lo: int
+    hi: int
+
+    def to_dict(self) -> dict:
+        return {"core": list(self.core), "kind": self.kind, "range": [self.lo, self.hi]}
+
+
+def blocks(n: int, k: int, unit: int = 1) -> list[tuple[int, int]]:
+    """[0, n) in ``k`` contiguous blocks as equal as possible, boundaries on multiples of
+    ``unit`` (fewer blocks when ``n`` has fewer units)."""
+    units = -(-n // unit)
+    k = max(1, min(k, units))
+    out, start = [], 0
+    for i in range(k):
+        end = min(n, (units * (i + 1) // k) * unit)
+        out.append((start, end))
+        start = end
+    return out
+
+
+SPLITS = ("auto", "rows", "channels")
+
+
+def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
+                unusable: tuple[Coord, ...] = (), split: str = "auto") -> Graph:
+    """Give every core node its parts on the usable cores of a ``mesh = (width, height)``.
+    ``split``: how matrix layers split: ``auto`` (the cost model), or always by output
+    ``rows`` (convolutions; fc layers by channels) or always by output ``channels`` (every
+    core on every layer: the naive baseline)."""
+    if split not in SPLITS:
+        raise CompileError(f"split {split!r}: one of {', '.join(SPLITS)}")
+    g = graph.copy()
+    w, h = mesh
+    if w * h > isa.NET_TAGS:
+        raise CompileError(f"a {w}x{h} mesh has {w * h} cores; the compiler's synchronisation "
+                           f"uses one arrival counter per source core, so at most "
+                           f"{isa.NET_TAGS} cores")
+    cores = [(x, y) for y in range(h) for x in range(w) if (x, y) not in set(unusable)]
+    if not cores:
+        raise CompileError(f"--unusable leaves no core of the {w}x{h} mesh")
+    unit = max(8, config.lanes)
+    turn = 0  # the core that takes the next whole layer
+    for n in g.nodes:
+        if n.device != "core" or n.op in VIEW_OPS:
+            continue
+        if n.op in MATRIX_OPS and "q" in n.meta and split == "auto":
+            kind, ranges, why = _cheapest(g, n, config, len(cores), unit)
+        elif n.op in MATRIX_OPS and (split == "channels" or n.op != "Conv"):
+            f = n.meta["q"]["w"].shape[0] if "q" in n.meta else g.tensor(n.outputs[0]).shape[1]
+            ranges = blocks(f, len(cores), unit)
+            kind, why = "channels", f"output channels in blocks of {unit} (--split {split})"
+        elif n.op in ROW_SPLIT_OPS:
+            oh = _out_rows(g, n)
+            ranges = blocks(oh, len(cores))
+            kind = "rows"
+            why = "spatial rows (H)" + (": every core reads the weights" if n.op == "Conv" else "")
+            if len(ranges) < len(cores):
+                why += f"; {oh} output rows use {len(ranges)} of {len(cores)} cores"
+        elif n.op in CHANNEL_SPLIT_OPS:
+            f = g.tensor(n.outputs[0]).shape[-1]
+            ranges = blocks(f, len(cores), unit)
+            kind, why = "channels", f"output channels in blocks of {unit}: each core holds its weight slice"
+            if len(ranges) < len(cores):
+                why += f"; {f} outputs use {len(ranges)} of {len(cores)} cores"
+        else:
+            oh = _out_rows(g, n)
+            ranges = [(0, oh)]
+            kind, why = "whole", f"{n.op} reduces over H and W: one core"
+        if len(ranges) == 1:
+            start = turn
+            turn = (turn + 1) % len(cores)
+            kind = "whole"
+        else:
+            start = 0
+        parts = [Part(cores[(start + i) % len(cores)], kind, lo, hi)
+                 for i, (lo, hi) in enumerate(ranges)]
+        n.meta["parts"] = parts
+        n.meta["split"] = {"kind": kind, "cores": len(parts), "why": why}
+        if kind == "channels" and n.op == "Conv":
+            n.meta["split"]["output"] = "shared memory (a channel slice of a map is not contiguous)"
+    g.meta["mesh"] = {"shape": [w, h], "cores": [list(c) for c in cores]}
+    return g
+
+
+def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int,
+              unit: int) -> tuple[str, list[tuple[int, int]], str]:
+    """The split of a Conv / Gemm / MatMul the cost model (:mod:`..array_cost`) finds
+    fastest: output rows (convolutions) or output channels over 1..``ncores`` cores."""
+    s = matrix_shape(g, n, config.local_bytes // 4)
+    tried = {}
+    for kind in (("rows", "channels") if n.op == "Conv" and s.oh > 1 else ("channels",)):
+        for k in range(1, ncores + 1):
+            ranges = blocks(s.oh, k) if kind == "rows" else blocks(s.rows, k, unit)
+            if len(ranges) < k:
+                break
+            tried[(kind, k)] = (split_cycles(s, config, kind, ranges), ranges)
+    # the default keeps layers aligned (rows over every core: only halos move between
+    # layers); another split must be clearly faster to pay for the data it moves
+    default = max(tried, key=lambda key: (key[0] == ("rows" if n.op == "Conv" else "channels"), key[1]))
+    choice = min(tried, key=lambda key: tried[key][0])
+    if tried[choice][0] > ALIGN_GAIN * tried[default][0]:
+        choice = default
+    (kind, _), (est, ranges) = choice, tried[choice]
+    others = sorted((v[0], f"{key[0]} x{key[1]}") for key, v in tried.items() if key != choice)[:2]
+    why = (f"cost model: {kind} x{len(ranges)} ~{round(est)} cycles"
+           + "".join(f"; {name} ~{round(v)}" for v, name in others))
+    return kind, ranges, why
+
+
+def _out_rows(g: Graph, n: Node) -> int:
+    shape = g.tensor(n.outputs[0]).shape
+    return shape[2] if len(shape) == 4 else 1
+
+
+def input_rows(g: Graph, n: Node, part: Part, index: int = 0) -> tuple[int, int]:
+    """The rows of input ``index`` that ``part`` of ``n`` reads (clipped to the tensor)."""
+    shape = g.tensor(n.inputs[index]).shape
+    rows = shape[2] if len(shape) == 4 else 1
+    if part.kind != "rows":
+        return 0, rows
+    if n.op == "Conv":
+        kh, _, sh, _, pads, *_ = n.meta["geometry"]
+    elif n.op in ("MaxPool", "AveragePool"):
+        kh, _, sh, _, pads, _, _ = pool_geometry(n, shape)
+    else:
+        return part.lo, part.hi
+    lo = part.lo * sh - pads[0]
+    hi = (part.hi - 1) * sh - pads[0] + kh
+    return max(0, lo), min(rows, hi)

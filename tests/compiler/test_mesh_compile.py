@@ -1,0 +1,140 @@
+"""Compiling onto a tiled array (``--mesh``): layers split across cores, data moved with
+send / recv, every run bit-exact with the single core and the int8 reference on the golden
+model (which also checks the cross-core synchronisation: races and deadlocks)."""
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from snpu.compiler import check, runtime
+from snpu.compiler.artifact import Compiled
+from snpu.compiler.passes.parallelize import blocks
+from snpu.compiler.pipeline import CompileOptions, compile_model
+from snpu.errors import CompileError
+from snpu.verif.core_model import decode_rom
+
+from .models import TEST_CORE, inputs, tiny_cnn, tiny_mlp
+
+DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits" / "digits_cnn.onnx"
+
+
+def _run(c, xs):
+    reps = runtime.run_batch(c, xs)
+    agree = check.compare(c, xs, reps, onnxruntime=False)
+    assert agree.bit_exact == len(xs), agree.mismatches
+    return reps
+
+
+def test_blocks_cover_the_range_on_unit_boundaries():
+    assert blocks(10, 4) == [(0, 2), (2, 5), (5, 7), (7, 10)]
+    assert blocks(3, 4) == [(0, 1), (1, 2), (2, 3)]          # fewer rows than cores
+    assert blocks(64, 4, 8) == [(0, 16), (16, 32), (32, 48), (48, 64)]
+    assert blocks(10, 4, 8) == [(0, 8), (8, 10)]             # two channel blocks of 8
+    for n, k, u in [(1, 3, 1), (37, 5, 4), (100, 16, 8)]:
+        b = blocks(n, k, u)
+        assert b[0][0] == 0 and b[-1][1] == n
+        assert all(lo < hi and lo % u == 0 for lo, hi in b)
+        assert all(b[i][1] == b[i + 1][0] for i in range(len(b) - 1))
+
+
+@pytest.mark.parametrize("mesh,extra", [
+    ((2, 2), {}),
+    ((3, 1), {}),
+    ((3, 3), {"unusable": ((1, 1), (0, 2))}),
+    ((2, 2), {"density": 0.4, "dense": True}),
+    ((2, 2), {"force_host": ("conv3",)}),   # three segments: array, host, array
+    ((2, 2), {"split": "channels"}),         # convolutions by channels: maps in shared memory
+    ((3, 1), {"split": "rows", "placement": "row-major"}),
+])
+def test_every_split_kind_is_bit_exact_on_the_array(mesh, extra):
+    """tiny_cnn: convolutions, pools, the residual sum and the affine layer split by rows
+    (halos exchanged), the fc by output channels, global pooling on one core, the
+    concatenation in shared memory behind flags."""
+    m = tiny_cnn()
+    opts = dict(config=TEST_CORE, density=0.5, mesh=mesh)
+    opts.update(extra)
+    c = compile_model(m, CompileOptions(**opts))
+    single = compile_model(m, CompileOptions(**{**opts, "mesh": (1, 1), "unusable": ()}))
+    xs = inputs(m, 2)
+    reps = _run(c, xs)
+    ref = runtime.run_batch(single, xs)
+    for r, s in zip(reps, ref):
+        for o in r.outputs_int8:
+            np.testing.assert_array_equal(r.outputs_int8[o], s.outputs_int8[o])
+    kinds = {l["split"]["kind"] for l in c.report["layers"] if l.get("split")}
+    assert {"rows", "whole"} <= kinds or extra.get("split") == "channels"
+    if extra.get("split") == "channels":
+        convs = [l for l in c.report["layers"] if l["op"] == "Conv"]
+        assert all(l["split"]["kind"] == "channels" for l in convs if l["split"]["cores"] > 1)
+    if extra.get("placement") == "row-major":
+        assert c.report["mesh"]["placement"]["method"] == "row-major"
+    arrays = [s for s in c.segments if "roms" in s]
+    assert arrays and all(len(s["roms"]) == mesh[0] * mesh[1] for s in arrays)
+    noc = [s["noc"] for s in arrays]
+    assert sum(n["data_bytes"] for n in noc) > 0 and sum(n["flags"] for n in noc) > 0
+    used = {p.core for n in c.graph.nodes for p in n.meta.get("parts", [])}
+    assert not used & set(extra.get("unusable", ()))
+    # unusable cores run a lone halt
+    for s in arrays:
+        for xy in extra.get("unusable", ()):
+            words = c.rom(s["roms"][f"{xy[0]}_{xy[1]}"])
+            assert [i.op for i in decode_rom(words)] == ["halt"]
+
+
+def test_mlp_channel_split_and_array_speedup():
+    m = tiny_mlp()
+    single = compile_model(m, CompileOptions(config=TEST_CORE, density=0.4))
+    c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.4, mesh=(2, 2)))
+    assert c.graph.node("matmul0").meta["split"]["kind"] == "channels"
+    assert c.graph.node("matmul0").meta["split"]["why"].startswith("cost model")
+    xs = inputs(m, 2)
+    reps = _run(c, xs)
+    one = runtime.run_batch(single, xs)
+    assert reps[0].core_cycles < one[0].core_cycles
+    assert reps[0].mac_pairs == one[0].mac_pairs  # the same work, divided
+
+
+def test_digits_cnn_on_a_2x2_array_keeps_activations_in_local_memory(tmp_path):
+    import json
+
+    from snpu.config import CoreConfig
+
+    cfg = CoreConfig.from_dict(json.loads((DIGITS.parent / "core.json").read_text()))
+    c = compile_model(DIGITS, CompileOptions(config=cfg, mesh=(2, 2)))
+    assert len(c.report["mesh"]["local_tensors"]) >= 4
+    pl = c.report["mesh"]["placement"]
+    assert 0 < pl["hop_bytes"] < pl["hop_bytes_row_major"]  # the mapper's snake beats row-major
+    seg = c.segments[0]
+    assert seg["noc"]["flags"] == 0 and seg["noc"]["data_bytes"] > 0
+    c.save(tmp_path / "m")
+    loaded = Compiled.load(tmp_path / "m")
+    assert sorted(p.name for p in (tmp_path / "m").glob("seg0_*.hex")) == [
+        "seg0_0_0.hex", "seg0_0_1.hex", "seg0_1_0.hex", "seg0_1_1.hex"]
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((1, 1, 8, 8)).astype(np.float32) for _ in range(2)]
+    reps = _run(loaded, xs)
+    single = compile_model(DIGITS, CompileOptions(config=cfg))
+    assert reps[0].core_cycles < 0.7 * runtime.run_batch(single, xs[:1])[0].core_cycles
+    seg_rep = reps[0].segments[0]
+    assert set(seg_rep["cores"]) == {"0,0", "1,0", "0,1", "1,1"}
+    assert seg_rep["network"]["flits"] > 0
+
+
+def test_mesh_errors_are_clear():
+    m = tiny_mlp()
+    with pytest.raises(CompileError, match="at most 16 cores"):
+        compile_model(m, CompileOptions(config=TEST_CORE, mesh=(5, 4)))
+    with pytest.raises(CompileError, match="leaves no core"):
+        compile_model(m, CompileOptions(config=TEST_CORE, mesh=(1, 2),
+                                        unusable=((0, 0), (0, 1))))
+
+
+def test_local_memory_too_small_falls_back_to_shared_memory():
+    m = tiny_cnn()
+    small = dataclasses.replace(TEST_CORE, local_bytes=1024)
+    c = compile_model(m, CompileOptions(config=small, density=0.5, mesh=(2, 2)))
+    big = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5, mesh=(2, 2)))
+    assert len(c.report["mesh"]["local_tensors"]) < len(big.report["mesh"]["local_tensors"])
+    _run(c, inputs(m, 1))
