@@ -11,7 +11,7 @@ weight and neuron densities; the constants come from :mod:`snpu.verif.timing`, t
 model's calibration table.
 
 What it does not model: overlap between layers, instruction fetch, the token protocol's
-stalls, contention on individual network links.  ``bench/array.py`` reports how close its
+stalls, contention on individual network links.  ``bench/scaling.py`` reports how close its
 estimates come to the golden model's cycles.
 """
 

@@ -92,14 +92,27 @@ def generate_(kind, output, layers, side, radius, sizes, n, k, p, max_weight, se
 @click.argument("source", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @click.option("--max-connections", type=int, default=50_000_000, show_default=True,
-              help="ONNX: refuse models with more synapses than this.")
+              help="ONNX, neuron granularity: refuse models with more synapses than this.")
+@click.option("--granularity", type=click.Choice(["neuron", "channel-block"]), default="neuron",
+              show_default=True, help="ONNX: a vertex per neuron, or per block of channels x "
+              "rows (the synapses between blocks summed): for networks too large for neurons.")
+@click.option("--channel-block", type=click.IntRange(1), default=8, show_default=True,
+              help="channel-block granularity: channels per block.")
+@click.option("--vertex-limit", type=click.IntRange(1), default=1024, show_default=True,
+              help="channel-block granularity: most neurons in one block (at most the cores' "
+                   "capacity).")
 @_force_option
-def import_(source: str, output: str, max_connections: int, force: bool) -> None:
-    """An ONNX model (neuron level) or an edge list (src dst [weight] per line) -> store."""
+def import_(source: str, output: str, max_connections: int, granularity: str,
+            channel_block: int, vertex_limit: int, force: bool) -> None:
+    """An ONNX model (neuron level or channel blocks) or an edge list (src dst [weight] per
+    line) -> store."""
     from .compiler.mapping import importers, store
 
     _output(output, "topology store", inputs=[source], force=force)
-    if source.endswith(".onnx"):
+    if source.endswith(".onnx") and granularity == "channel-block":
+        t = importers.from_onnx_blocks(source, channel_block=channel_block,
+                                       vertex_limit=vertex_limit)
+    elif source.endswith(".onnx"):
         t = importers.from_onnx(source, max_connections=max_connections)
     else:
         t = importers.from_edge_list(source)
@@ -137,13 +150,18 @@ def info(store_path: str) -> None:
 @click.option("--force-top", type=float, default=0.05, show_default=True,
               help="Force refinement: fraction of groups considered per round.")
 @click.option("--force-rounds", type=int, default=200, show_default=True)
+@click.option("--fill", type=click.FloatRange(0.5, 1.0), default=0.98, show_default=True,
+              help="Plan cores about this full (lower it for coarse vertices, e.g. channel "
+                   "blocks: more slack to pack them).")
+@click.option("--fm-passes", type=click.IntRange(0), default=8, show_default=True,
+              help="FM hill-climbing refinement passes per level (0: greedy refinement only).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--heatmap", type=click.Path(dir_okay=False),
               help="Write a core-load / link-traffic image (.png).")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 @_force_option
 def map_(store_path, mesh, capacity, output, unusable, tries, merge_fraction, min_reduction,
-         force_top, force_rounds, seed, heatmap, as_json, force) -> None:
+         force_top, force_rounds, fill, fm_passes, seed, heatmap, as_json, force) -> None:
     """Map the neurons of a topology store onto the cores of a 2-D mesh."""
     import numpy as np
 
@@ -158,7 +176,8 @@ def map_(store_path, mesh, capacity, output, unusable, tries, merge_fraction, mi
         _output(heatmap, "heatmap", "--heatmap", inputs=[store_path, output], force=force)
     opts = MapOptions(capacity=capacity, mesh=_mesh(mesh), unusable=tuple(_core(u) for u in unusable),
                       tries=tries, merge_fraction=merge_fraction, min_reduction=min_reduction,
-                      force_top=force_top, force_rounds=force_rounds, seed=seed)
+                      force_top=force_top, force_rounds=force_rounds, fill=fill,
+                      fm_passes=fm_passes, seed=seed)
     with _phases() as tick:
         m = map_topology(store_path, opts, progress=tick)
     buf = io.BytesIO()

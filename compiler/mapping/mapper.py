@@ -6,8 +6,9 @@
                         dropped from memory
       -> partition      recursive greedy graph-growing bisection of the coarsest level until
                         every part fits a core (bisect.py)
-      -> uncoarsen      refine (refine.py), project to the finer level (read back from its
-                        store), refine again ... down to the neurons
+      -> uncoarsen      refine (refine.py: greedy moves, then fm.py: FM hill climbing with
+                        rollback), project to the finer level (read back from its store),
+                        refine again ... down to the neurons
       -> groups         every final part is a neuron group
       -> place          groups onto the mesh by recursive bisection of the core rectangle
                         (place.py)
@@ -30,6 +31,7 @@ import numpy as np
 from . import store
 from .bisect import recursive_partition
 from .coarsen import coarsen_once, quotient
+from .fm import fm_refine
 from .force import force_refine
 from .metrics import evaluate, placement_metrics, row_major_positions
 from .refine import edge_cut, rebalance, refine
@@ -46,6 +48,8 @@ class MapOptions:
     min_reduction: float = 0.2        #: stop coarsening when a level removes less
     tries: int = 4                    #: random tries for matching and bisection (4-8)
     refine_passes: int = 8            #: k-way refinement passes per level
+    fm_passes: int = 8                #: FM hill-climbing passes per level after them (0: off)
+    fm_patience: int = 5000           #: FM: moves without a new best cut before a pass stops
     force_top: float = 0.05           #: force refinement: fraction of groups moved per round
     force_reach: int = 2              #: cores searched in the force direction
     force_rounds: int = 200
@@ -178,13 +182,20 @@ def map_topology(source: Topology | str | Path, options: MapOptions = MapOptions
                 cut = int(edge_cut(gk.indptr, gk.indices, gk.weights, part))
             if k == 0 and over:
                 raise TopologyError(f"{g.name}: could not bring every core within capacity {cap} "
-                                    f"({over} over); use a larger mesh or capacity")
+                                    f"({over} over); use a larger mesh or capacity, or a lower "
+                                    f"fill (now {options.fill}) for coarse vertices")
             # projection keeps the cut: a finer level starts where the coarser one ended
             moves, gain = refine(gk.indptr, gk.indices, gk.weights, gk.sizes, part, load, cap,
                                  rng.permutation(gk.n_vertices), options.refine_passes)
+            fm_gain = fm_moves = 0
+            if options.fm_passes:
+                fm_gain, fm_moves = fm_refine(gk.indptr, gk.indices, gk.weights, gk.sizes, part,
+                                              load, cap, rng, options.fm_passes,
+                                              options.fm_patience)
             levels[k].update({"cut_before_refinement": cut, "moves": int(moves),
-                              "cut_after_refinement": cut - int(gain)})
-            cut -= int(gain)
+                              "fm_moves": fm_moves, "fm_gain": fm_gain,
+                              "cut_after_refinement": cut - int(gain) - fm_gain})
+            cut -= int(gain) + fm_gain
             g = gk
             tick("uncoarsen", last + 1 - k, last + 1)
         timings["uncoarsen"] = round(time.time() - t0, 3)

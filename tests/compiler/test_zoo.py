@@ -44,8 +44,9 @@ def test_exported_reference_graph_matches_onnxruntime_on_the_original(name):
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
-def _compile_and_run(name):
-    c = compile_model(ZOO / f"light_{name}.onnx", CompileOptions(density=0.5, random_weights=0))
+def _compile_and_run(name, mesh=(1, 1)):
+    c = compile_model(ZOO / f"light_{name}.onnx", CompileOptions(density=0.5, random_weights=0,
+                                                                   mesh=mesh))
     x = [_input(c.graph)]
     agree = check.compare(c, x, runtime.run_batch(c, x))
     assert agree.bit_exact == 1, agree.mismatches
@@ -66,3 +67,13 @@ def test_squeezenet_end_to_end_on_the_golden_model():
 @pytest.mark.parametrize("name", ALL)
 def test_every_zoo_model_end_to_end(name):
     _compile_and_run(name)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="set SNPU_ZOO=1 to run the zoo models on golden arrays")
+@pytest.mark.parametrize("mesh", [(2, 2), (4, 4)], ids=["2x2", "4x4"])
+@pytest.mark.parametrize("name", ALL)
+def test_every_zoo_model_on_a_golden_array(name, mesh):
+    """Split across the array, bit-exact with the int8 reference (races checked)."""
+    c = _compile_and_run(name, mesh)
+    assert any("roms" in s for s in c.segments)

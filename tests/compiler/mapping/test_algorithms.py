@@ -11,6 +11,7 @@ from snpu.compiler.mapping.coarsen import coarsen_once, quotient
 from snpu.compiler.mapping.force import _swap_delta, force_refine, hop_traffic
 from snpu.compiler.mapping.generate import dense, layered, small_world
 from snpu.compiler.mapping.place import choose_rectangle, place
+from snpu.compiler.mapping.fm import fm_pass, fm_refine
 from snpu.compiler.mapping.refine import refine
 from snpu.compiler.mapping.topology import from_edges
 
@@ -139,6 +140,40 @@ def test_refinement_never_increases_cut_nor_overfills(seed):
     assert after == before - gain and after <= before and moves > 0
     assert load.max() <= cap
     np.testing.assert_array_equal(load, np.bincount(part, minlength=20))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fm_climbs_out_of_the_greedy_local_minimum(seed):
+    """After greedy refinement has converged, FM (hill climbing with rollback) lowers the cut
+    further -- computed independently from the graph and the parts -- and never overfills."""
+    rng = np.random.default_rng(seed)
+    t = small_world(2000, k=8, p=0.3, max_weight=9, seed=seed)
+    cap = 110
+    part = np.repeat(np.arange(20), 100)[rng.permutation(2000)].astype(np.int64)
+    load = np.bincount(part, minlength=20).astype(np.int64)
+    refine(t.indptr, t.indices, t.weights, t.sizes, part, load, cap, rng.permutation(2000), 50)
+    stuck = independent.cut(t, part)
+    # greedy has converged: another pass moves nothing
+    assert refine(t.indptr, t.indices, t.weights, t.sizes, part, load, cap,
+                  rng.permutation(2000), 50)[0] == 0
+    gain, kept = fm_refine(t.indptr, t.indices, t.weights, t.sizes, part, load, cap, rng)
+    after = independent.cut(t, part)
+    assert after == stuck - gain and gain > 0 and kept > 0
+    assert load.max() <= cap
+    np.testing.assert_array_equal(load, np.bincount(part, minlength=20))
+
+
+@pytest.mark.parametrize("patience", [1, 10, 1000])
+def test_fm_pass_never_ends_above_its_start(patience):
+    rng = np.random.default_rng(5)
+    t = small_world(600, k=6, p=0.5, max_weight=5, seed=5)
+    part = (np.arange(600) % 7).astype(np.int64)
+    load = np.bincount(part, minlength=7).astype(np.int64)
+    before = independent.cut(t, part)
+    gain, _ = fm_pass(t.indptr, t.indices, t.weights, t.sizes, part, load, 100,
+                      rng.permutation(600), patience)
+    assert gain >= 0 and independent.cut(t, part) == before - gain
+    assert load.max() <= 100
 
 
 def test_placement_uses_distinct_usable_cores():

@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from snpu.cli import main
 from snpu.compiler.mapping.generate import layered, small_world
-from snpu.compiler.mapping.importers import from_edge_list, from_onnx
+from snpu.compiler.mapping.importers import from_edge_list, from_onnx, from_onnx_blocks
+from snpu.errors import CompileError
 from snpu.compiler.mapping.mapper import MapOptions, map_topology
 from snpu.compiler.mapping.topology import TopologyError
 
@@ -90,6 +91,50 @@ def test_onnx_import_of_the_digits_cnn():
     assert t.n_edges == fc + pools + conv
     m = map_topology(t, MapOptions(capacity=256, mesh=(4, 4)))
     _check(t, m, MapOptions(capacity=256, mesh=(4, 4)))
+
+
+def test_channel_block_import_is_the_neuron_graph_merged_by_block():
+    """Each block vertex is exactly its neurons merged: the block graph equals the quotient
+    of the neuron-level graph under the neuron -> block map (built here independently)."""
+    from snpu.compiler.frontend import load_onnx
+    from snpu.compiler.mapping.coarsen import quotient
+
+    src = DIGITS / "digits_cnn.onnx"
+    neurons = from_onnx(src)
+    blocks = from_onnx_blocks(src, channel_block=4, vertex_limit=64)
+    # tensors with neurons, in creation order (inputs, then every neuron-making node)
+    g = load_onnx(src)
+    shapes = [g.tensor(g.inputs[0]).shape] + [(1, 16, 8, 8), (1, 16, 4, 4), (1, 32, 4, 4),
+                                              (1, 32, 2, 2), (1, 64), (1, 10)]
+    cmap, base = [], 0
+    for s in shapes:
+        c, h, w = (s[1], s[2], s[3]) if len(s) == 4 else (s[1], 1, 1)
+        cb, rb = min(4, 64 // w, c), max(1, min(h, 64 // (min(4, 64 // w, c) * w)))
+        nrb = -(-h // rb)
+        ch, y, _ = np.meshgrid(np.arange(c), np.arange(h), np.arange(w), indexing="ij")
+        cmap.append(base + (ch // cb) * nrb + y // rb)
+        base += (-(-c // cb)) * nrb
+    cmap = np.concatenate([m.reshape(-1) for m in cmap])
+    assert base == blocks.n_vertices and cmap.size == neurons.n_vertices
+    q = quotient(neurons, cmap, base)
+    np.testing.assert_array_equal(q.sizes, blocks.sizes)
+    np.testing.assert_array_equal(q.indptr, blocks.indptr)
+    for v in range(base):
+        a, b = slice(q.indptr[v], q.indptr[v + 1]), slice(blocks.indptr[v], blocks.indptr[v + 1])
+        assert dict(zip(q.indices[a], q.weights[a])) == dict(zip(blocks.indices[b], blocks.weights[b]))
+
+
+def test_zoo_network_maps_at_channel_block_granularity():
+    import onnx
+
+    zoo = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    with pytest.raises(CompileError, match="max_connections"):
+        from_onnx(zoo / "light_squeezenet.onnx", max_connections=10_000_000)
+    t = from_onnx_blocks(zoo / "light_squeezenet.onnx")
+    assert t.sizes.max() <= 1024
+    opts = MapOptions(capacity=4096, mesh=(32, 32), fill=0.8)  # coarse vertices need slack
+    m = map_topology(t, opts)
+    _check(t, m, opts)
 
 
 def test_edge_list_import(tmp_path):
