@@ -91,9 +91,12 @@ def fm_pass(indptr, indices, weights, sizes, part, load, capacity, order, patien
     nparts = load.size
     acc = np.zeros(nparts, np.int64)
     touched = np.empty(nparts, np.int64)
-    stamp = np.zeros(V, np.int64)
+    # memory per vertex: a 4-byte stamp and a lock byte; the heap and the move log grow on
+    # demand (a pass touches the boundary only), so the finest level of a 1e8-connection
+    # graph stays within the mapper's memory budget
+    stamp = np.zeros(V, np.int32)
     locked = np.zeros(V, np.bool_)
-    cap0 = max(16, V // 4)
+    cap0 = 1 << 16
     hg = np.empty(cap0, np.int64)
     hv = np.empty(cap0, np.int64)
     hs = np.empty(cap0, np.int64)
@@ -108,8 +111,8 @@ def fm_pass(indptr, indices, weights, sizes, part, load, capacity, order, patien
             k, g = _best(v, indptr, indices, weights, sizes, part, load, capacity, acc, touched)
             if k >= 0:
                 hg, hv, hs, n = _push(hg, hv, hs, n, g, v, 0)
-    moved_v = np.empty(V, np.int64)
-    moved_from = np.empty(V, np.int64)
+    moved_v = np.empty(cap0, np.int64)
+    moved_from = np.empty(cap0, np.int64)
     nm = 0
     cum, best_cum, best_len, since = 0, 0, 0, 0
     while n > 0 and since < patience:
@@ -128,6 +131,12 @@ def fm_pass(indptr, indices, weights, sizes, part, load, capacity, order, patien
         load[k] += sizes[v]
         load[i] -= sizes[v]
         locked[v] = True
+        if nm == moved_v.size:
+            mv2 = np.empty(2 * nm, np.int64)
+            mf2 = np.empty(2 * nm, np.int64)
+            mv2[:nm] = moved_v
+            mf2[:nm] = moved_from
+            moved_v, moved_from = mv2, mf2
         moved_v[nm] = v
         moved_from[nm] = i
         nm += 1
