@@ -1,7 +1,7 @@
 """Mesh router: five ports, dimension-order routing, wormhole switching."""
 
 from amaranth import *
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from snpu.verif.isa import MESH_BITS
@@ -18,14 +18,16 @@ class Router(wiring.Component):
     Every input and every output has a :class:`~.skid.SkidBuffer` (a register stage; no
     combinational path crosses the router).  The head flit of a packet at an input is
     routed X first, then Y (east if the destination column is larger, west if smaller;
-    then north / south; local when both match), which cannot deadlock on a mesh.  An idle
-    output is granted to one of the inputs whose head wants it, round-robin after the last
-    winner, and the head moves in the same cycle; the output stays with that input until
-    the packet's ``last`` flit has passed (wormhole).  Flow control is valid / ready on
-    every port; nothing is dropped.
+    then north / south; local when both match: computed as the flit enters the input
+    stage), which cannot deadlock on a mesh.  An output that is idle, or whose packet's
+    last flit is leaving, is granted to one of the inputs whose head wants it, round-robin
+    after the last winner (a registered grant); the output stays with that input until the
+    packet's ``last`` flit has passed (wormhole).  Flow control is valid / ready on every
+    port; nothing is dropped.
 
-    Latency and throughput: a head flit leaves an idle router 2 cycles after it enters
-    (input stage, output stage); every output moves one flit per cycle.
+    Latency and throughput: a head flit leaves an idle router 3 cycles after it enters
+    (input stage, grant, output stage); every output moves one flit per cycle, packets
+    back to back.
 
     Parameters
     ----------
@@ -45,7 +47,10 @@ class Router(wiring.Component):
 
     def __init__(self, data_bits: int = 64):
         self.flit = flit = flit_layout(data_bits)
-        self._in = [SkidBuffer(flit) for _ in range(PORTS)]
+        # an input stage holds the flit and the output its head asks for, computed as the
+        # flit enters (so the route compare is off the arbitration path)
+        self._in = [SkidBuffer(data.StructLayout({"flit": flit, "route": range(PORTS)}))
+                    for _ in range(PORTS)]
         self._out = [SkidBuffer(flit) for _ in range(PORTS)]
         super().__init__({
             "x": In(MESH_BITS), "y": In(MESH_BITS),
@@ -59,63 +64,84 @@ class Router(wiring.Component):
         for p in range(PORTS):
             m.submodules[f"in{p}"] = self._in[p]
             m.submodules[f"out{p}"] = self._out[p]
-        ins = [b.o for b in self._in]       # each input's flit at the head of its stage
         outs = [b.i for b in self._out]
         for p in range(PORTS):
-            wiring.connect(m, wiring.flipped(self.i[p]), self._in[p].i)
+            stage = self._in[p].i
+            m.d.comb += [stage.valid.eq(self.i[p].valid), self.i[p].ready.eq(stage.ready),
+                         stage.payload.flit.eq(self.i[p].payload),
+                         stage.payload.route.eq(self._route(self.i[p].payload))]
             wiring.connect(m, self._out[p].o, wiring.flipped(self.o[p]))
             with m.If(self.o[p].valid & self.o[p].ready):
                 m.d.sync += self.flits[p].eq(self.flits[p] + 1)
 
-        # ---- Routing of each input's head flit (meaningful when the input is between packets).
-        route = [Signal(range(PORTS), name=f"route{p}") for p in range(PORTS)]
+        # each input's flit at the head of its stage, and where its head goes (meaningful
+        # when the input is between packets)
+        ins = [_Flit(b.o.valid, b.o.ready, b.o.payload.flit) for b in self._in]
+        route = [b.o.payload.route for b in self._in]
         in_packet = Signal(PORTS)  # the input's packet holds an output
-        for p in range(PORTS):
-            h = Signal(HEAD, name=f"head_fields{p}")
-            m.d.comb += h.eq(ins[p].payload.data[:HEAD.size])
-            with m.If(h.x > self.x):
-                m.d.comb += route[p].eq(EAST)
-            with m.Elif(h.x < self.x):
-                m.d.comb += route[p].eq(WEST)
-            with m.Elif(h.y > self.y):
-                m.d.comb += route[p].eq(NORTH)
-            with m.Elif(h.y < self.y):
-                m.d.comb += route[p].eq(SOUTH)
-            with m.Else():
-                m.d.comb += route[p].eq(LOCAL)
 
         # ---- Per output: grant (round-robin), forwarding until the packet's last flit.
+        # The grant is registered: a head waiting at an input is granted its output in one
+        # cycle (or in the cycle the previous packet's last flit leaves it) and moves from
+        # the next, so arbitration (one-hot: rotate-by-mask, lowest set bit) and the flit
+        # path (AND-OR select by the registered owner) are separate timing paths.
         busy = Signal(PORTS)
-        owner = [Signal(range(PORTS), name=f"owner{o}") for o in range(PORTS)]
-        last_won = [Signal(range(PORTS), name=f"last_won{o}") for o in range(PORTS)]
-        pop = [Signal(name=f"pop{p}") for p in range(PORTS)]
-        valid = Array([ins[p].valid for p in range(PORTS)])
-        flits = Array([ins[p].payload for p in range(PORTS)])
+        valid = Cat(*[ins[p].valid for p in range(PORTS)])
+        last = Cat(*[ins[p].payload.last for p in range(PORTS)])
+        pop = Signal(PORTS)
+        moved = []    # per output: the input whose flit it takes this cycle (one-hot)
+        taken = []    # per output: the inputs it grants a new packet this cycle (one-hot)
+        freed = []    # per output: the input whose packet's last flit leaves (one-hot)
         for o in range(PORTS):
-            req = Cat(*[ins[p].valid & ~in_packet[p] & (route[p] == o) for p in range(PORTS)])
-            # the first requester after the last winner, cyclically
-            pick = Signal(range(PORTS), name=f"pick{o}")
-            for k in reversed(range(1, PORTS + 1)):
-                for lw in range(PORTS):
-                    cand = (lw + k) % PORTS
-                    with m.If((last_won[o] == lw) & req[cand]):
-                        m.d.comb += pick.eq(cand)
-            grant = Signal(name=f"grant{o}")   # a new packet takes the idle output now
-            src = Signal(range(PORTS), name=f"src{o}")
+            req = Signal(PORTS, name=f"req{o}")
+            m.d.comb += req.eq(Cat(*[ins[p].valid & ~in_packet[p] & (route[p] == o)
+                                     for p in range(PORTS)]))
+            # inputs after the last winner come first (a thermometer mask, registered)
+            prio = Signal(PORTS, name=f"prio{o}", init=(1 << PORTS) - 2)
+            first = Signal(PORTS, name=f"first{o}")
+            pick = Signal(PORTS, name=f"pick{o}")       # one-hot round-robin winner
+            m.d.comb += [first.eq(Mux((req & prio).any(), req & prio, req)),
+                         pick.eq(first & (~first + 1))]
+            src = Signal(PORTS, name=f"owner{o}")       # one-hot: who holds a busy output
+            grant = Signal(name=f"grant{o}")   # a packet takes the output from next cycle
             move = Signal(name=f"move{o}")
-            m.d.comb += [grant.eq(~busy[o] & req.any()),
-                         src.eq(Mux(busy[o], owner[o], pick)),
-                         move.eq((busy[o] | grant) & valid[src] & outs[o].ready),
-                         outs[o].valid.eq(move), outs[o].payload.eq(flits[src])]
-            # (no two outputs take one input in a cycle: an input's head routes to one output)
+            done = Signal(name=f"done{o}")     # the owner's last flit leaves now
+            m.d.comb += [move.eq(busy[o] & (src & valid).any() & outs[o].ready),
+                         done.eq(move & (src & last).any()),
+                         grant.eq((~busy[o] | done) & req.any()),
+                         outs[o].valid.eq(move)]
+            data = 0
             for p in range(PORTS):
-                with m.If(move & (src == p)):
-                    m.d.comb += pop[p].eq(1)
-            with m.If(grant):
-                m.d.sync += [busy[o].eq(1), owner[o].eq(pick), last_won[o].eq(pick),
-                             in_packet.bit_select(pick, 1).eq(1)]
-            with m.If(move & flits[src].last):   # (after the grant: a lone head frees it)
-                m.d.sync += [busy[o].eq(0), in_packet.bit_select(src, 1).eq(0)]
+                data = data | Mux(src[p], ins[p].payload.as_value(), 0)
+            m.d.comb += outs[o].payload.eq(data)
+            t, f = Signal(PORTS, name=f"taken{o}"), Signal(PORTS, name=f"freed{o}")
+            m.d.comb += [t.eq(Mux(grant, pick, 0)), f.eq(Mux(done, src, 0))]
+            taken.append(t)
+            freed.append(f)
+            # input p's flit moves on output o iff o is busy, owned by p and ready (p's
+            # valid is applied once per input below: the owner is one-hot, so this equals
+            # move & src[p] without the owner's valid in the path)
+            moved.append(Mux(busy[o] & outs[o].ready, src, 0))
+            with m.If(grant):      # also in the cycle the previous packet's tail leaves
+                m.d.sync += [busy[o].eq(1), src.eq(pick), prio.eq(~((pick << 1) - 1)[:PORTS])]
+            with m.Elif(done):
+                m.d.sync += busy[o].eq(0)
         for p in range(PORTS):
-            m.d.comb += ins[p].ready.eq(pop[p])
+            m.d.comb += self._in[p].o.ready.eq(pop[p])
+        or_all = lambda vs: vs[0] if len(vs) == 1 else vs[0] | or_all(vs[1:])  # noqa: E731
+        m.d.comb += pop.eq(or_all(moved) & valid)
+        m.d.sync += in_packet.eq((in_packet | or_all(taken)) & ~or_all(freed))
         return m
+
+    def _route(self, flit) -> Value:
+        """The output a head flit asks for: X first, then Y, then local."""
+        h = data.View(HEAD, flit.data[:HEAD.size])
+        return Mux(h.x > self.x, EAST, Mux(h.x < self.x, WEST,
+                   Mux(h.y > self.y, NORTH, Mux(h.y < self.y, SOUTH, LOCAL))))
+
+
+class _Flit:
+    """valid / ready / payload of an input stage's flit, as the arbitration reads them."""
+
+    def __init__(self, valid, ready, payload):
+        self.valid, self.ready, self.payload = valid, ready, payload
