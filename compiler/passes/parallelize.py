@@ -36,7 +36,7 @@ Coord = tuple[int, int]
 
 MATRIX_OPS = ("Conv", "Gemm", "MatMul")
 #: a split other than the aligned default must be estimated this much faster
-ALIGN_GAIN = 0.85
+ALIGN_GAIN = 0.95
 ROW_SPLIT_OPS = ("Conv", "MaxPool", "AveragePool", "Add", "Sum", "Affine")
 CHANNEL_SPLIT_OPS = ("Gemm", "MatMul")
 VIEW_OPS = ("Concat", "Flatten", "Reshape")
