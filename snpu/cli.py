@@ -120,15 +120,7 @@ def sim(rom: str, mem: str | None, mesh: str | None, manifest: str | None, core:
         raise SnpuError("--mem: the external-memory image is required (or give --mesh WxH "
                         "and a mesh program's manifest.json)")
     inputs = [rom, mem, manifest, core, expect, Path(mem).with_suffix(".json")]
-    if waves:
-        if not rtl:
-            raise SnpuError("--waves: waveforms come from the RTL; add --rtl")
-        from .verif.tb.rtl_sim import waves_format
-
-        waves_format(waves)
-        _output(waves, "waveform", "--waves", inputs=inputs, force=force)
-    if out:
-        _output(out, "simulation output", "--out", inputs=inputs, force=force)
+    _check_sim_outputs(waves, out, rtl, inputs, force)
     cfg = _load_config(core, **params)
     words = read_rom(rom)
     image = MemoryImage.load(mem, manifest)
@@ -183,15 +175,8 @@ def sim(rom: str, mem: str | None, mesh: str | None, manifest: str | None, core:
         sys.exit(1)
 
 
-def _sim_mesh(manifest: str, mesh: str, *, out, expect, as_json, no_race_check, rtl, memory,
-              stall, waves, force) -> None:
-    """``snpu sim --mesh``: a tiled-array program on the golden model or the RTL array."""
-    import numpy as np
-
-    from .verif.mesh_program import MeshProgram, parse_mesh
-
-    size = parse_mesh(mesh)
-    inputs = [manifest, expect, Path(manifest).parent]
+def _check_sim_outputs(waves, out, rtl: bool, inputs: list, force: bool) -> None:
+    """``--waves`` (RTL only, a known waveform format) and ``--out`` may be written."""
     if waves:
         if not rtl:
             raise SnpuError("--waves: waveforms come from the RTL; add --rtl")
@@ -201,6 +186,18 @@ def _sim_mesh(manifest: str, mesh: str, *, out, expect, as_json, no_race_check, 
         _output(waves, "waveform", "--waves", inputs=inputs, force=force)
     if out:
         _output(out, "simulation output", "--out", inputs=inputs, force=force)
+
+
+def _sim_mesh(manifest: str, mesh: str, *, out, expect, as_json, no_race_check, rtl, memory,
+              stall, waves, force) -> None:
+    """``snpu sim --mesh``: a tiled-array program on the golden model or the RTL array."""
+    import numpy as np
+
+    from .verif.mesh_program import MeshProgram, parse_mesh
+
+    size = parse_mesh(mesh)
+    inputs = [manifest, expect, Path(manifest).parent]
+    _check_sim_outputs(waves, out, rtl, inputs, force)
     prog = MeshProgram.load(manifest)
     if prog.mesh != size:
         raise SnpuError(f"--mesh {mesh}: {manifest} is a program for a "
