@@ -38,7 +38,6 @@ MATRIX_OPS = ("Conv", "Gemm", "MatMul")
 #: a split other than the aligned default must be estimated this much faster
 ALIGN_GAIN = 0.95
 ROW_SPLIT_OPS = ("Conv", "MaxPool", "AveragePool", "Add", "Sum", "Affine")
-CHANNEL_SPLIT_OPS = ("Gemm", "MatMul")
 VIEW_OPS = ("Concat", "Flatten", "Reshape")
 
 
@@ -100,6 +99,8 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             f = n.meta["q"]["w"].shape[0] if "q" in n.meta else g.tensor(n.outputs[0]).shape[1]
             ranges = blocks(f, len(cores), unit)
             kind, why = "channels", f"output channels in blocks of {unit} (--split {split})"
+            if len(ranges) < len(cores):
+                why += f"; {f} outputs use {len(ranges)} of {len(cores)} cores"
         elif n.op in ROW_SPLIT_OPS:
             oh = _out_rows(g, n)
             ranges = blocks(oh, len(cores))
@@ -107,12 +108,6 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             why = "spatial rows (H)" + (": every core reads the weights" if n.op == "Conv" else "")
             if len(ranges) < len(cores):
                 why += f"; {oh} output rows use {len(ranges)} of {len(cores)} cores"
-        elif n.op in CHANNEL_SPLIT_OPS:
-            f = g.tensor(n.outputs[0]).shape[-1]
-            ranges = blocks(f, len(cores), unit)
-            kind, why = "channels", f"output channels in blocks of {unit}: each core holds its weight slice"
-            if len(ranges) < len(cores):
-                why += f"; {f} outputs use {len(ranges)} of {len(cores)} cores"
         else:
             oh = _out_rows(g, n)
             ranges = [(0, oh)]
