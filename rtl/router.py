@@ -19,15 +19,15 @@ class Router(wiring.Component):
     combinational path crosses the router).  The head flit of a packet at an input is
     routed X first, then Y (east if the destination column is larger, west if smaller;
     then north / south; local when both match: computed as the flit enters the input
-    stage), which cannot deadlock on a mesh.  An output that is idle, or whose packet's
-    last flit is leaving, is granted to one of the inputs whose head wants it, round-robin
-    after the last winner (a registered grant); the output stays with that input until the
-    packet's ``last`` flit has passed (wormhole).  Flow control is valid / ready on every
-    port; nothing is dropped.
+    stage), which cannot deadlock on a mesh.  An idle output is granted to one of the
+    inputs whose head wants it, round-robin after the last winner (one-hot), and the head
+    moves in the same cycle; the output stays with that input until the packet's ``last``
+    flit has passed (wormhole).  Flow control is valid / ready on every port; nothing is
+    dropped.
 
-    Latency and throughput: a head flit leaves an idle router 3 cycles after it enters
-    (input stage, grant, output stage); every output moves one flit per cycle, packets
-    back to back.
+    Latency and throughput: a head flit leaves an idle router 2 cycles after it enters
+    (input stage, output stage); every output moves one flit per cycle, packets back to
+    back.
 
     Parameters
     ----------
@@ -81,10 +81,9 @@ class Router(wiring.Component):
         in_packet = Signal(PORTS)  # the input's packet holds an output
 
         # ---- Per output: grant (round-robin), forwarding until the packet's last flit.
-        # The grant is registered: a head waiting at an input is granted its output in one
-        # cycle (or in the cycle the previous packet's last flit leaves it) and moves from
-        # the next, so arbitration (one-hot: rotate-by-mask, lowest set bit) and the flit
-        # path (AND-OR select by the registered owner) are separate timing paths.
+        # An idle output is granted and the head moves in the same cycle (no bubble between
+        # packets, at any hop count); arbitration is one-hot throughout (rotate-by-mask,
+        # lowest set bit, AND-OR select) to keep that path short.
         busy = Signal(PORTS)
         valid = Cat(*[ins[p].valid for p in range(PORTS)])
         last = Cat(*[ins[p].payload.last for p in range(PORTS)])
@@ -98,17 +97,19 @@ class Router(wiring.Component):
                                      for p in range(PORTS)]))
             # inputs after the last winner come first (a thermometer mask, registered)
             prio = Signal(PORTS, name=f"prio{o}", init=(1 << PORTS) - 2)
-            first = Signal(PORTS, name=f"first{o}")
             pick = Signal(PORTS, name=f"pick{o}")       # one-hot round-robin winner
-            m.d.comb += [first.eq(Mux((req & prio).any(), req & prio, req)),
-                         pick.eq(first & (~first + 1))]
-            src = Signal(PORTS, name=f"owner{o}")       # one-hot: who holds a busy output
-            grant = Signal(name=f"grant{o}")   # a packet takes the output from next cycle
+            hi = req & prio
+            m.d.comb += pick.eq(Mux(hi.any(), _lowest(hi), _lowest(req)))
+            owner = Signal(PORTS, name=f"owner{o}")     # one-hot: who holds a busy output
+            src = Signal(PORTS, name=f"src{o}")
+            grant = Signal(name=f"grant{o}")   # a new packet takes the idle output now
             move = Signal(name=f"move{o}")
-            done = Signal(name=f"done{o}")     # the owner's last flit leaves now
-            m.d.comb += [move.eq(busy[o] & (src & valid).any() & outs[o].ready),
+            done = Signal(name=f"done{o}")     # the packet's last flit leaves now
+            m.d.comb += [grant.eq(~busy[o] & req.any()),
+                         src.eq(Mux(busy[o], owner, pick)),
+                         # a granted head is valid by construction: move needs no pick
+                         move.eq(((busy[o] & (owner & valid).any()) | grant) & outs[o].ready),
                          done.eq(move & (src & last).any()),
-                         grant.eq((~busy[o] | done) & req.any()),
                          outs[o].valid.eq(move)]
             data = 0
             for p in range(PORTS):
@@ -118,18 +119,15 @@ class Router(wiring.Component):
             m.d.comb += [t.eq(Mux(grant, pick, 0)), f.eq(Mux(done, src, 0))]
             taken.append(t)
             freed.append(f)
-            # input p's flit moves on output o iff o is busy, owned by p and ready (p's
-            # valid is applied once per input below: the owner is one-hot, so this equals
-            # move & src[p] without the owner's valid in the path)
-            moved.append(Mux(busy[o] & outs[o].ready, src, 0))
-            with m.If(grant):      # also in the cycle the previous packet's tail leaves
-                m.d.sync += [busy[o].eq(1), src.eq(pick), prio.eq(~((pick << 1) - 1)[:PORTS])]
-            with m.Elif(done):
+            moved.append(Mux(move, src, 0))
+            with m.If(grant):
+                m.d.sync += [busy[o].eq(1), owner.eq(pick), prio.eq(~((pick << 1) - 1)[:PORTS])]
+            with m.If(done):       # (after the grant: a lone head frees it at once)
                 m.d.sync += busy[o].eq(0)
         for p in range(PORTS):
             m.d.comb += self._in[p].o.ready.eq(pop[p])
         or_all = lambda vs: vs[0] if len(vs) == 1 else vs[0] | or_all(vs[1:])  # noqa: E731
-        m.d.comb += pop.eq(or_all(moved) & valid)
+        m.d.comb += pop.eq(or_all(moved))
         m.d.sync += in_packet.eq((in_packet | or_all(taken)) & ~or_all(freed))
         return m
 
@@ -138,6 +136,11 @@ class Router(wiring.Component):
         h = data.View(HEAD, flit.data[:HEAD.size])
         return Mux(h.x > self.x, EAST, Mux(h.x < self.x, WEST,
                    Mux(h.y > self.y, NORTH, Mux(h.y < self.y, SOUTH, LOCAL))))
+
+
+def _lowest(v: Value) -> Value:
+    """One-hot of the lowest set bit of ``v`` (two logic levels for a few bits)."""
+    return Cat(*[v[k] & ~v[:k].any() if k else v[0] for k in range(len(v))])
 
 
 class _Flit:

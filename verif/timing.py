@@ -31,16 +31,15 @@ DISPATCH_CYCLES = 1
 #: cycles of a send besides one per flit (reading the first word of local memory, the last
 #: flits draining into the router; measured on the RTL, bench/noc.py)
 NET_SEND_OVERHEAD = 3
-#: cycles between the packets of one send (the next head waits for the reads in flight,
-#: and the router grants the input again only after the previous packet's last flit)
-NET_PACKET_GAP = 2
+#: cycles between the packets of one send (the next head waits for the reads in flight)
+NET_PACKET_GAP = 1
 #: cycles of a recv whose bytes are there
 RECV_CYCLES = 3
 #: cycles from an instruction's end on one unit to a dependency token it gives being seen
 #: by the unit that waits for it (front end done -> token channel -> other front end)
 TOKEN_CYCLES = 2
-#: cycles a head flit spends in each router (input stage, registered grant, output stage)
-HOP_CYCLES = 3
+#: cycles a head flit spends in each router (input stage, output stage)
+HOP_CYCLES = 2
 #: cycles lost when the sequencer jumps back to the start of a loop body
 LOOP_JUMP_CYCLES = 1
 #: cycles from requesting an instruction-cache line fill to its first beat
