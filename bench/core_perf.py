@@ -173,11 +173,13 @@ def main() -> None:
     ap.add_argument("--nvec", type=int, default=8)
     ap.add_argument("--no-synth", action="store_true")
     ap.add_argument("--synth-only", action="store_true")
+    ap.add_argument("--device", default="25k", choices=["25k", "45k", "85k"],
+                    help="ECP5 part for --synth-only")
     args = ap.parse_args()
     cfg = CoreConfig(lanes=args.lanes)
     if args.synth_only:
         print(json.dumps({"benchmark": "core synthesis", "provenance": provenance(),
-                          "synthesis": [synthesis(1, "25k")]}, indent=1))
+                          "synthesis": [synthesis(1, args.device)]}, indent=1))
         return
     rows, util, speeds = speedups(cfg, args.nvec)
     def span(key: str, fmt: str, d_a_min: float = 0.0) -> list[float]:
