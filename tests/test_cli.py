@@ -220,6 +220,22 @@ def test_compile_then_run_on_the_golden_model(cli, tiny_model):
     assert np.load(d / "y.npz")["prob"].shape == (3, 1, 10)
 
 
+def test_compile_and_run_on_a_2x2_array(cli, tiny_model):
+    """`snpu compile --mesh 2x2` then `snpu run`: one ROM per core, the report's split per
+    layer and placement, the run's array figures, bit-exact."""
+    d = tiny_model
+    r = cli("compile", d / "tiny.onnx", "-o", d / "arr", "--core", d / "core.json",
+            "--density", "0.5", "--mesh", "2x2", "--unusable", "1,1")
+    assert r.exit_code == 0, r.output
+    assert "array 2x2 (3 cores used" in r.output and "conv1: rows over 3 core(s)" in r.output
+    assert sorted(p.name for p in (d / "arr").glob("seg0_*.hex")) == [
+        "seg0_0_0.hex", "seg0_0_1.hex", "seg0_1_0.hex", "seg0_1_1.hex"]
+    r = cli("run", d / "arr", "--count", "2", "--no-onnxruntime")
+    assert r.exit_code == 0, r.output
+    assert "int8 reference: 2 of 2 bit-exact" in r.output
+    assert "array segment 0 (first input)" in r.output and "MX utilisation per core" in r.output
+
+
 def test_compile_errors_are_one_line(tiny_model):
     d = tiny_model
     r = CliRunner().invoke(main, ["compile", str(d / "missing.onnx"), "-o", str(d / "b")])
