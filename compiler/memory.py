@@ -169,6 +169,17 @@ def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0) -> Graph:
         row = -(-((w + 2 * pw) * c) // 8) * 8
         layouts[t] = TensorLayout(isa.LOCAL_BASE + off + ph * row + pw * c, h, w, c, c, row, ph, pw)
     g.meta["local"] = sorted(local)
+
+    def holder(t):
+        while True:
+            t = view_source(g, t)
+            if t not in parent:
+                return t
+            t = parent[t][0]
+
+    #: every tensor -> the tensor whose storage holds it (through views and concatenations)
+    g.meta["storage_root"] = {t: holder(t) for n in g.nodes
+                              for t in list(n.inputs) + list(n.outputs) if t}
     for t in storage:
         if t in local:
             continue

@@ -71,7 +71,7 @@ def codegen_mesh(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bo
     layouts: dict[str, TensorLayout] = g.meta["layouts"]
     local = set(g.meta["local"])
     nodes = {n.name: n for n in g.nodes}
-    root = storage_roots(g)
+    root = g.meta["storage_root"]
     coords = [(x, y) for y in range(h) for x in range(w)]
     segments, layer = [], 0
     for sg in g.meta["subgraphs"]:
@@ -97,19 +97,6 @@ def codegen_mesh(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bo
         segments.append(seg.finish(sg["nodes"], stats, loops))
     g.meta["segments"] = segments
     return g
-
-
-def storage_roots(g: Graph) -> dict[str, str]:
-    """Tensor -> the tensor whose storage it is part of (views and concatenation slices)."""
-    parent = {i: n.outputs[0] for n in g.nodes if n.op == "Concat" and n.device == "core"
-              for i in n.inputs}
-    out = {}
-    for t in {t for n in g.nodes for t in list(n.inputs) + list(n.outputs) if t}:
-        r = view_source(g, t)
-        while r in parent:
-            r = view_source(g, parent[r])
-        out[t] = r
-    return out
 
 
 class TransferPlan:

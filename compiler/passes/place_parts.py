@@ -22,13 +22,13 @@ from ..ir import Graph
 from ..mapping.force import force_refine, hop_traffic
 from ..mapping.place import place
 from ..mapping.topology import from_edges
-from .codegen_mesh import TransferPlan, storage_roots
+from .codegen_mesh import TransferPlan
 from .parallelize import VIEW_OPS, Part
 
 
 def traffic(g: Graph) -> dict[tuple[tuple[int, int], tuple[int, int]], int]:
     """(source core, destination core) -> activation bytes sent over the network."""
-    root = storage_roots(g)
+    root = g.meta["storage_root"]
     local = set(g.meta["local"])
     out: dict = {}
     nodes = {n.name: n for n in g.nodes}
