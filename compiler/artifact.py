@@ -150,6 +150,8 @@ def _jsonable(v):
         return v.tolist()
     if isinstance(v, (set, frozenset, tuple)):
         return list(v)
+    if isinstance(v, bytes):  # a STRINGS attribute of an ONNX operator
+        return v.decode("utf-8", "replace")
     if hasattr(v, "to_dict"):  # e.g. a layer's parts on an array (passes/parallelize.Part)
         return v.to_dict()
     raise TypeError(f"cannot store {type(v).__name__} in model.json")
@@ -192,7 +194,7 @@ def _graph_doc(g: Graph, arrays: dict) -> dict:
               "attrs": _encode(n.attrs, f"attr/{n.name}", arrays), "device": n.device,
               "meta": _encode({k: v for k, v in n.meta.items() if k != "core_reason"},
                               f"meta/{n.name}", arrays)} for n in g.nodes]
-    meta = {k: v for k, v in g.meta.items() if k in ("subgraphs",)}
+    meta = {k: v for k, v in g.meta.items() if k in ("subgraphs", "opset")}
     return {"name": g.name, "inputs": g.inputs, "outputs": g.outputs, "tensors": tensors,
             "nodes": nodes, "meta": meta}
 

@@ -13,11 +13,11 @@ import numpy as np
 
 from snpu.errors import CompileError
 
-from . import ops
+from . import onnx_ops
 from .ir import Graph
 
-#: IR operators that are ONNX operators (the rest are the compiler's own, e.g. Affine)
-ONNX_OPS = frozenset(ops.REGISTRY) - {"Affine"}
+#: the compiler's own IR operators (every other node is an ONNX operator)
+OWN_OPS = frozenset({"Affine"})
 
 
 def to_onnx(g: Graph):
@@ -30,11 +30,10 @@ def to_onnx(g: Graph):
              for t in g.tensors.values() if t.is_const and t.name in used]
     nodes = []
     for n in g.nodes:
-        if n.op not in ONNX_OPS or n.meta.get("relu"):
+        if n.op in OWN_OPS or n.meta.get("relu"):
             raise CompileError(f"{g.name}: {n.where()}: not a plain ONNX operator after the "
                                "compiler's fusion passes; export before fold_affine")
-        nodes.append(helper.make_node(n.op, list(n.inputs), list(n.outputs), name=n.name,
-                                      **n.attrs))
+        nodes.append(onnx_ops.make_node(n))
 
     def info(name):
         t = g.tensor(name)

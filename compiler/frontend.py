@@ -8,7 +8,7 @@ import numpy as np
 
 from snpu.errors import CompileError
 
-from . import ops
+from . import onnx_ops, ops
 from .ir import Graph, Node, Tensor
 
 
@@ -66,6 +66,8 @@ def load_onnx(model, *, name: str | None = None, batch: int = 1) -> Graph:
                                "float32 inputs")
         tensors[vi.name] = Tensor(vi.name, dims, dtype)
         inputs.append(vi.name)
+    opset = max((imp.version for imp in model.opset_import if imp.domain in ("", "ai.onnx")),
+                default=13)
     nodes = []
     for k, n in enumerate(g.node):
         if n.domain not in ("", "ai.onnx"):
@@ -80,9 +82,10 @@ def load_onnx(model, *, name: str | None = None, batch: int = 1) -> Graph:
                 v = v.decode()
             attrs[a.name] = v
         node = Node(n.name or f"{n.op_type}_{k}", n.op_type, list(n.input), list(n.output), attrs)
-        if n.op_type not in ops.REGISTRY:
-            raise CompileError(f"{name}: {node.where()}: operator {n.op_type} is not supported by "
-                               "the core or the host runtime")
+        node.meta["opset"] = opset
+        if n.op_type not in ops.REGISTRY and not onnx_ops.is_onnx_op(n.op_type, opset):
+            raise CompileError(f"{name}: {node.where()}: {n.op_type} is not an operator of the "
+                               f"default ONNX domain at opset {opset}")
         for o in node.outputs:
             if o:
                 tensors.setdefault(o, Tensor(o))
@@ -93,8 +96,7 @@ def load_onnx(model, *, name: str | None = None, batch: int = 1) -> Graph:
         nodes.append(node)
     outputs = [o.name for o in g.output]
     graph = Graph(name, nodes, tensors, inputs, outputs)
-    graph.meta["opset"] = max((imp.version for imp in model.opset_import
-                               if imp.domain in ("", "ai.onnx")), default=13)
+    graph.meta["opset"] = opset
     graph.check()
     graph.toposort()
     return graph

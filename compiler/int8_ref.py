@@ -1,8 +1,10 @@
 """The int8 reference: the quantised graph computed with integers, as the core computes it.
 
 Core nodes use exactly the integers of ``node.meta["q"]`` and the numerics of
-:mod:`snpu.verif.numerics` (int32 accumulation, ``requantize``); host nodes dequantise their
-inputs, run the float operator and quantise the result, as the runtime does.  Running a
+:mod:`snpu.verif.numerics` (int32 accumulation, ``requantize``).  Host subgraphs run on
+onnxruntime exactly as the runtime runs them (:func:`.host.run_segment`): they read model
+inputs and host-produced tensors as floats and core-produced tensors dequantised, and what
+they produce is quantised where the core (or the int8 comparison) reads it.  Running a
 compiled program on the golden model or the RTL must give these bytes exactly.
 """
 
@@ -97,24 +99,39 @@ def run_node(g: Graph, n, args: list[np.ndarray]) -> np.ndarray:
 
 
 def run(g: Graph, inputs, *, keep: bool = False) -> dict[str, np.ndarray]:
-    """int8 values of the outputs (of every tensor with ``keep``)."""
-    vals: dict[str, np.ndarray] = {}
-    for name, a in input_arrays(g, inputs).items():
-        vals[name] = quantize_tensor(a, g.tensor(name).scale)
+    """int8 values of the outputs (of every tensor with ``keep``); an output a host
+    subgraph produces that is not a float tensor (e.g. ArgMax's indices) is given as is."""
+    from .host import dequantize_boundary, host_segments, quantize_boundary, run_segment
+
+    floats: dict[str, np.ndarray] = dict(input_arrays(g, inputs))  # host-side values
+    ints: dict[str, np.ndarray] = {name: quantize_tensor(a, g.tensor(name).scale)
+                                   for name, a in floats.items() if g.tensor(name).scale is not None}
+    segment_of = {v: k for k, names in enumerate(host_segments(g)) for v in names}
+    segments = host_segments(g)
+    done: set = set()
+
+    def fetch(t):
+        if t in floats:
+            return floats[t]
+        return dequantize_boundary(g, t, ints[t])
+
+    def store(t, v):
+        floats[t] = v
+        ints[t] = quantize_boundary(g, t, v)
+
     for n in g.nodes:
         if n.device == "core":
-            out = run_node(g, n, [vals[i] for i in n.inputs if i and not g.tensor(i).is_const])
-        else:
-            args = [g.const(i) if g.tensor(i).is_const else vals[i].astype(np.float64) * g.tensor(i).scale
-                    if i else None for i in n.inputs]
-            res = ops.get(n).run(n, args)[0]
-            if n.meta.get("relu"):
-                res = np.maximum(res, 0)
-            out = quantize_tensor(res, g.tensor(n.outputs[0]).scale)
-        vals[n.outputs[0]] = out
+            ints[n.outputs[0]] = run_node(g, n, [ints[i] for i in n.inputs
+                                                 if i and not g.tensor(i).is_const])
+            continue
+        k = segment_of.get(n.name)
+        if k in done:
+            continue
+        done.add(k)
+        run_segment(g, segments[k] if k is not None else [n.name], fetch, store)
     if keep:
-        return vals
-    return {o: vals[o] for o in g.outputs}
+        return {**floats, **ints}
+    return {o: ints[o] for o in g.outputs}
 
 
 def dequantize(g: Graph, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

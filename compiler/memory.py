@@ -114,8 +114,9 @@ FLAG_BYTES = 8 * 16
 
 
 def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0) -> Graph:
-    """Give every activation tensor a :class:`TensorLayout` (``graph.meta["layouts"]``) and a
-    region in ``image``.
+    """Give every activation tensor the core reads or writes a :class:`TensorLayout`
+    (``graph.meta["layouts"]``) and a region in ``image`` (tensors only the host touches
+    stay in host memory).
 
     ``local_bytes`` > 0 (a tiled array): a tensor produced and consumed only inside one core
     subgraph, that is no slice of a concatenation, lives in the cores' *local* memories
@@ -160,8 +161,11 @@ def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0) -> Graph:
         h0, w0 = halo.get(r, (0, 0))
         halo[r] = (max(h0, ph), max(w0, pw))
     layouts: dict[str, TensorLayout] = {}
+    # a tensor only host subgraphs touch stays in host memory: no layout
+    on_core = {t for n in g.nodes if n.device == "core"
+               for t in list(n.inputs) + list(n.outputs) if t and not g.tensor(t).is_const}
     storage = [t for t in list(g.inputs) + [o for n in g.nodes for o in n.outputs]
-               if t and not g.tensor(t).is_const and view_source(g, t) == t and t not in parent]
+               if t in on_core and view_source(g, t) == t and t not in parent]
     local = _local_tensors(g, storage, halo, parent, local_bytes) if local_bytes else {}
     for t, off in local.items():
         h, w, c = hwc(g.tensor(t).shape)
@@ -196,7 +200,7 @@ def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0) -> Graph:
         L = layouts[r]
         layouts[t] = TensorLayout(L.base + off, h, w, c, L.pixel, L.row, L.pad_h, L.pad_w)
     for t in [o for n in g.nodes for o in n.outputs]:
-        if t and t not in layouts and not g.tensor(t).is_const:
+        if t in on_core and t not in layouts:
             layouts[t] = layouts[view_source(g, t)]
     g.meta["layouts"] = layouts
     return g

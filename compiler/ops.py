@@ -1,8 +1,10 @@
-"""Operator registry: what the compiler knows about each ONNX operator.
+"""Operator registry: the ONNX operators the compiler reasons about.
 
-For every supported op: its float semantics in numpy (used by constant folding, the float
-reference, calibration, and host execution of ops the core does not run) and its output
-shapes.  Whether the core runs an op is decided by :mod:`.passes.partition` from
+For the core's operators and the shape arithmetic constant folding meets: float semantics in
+numpy (constant folding, the float reference, calibration) and output shapes.  Any other
+ONNX operator gets a generic definition from :func:`get` (shapes from ONNX shape inference,
+values from onnxruntime: :mod:`.onnx_ops`); host subgraphs always run on onnxruntime
+(:mod:`.host`).  Whether the core runs an op is decided by :mod:`.passes.partition` from
 :data:`CORE_OPS`; how it runs there is the kernel in :mod:`.kernels`.  ``docs/compiler.md``
 ("Adding an operator") walks through adding one.
 
@@ -26,7 +28,9 @@ Shapes = list[tuple[int, ...]]
 @dataclass(frozen=True)
 class OpDef:
     name: str
-    shape: Callable[[Node, Shapes, list], Shapes]  # (node, input shapes, input consts)
+    #: (node, input shapes, input consts) -> output shapes; None: ONNX shape inference
+    #: (:func:`.onnx_ops.infer`, which also gives the output dtypes)
+    shape: Callable[[Node, Shapes, list], Shapes] | None
     run: Callable[[Node, list[np.ndarray]], list[np.ndarray]]
 
 
@@ -44,11 +48,17 @@ def op(name: str, shape):
 
 
 def get(node: Node) -> OpDef:
+    """The registry's definition, or for any other ONNX operator the generic one
+    (shapes from ONNX shape inference, values from onnxruntime: :mod:`.onnx_ops`)."""
+    from . import onnx_ops
+
     d = REGISTRY.get(node.op)
-    if d is None:
-        raise CompileError(f"{node.where()}: operator {node.op} is not supported (supported: "
-                           f"{', '.join(sorted(REGISTRY))})")
-    return d
+    if d is not None:
+        return d
+    if onnx_ops.is_onnx_op(node.op, int(node.meta.get("opset", onnx_ops.DEFAULT_OPSET))):
+        return OpDef(node.op, None, onnx_ops.run)
+    raise CompileError(f"{node.where()}: {node.op} is not an ONNX operator of the default "
+                       f"domain at opset {node.meta.get('opset', onnx_ops.DEFAULT_OPSET)}")
 
 
 def _ints(node, key, default):
@@ -275,30 +285,6 @@ def identity(node, inputs):
     return [inputs[0]]
 
 
-@op("Softmax", lambda node, s, c: [s[0]])
-def softmax(node, inputs):
-    x = inputs[0].astype(np.float64)
-    axis = int(node.attrs.get("axis", 1))
-    if axis < 0:
-        axis += x.ndim
-    # opset < 13: coerce to 2-D at `axis`
-    flat = x.reshape(int(np.prod(x.shape[:axis])), -1)
-    e = np.exp(flat - flat.max(axis=1, keepdims=True))
-    return [(e / e.sum(axis=1, keepdims=True)).reshape(x.shape).astype(np.float32)]
-
-
-@op("LRN", lambda node, s, c: [s[0]])
-def lrn(node, inputs):
-    x = inputs[0].astype(np.float64)
-    size = int(node.attrs["size"])
-    alpha, beta = float(node.attrs.get("alpha", 1e-4)), float(node.attrs.get("beta", 0.75))
-    bias = float(node.attrs.get("bias", 1.0))
-    c = x.shape[1]
-    sq = np.pad(x * x, ((0, 0), ((size - 1) // 2, size // 2), (0, 0), (0, 0)))
-    acc = sum(sq[:, k:k + c] for k in range(size))
-    return [(x / (bias + alpha / size * acc) ** beta).astype(np.float32)]
-
-
 # ----------------------------------------------------------------------------------------------
 # Shape manipulation and constants
 # ----------------------------------------------------------------------------------------------
@@ -330,12 +316,6 @@ def _reshape_shape(node, shapes, consts):
 @op("Reshape", _reshape_shape)
 def reshape(node, inputs):
     return [inputs[0].reshape(_reshape_target(inputs[0].shape, inputs[1]))]
-
-
-@op("Transpose", lambda node, s, c: [tuple(s[0][p] for p in (node.attrs.get("perm") or
-                                                              range(len(s[0]) - 1, -1, -1)))])
-def transpose(node, inputs):
-    return [np.transpose(inputs[0], node.attrs.get("perm"))]
 
 
 def _concat_shape(node, shapes, consts):
@@ -399,8 +379,3 @@ def cast(node, inputs):
     return [inputs[0].astype(helper.tensor_dtype_to_np_dtype(int(node.attrs["to"])))]
 
 
-@op("Clip", lambda node, s, c: [s[0]])
-def clip(node, inputs):
-    lo = node.attrs.get("min", inputs[1] if len(inputs) > 1 and inputs[1] is not None else -np.inf)
-    hi = node.attrs.get("max", inputs[2] if len(inputs) > 2 and inputs[2] is not None else np.inf)
-    return [np.clip(inputs[0], lo, hi)]

@@ -1,10 +1,11 @@
 """Runtime: executes a compiled model, segment by segment.
 
 Core segments run on the golden model or on the RTL against the shared external-memory
-image; host segments read their input tensors from the image (dequantised with their
-scales), run the operators' float semantics and write the quantised results back.  This is
-seed 004's dispatch: the subgraphs go to their devices in dependency order and tensors pass
-between them through memory.
+image; host segments run on onnxruntime (:mod:`.host`): they read model inputs and other
+host segments' results as floats and what a core segment wrote from the image (dequantised
+with its scale), and write the quantised results the core reads back to the image.  This
+is seed 004's dispatch: the subgraphs go to their devices in dependency order; tensors pass
+between core and host through memory.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import numpy as np
 from snpu.errors import CompileError
 from snpu.verif import golden
 
-from . import ops
 from .artifact import Compiled
+from .host import dequantize_boundary, quantize_boundary, run_segment
 from .memory import TensorLayout
 from .passes.quantize import quantize_tensor
 
@@ -51,6 +52,8 @@ class RunReport:
     dense_pairs: int = 0
     segments: list[dict] = field(default_factory=list)
     wall_s: float = 0.0
+    #: wall-clock seconds per device (core: the simulator; host: onnxruntime), per input
+    device_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def run(compiled: Compiled, x, *, sim: str = "golden", check_races: bool = True,
@@ -69,16 +72,20 @@ def run_batch(compiled: Compiled, xs: list, *, sim: str = "golden", check_races:
         raise CompileError(f"unknown simulator {sim!r} (golden or rtl)")
     g = compiled.graph
     t0 = time.time()
-    images = []
+    images, floats = [], []
     for x in xs:
         image = compiled.image.copy_image()
-        for name, a in input_arrays(g, x).items():
-            write_tensor(image, compiled.layouts[name], quantize_tensor(a, g.tensor(name).scale))
+        arrays = input_arrays(g, x)
+        for name, a in arrays.items():
+            if name in compiled.layouts:
+                write_tensor(image, compiled.layouts[name], quantize_tensor(a, g.tensor(name).scale))
         images.append(image)
-    nodes = {n.name: n for n in g.nodes}
+        floats.append(dict(arrays))
     reps = [RunReport({}, {}) for _ in xs]
+    device_s = {"core": 0.0, "host": 0.0}
     total, done = len(compiled.segments) * len(xs), 0
     for k, seg in enumerate(compiled.segments):
+        t_seg = time.time()
         if seg["kind"] == "core" and "roms" in seg:
             stats = _run_array(compiled, k, seg, images, sim, check_races, rtl_options)
             for rep, st in zip(reps, stats):
@@ -126,19 +133,27 @@ def run_batch(compiled: Compiled, xs: list, *, sim: str = "golden", check_races:
                 rep.segments.append({"segment": k, "device": "core", "cycles": cyc,
                                      "instructions": len(words)})
         else:
-            for image, rep in zip(images, reps):
-                _run_host(compiled, [nodes[name] for name in seg["nodes"]], image)
-                rep.segments.append({"segment": k, "device": "host", "nodes": len(seg["nodes"])})
+            for image, fl, rep in zip(images, floats, reps):
+                t = time.time()
+                _run_host(compiled, seg["nodes"], image, fl)
+                rep.segments.append({"segment": k, "device": "host", "nodes": len(seg["nodes"]),
+                                     "seconds": round(time.time() - t, 6)})
                 done += 1
                 if progress:
                     progress(done, total)
+        device_s["host" if seg["kind"] == "host" else "core"] += time.time() - t_seg
     wall = (time.time() - t0) / max(1, len(xs))
-    for image, rep in zip(images, reps):
+    for image, fl, rep in zip(images, floats, reps):
         for o in g.outputs:
-            q = read_tensor(image, compiled.layouts[o], g.tensor(o).shape)
-            rep.outputs_int8[o] = q
-            rep.outputs[o] = q.astype(np.float32) * np.float32(g.tensor(o).scale)
+            if o in fl:  # produced by the host
+                rep.outputs[o] = np.asarray(fl[o])
+                rep.outputs_int8[o] = quantize_boundary(g, o, fl[o])
+            else:
+                q = read_tensor(image, compiled.layouts[o], g.tensor(o).shape)
+                rep.outputs_int8[o] = q
+                rep.outputs[o] = q.astype(np.float32) * np.float32(g.tensor(o).scale)
         rep.wall_s = wall
+        rep.device_seconds = {d: round(s / max(1, len(xs)), 6) for d, s in device_s.items()}
     return reps
 
 
@@ -202,22 +217,20 @@ def _run_array(compiled: Compiled, k: int, seg: dict, images: list, sim: str,
     return out
 
 
-def _run_host(compiled: Compiled, nodes: list, image) -> None:
-    """Host segment: read inputs from memory (dequantised), run the float semantics, write
-    the quantised results back."""
+def _run_host(compiled: Compiled, names: list[str], image, floats: dict) -> None:
+    """Host segment on onnxruntime: inputs from ``floats`` (model inputs, host results) or
+    from memory (what the core wrote, dequantised); results into ``floats`` and, where the
+    core reads them, quantised into memory."""
     g = compiled.graph
-    for n in nodes:
-        args = []
-        for i in n.inputs:
-            if not i:
-                args.append(None)
-            elif g.tensor(i).is_const:
-                args.append(g.const(i))
-            else:
-                q = read_tensor(image, compiled.layouts[i], g.tensor(i).shape)
-                args.append(q.astype(np.float64) * g.tensor(i).scale)
-        y = ops.get(n).run(n, args)[0]
-        if n.meta.get("relu"):
-            y = np.maximum(y, 0)
-        o = n.outputs[0]
-        write_tensor(image, compiled.layouts[o], quantize_tensor(y, g.tensor(o).scale))
+
+    def fetch(t):
+        if t in floats:
+            return floats[t]
+        return dequantize_boundary(g, t, read_tensor(image, compiled.layouts[t], g.tensor(t).shape))
+
+    def store(t, v):
+        floats[t] = v
+        if t in compiled.layouts:
+            write_tensor(image, compiled.layouts[t], quantize_boundary(g, t, v))
+
+    run_segment(g, names, fetch, store)

@@ -1,10 +1,12 @@
-"""Pass: shapes of every tensor, from the model inputs and the operator registry."""
+"""Pass: shapes of every tensor, from the model inputs and the operator registry (ONNX
+shape inference for the operators it does not describe, which also gives their output
+dtypes)."""
 
 from __future__ import annotations
 
 from snpu.errors import CompileError
 
-from .. import ops
+from .. import onnx_ops, ops
 from ..ir import Graph
 
 
@@ -16,14 +18,22 @@ def infer_shapes(graph: Graph) -> Graph:
         if any(s is None for i, s in zip(n.inputs, shapes) if i):
             missing = [i for i, s in zip(n.inputs, shapes) if i and s is None]
             raise CompileError(f"{n.where()}: shape of input {missing[0]!r} is unknown")
+        d = ops.get(n)
+        dtypes = None
         try:
-            out = ops.get(n).shape(n, shapes, consts)
+            if d.shape is None:
+                out, dtypes = onnx_ops.infer(n, shapes, consts,
+                                             [g.tensor(i).dtype if i else None for i in n.inputs])
+            else:
+                out = d.shape(n, shapes, consts)
         except CompileError:
             raise
         except Exception as e:
             raise CompileError(f"{n.where()}: cannot infer output shapes from inputs "
                                f"{shapes} ({type(e).__name__}: {e})") from None
-        for name, shape in zip(n.outputs, out):
+        for k, (name, shape) in enumerate(zip(n.outputs, out)):
             if name:
-                g.tensors[name].shape = tuple(int(d) for d in shape)
+                g.tensors[name].shape = tuple(int(v) for v in shape)
+                if dtypes is not None:
+                    g.tensors[name].dtype = dtypes[k]
     return g

@@ -45,6 +45,10 @@ def core_support(g: Graph, n: Node) -> str | None:
         return f"{n.op} has no core kernel"
     x = g.tensor(n.inputs[0])
     rank = len(x.shape) if x.shape is not None else 0
+    odd = [t for t in list(n.inputs) + list(n.outputs)
+           if t and not g.tensor(t).is_const and g.tensor(t).dtype != "float32"]
+    if odd:
+        return f"tensor {odd[0]!r} is {g.tensor(odd[0]).dtype} (the core computes float32 models in int8)"
     if x.shape is not None and x.shape[0] != 1:
         return "batch size must be 1"
     if n.op == "Conv":
