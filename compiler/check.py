@@ -27,7 +27,8 @@ class Agreement:
     bit_exact: int = 0                       #: runs equal to the int8 reference
     mismatches: list[str] = field(default_factory=list)
     onnxruntime: bool = False                #: whether the float comparison ran
-    top1_agree: int = 0
+    images: int = 0                          #: images compared (a batched input has several)
+    top1_agree: int = 0                      #: images whose top-1 matches onnxruntime's
     max_abs_err: float = 0.0
     max_rel_err: float = 0.0                 #: max abs error / max |reference output|
     reference_top1: list[int] = field(default_factory=list)
@@ -38,7 +39,7 @@ class Agreement:
         d = {"inputs": self.inputs, "bit_exact_vs_int8_reference": self.bit_exact,
              "mismatches": self.mismatches}
         if self.onnxruntime:
-            d.update({"top1_agreement_vs_onnxruntime": self.top1_agree / max(1, self.inputs),
+            d.update({"top1_agreement_vs_onnxruntime": self.top1_agree / max(1, self.images),
                       "max_abs_err_vs_onnxruntime": self.max_abs_err,
                       "max_rel_err_vs_onnxruntime": self.max_rel_err})
         if self.note:
@@ -48,6 +49,14 @@ class Agreement:
 
 def top1(y: np.ndarray) -> int:
     return int(np.argmax(np.asarray(y).reshape(-1)))
+
+
+def top1_per_image(y: np.ndarray) -> list[int]:
+    """Top-1 of every image of a batched output ([N, ...] with N > 1), else of the whole."""
+    y = np.asarray(y)
+    if y.ndim >= 2 and y.shape[0] > 1:
+        return [int(v) for v in np.argmax(y.reshape(y.shape[0], -1), axis=1)]
+    return [top1(y)]
 
 
 def compare(compiled: Compiled, xs: list, reports: list[RunReport], *,
@@ -63,7 +72,7 @@ def compare(compiled: Compiled, xs: list, reports: list[RunReport], *,
             a.mismatches.append(f"input {k}: {bad[0]} differs from the int8 reference in {n} elements")
         else:
             a.bit_exact += 1
-        a.run_top1.append(top1(rep.outputs[out]))
+        a.run_top1.extend(top1_per_image(rep.outputs[out]))
     if not onnxruntime:
         return a
     if compiled.source is None:
@@ -82,6 +91,8 @@ def compare(compiled: Compiled, xs: list, reports: list[RunReport], *,
         err = float(np.abs(got - want).max())
         a.max_abs_err = max(a.max_abs_err, err)
         a.max_rel_err = max(a.max_rel_err, err / max(float(np.abs(want).max()), 1e-12))
-        a.reference_top1.append(top1(want))
-        a.top1_agree += int(top1(want) == top1(got))
+        ref1, got1 = top1_per_image(want), top1_per_image(got)
+        a.reference_top1.extend(ref1)
+        a.images += len(ref1)
+        a.top1_agree += sum(int(r == t) for r, t in zip(ref1, got1))
     return a

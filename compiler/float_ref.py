@@ -13,6 +13,7 @@ from snpu.errors import CompileError
 from . import ops
 from .frontend import input_arrays
 from .ir import Graph
+from .passes.fuse_relu import activation
 
 
 def run(graph: Graph, inputs, *, keep: bool = False) -> dict[str, np.ndarray]:
@@ -28,7 +29,7 @@ def run(graph: Graph, inputs, *, keep: bool = False) -> dict[str, np.ndarray]:
         except Exception as e:
             raise CompileError(f"{n.where()}: float evaluation failed ({type(e).__name__}: {e})") from None
         if n.meta.get("relu"):
-            outs = [np.maximum(outs[0], 0)] + list(outs[1:])
+            outs = [activation(n, outs[0])] + list(outs[1:])
         for name, v in zip(n.outputs, outs):
             if name:
                 values[name] = v

@@ -8,7 +8,8 @@ one ONNX model (:func:`segment_model`):
   tensors a core subgraph wrote to memory);
 * its outputs are the tensors it produces that a later subgraph or the caller reads;
 * the compiler's own rewrites are lowered back to ONNX: an ``Affine`` becomes ``Mul`` then
-  ``Add`` by per-channel constants, a fused ``relu`` flag becomes a ``Relu`` after the node.
+  ``Add`` by per-channel constants, a fused ``relu`` flag becomes a ``Relu`` after the node
+  (a ``Clip`` to [0, clip_max] when a clip was fused).
 
 Values crossing the core/host boundary are int8 in memory (quantised with the tensor's
 scale); values passed host to host, and model inputs read by the host, stay float.  The
@@ -74,7 +75,12 @@ def _lower(g: Graph, n: Node, consts: dict) -> list:
                  helper.make_node("Add", [f"{n.name}/ax", f"{n.name}/b"], [pre], name=f"{n.name}/add")]
     else:
         nodes = [onnx_ops.make_node(n, outputs=[pre] + list(n.outputs[1:]))]
-    if relu:
+    if relu and n.meta.get("clip_max") is not None:
+        consts[f"{n.name}/lo"] = np.array(0, np.float32)
+        consts[f"{n.name}/hi"] = np.array(n.meta["clip_max"], np.float32)
+        nodes.append(helper.make_node("Clip", [pre, f"{n.name}/lo", f"{n.name}/hi"], [out],
+                                      name=f"{n.name}/clip"))
+    elif relu:
         nodes.append(helper.make_node("Relu", [pre], [out], name=f"{n.name}/relu"))
     return nodes
 

@@ -23,7 +23,7 @@ from .passes.quantize import quantize_tensor
 
 
 def _im2col(x: np.ndarray, node) -> tuple[np.ndarray, int, int]:
-    """int8 NCHW (batch 1) -> patches [oh*ow, kh*kw*C] in (ky, kx, c) order."""
+    """int8 NCHW (one image: x[0]) -> patches [oh*ow, kh*kw*C] in (ky, kx, c) order."""
     kh, kw, sh, sw, pads, _, _, oh, ow = node.meta["geometry"]
     xp = np.pad(x[0].astype(np.int64), ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
     c = x.shape[1]
@@ -56,14 +56,16 @@ def run_node(g: Graph, n, args: list[np.ndarray]) -> np.ndarray:
     """One core node on int8 NCHW inputs -> int8 output."""
     q = n.meta["q"] if n.op not in ("Concat", "Flatten", "Reshape") else None
     x = args[0]
-    if n.op == "Conv":
-        cols, oh, ow = _im2col(x, n)
-        cols = cols * neuron_mask(cols, n.meta.get("neurons"))  # the patches the LD unit loads
-        acc = cols.astype(np.float64) @ q["w"].astype(np.float64).T  # exact: |sum| < 2**53
-        y = _requant_channels(acc.astype(np.int64), q)
-        return y.T.reshape(1, -1, oh, ow)
-    if n.op in ("Gemm", "MatMul"):
-        v = x.reshape(1, -1).astype(np.int64)
+    if n.op == "Conv":  # image by image, as the core runs a batch
+        ys = []
+        for b in range(x.shape[0]):
+            cols, oh, ow = _im2col(x[b:b + 1], n)
+            cols = cols * neuron_mask(cols, n.meta.get("neurons"))  # the patches the LD unit loads
+            acc = cols.astype(np.float64) @ q["w"].astype(np.float64).T  # exact: |sum| < 2**53
+            ys.append(_requant_channels(acc.astype(np.int64), q).T.reshape(1, -1, oh, ow))
+        return np.concatenate(ys)
+    if n.op in ("Gemm", "MatMul"):  # a batch: one row per image
+        v = x.reshape(x.shape[0], -1).astype(np.int64)
         if q["in_perm"] is not None:
             v = v[:, q["in_perm"]]
         v = v * neuron_mask(v, n.meta.get("neurons"))  # the vector as loaded (channels last)

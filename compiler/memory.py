@@ -4,7 +4,7 @@ Every activation tensor ``[1, C, H, W]`` lives channels-last (HWC) as int8:
 
 ``addr(y, x, c) = base + y * row + x * pixel + c``
 
-with a zero *halo* of ``pad_h`` rows and ``pad_w`` pixels around it when a convolution
+(a batch of ``N`` images: ``N`` such layouts ``image`` bytes apart), with a zero *halo* of ``pad_h`` rows and ``pad_w`` pixels around it when a convolution
 reads it with padding (so im2col loads need no edge cases), a ``pixel`` stride larger than
 ``C`` when the tensor is a channel slice of a concatenation (producers write straight into
 the concatenated buffer: concatenation costs nothing), and 2-D tensors ``[1, F]`` as
@@ -47,7 +47,7 @@ def _local_tensors(g: Graph, storage: list[str], halo: dict, parent: dict,
     for t in storage:
         p = prod.get(t)
         if (p is None or p.device != "core" or t in g.outputs or t in concat_roots
-                or not users.get(t)):
+                or not users.get(t) or batch_size(g.tensor(t).shape) != 1):
             continue
         h, w, _ = hwc(g.tensor(t).shape)
         if (p.meta.get("split") or {}).get("kind") == "channels" and h * w > 1:
@@ -77,6 +77,16 @@ class TensorLayout:
     row: int
     pad_h: int = 0
     pad_w: int = 0
+    #: batch: ``n`` images of the same layout, ``image`` bytes apart (each with its halo)
+    n: int = 1
+    image: int = 0
+
+    def at(self, b: int) -> "TensorLayout":
+        """Image ``b`` of a batch, as a layout of one image."""
+        if not 0 <= b < self.n:
+            raise IndexError(f"image {b} of a batch of {self.n}")
+        return TensorLayout(self.base + b * self.image, self.h, self.w, self.c, self.pixel,
+                            self.row, self.pad_h, self.pad_w)
 
     def addr(self, y: int, x: int, ch: int = 0) -> int:
         return self.base + y * self.row + x * self.pixel + ch
@@ -87,6 +97,11 @@ class TensorLayout:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def batch_size(shape) -> int:
+    """N of an [N, C, H, W] or [N, F] tensor (other ranks are one flat image)."""
+    return int(shape[0]) if len(shape) in (2, 4) else 1
 
 
 def hwc(shape) -> tuple[int, int, int]:
@@ -188,17 +203,21 @@ def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0) -> Graph:
         if t in local:
             continue
         h, w, c = hwc(g.tensor(t).shape)
+        n = batch_size(g.tensor(t).shape)
         ph, pw = halo.get(t, (0, 0))
         row = (w + 2 * pw) * c
-        size = (h + 2 * ph) * row
+        one = (h + 2 * ph) * row
+        size = n * one
         kind = "input" if t in g.inputs else ("output" if t in g.outputs else "scratch")
         region = image.alloc(f"act:{t}", max(size, 1), kind, "int8", (size,), align=64)
-        layouts[t] = TensorLayout(region.addr + ph * row + pw * c, h, w, c, c, row, ph, pw)
+        layouts[t] = TensorLayout(region.addr + ph * row + pw * c, h, w, c, c, row, ph, pw,
+                                  n, one)
     for t in parent:
         r, off = root(t)
         h, w, c = hwc(g.tensor(t).shape)
         L = layouts[r]
-        layouts[t] = TensorLayout(L.base + off, h, w, c, L.pixel, L.row, L.pad_h, L.pad_w)
+        layouts[t] = TensorLayout(L.base + off, h, w, c, L.pixel, L.row, L.pad_h, L.pad_w,
+                                  L.n, L.image)
     for t in [o for n in g.nodes for o in n.outputs]:
         if t in on_core and t not in layouts:
             layouts[t] = layouts[view_source(g, t)]

@@ -24,23 +24,24 @@ from .memory import TensorLayout
 from .passes.quantize import quantize_tensor
 
 
+def _addresses(L: TensorLayout) -> np.ndarray:
+    """Byte addresses of every element, [N, H, W, C]."""
+    return (L.base + np.arange(L.n)[:, None, None, None] * L.image
+            + np.arange(L.h)[None, :, None, None] * L.row
+            + np.arange(L.w)[None, None, :, None] * L.pixel + np.arange(L.c)[None, None, None, :])
+
+
 def read_tensor(image, L: TensorLayout, shape) -> np.ndarray:
-    """int8 logical (NCHW, or [1, F] in C-H-W order for flattened views) values."""
-    idx = (L.base + np.arange(L.h)[:, None, None] * L.row + np.arange(L.w)[None, :, None] * L.pixel
-           + np.arange(L.c)[None, None, :])
-    hwc_vals = image.data[idx].view(np.int8)
-    nchw = hwc_vals.transpose(2, 0, 1)[None]
-    return nchw.reshape(shape)
+    """int8 logical (NCHW, or [N, F] in C-H-W order for flattened views) values."""
+    nhwc_vals = image.data[_addresses(L)].view(np.int8)
+    return nhwc_vals.transpose(0, 3, 1, 2).reshape(shape)
 
 
 def write_tensor(image, L: TensorLayout, value: np.ndarray) -> None:
     v = np.asarray(value, np.int8)
     if v.ndim != 4:
-        v = v.reshape(1, -1, 1, 1)
-    hwc_vals = v[0].transpose(1, 2, 0)
-    idx = (L.base + np.arange(L.h)[:, None, None] * L.row + np.arange(L.w)[None, :, None] * L.pixel
-           + np.arange(L.c)[None, None, :])
-    image.data[idx] = hwc_vals.view(np.uint8)
+        v = v.reshape(L.n, -1, 1, 1)
+    image.data[_addresses(L)] = v.transpose(0, 2, 3, 1).view(np.uint8)
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Pass: code generation.  Every core subgraph becomes one ROM segment (its kernels in
-order, tokens inserted by the emitter, ``halt`` at the end); host subgraphs stay as
+order, tokens inserted by the emitter, ``halt`` at the end; a layer over a batch runs once
+per image, which the re-roller turns into a hardware loop); host subgraphs stay as
 operator lists for the runtime.  Weights, parameters and ROMs go into the memory image."""
 
 from __future__ import annotations
@@ -38,9 +39,15 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
             n = nodes[name]
             if n.op in ("Concat", "Flatten", "Reshape"):
                 continue  # memory layout only
-            ctx = kernels.LayerContext(em, layer, f"{k}:{n.name}", dense, n.meta.get("neurons"))
+            images = layouts[n.outputs[0]].n
+            # a batch: the layer once per image, its weights placed once (shared by content)
+            ctx = kernels.LayerContext(em, layer, f"{k}:{n.name}", dense, n.meta.get("neurons"),
+                                       shared={} if images > 1 else None)
             layer += 1
-            stats[n.name] = emit_layer(ctx, g, n, layouts)
+            for b in range(images):
+                stats[n.name] = emit_layer(ctx, g, n, layouts, image=b)
+            if images > 1:
+                stats[n.name]["batch"] = images
         em.halt()
         dispatched = len(prog.instrs)
         if loops:
@@ -54,11 +61,18 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
     return g
 
 
-def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None) -> dict:
+def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None,
+               image: int = 0) -> dict:
     """Emit node ``n``'s kernel (all of it, or ``part``: a
-    :class:`~.parallelize.Part` of it); returns the kernel's report entry."""
-    X = layouts[view_source(g, n.inputs[0])]
-    Y = layouts[n.outputs[0]]
+    :class:`~.parallelize.Part` of it) for image ``image`` of a batch; returns the kernel's
+    report entry."""
+
+    def layout(t):
+        L = layouts[t]
+        return L.at(image) if L.n > 1 else L
+
+    X = layout(view_source(g, n.inputs[0]))
+    Y = layout(n.outputs[0])
     rows = (part.lo, part.hi) if part is not None and part.kind == "rows" else None
     channels = (part.lo, part.hi) if part is not None and part.kind == "channels" else None
     try:
@@ -71,7 +85,7 @@ def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None)
         if n.op == "GlobalAveragePool":
             return kernels.global_pool(ctx, n, X, Y)
         if n.op in ("Add", "Sum"):
-            return kernels.add(ctx, n, [layouts[view_source(g, i)] for i in n.inputs], Y, rows)
+            return kernels.add(ctx, n, [layout(view_source(g, i)) for i in n.inputs], Y, rows)
         if n.op == "Affine":
             return kernels.affine(ctx, n, X, Y, rows)
         raise CompileError(f"{n.where()}: no core kernel")

@@ -93,6 +93,12 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
     for n in g.nodes:
         if n.device != "core" or n.op in VIEW_OPS:
             continue
+        y = g.tensor(n.outputs[0]).shape
+        if y is not None and len(y) in (2, 4) and y[0] != 1:
+            raise CompileError(f"{n.where()}: a batch of {y[0]} on a tiled array is not "
+                               "supported (the array splits one image across its cores); "
+                               "compile with --mesh 1x1, which runs the batch image by image, "
+                               "or with batch 1")
         if n.op in MATRIX_OPS and "q" in n.meta and split == "auto":
             kind, ranges, why = _cheapest(g, n, config, len(cores), unit)
         elif n.op in MATRIX_OPS and (split == "channels" or n.op != "Conv"):

@@ -49,8 +49,6 @@ def core_support(g: Graph, n: Node) -> str | None:
            if t and not g.tensor(t).is_const and g.tensor(t).dtype != "float32"]
     if odd:
         return f"tensor {odd[0]!r} is {g.tensor(odd[0]).dtype} (the core computes float32 models in int8)"
-    if x.shape is not None and x.shape[0] != 1:
-        return "batch size must be 1"
     if n.op == "Conv":
         if rank != 4 or g.const(n.inputs[1]) is None:
             return "needs a 4-D input and constant weights"

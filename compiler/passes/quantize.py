@@ -88,6 +88,11 @@ def quantize(graph: Graph, calibration: list) -> Graph:
                 raise CompileError(f"tensor {name!r} is not finite on the calibration inputs")
             ranges[name] = max(ranges.get(name, 0.0), m)
 
+    # a fused clip to [0, M]: the scale M / 127 makes the requantisation's saturation the clip
+    clipped = {n.outputs[0]: float(n.meta["clip_max"]) for n in g.nodes
+               if n.meta.get("clip_max") is not None}
+    for name, m in clipped.items():
+        ranges[name] = m
     groups = _Groups()
     for n in g.nodes:
         if n.device != "core":
@@ -104,6 +109,11 @@ def quantize(graph: Graph, calibration: list) -> Graph:
     for name in ranges:
         r = gmax[groups.find(name)]
         g.tensors[name].scale = (r / QMAX) if r > 0 else 1.0
+    for name, m in clipped.items():
+        if gmax[groups.find(name)] != m:
+            raise CompileError(f"tensor {name!r} is clipped to [0, {m}] but shares its scale "
+                               f"with a wider tensor (range {gmax[groups.find(name)]:.4g}); "
+                               "the clip would not be exact")
 
     for n in g.nodes:
         if n.device != "core":

@@ -102,3 +102,19 @@ def test_neuron_settings_on_the_rtl(setting):
         assert [e.get("mixed_path") for e in layers if e["format"] == "stride"] and \
             all(e.get("mixed_path") == opts.mixed for e in layers if e["format"] == "stride")
     _rtl_matches(c, [x[None] for x in xte[:2]])
+
+
+@pytest.mark.parametrize("name", ["batch_cnn", "depthwise_relu6", "global_pool_large",
+                                  "sigmoid_tanh"])
+def test_ordinary_models_on_the_rtl(name):
+    """Issue 14's models through the RTL: a batch as an image loop, ReLU6 by the scale,
+    global pooling band by band, and host activations on onnxruntime between core
+    segments."""
+    from ..compiler import every_model
+
+    m = every_model.build(name)
+    rng = np.random.default_rng(3)
+    shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+    xs = [rng.standard_normal(shape).astype(np.float32) for _ in range(2)]
+    c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5))
+    _rtl_matches(c, xs)
