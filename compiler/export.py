@@ -52,13 +52,16 @@ def to_onnx(g: Graph):
 
 
 def onnxruntime_run(model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run a ModelProto (or path) on onnxruntime's CPU provider."""
-    import onnxruntime as ort
+    """Run a ModelProto (or path) on onnxruntime's CPU provider, graph optimisation off:
+    the reference must be the operators' semantics, and onnxruntime 1.31's Pad fusion
+    folds a zero Pad into a following MaxPool's (-inf) padding, which changes the result."""
+    from pathlib import Path
 
-    data = model if isinstance(model, (str, bytes)) else model.SerializeToString()
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    if isinstance(model, (str, Path)):
+        data = Path(model).read_bytes()
+    else:
+        data = model if isinstance(model, bytes) else model.SerializeToString()
+    sess = onnx_ops.session(data)
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, {k: v.astype(np.float32) for k, v in inputs.items()})))
 

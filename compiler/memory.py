@@ -158,8 +158,8 @@ def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0) -> Graph:
                 if i in parent:
                     raise CompileError(f"{n.where()}: tensor {i!r} is an input of two "
                                        "concatenations; the core needs a copy there")
-                if i in g.inputs or prod.get(i) is None or g.tensor(i).is_const:
-                    raise CompileError(f"{n.where()}: input {i!r} is not produced on the device")
+                if g.tensor(i).is_const:
+                    raise CompileError(f"{n.where()}: input {i!r} is a constant")
                 parent[i] = (n.outputs[0], off)
                 off += g.tensor(i).shape[1]
 

@@ -53,8 +53,11 @@ class RunReport:
     dense_pairs: int = 0
     segments: list[dict] = field(default_factory=list)
     wall_s: float = 0.0
-    #: wall-clock seconds per device (core: the simulator; host: onnxruntime), per input
+    #: busy seconds per device (core: the simulator; host: onnxruntime), per input
     device_seconds: dict[str, float] = field(default_factory=dict)
+    #: how the batch was dispatched: pipelined across devices or segment by segment, the
+    #: batch's wall time and each device's busy time (the overlap is their sum over the wall)
+    dispatch: dict = field(default_factory=dict)
 
 
 def run(compiled: Compiled, x, *, sim: str = "golden", check_races: bool = True,
@@ -63,10 +66,30 @@ def run(compiled: Compiled, x, *, sim: str = "golden", check_races: bool = True,
     return run_batch(compiled, [x], sim=sim, check_races=check_races, rtl_options=rtl_options)[0]
 
 
+#: pipeline a batch across core and host when the less busy device works at least this
+#: fraction of the busier one's time (the pipelining bound is then >= 1 + this)
+OVERLAP_WORTH = 0.2
+
+
 def run_batch(compiled: Compiled, xs: list, *, sim: str = "golden", check_races: bool = True,
-              rtl_options: dict | None = None, progress=None) -> list[RunReport]:
-    """Run several inputs; on the RTL every core segment runs for all inputs in one
-    simulator process.  ``progress(done, total)`` is called as runs finish."""
+              rtl_options: dict | None = None, progress=None,
+              overlap: bool | None = None) -> list[RunReport]:
+    """Run several inputs (seed 004's dispatch: every input's subgraphs go to their devices
+    in dependency order).  ``progress(done, total)`` is called as runs finish.
+
+    On the RTL each core segment runs for all inputs in one simulator process (segment by
+    segment).  On the golden model, with both kinds of segment, the inputs can be
+    pipelined across the two devices: each input advances through its segments on its own
+    thread, the core and the host each run one segment at a time, so the host works on
+    input i+1 while the core runs input i (onnxruntime releases the interpreter lock).
+    ``overlap``: True pipelines, False runs segment by segment, None (default) decides where
+    it helps: the first input runs alone and the rest are pipelined when the less busy
+    device was busy at least :data:`OVERLAP_WORTH` of the busier one's time.
+    ``RunReport.device_seconds`` gives each device's busy time per input, ``dispatch`` the
+    mode and the batch's wall time.
+    """
+    import threading
+
     from .frontend import input_arrays
 
     if sim not in ("golden", "rtl"):
@@ -83,67 +106,109 @@ def run_batch(compiled: Compiled, xs: list, *, sim: str = "golden", check_races:
         images.append(image)
         floats.append(dict(arrays))
     reps = [RunReport({}, {}) for _ in xs]
-    device_s = {"core": 0.0, "host": 0.0}
-    total, done = len(compiled.segments) * len(xs), 0
-    for k, seg in enumerate(compiled.segments):
-        t_seg = time.time()
-        if seg["kind"] == "core" and "roms" in seg:
-            stats = _run_array(compiled, k, seg, images, sim, check_races, rtl_options)
-            for rep, st in zip(reps, stats):
-                rep.core_cycles += st["cycles"]
-                rep.mac_pairs += st["pairs"]
-                rep.dense_pairs += st["dense_pairs"]
-                rep.segments.append({"segment": k, "device": "array", **st})
-            done += len(images)
-            if progress:
-                progress(done, total)
-        elif seg["kind"] == "core":
-            words = compiled.rom(seg["rom"])
-            if sim == "golden":
-                stats = []
-                for image in images:
-                    res = golden.run_image(words, image, compiled.config, check_races=check_races)
-                    image.data[:] = res.ext
-                    stats.append((res.stats.cycles, res.stats.mac_pairs, res.stats.dense_pairs))
-                    done += 1
-                    if progress:
-                        progress(done, total)
-            else:
-                from snpu.verif.tb import rtl_sim
+    busy = {"core": 0.0, "host": 0.0}
+    total = len(compiled.segments) * len(xs)
+    count = {"done": 0}
+    tally = threading.Lock()
 
-                results = rtl_sim.run_many([rtl_sim.Job(words, im, seg["rom"]) for im in images],
-                                           compiled.config, **(rtl_options or {}))
-                stats = []
-                for i, (image, r) in enumerate(zip(images, results)):
-                    if not r.ok:
-                        raise CompileError(f"segment {k} on the RTL, input {i}: finished="
-                                           f"{r.finished} error={r.error} at ROM word "
-                                           f"{r.error_pc}; {'; '.join(r.problems)}")
-                    image.data[:] = r.ext
-                    stats.append((r.cycles, r.counters["pairs"], r.counters["dense_pairs"]))
-                if len(results) < len(images):
-                    raise CompileError(f"segment {k} on the RTL: the simulation stopped after "
-                                       f"{len(results)} of {len(images)} inputs")
-                done += len(images)
-                if progress:
-                    progress(done, total)
-            for rep, (cyc, pairs, dense) in zip(reps, stats):
-                rep.core_cycles += cyc
-                rep.mac_pairs += pairs
-                rep.dense_pairs += dense
-                rep.segments.append({"segment": k, "device": "core", "cycles": cyc,
-                                     "instructions": len(words)})
+    def finished(n: int, device: str, seconds: float) -> None:
+        with tally:
+            busy[device] += seconds
+            count["done"] += n
+            if progress:
+                progress(count["done"], total)
+
+    def run_segment(k: int, seg: dict, which: list[int]) -> None:
+        """Segment ``k`` for the inputs ``which``."""
+        t = time.time()
+        ims = [images[i] for i in which]
+        if seg["kind"] == "host":
+            for i in which:
+                ts = time.time()
+                _run_host(compiled, seg["nodes"], images[i], floats[i])
+                reps[i].segments.append({"segment": k, "device": "host", "nodes": len(seg["nodes"]),
+                                         "seconds": round(time.time() - ts, 6)})
+            finished(len(which), "host", time.time() - t)
+            return
+        if "roms" in seg:
+            for i, st in zip(which, _run_array(compiled, k, seg, ims, sim, check_races, rtl_options)):
+                reps[i].core_cycles += st["cycles"]
+                reps[i].mac_pairs += st["pairs"]
+                reps[i].dense_pairs += st["dense_pairs"]
+                reps[i].segments.append({"segment": k, "device": "array", **st})
+            finished(len(which), "core", time.time() - t)
+            return
+        words = compiled.rom(seg["rom"])
+        stats = []
+        if sim == "golden":
+            for image in ims:
+                res = golden.run_image(words, image, compiled.config, check_races=check_races)
+                image.data[:] = res.ext
+                stats.append((res.stats.cycles, res.stats.mac_pairs, res.stats.dense_pairs))
         else:
-            for image, fl, rep in zip(images, floats, reps):
-                t = time.time()
-                _run_host(compiled, seg["nodes"], image, fl)
-                rep.segments.append({"segment": k, "device": "host", "nodes": len(seg["nodes"]),
-                                     "seconds": round(time.time() - t, 6)})
-                done += 1
-                if progress:
-                    progress(done, total)
-        device_s["host" if seg["kind"] == "host" else "core"] += time.time() - t_seg
-    wall = (time.time() - t0) / max(1, len(xs))
+            from snpu.verif.tb import rtl_sim
+
+            results = rtl_sim.run_many([rtl_sim.Job(words, im, seg["rom"]) for im in ims],
+                                       compiled.config, **(rtl_options or {}))
+            for i, image, r in zip(which, ims, results):
+                if not r.ok:
+                    raise CompileError(f"segment {k} on the RTL, input {i}: finished="
+                                       f"{r.finished} error={r.error} at ROM word "
+                                       f"{r.error_pc}; {'; '.join(r.problems)}")
+                image.data[:] = r.ext
+                stats.append((r.cycles, r.counters["pairs"], r.counters["dense_pairs"]))
+            if len(results) < len(ims):
+                raise CompileError(f"segment {k} on the RTL: the simulation stopped after "
+                                   f"{len(results)} of {len(ims)} inputs")
+        for i, (cyc, pairs, dense) in zip(which, stats):
+            reps[i].core_cycles += cyc
+            reps[i].mac_pairs += pairs
+            reps[i].dense_pairs += dense
+            reps[i].segments.append({"segment": k, "device": "core", "cycles": cyc,
+                                     "instructions": len(words)})
+        finished(len(which), "core", time.time() - t)
+
+    def pipeline(which: list[int]) -> None:
+        device_lock = {"core": threading.Lock(), "host": threading.Lock()}
+        errors: list[BaseException] = []
+
+        def one_input(i: int) -> None:
+            try:
+                for k, seg in enumerate(compiled.segments):
+                    if errors:
+                        return
+                    with device_lock["host" if seg["kind"] == "host" else "core"]:
+                        run_segment(k, seg, [i])
+            except BaseException as e:  # re-raised in the caller's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=one_input, args=(i,), daemon=True) for i in which]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        if errors:
+            raise errors[0]
+
+    def segment_by_segment(which: list[int]) -> None:
+        for k, seg in enumerate(compiled.segments):
+            run_segment(k, seg, which)
+
+    kinds = {s["kind"] for s in compiled.segments}
+    can_pipeline = sim == "golden" and len(xs) > 1 and kinds == {"core", "host"}
+    everyone = list(range(len(xs)))
+    pipelined = False
+    if not can_pipeline or overlap is False:
+        segment_by_segment(everyone)
+    elif overlap:
+        pipelined = True
+        pipeline(everyone)
+    else:  # where it helps: judge by the first input's busy times
+        segment_by_segment([0])
+        pipelined = min(busy.values()) >= OVERLAP_WORTH * max(busy.values())
+        (pipeline if pipelined else segment_by_segment)(everyone[1:])
+    elapsed = time.time() - t0
+    wall = elapsed / max(1, len(xs))
     for image, fl, rep in zip(images, floats, reps):
         for o in g.outputs:
             if o in fl:  # produced by the host
@@ -154,7 +219,9 @@ def run_batch(compiled: Compiled, xs: list, *, sim: str = "golden", check_races:
                 rep.outputs_int8[o] = q
                 rep.outputs[o] = q.astype(np.float32) * np.float32(g.tensor(o).scale)
         rep.wall_s = wall
-        rep.device_seconds = {d: round(s / max(1, len(xs)), 6) for d, s in device_s.items()}
+        rep.device_seconds = {d: round(s / max(1, len(xs)), 6) for d, s in busy.items()}
+        rep.dispatch = {"pipelined": pipelined, "inputs": len(xs), "wall_seconds": round(elapsed, 6),
+                        "busy_seconds": {d: round(s, 6) for d, s in busy.items()}}
     return reps
 
 

@@ -512,7 +512,9 @@ def run_(compiled: str, sim: str, inputs: str | None, count: int, seed: int, lab
               **({"array_segments": [s for s in reports[0].segments if s["device"] == "array"]}
                  if any(s["device"] == "array" for s in reports[0].segments) else {}),
               "mac_pairs": sum(r.mac_pairs for r in reports),
-              "dense_pairs": sum(r.dense_pairs for r in reports)}
+              "dense_pairs": sum(r.dense_pairs for r in reports),
+              "device_seconds_per_input": reports[0].device_seconds,
+              "dispatch": reports[0].dispatch}
     if labels:
         result["accuracy"] = float(np.mean(np.array(agreement.run_top1) == y))
         if agreement.onnxruntime:
@@ -645,6 +647,11 @@ def _print_run(r: dict) -> None:
                    f"halt; MX utilisation per core {util}; NoC {net.get('flits', 0)} flits "
                    f"({net.get('hop_flits', 0)} flit-hops); DRAM "
                    f"{sum(v.get('dram_bytes', 0) for v in s['cores'].values())} bytes")
+    dev = r.get("device_seconds_per_input") or {}
+    if dev:
+        mode = "pipelined across core and host" if r["dispatch"].get("pipelined") else "segment by segment"
+        click.echo(f"time per input: core ({r['sim']}) {dev.get('core', 0):.3g} s, host (onnxruntime) "
+                   f"{dev.get('host', 0):.3g} s; dispatched {mode}")
     exact = r["bit_exact_vs_int8_reference"]
     click.echo(f"int8 reference: {exact} of {n} bit-exact" + ("" if exact == n else
                " -- MISMATCH: " + "; ".join(r["mismatches"][:3])))

@@ -75,6 +75,12 @@ def core_support(g: Graph, n: Node) -> str | None:
     if n.op == "Concat":
         if int(n.attrs.get("axis", 0)) % max(rank, 1) != 1:
             return "concatenation along channels only"
+        if any(g.tensor(i).is_const for i in n.inputs):
+            return "concatenation of a constant"
+        if len(set(n.inputs)) != len(n.inputs) or any(
+                c is not n and c.op == "Concat" for i in n.inputs for c in g.consumers().get(i, [])):
+            return ("an input is concatenated twice (the core writes each input into its slice "
+                    "of the output; it would need a copy)")
     if n.op in ("Flatten", "Reshape"):
         y = g.tensor(n.outputs[0])
         if rank not in (2, 4) or y.shape is None or len(y.shape) != 2 or y.shape[0] != x.shape[0]:

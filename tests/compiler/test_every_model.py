@@ -69,3 +69,21 @@ def test_relu6_is_fused_with_the_clip_as_the_scale():
     pw1 = g.node("pw1")
     assert pw1.meta["relu"] and pw1.meta["clip_max"] == 6.0
     assert g.tensor(pw1.outputs[0]).scale == pytest.approx(6.0 / 127)
+
+
+@pytest.mark.parametrize("overlap", [False, True, None], ids=["segments", "pipelined", "auto"])
+def test_dispatch_modes_give_the_same_bits(overlap):
+    """Seed 004's dispatch: pipelining a batch across core and host (threads, one segment
+    per device at a time) changes only the timing, never a result."""
+    m = every_model.build("sigmoid_tanh")
+    xs = _inputs(m, 4)
+    c = compile_model(m, CompileOptions(config=TEST_CORE))
+    assert [s["kind"] for s in c.segments] == ["core", "host", "core"]
+    reports = runtime.run_batch(c, xs, overlap=overlap)
+    assert check.compare(c, xs, reports, onnxruntime=False).bit_exact == 4
+    d = reports[0].dispatch
+    if overlap is not None:
+        assert d["pipelined"] is overlap
+    assert d["inputs"] == 4 and d["busy_seconds"]["core"] > 0 and d["busy_seconds"]["host"] > 0
+    for r in reports:  # every input went through every segment, in order
+        assert [s["segment"] for s in r.segments] == [0, 1, 2]
