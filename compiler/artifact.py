@@ -15,8 +15,10 @@
 ``source.onnx``     the ONNX model as given (``snpu run`` compares with onnxruntime on it)
 ==================  ==========================================================================
 
-``model.json`` is written last and lists every other file with its size and sha256, so
-:meth:`Compiled.load` names a missing, truncated or edited file instead of failing later.
+``model.json`` is written last and lists every other file with its size and sha256, and
+carries the sha256 of its own content (``"sha256"``, over the document without that key,
+keys sorted), so :meth:`Compiled.load` names a missing, truncated or edited file --
+``model.json`` included -- instead of failing later.
 Everything is written to a temporary directory beside ``DIR`` and renamed into place, so a
 failed compile never leaves a half-written model and a previous one stays until the new one
 is complete.
@@ -82,7 +84,9 @@ class Compiled:
                 (tmp / "source.onnx").write_bytes(self.source)
             # model.json last: it lists every other file with its size and checksum
             doc["files"] = {f.name: _digest(f) for f in sorted(tmp.iterdir())}
-            (tmp / "model.json").write_text(json.dumps(doc, indent=1, default=_jsonable))
+            doc = json.loads(json.dumps(doc, default=_jsonable))  # as load() will see it
+            doc["sha256"] = _doc_digest(doc)
+            (tmp / "model.json").write_text(json.dumps(doc, indent=1))
             replace_dir(tmp, path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -101,6 +105,10 @@ class Compiled:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             fmt = doc.get("format") if isinstance(doc, dict) else None
             raise CompileError(f"{path}/model.json: format {fmt!r} is not {FORMAT}")
+        if doc.get("sha256") != _doc_digest({k: v for k, v in doc.items() if k != "sha256"}):
+            raise CompileError(f"{path}/model.json: contents changed since it was written (its "
+                               "sha256 does not match); the compiled model is damaged, compile "
+                               "it again")
         _verify_files(path, doc.get("files"))
         try:
             arrays = dict(np.load(path / "arrays.npz", allow_pickle=False))
@@ -116,6 +124,11 @@ class Compiled:
         report = json.loads((path / "report.json").read_text()) if (path / "report.json").exists() else {}
         source = (path / "source.onnx").read_bytes() if (path / "source.onnx").exists() else None
         return cls(graph, image, layouts, segments, config, report, source)
+
+
+def _doc_digest(doc: dict) -> str:
+    """sha256 of model.json's own content (keys sorted), stored in it as ``sha256``."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
 def _digest(f: Path) -> dict:

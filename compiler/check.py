@@ -82,7 +82,8 @@ def compare(compiled: Compiled, xs: list, reports: list[RunReport], *,
     from .pipeline import CompileOptions, reference_graph
 
     opts = compiled.report.get("options", {})
-    rg = reference_graph(compiled.source, CompileOptions(random_weights=opts.get("random_weights")))
+    rg = reference_graph(compiled.source, CompileOptions(random_weights=opts.get("random_weights"),
+                                                         batch=opts.get("batch", 1)))
     model = to_onnx(rg)
     a.onnxruntime = True
     for x, rep in zip(xs, reports):

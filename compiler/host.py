@@ -125,14 +125,19 @@ class HostProgram:
         self._model = segment_model(g, names)
         self._session = None
 
-    def run(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """``values``: every input by name -> every output by name."""
+    def prepare(self) -> "HostProgram":
+        """Build the onnxruntime session now (not inside the first timed run)."""
         if self._session is None:
             try:
                 self._session = onnx_ops.session(self._model.SerializeToString())
             except Exception as e:
                 raise CompileError(f"{self.where}: onnxruntime cannot load it "
                                    f"({type(e).__name__}: {str(e).splitlines()[0][:300]})") from None
+        return self
+
+    def run(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``values``: every input by name -> every output by name."""
+        self.prepare()
         feeds = {}
         for i, meta in zip(self.inputs, self._model.graph.input):
             from onnx import helper

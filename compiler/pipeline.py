@@ -76,6 +76,7 @@ class CompileOptions:
     unusable: tuple[tuple[int, int], ...] = ()  #: cores of the mesh not to use
     split: str = "auto"                  #: array: auto (cost model) / rows / channels
     placement: str = "mapper"            #: array: mapper (seed 003) / row-major
+    batch: int = 1                       #: the value of symbolic (dynamic) input dimensions
 
     @property
     def array(self) -> bool:
@@ -120,7 +121,7 @@ def compile_model(model, options: CompileOptions | None = None, *, progress=None
     options = options or CompileOptions()
     t0 = time.time()
     source = _model_bytes(model)
-    graph = load_onnx(model)
+    graph = load_onnx(model, batch=options.batch)
     _check_node_options(graph, options)
     calibration = options.calibration
     if calibration is None:
@@ -156,7 +157,7 @@ def reference_graph(source, options: CompileOptions) -> Graph:
     """The float graph the compiled model approximates: the model after constant folding,
     no-op removal and (option) random weights, before fusion, pruning and quantisation.
     Exportable with :func:`.export.to_onnx` for onnxruntime."""
-    g = remove_noops(fold_constants(load_onnx(source)))
+    g = remove_noops(fold_constants(load_onnx(source, batch=options.batch)))
     if options.random_weights is not None:
         g = random_weights(g, options.random_weights)
     return g
@@ -199,6 +200,7 @@ def _report(g: Graph, options: CompileOptions, timings: dict, total: float) -> d
            if "mesh" in g.meta else {}),
         "options": {"density": options.density, "group_size": options.group_size,
                     "random_weights": options.random_weights, "dense": options.dense,
+                    "batch": options.batch,
                     "neurons": dataclasses.asdict(options.neurons)},
         "layers": layers,
     }

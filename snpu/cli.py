@@ -413,6 +413,9 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None, f
 @click.option("--placement", type=click.Choice(["mapper", "row-major"]), default="mapper",
               show_default=True, help="Array: place the parts with the seed-003 mapper, or "
               "row-major.")
+@click.option("--batch", type=click.IntRange(1, 4096), default=1, show_default=True,
+              help="The batch size that symbolic (dynamic) input dimensions take; the core "
+                   "runs a batch image by image.")
 @click.option("--json", "as_json", is_flag=True, help="Print the compile report as JSON.")
 @_force_option
 def compile_(model: str, output: str, core: str | None, density: float, group_size: int,
@@ -420,8 +423,8 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
              keep_dense: tuple, force_host: tuple, random_weights: int | None,
              calibration: str | None, calibration_count: int, dense: bool,
              neuron_threshold: int, neuron_groups: int, t3: int, t4: int, mixed_path: str,
-             mesh: str, unusable: tuple, split: str, placement: str, as_json: bool,
-             force: bool, **params) -> None:
+             mesh: str, unusable: tuple, split: str, placement: str, batch: int,
+             as_json: bool, force: bool, **params) -> None:
     """Compile an ONNX MODEL to ROM images and a memory image in OUTPUT.
 
     OUTPUT may be a new or empty directory or a previous compiled model (replaced
@@ -438,14 +441,15 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
     cfg = _load_config(core, **params)
     calib = None
     if calibration:
-        calib = _read_inputs(calibration, load_onnx(model))
+        calib = _read_inputs(calibration, load_onnx(model, batch=batch))
     opts = CompileOptions(config=cfg, density=density, group_size=group_size,
                           group_small=group_small, group_max_small=group_max_small,
                           keep_dense=keep_dense, random_weights=random_weights,
                           calibration=calib, calibration_count=calibration_count,
                           force_host=force_host, dense=dense,
                           neurons=NeuronOptions(neuron_threshold, neuron_groups, t3, t4, mixed_path),
-                          mesh=size, unusable=broken, split=split, placement=placement)
+                          mesh=size, unusable=broken, split=split, placement=placement,
+                          batch=batch)
     with _progress("compiling", -1) as tick:
         compiled = compile_model(model, opts, progress=tick)
     compiled.save(output)

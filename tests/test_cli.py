@@ -257,3 +257,25 @@ def test_run_rejects_inputs_of_the_wrong_shape(cli, tiny_model):
     r = CliRunner().invoke(main, ["run", str(d / "build"), "--input", str(d / "x.npy")])
     assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
     assert "x.npy" in r.output and "shape" in r.output
+
+
+def test_compile_a_dynamic_batch_model_with_batch_and_run_it(cli, tmp_path):
+    """A model exported with a symbolic batch: `--batch 3` compiles it for 3 images, which
+    the core runs image by image; `snpu run` reports per-image top-1 and time per device."""
+    import json
+
+    import onnx
+
+    from tests.compiler.every_model import build
+
+    onnx.save(build("dynamic_batch"), str(tmp_path / "dyn.onnx"))
+    r = cli("compile", tmp_path / "dyn.onnx", "-o", tmp_path / "out", "--batch", "3")
+    assert r.exit_code == 0, r.output
+    r = cli("run", tmp_path / "out", "--count", "2", "--json")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["bit_exact_vs_int8_reference"] == 2
+    assert set(res["device_seconds_per_input"]) == {"core", "host"}
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "dyn.onnx"), "-o", str(tmp_path / "b"),
+                                  "--batch", "0"])
+    assert r.exit_code == 2 and not (tmp_path / "b").exists()

@@ -100,6 +100,8 @@ def prepared(tmp_path_factory):
             ("bad_json", lambda d: (d / "model.json").write_text("{\"format\": ")),
             ("edited_json", lambda d: (d / "model.json").write_text(
                 (d / "model.json").read_text().replace('"graph"', '"grahp"'))),
+            ("edited_scale", lambda d: (d / "model.json").write_text(
+                (d / "model.json").read_text().replace('"scale": 0.', '"scale": 1.', 1))),
             ("edited_seg", lambda d: (d / "seg0.hex").write_text(
                 "0" * 31 + "1\n" + (d / "seg0.hex").read_text()[33:]))):
         shutil.copytree(ws / "compiled", ws / name)
@@ -187,6 +189,7 @@ ROWS = [
     ("run-bad-json", "run {ws}/bad_json"),
     ("run-edited-json", "run {ws}/edited_json"),
     ("run-edited-seg", "run {ws}/edited_seg"),
+    ("run-edited-scale", "run {ws}/edited_scale"),
     ("run-not-compiled", "run {ws}/userdir"),
     ("run-out-user-file", "run {ws}/compiled --out {ws}/sentinel.txt"),
     ("run-out-dir", "run {ws}/compiled --out {ws}/userdir"),

@@ -142,10 +142,29 @@ def argmax_output(rng):
         [1, 16], [1], [_w(rng, "w", 10, 16)], y_type=TensorProto.INT64)
 
 
+def dynamic_batch(rng):
+    """A classifier exported with a symbolic batch dimension ``N`` (``--batch`` sets it)."""
+    g = helper.make_graph([
+        _conv("c1", "x", "w1", "a", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"]), helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "w2"], ["z"], transB=1), helper.make_node("Softmax", ["z"], ["y"])],
+        "dynamic_batch", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])],
+        [_w(rng, "w1", 8, 3, 3, 3), _w(rng, "w2", 5, 8)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
 MODELS = {f.__name__: f for f in (sigmoid_tanh, resize_upsample, layernorm_softmax,
                                    transpose_gather_slice, batch_mlp, batch_cnn, depthwise_relu6,
                                    grouped_conv, global_pool_large, argmax_output)}
 
 
+#: models that need an option to compile (not in the fixed-shape suite)
+OTHERS = {"dynamic_batch": dynamic_batch}
+
+
 def build(name: str, seed: int = 0) -> onnx.ModelProto:
-    return MODELS[name](np.random.default_rng(seed))
+    return {**MODELS, **OTHERS}[name](np.random.default_rng(seed))

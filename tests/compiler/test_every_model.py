@@ -87,3 +87,13 @@ def test_dispatch_modes_give_the_same_bits(overlap):
     assert d["inputs"] == 4 and d["busy_seconds"]["core"] > 0 and d["busy_seconds"]["host"] > 0
     for r in reports:  # every input went through every segment, in order
         assert [s["segment"] for s in r.segments] == [0, 1, 2]
+
+
+def test_symbolic_batch_takes_the_batch_option():
+    m = every_model.build("dynamic_batch")
+    c = compile_model(m, CompileOptions(config=TEST_CORE, batch=4))
+    assert c.graph.tensor("x").shape == (4, 3, 10, 10) and c.report["ops_on_host"] == 1
+    xs = [np.random.default_rng(k).standard_normal((4, 3, 10, 10)).astype(np.float32) for k in range(2)]
+    agree = check.compare(c, xs, runtime.run_batch(c, xs))
+    assert agree.bit_exact == 2 and agree.images == 8, agree.to_dict()
+    assert agree.top1_agree >= 6
