@@ -89,7 +89,11 @@ def codegen_mesh(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bo
                 seg.receive_inputs(n, part)
                 ctx = kernels.LayerContext(seg.em[part.core], layer, f"{k}:{n.name}@{part.core[0]}_{part.core[1]}",
                                            dense, n.meta.get("neurons"), shared=seg.shared)
-                st = emit_layer(ctx, g, n, layouts, part)
+                if part.kind == "batch":  # whole layer, image by image
+                    for b in range(part.lo, part.hi):
+                        st = emit_layer(ctx, g, n, layouts, image=b)
+                else:
+                    st = emit_layer(ctx, g, n, layouts, part)
                 stats.setdefault(n.name, {**st, "split": n.meta["split"],
                                           "parts": [p.to_dict() for p in n.meta["parts"]]})
                 seg.send_output(n, part)
@@ -120,6 +124,8 @@ class TransferPlan:
         r = self.root[n.outputs[0]]
         L = self.layouts[r]
         Y = self.layouts[n.outputs[0]]
+        if part.kind == "batch":
+            return self._batch_sends(r, L, part)
         need: dict[Coord, tuple[int, int]] = {}
         for c, idx in self.readers.get(r, []):
             for cp in c.meta["parts"]:
@@ -146,6 +152,24 @@ class TransferPlan:
                 out.append(Transfer(r, part.core, dst, [], [(row0 + ra * L.row, row0 + rb * L.row)],
                                     flag=True))
         return out
+
+
+    def _batch_sends(self, r: str, L: TensorLayout, part: Part) -> list[Transfer]:
+        """A batch part's images other cores read (only when their blocks differ): a flag
+        covering those images in shared memory."""
+        need: dict[Coord, tuple[int, int]] = {}
+        for c, idx in self.readers.get(r, []):
+            for cp in c.meta["parts"]:
+                if cp.core == part.core:
+                    continue
+                lo, hi = (cp.lo, cp.hi) if cp.kind == "batch" else (0, L.n)
+                lo, hi = max(lo, part.lo), min(hi, part.hi)
+                if lo < hi:
+                    old = need.get(cp.core)
+                    need[cp.core] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+        first = L.base - L.pad_h * L.row - L.pad_w * L.pixel  # image 0's first byte, halo included
+        return [Transfer(r, part.core, dst, [], [(first + a * L.image, first + b * L.image)], flag=True)
+                for dst, (a, b) in sorted(need.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
 
 
 class _Segment:

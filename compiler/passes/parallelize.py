@@ -12,6 +12,8 @@ number of cores and why).  The split follows seed 002's rules (``docs/compiler.m
 * **channels** - fully connected layers: each core computes a block of output channels and
   holds only that slice of the weights; the outputs are exchanged.  Blocks are multiples of
   ``max(8, lanes)`` channels (remote writes start 8-aligned).
+* **batch** - any layer of a batch (N > 1): each core runs the whole layer on its block of
+  images; every layer uses the same blocks, so activations stay where they are made.
 * **whole** - a layer that reduces over H and W (global pooling) or is too small to split
   runs on one core; the cores take such layers in turn.
 
@@ -44,7 +46,8 @@ VIEW_OPS = ("Concat", "Flatten", "Reshape")
 @dataclass(frozen=True)
 class Part:
     """A core's share of a layer: output rows (``kind == "rows"``), output channels
-    (``"channels"``) or all of it (``"whole"``, ``lo``/``hi`` the rows) in [lo, hi)."""
+    (``"channels"``), images of a batch (``"batch"``) or all of it (``"whole"``,
+    ``lo``/``hi`` the rows) in [lo, hi)."""
 
     core: Coord
     kind: str
@@ -95,11 +98,13 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             continue
         y = g.tensor(n.outputs[0]).shape
         if y is not None and len(y) in (2, 4) and y[0] != 1:
-            raise CompileError(f"{n.where()}: a batch of {y[0]} on a tiled array is not "
-                               "supported (the array splits one image across its cores); "
-                               "compile with --mesh 1x1, which runs the batch image by image, "
-                               "or with batch 1")
-        if n.op in MATRIX_OPS and "q" in n.meta and split == "auto":
+            # a batch: data parallel, each core whole layers on its block of images (the
+            # same blocks in every layer, so no activation moves between cores)
+            ranges = blocks(y[0], len(cores))
+            kind = "batch"
+            why = f"batch (N) of {y[0]} images in blocks" + (
+                f"; {y[0]} images use {len(ranges)} of {len(cores)} cores" if len(ranges) < len(cores) else "")
+        elif n.op in MATRIX_OPS and "q" in n.meta and split == "auto":
             kind, ranges, why = _cheapest(g, n, config, len(cores), unit)
         elif n.op in MATRIX_OPS and (split == "channels" or n.op != "Conv"):
             f = n.meta["q"]["w"].shape[0] if "q" in n.meta else g.tensor(n.outputs[0]).shape[1]
@@ -118,7 +123,7 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             oh = _out_rows(g, n)
             ranges = [(0, oh)]
             kind, why = "whole", f"{n.op} reduces over H and W: one core"
-        if len(ranges) == 1:
+        if len(ranges) == 1 and kind != "batch":
             start = turn
             turn = (turn + 1) % len(cores)
             kind = "whole"

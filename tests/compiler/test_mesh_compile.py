@@ -138,3 +138,21 @@ def test_local_memory_too_small_falls_back_to_shared_memory():
     big = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5, mesh=(2, 2)))
     assert len(c.report["mesh"]["local_tensors"]) < len(big.report["mesh"]["local_tensors"])
     _run(c, inputs(m, 1))
+
+
+@pytest.mark.parametrize("mesh", [(2, 2), (3, 1)])
+def test_a_batch_is_split_by_images_across_the_array(mesh):
+    """Seed 002's batch (N) split: each core runs whole layers on its block of images; the
+    race and deadlock checks pass, the result is the single core's, and the array is faster."""
+    from .every_model import build
+
+    m = build("batch_cnn")
+    xs = [np.random.default_rng(k).standard_normal((3, 3, 8, 8)).astype(np.float32) for k in range(2)]
+    one = compile_model(m, CompileOptions(config=TEST_CORE))
+    arr = compile_model(m, CompileOptions(config=TEST_CORE, mesh=mesh))
+    splits = {n.name: n.meta["split"] for n in arr.graph.nodes if "split" in n.meta}
+    assert splits and all(s["kind"] == "batch" and s["cores"] == 3 for s in splits.values())
+    r1, ra = _run(one, xs), _run(arr, xs)
+    for a, b in zip(r1, ra):
+        np.testing.assert_array_equal(a.outputs_int8["y"], b.outputs_int8["y"])
+    assert ra[0].core_cycles < 0.6 * r1[0].core_cycles
