@@ -99,6 +99,8 @@ DIR_MANIFESTS = {
     "compiled model": ("model.json", "snpu-model/"),
     "simulation output": ("outputs.json", "snpu-sim-out/"),
     "mesh program": ("manifest.json", "snpu-mesh-program"),
+    "regression results": ("results.json", "snpu-regress/"),
+    "sweep results": ("results.json", "snpu-sweep/"),
 }
 
 FILE_KINDS: dict[str, Callable[[Path], bool]] = {

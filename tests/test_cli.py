@@ -279,3 +279,23 @@ def test_compile_a_dynamic_batch_model_with_batch_and_run_it(cli, tmp_path):
     r = CliRunner().invoke(main, ["compile", str(tmp_path / "dyn.onnx"), "-o", str(tmp_path / "b"),
                                   "--batch", "0"])
     assert r.exit_code == 2 and not (tmp_path / "b").exists()
+
+
+def test_regress_and_sweep_on_a_local_cluster(cli, tmp_path):
+    """`snpu regress` / `snpu sweep` end to end on 2 local workers; a rerun comes from the
+    result cache."""
+    import json
+
+    r = cli("regress", "--programs", "6", "--workers", "2", "--chunk", "2", "-o", tmp_path / "reg")
+    assert r.exit_code == 0, r.output
+    assert "6 passed, 0 failed (0 from the cache)" in r.output
+    res = json.loads((tmp_path / "reg" / "results.json").read_text())
+    assert res["programs"] == 6 and (tmp_path / "reg" / "junit.xml").exists()
+    r = cli("regress", "--programs", "6", "--workers", "2", "--chunk", "2", "-o", tmp_path / "reg")
+    assert "(6 from the cache)" in r.output
+    r = cli("sweep", "--vary", "lanes=1,4", "--densities", "0.2,1", "--formats", "direct",
+            "--fc", "64x8x2", "--workers", "2", "-o", tmp_path / "sw")
+    assert r.exit_code == 0, r.output
+    assert "4 points over 2 configuration(s)" in r.output
+    for f in ("results.csv", "results.json", "speedup.png", "report.html"):
+        assert (tmp_path / "sw" / f).stat().st_size > 0

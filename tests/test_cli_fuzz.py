@@ -209,6 +209,17 @@ ROWS = [
     ("map-bad-mesh", "map {ws}/store.zip -o {ws}/m.npz --mesh 2by2"),
     ("map-bad-unusable", "map {ws}/store.zip -o {ws}/m.npz --unusable 1"),
     ("map-not-store", "map {ws}/sentinel.txt -o {ws}/m.npz"),
+    # regress and sweep
+    ("regress-bad-kind", "regress --kinds matmul -o {ws}/reg"),
+    ("regress-mesh-kind", "regress --kinds fc --mesh 2x2 -o {ws}/reg"),
+    ("regress-bad-mesh", "regress --mesh 2by2 -o {ws}/reg"),
+    ("regress-out-user-file", "regress --programs 1 -o {ws}/sentinel.txt"),
+    ("regress-out-userdir", "regress --programs 1 -o {ws}/userdir"),
+    ("sweep-bad-field", "sweep --vary lane=1,2 -o {ws}/sw"),
+    ("sweep-bad-value", "sweep --vary lanes=one -o {ws}/sw"),
+    ("sweep-bad-density", "sweep --densities 0,2 -o {ws}/sw"),
+    ("sweep-bad-format", "sweep --formats bitmap -o {ws}/sw"),
+    ("sweep-bad-fc", "sweep --fc 64x8 -o {ws}/sw"),
 ]
 
 
