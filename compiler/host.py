@@ -137,11 +137,11 @@ class HostProgram:
 
     def run(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``values``: every input by name -> every output by name."""
+        from onnx import helper
+
         self.prepare()
         feeds = {}
         for i, meta in zip(self.inputs, self._model.graph.input):
-            from onnx import helper
-
             want = helper.tensor_dtype_to_np_dtype(meta.type.tensor_type.elem_type)
             feeds[i] = np.ascontiguousarray(np.asarray(values[i]).astype(want, copy=False))
         try:

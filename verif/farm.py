@@ -85,7 +85,7 @@ def connect(scheduler: str | None = None, workers: int | None = None, timeout: f
                             f"{str(e).splitlines()[0] if str(e) else 'no answer'})") from None
     n = workers or os.cpu_count() or 1
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                           dashboard_address=None, silence_logs=40)
+                           dashboard_address=":0", silence_logs=40)
     return Client(cluster)
 
 

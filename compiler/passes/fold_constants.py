@@ -11,13 +11,16 @@ from snpu.errors import CompileError
 
 from .. import ops
 from ..ir import Graph
-from .infer_shapes import infer_shapes
+from .infer_shapes import infer_node
 
 
 def fold_constants(graph: Graph) -> Graph:
-    g = infer_shapes(graph)
+    """Node by node in program order: its shapes first (a target shape computed from
+    ``Shape`` is folded by the time its Reshape is reached), then folded if constant."""
+    g = graph.copy()
     keep = []
     for n in g.nodes:
+        infer_node(g, n)
         if n.op == "Shape" and g.tensor(n.inputs[0]).shape is not None:
             value = np.array(g.tensor(n.inputs[0]).shape, np.int64)
             _set(g, n.outputs[0], value)

@@ -157,7 +157,42 @@ def dynamic_batch(rng):
     return m
 
 
-MODELS = {f.__name__: f for f in (sigmoid_tanh, resize_upsample, layernorm_softmax,
+def lstm_head(rng):
+    """An LSTM over a 5-step sequence (host), its last hidden state into a Gemm (core)."""
+    return _model("lstm_head", [
+        helper.make_node("LSTM", ["x", "W", "R"], ["seq", "h"], hidden_size=16),
+        helper.make_node("Squeeze", ["h", "axes"], ["hs"]),
+        helper.make_node("Gemm", ["hs", "w2"], ["z"], transB=1), helper.make_node("Relu", ["z"], ["y"])],
+        [5, 1, 8], [1, 10], [_w(rng, "W", 1, 64, 8), _w(rng, "R", 1, 64, 16), _w(rng, "w2", 10, 16),
+                             _c("axes", [0], np.int64)], opset=14)
+
+
+def attention(rng):
+    """Self-attention: projections on the core (a batch of 6 tokens), scores / Softmax /
+    weighted sum on the host (MatMul of two activations), a Reshape whose target is computed
+    by Shape (folded), the output projection on the core."""
+    return _model("attention", [
+        helper.make_node("Gemm", ["x", "wq"], ["q"], transB=1),
+        helper.make_node("Gemm", ["x", "wk"], ["k"], transB=1),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[1, 0]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Softmax", ["s"], ["p"]),
+        helper.make_node("MatMul", ["p", "x"], ["o"]), helper.make_node("Shape", ["o"], ["sh"]),
+        helper.make_node("Reshape", ["o", "sh"], ["o2"]),
+        helper.make_node("Gemm", ["o2", "wo"], ["y"], transB=1)],
+        [6, 16], [6, 4], [_w(rng, "wq", 16, 16), _w(rng, "wk", 16, 16), _w(rng, "wo", 4, 16)])
+
+
+def where_gate(rng):
+    """Boolean tensors on the host: Where(conv > 0, conv, -conv) between two convolutions."""
+    return _model("where_gate", [
+        _conv("c1", "x", "w1", "c", pads=[1, 1, 1, 1]),
+        helper.make_node("Greater", ["c", "zero"], ["m"]), helper.make_node("Neg", ["c"], ["n"]),
+        helper.make_node("Where", ["m", "c", "n"], ["a"]), _conv("c2", "a", "w2", "y")],
+        [1, 3, 8, 8], [1, 4, 6, 6], [_w(rng, "w1", 8, 3, 3, 3), _w(rng, "w2", 4, 8, 3, 3),
+                                     _c("zero", 0.0)])
+
+
+MODELS = {f.__name__: f for f in (lstm_head, attention, where_gate, sigmoid_tanh, resize_upsample, layernorm_softmax,
                                    transpose_gather_slice, batch_mlp, batch_cnn, depthwise_relu6,
                                    grouped_conv, global_pool_large, argmax_output)}
 

@@ -13,6 +13,8 @@ from .models import TEST_CORE
 
 #: what each model must put on the host (everything else runs on the core)
 HOST_OPS = {
+    "lstm_head": ["LSTM", "Squeeze"], "attention": ["MatMul", "Softmax", "Transpose"],
+    "where_gate": ["Greater", "Neg", "Where"],
     "sigmoid_tanh": ["HardSigmoid", "LeakyRelu", "Sigmoid", "Tanh"],
     "resize_upsample": ["Resize"],
     "layernorm_softmax": ["LayerNormalization", "Softmax"],
