@@ -82,6 +82,13 @@ def load_onnx(model, *, name: str | None = None, batch: int = 1) -> Graph:
                 v = v.decode()
             attrs[a.name] = v
         node = Node(n.name or f"{n.op_type}_{k}", n.op_type, list(n.input), list(n.output), attrs)
+        for key, v in attrs.items():
+            outer = _captured(v) if isinstance(v, onnx.GraphProto) else []
+            if outer:
+                raise CompileError(f"{name}: {node.where()}: its {key} reads {outer[0]!r} from the "
+                                   "enclosing graph; control-flow operators that capture outer "
+                                   "values are not supported (export the model without them, "
+                                   "e.g. with constant folding of the condition)")
         node.meta["opset"] = opset
         if n.op_type not in ops.REGISTRY and not onnx_ops.is_onnx_op(n.op_type, opset):
             raise CompileError(f"{name}: {node.where()}: {n.op_type} is not an operator of the "
@@ -100,6 +107,18 @@ def load_onnx(model, *, name: str | None = None, batch: int = 1) -> Graph:
     graph.check()
     graph.toposort()
     return graph
+
+
+def _captured(sub) -> list[str]:
+    """Names a subgraph reads that it neither defines nor receives (outer-scope values)."""
+    known = {i.name for i in sub.input} | {i.name for i in sub.initializer}
+    outer = []
+    for n in sub.node:
+        for i in n.input:
+            if i and i not in known and i not in outer:
+                outer.append(i)
+        known.update(o for o in n.output if o)
+    return outer
 
 
 def input_arrays(graph: Graph, arrays: dict | np.ndarray | None) -> dict[str, np.ndarray]:

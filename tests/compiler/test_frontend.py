@@ -111,3 +111,18 @@ def test_non_float32_models_and_empty_graphs_are_refused():
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])]))
     with pytest.raises(CompileError, match="nothing: the graph has no nodes"):
         load_onnx(empty)
+
+
+def test_control_flow_capturing_outer_values_is_named():
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 4])])
+    node = helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then_g, else_branch=then_g)
+    g = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                           helper.make_node("Greater", ["s", "z"], ["c"]), node], "m",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor("z", TensorProto.FLOAT, [], [0.0])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(CompileError, match=r"'branch' \(If\): its \w+_branch reads 'x' from the "
+                                           r"enclosing graph"):
+        load_onnx(m)
