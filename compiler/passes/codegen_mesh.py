@@ -40,7 +40,7 @@ from snpu.verif.program import Program
 from .. import kernels
 from ..emit import Kernels
 from ..ir import Graph
-from ..memory import TensorLayout, view_source
+from ..memory import TensorLayout
 from .codegen import emit_layer
 from .parallelize import VIEW_OPS, Part, input_rows
 from .reroll import reroll
