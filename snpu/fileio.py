@@ -14,6 +14,16 @@ import tempfile
 from pathlib import Path
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: the process's umask, read once (reading it means setting it, which is not thread-safe)
+_UMASK = _read_umask()
+
+
 def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
     """Write ``data`` to ``path`` through a temporary file beside it and a rename."""
     path = Path(path)
@@ -24,6 +34,7 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600: give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -38,7 +49,9 @@ def temp_dir_beside(path: str | os.PathLike) -> Path:
     """A new empty directory next to ``path`` (same filesystem, so it can be renamed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp.chmod(0o777 & ~_UMASK)  # mkdtemp makes 0700: give the usual permissions
+    return tmp
 
 
 def replace_dir(tmp: Path, path: Path) -> Path:
