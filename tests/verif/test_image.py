@@ -108,12 +108,8 @@ def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
 def test_outputs_get_the_usual_permissions(tmp_path):
     """Temporary files and directories are private (0600 / 0700); what replaces the output
     gets the permissions of any new file under the umask."""
-    import os
-
     from snpu import fileio
 
-    mask = os.umask(0o022)
-    os.umask(mask)
     f = fileio.atomic_write(tmp_path / "out.bin", b"x")
     d = fileio.temp_dir_beside(tmp_path / "dir")
     assert f.stat().st_mode & 0o777 == 0o666 & ~fileio._UMASK
