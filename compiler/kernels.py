@@ -501,56 +501,63 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
     return {"groups_per_row": -(-ow // G)}
 
 
-def _pool_bands(h: int, w: int, c: int, P: int, acc: int, max_chunk: int) -> tuple[int, int]:
-    """(channels per chunk, rows per band) of a global pooling: the whole map of the
-    largest channel chunk when it fits half the accumulators, else bands of rows whose sums
-    are kept as partials and summed at the end (fewest instructions: largest chunk x band).
-    (0, 0) if not even one row of ``P`` channels fits."""
+def _pool_tiles(h: int, w: int, c: int, P: int, acc: int, max_chunk: int) -> tuple[int, int, int]:
+    """(channels per chunk, rows, columns) of a global pooling's tiles: the whole map of the
+    largest channel chunk when it fits half the accumulators, else tiles of rows x columns
+    summed into a running total (a tile, its sum and two totals must fit; fewest
+    instructions: the largest chunk x tile).  (0, 0, 0) if not even one pixel fits."""
     whole = min(_r(c, P), max_chunk, (acc // (h * w + 1)) // P * P)
     if whole >= P:
-        return whole, h
-    best = (0, 0)
+        return whole, h, w
+    best = (0, 0, 0)
     for cc in range(P, min(_r(c, P), max_chunk) + 1, P):
-        r = max((r for r in range(1, h + 1) if (r * w + -(-h // r) + 1) * cc <= acc), default=0)
-        if r and cc * r > best[0] * best[1]:
-            best = (cc, r)
+        room = acc // cc - 3  # pixels of a tile beside its sum and the two totals
+        if room < 1:
+            break
+        cw = min(w, room)
+        rr = min(h, room // cw)
+        if cc * rr * cw > best[0] * best[1] * best[2]:
+            best = (cc, rr, cw)
     return best
 
 
 def global_pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> dict:
-    """Global average pooling: per channel chunk, the map (or band by band, each band's
-    sum kept as a partial, then the partials summed) loaded into the accumulators, summed
-    by ``vred`` in int32 and requantised by the divisor H*W."""
+    """Global average pooling (and an AveragePool whose window is the whole map): per
+    channel chunk, the map -- or tile by tile, each tile's sum added to a running total
+    that alternates between two slots (``vew``) -- loaded into the accumulators, summed by
+    ``vred`` in int32 and requantised by the divisor H*W."""
     k, P = ctx.k, ctx.cfg.lanes
     q = node.meta["q"]
     d = X.h * X.w
     mult, shift = q["by_divisor"][d]
     c = X.c
-    cc, r = _pool_bands(X.h, X.w, c, P, ctx.acc_half, ctx.param_half * P)
+    cc, rr, cw = _pool_tiles(X.h, X.w, c, P, ctx.acc_half, ctx.param_half * P)
     if not cc:
-        raise CompileError(f"{node.where()}: one {X.w}-pixel row of {P} channels does not fit "
+        raise CompileError(f"{node.where()}: one pixel of {P} channels and its sums do not fit "
                            "half the accumulators")
     row = ctx.load_params([(np.zeros(cc), np.full(cc, mult), np.full(cc, shift))])[0]
-    bands = [(y0, min(r, X.h - y0)) for y0 in range(0, X.h, r)]
-    B = len(bands)
+    tiles = [(y0, min(rr, X.h - y0), x0, min(cw, X.w - x0))
+             for y0 in range(0, X.h, rr) for x0 in range(0, X.w, cw)]
     for c0 in range(0, c, cc):
         n = min(cc, c - c0)
         ncp = _r(n, P)
         half = ctx.alternate()
         ab, ob = half * ctx.acc_half, half * ctx.ob_half
-        partials = ab + r * X.w * ncp
-        out = partials + (B * ncp if B > 1 else 0)
-        for b, (y0, rows) in enumerate(bands):
-            k.ld("acc", X.addr(y0, 0, c0), ab, n, X.w, rows, ext_stride=X.pixel, dst_stride=ncp,
-                 ext_stride3=X.row, dst_stride3=X.w * ncp)
-            k.vred("sum", out if B == 1 else partials + b * ncp, ab, 1, ncp // P, X.w, rows,
-                   src_stride=0, dst_stride=0, k1_stride=ncp, k2_stride=X.w * ncp)
-        if B > 1:
-            k.vred("sum", out, partials, 1, ncp // P, B, 1, src_stride=0, dst_stride=0,
-                   k1_stride=ncp, k2_stride=B * ncp)
-        k.req(ob, out, row, 1, ncp // P, int(q["relu"]), src_stride=0, dst_stride=0)
+        total = [ab + rr * cw * ncp, ab + rr * cw * ncp + ncp]  # the running total's two slots
+        part = ab + rr * cw * ncp + 2 * ncp                       # one tile's sum
+        cur = 0
+        for t, (y0, rows, x0, cols) in enumerate(tiles):
+            k.ld("acc", X.addr(y0, x0, c0), ab, n, cols, rows, ext_stride=X.pixel,
+                 dst_stride=ncp, ext_stride3=X.row, dst_stride3=cols * ncp)
+            k.vred("sum", total[0] if t == 0 else part, ab, 1, ncp // P, cols, rows,
+                   src_stride=0, dst_stride=0, k1_stride=ncp, k2_stride=cols * ncp)
+            if t > 0:
+                k.vew(total[1 - cur], total[cur], part, 1, ncp // P, 1, 1,
+                      a_stride=0, b_stride=0, dst_stride=0)
+                cur = 1 - cur
+        k.req(ob, total[cur], row, 1, ncp // P, int(q["relu"]), src_stride=0, dst_stride=0)
         k.st(ob, Y.addr(0, 0, c0), n)
-    return {"channel_chunk": cc, "row_bands": B}
+    return {"channel_chunk": cc, "tiles": len(tiles)}
 
 
 def _pixel_groups(X: TensorLayout, per: int, rows: tuple[int, int] | None = None):

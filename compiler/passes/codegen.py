@@ -61,6 +61,14 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
     return g
 
 
+def _whole_map(n, X) -> bool:
+    """Is this pooling window the whole (unpadded) map, one output pixel?"""
+    from ..ops import pool_geometry
+
+    kh, kw, _, _, pads, oh, ow = pool_geometry(n, (1, X.c, X.h, X.w))
+    return (kh, kw) == (X.h, X.w) and not any(pads) and (oh, ow) == (1, 1)
+
+
 def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None,
                image: int = 0) -> dict:
     """Emit node ``n``'s kernel (all of it, or ``part``: a
@@ -80,6 +88,8 @@ def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None,
             return kernels.conv(ctx, n, X, Y, rows, channels)
         if n.op in ("Gemm", "MatMul"):
             return kernels.fc(ctx, n, X, Y, channels)
+        if n.op == "AveragePool" and _whole_map(n, X) and rows is None:
+            return kernels.global_pool(ctx, n, X, Y)  # the same sum and divisor
         if n.op in ("MaxPool", "AveragePool"):
             return kernels.pool(ctx, n, X, Y, rows)
         if n.op == "GlobalAveragePool":

@@ -125,13 +125,24 @@ def grouped_conv(rng):
 
 def global_pool_large(rng):
     """Global average pooling over a 48x48 map: more than half the accumulators hold, so
-    the kernel sums it band by band."""
+    the kernel sums it tile by tile into a running total."""
     return _model("global_pool_large", [
         _conv("c1", "x", "w1", "a", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["r"]),
         helper.make_node("GlobalAveragePool", ["r"], ["p"]),
         helper.make_node("Flatten", ["p"], ["f"]),
         helper.make_node("Gemm", ["f", "w2"], ["y"], transB=1)],
         [1, 3, 48, 48], [1, 5], [_w(rng, "w1", 8, 3, 3, 3), _w(rng, "w2", 5, 8)])
+
+
+def avgpool_whole_map(rng):
+    """ResNet's head: an AveragePool whose window is the whole 12x12 map (more than the
+    accumulators hold), run as global pooling tile by tile."""
+    return _model("avgpool_whole_map", [
+        _conv("c1", "x", "w1", "a", pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("AveragePool", ["r"], ["p"], kernel_shape=[12, 12]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "w2"], ["y"], transB=1)],
+        [1, 3, 12, 12], [1, 5], [_w(rng, "w1", 16, 3, 3, 3), _w(rng, "w2", 5, 16)])
 
 
 def argmax_output(rng):
@@ -194,7 +205,8 @@ def where_gate(rng):
 
 MODELS = {f.__name__: f for f in (lstm_head, attention, where_gate, sigmoid_tanh, resize_upsample, layernorm_softmax,
                                    transpose_gather_slice, batch_mlp, batch_cnn, depthwise_relu6,
-                                   grouped_conv, global_pool_large, argmax_output)}
+                                   grouped_conv, global_pool_large, avgpool_whole_map,
+                                   argmax_output)}
 
 
 #: models that need an option to compile (not in the fixed-shape suite)

@@ -20,7 +20,7 @@ HOST_OPS = {
     "layernorm_softmax": ["LayerNormalization", "Softmax"],
     "transpose_gather_slice": ["Einsum", "Gather", "Pad", "Slice", "Split", "Transpose"],
     "batch_mlp": [], "batch_cnn": [], "depthwise_relu6": [], "grouped_conv": [],
-    "global_pool_large": [], "argmax_output": ["ArgMax"],
+    "global_pool_large": [], "avgpool_whole_map": [], "argmax_output": ["ArgMax"],
 }
 
 

@@ -105,11 +105,11 @@ def test_neuron_settings_on_the_rtl(setting):
 
 
 @pytest.mark.parametrize("name", ["batch_cnn", "depthwise_relu6", "global_pool_large",
-                                  "sigmoid_tanh"])
+                                  "avgpool_whole_map", "sigmoid_tanh"])
 def test_ordinary_models_on_the_rtl(name):
     """Issue 14's models through the RTL: a batch as an image loop, ReLU6 by the scale,
-    global pooling band by band, and host activations on onnxruntime between core
-    segments."""
+    global pooling (and an AveragePool over the whole map) tile by tile into a running
+    total, and host activations on onnxruntime between core segments."""
     from ..compiler import every_model
 
     m = every_model.build(name)
