@@ -112,7 +112,8 @@ def regress_(programs, kinds, mesh, rtl, seed_start, chunk, stall, output, core,
         with _bar(f"{programs} programs") as tick:
             outcome = farm.run_tasks(client, "regress", regress.run_chunk, specs,
                                      farm.ResultCache(out / "cache"),
-                                     progress=lambda d, t: tick(d * chunk, t * chunk))
+                                     progress=lambda d, t: tick(d * chunk, t * chunk),
+                                     code=regress.CODE)
     finally:
         farm.close(client)
     rows = regress.flatten(outcome.results)
@@ -178,6 +179,7 @@ def sweep_(vary, densities, neuron_densities, formats, models, fc_shape, rtl_sam
            device, output, core, scheduler, workers, force, **params):
     """Golden (and sampled RTL) cycles over configurations, models, densities and index
     formats, with synthesis per configuration; a table, plots and an HTML page."""
+    from . import sweep_report
     from .verif import farm
     from .verif.tb import sweep
 
@@ -197,20 +199,22 @@ def sweep_(vary, densities, neuron_densities, formats, models, fc_shape, rtl_sam
     client = _connect(scheduler, workers)
     try:
         with _bar(f"{len(specs)} points") as tick:
-            outcome = farm.run_tasks(client, "sweep", sweep.run_point, specs, cache, progress=tick)
+            outcome = farm.run_tasks(client, "sweep", sweep.run_point, specs, cache,
+                                     progress=tick, code=sweep.POINT_CODE)
         synth_res = {}
         if synth:
             sspecs = [{"config": c.to_dict(), "device": device} for c in cfgs]
             with _bar(f"synthesis of {len(sspecs)} configurations") as tick:
-                so = farm.run_tasks(client, "synth", sweep.synth_point, sspecs, cache, progress=tick)
+                so = farm.run_tasks(client, "synth", sweep.synth_point, sspecs, cache,
+                                    progress=tick, code=sweep.SYNTH_CODE)
             synth_res = {json.dumps(s["config"], sort_keys=True): r for s, r in zip(sspecs, so.results)}
     finally:
         farm.close(client)
-    table = sweep.table(specs, outcome.results, synth_res, list(varied))
+    table = sweep_report.table(specs, outcome.results, synth_res, list(varied))
     meta = {"format": SWEEP_FORMAT, "status": "done", "points": len(specs),
             "configurations": len(cfgs), "varied": {k: v for k, v in varied.items()},
             "from_cache": outcome.cached, "wall_seconds": round(time.time() - t0, 2)}
-    sweep.write_report(out, table, sweep.plots(table, list(varied)), meta)
+    sweep_report.write_report(out, table, sweep_report.plots(table, list(varied)), meta)
     bad = [r for r in table if r.get("problem")]
     click.echo(f"{len(specs)} points over {len(cfgs)} configuration(s) ({outcome.cached} from "
                f"the cache, {len(bad)} with a problem); {meta['wall_seconds']} s; "

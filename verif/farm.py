@@ -7,7 +7,7 @@ The engine behind ``snpu regress`` and ``snpu sweep``: a task is a JSON-able des
   worker process per core by default) or connects to a running scheduler by address
   (``tcp://HOST:PORT``, e.g. one dask-jobqueue started on SLURM).
 * **Resumable**: every result is stored in a :class:`ResultCache` under the sha256 of
-  (task kind, spec, code version) the moment it arrives, so a rerun of the same command
+  (task kind, spec, version of the code that decides it) the moment it arrives, so a rerun of the same command
   skips finished tasks and a crash loses only the tasks in flight.
 * **Robust**: tasks are submitted with retries; when a worker dies mid-run, the scheduler
   reruns its tasks elsewhere, and each task's result is collected exactly once.
@@ -34,12 +34,14 @@ class FarmError(SnpuError):
     """The cluster could not be reached or a task could not be run."""
 
 
-def code_version() -> str:
-    """sha256 over the package's source files (rtl, verif, compiler), 16 hex digits."""
+def code_version(paths: tuple[str, ...] = CODE_DIRS) -> str:
+    """sha256 over the source files under ``paths`` (folders or files of the package:
+    what decides a task's result), 16 hex digits."""
     h = hashlib.sha256()
     base = ROOT if (ROOT / "verif").is_dir() else Path(__file__).resolve().parent.parent
-    for d in CODE_DIRS:
-        for f in sorted((base / d).rglob("*.py")):
+    for d in paths:
+        files = [base / d] if (base / d).is_file() else sorted((base / d).rglob("*.py"))
+        for f in files:
             h.update(str(f.relative_to(base)).encode())
             h.update(f.read_bytes())
     return h.hexdigest()[:16]
@@ -108,10 +110,11 @@ class Outcome:
 
 def run_tasks(client, kind: str, fn: Callable[[dict], dict], specs: list[dict],
               cache: ResultCache | None, *, progress: Callable[[int, int], None] | None = None,
-              retries: int = 3) -> Outcome:
+              retries: int = 3, code: tuple[str, ...] = CODE_DIRS) -> Outcome:
     """Run ``fn(spec)`` for every spec on the cluster (``client`` None: in this process),
-    skipping specs whose result is cached; every result is cached as it arrives."""
-    version = code_version()
+    skipping specs whose result is cached; every result is cached as it arrives.  ``code``:
+    the package folders / files whose source keys the cache (:func:`code_version`)."""
+    version = code_version(code)
     keys = [task_key(kind, s, version) for s in specs]
     results: dict[int, dict] = {}
     for i, k in enumerate(keys):

@@ -32,6 +32,8 @@ from snpu.errors import SnpuError
 from . import meshgen, progen
 
 KINDS = tuple(progen.GENERATORS)
+#: the source that decides a program's result (the key of cached results)
+CODE = ("rtl", "verif")
 MESH_KINDS = meshgen.PATTERNS
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from snpu.errors import SnpuError
 from snpu.verif import farm, regress
+from snpu import sweep_report
 from snpu.verif.tb import sweep
 
 from ..compiler.models import TEST_CORE
@@ -73,21 +74,21 @@ def test_a_small_sweep_with_plots_and_a_page(client, tmp_path):
     specs = [s for s in specs if s["config"]["lanes"] == 4] + \
         [dict(s, rtl=False) for s in specs if s["config"]["lanes"] == 1]  # one RTL build
     out = farm.run_tasks(client, "sweep", sweep.run_point, specs, farm.ResultCache(tmp_path / "c"))
-    rows = sweep.table(specs, out.results, {}, list(vary))
+    rows = sweep_report.table(specs, out.results, {}, list(vary))
     assert len(rows) == 4 and not any(r["problem"] for r in rows), rows
     sparse = {(r["lanes"], r["w_density"]): r for r in rows}
     assert sparse[(4, 0.1)]["speedup"] > sparse[(4, 1.0)]["speedup"]
     assert all(sparse[(4, d)]["rtl_cycles"] > 0 for d in (0.1, 1.0))
-    images = sweep.plots(rows, list(vary))
+    images = sweep_report.plots(rows, list(vary))
     assert images["speedup"].startswith(b"\x89PNG") and "pareto" not in images
-    sweep.write_report(tmp_path / "out", rows, images, {"format": "snpu-sweep/1"})
+    sweep_report.write_report(tmp_path / "out", rows, images, {"format": "snpu-sweep/1"})
     page = (tmp_path / "out" / "report.html").read_text()
     assert "data:image/png;base64," in page and "<table>" in page
     assert json.loads((tmp_path / "out" / "results.json").read_text())["rows"] == rows
-    with_synth = sweep.table(specs, out.results, {json.dumps(s["config"], sort_keys=True):
+    with_synth = sweep_report.table(specs, out.results, {json.dumps(s["config"], sort_keys=True):
                                                   {"luts": 1000 * s["config"]["lanes"], "fmax_mhz": 50}
                                                   for s in specs}, list(vary))
-    assert sweep.plots(with_synth, list(vary))["pareto"].startswith(b"\x89PNG")
+    assert sweep_report.plots(with_synth, list(vary))["pareto"].startswith(b"\x89PNG")
 
 
 def test_a_failing_program_names_its_seed_replay_and_waveform(monkeypatch, tmp_path):
@@ -128,3 +129,14 @@ def test_bad_input_is_one_clear_error():
         sweep.parse_vary(["lanes=1,x"])
     with pytest.raises(SnpuError, match=r"index format 'bitmap'"):
         sweep.points([TEST_CORE], densities=[0.5], formats=["bitmap"])
+
+
+def test_cache_keys_follow_the_code_that_decides_the_result():
+    """A task's cache key covers the source that decides its result: a synthesis is keyed
+    by the RTL, not by the compiler; presentation (snpu/sweep_report.py) keys nothing."""
+    assert farm.code_version(sweep.SYNTH_CODE) == farm.code_version(("rtl", "verif/tb/synth.py"))
+    assert farm.code_version(sweep.SYNTH_CODE) != farm.code_version(sweep.POINT_CODE)
+    assert farm.code_version(regress.CODE) != farm.code_version(sweep.POINT_CODE)
+    spec = {"config": TEST_CORE.to_dict(), "device": "85k"}
+    assert farm.task_key("synth", spec, "a") != farm.task_key("synth", spec, "b")
+    assert farm.task_key("synth", spec, "a") == farm.task_key("synth", dict(spec), "a")
