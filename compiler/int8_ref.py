@@ -108,8 +108,8 @@ def run(g: Graph, inputs, *, keep: bool = False) -> dict[str, np.ndarray]:
     floats: dict[str, np.ndarray] = dict(input_arrays(g, inputs))  # host-side values
     ints: dict[str, np.ndarray] = {name: quantize_tensor(a, g.tensor(name).scale)
                                    for name, a in floats.items() if g.tensor(name).scale is not None}
-    segment_of = {v: k for k, names in enumerate(host_segments(g)) for v in names}
     segments = host_segments(g)
+    segment_of = {v: k for k, names in enumerate(segments) for v in names}
     done: set = set()
 
     def fetch(t):
