@@ -14,6 +14,7 @@ viewed tensor.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -91,12 +92,24 @@ class TensorLayout:
     def addr(self, y: int, x: int, ch: int = 0) -> int:
         return self.base + y * self.row + x * self.pixel + ch
 
+    def addresses(self) -> np.ndarray:
+        """Byte addresses of every element, [N, H, W, C]."""
+        return (self.base + np.arange(self.n)[:, None, None, None] * self.image
+                + np.arange(self.h)[None, :, None, None] * self.row
+                + np.arange(self.w)[None, None, :, None] * self.pixel
+                + np.arange(self.c)[None, None, None, :])
+
     @property
     def dense(self) -> bool:
         return self.pixel == self.c and self.row == self.w * self.c and not self.pad_h and not self.pad_w
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def channel_view(L: TensorLayout, lo: int, hi: int) -> TensorLayout:
+    """Channels [lo, hi) of ``L`` as a layout of their own (same pixels and rows)."""
+    return dataclasses.replace(L, base=L.base + lo, c=hi - lo)
 
 
 def batch_size(shape) -> int:

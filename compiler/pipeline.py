@@ -13,8 +13,12 @@
           -> neurons             (the sparse processing unit's threshold / group pruning of
                                   every core layer's input, neuron densities)
           -> [parallelize]       (a tiled array: each layer's parts on the cores)
+          -> split               (seed 002: operators whose operands exceed the on-chip
+                                  memory become pieces; one core)
           -> allocate            (activation layouts in external memory, and on an array in
                                   the cores' local memories)
+          -> [schedule]          (seed 002: key nodes, topological-order search on the cost
+                                  model; one core)
           -> [place_parts]       (a tiled array: the parts' cores placed by the seed-003
                                   mapper on the traffic between them)
           -> codegen             (kernels -> ROM segments re-rolled into hardware loops,
@@ -53,6 +57,8 @@ from .passes.partition import partition
 from .passes.prune import PruneOptions, prune
 from .passes.quantize import quantize
 from .passes.random_weights import random_weights
+from .passes.schedule import ScheduleOptions, schedule
+from .passes.split import split
 from .passes.remove_noops import remove_noops
 
 
@@ -77,6 +83,10 @@ class CompileOptions:
     split: str = "auto"                  #: array: auto (cost model) / rows / channels
     placement: str = "mapper"            #: array: mapper (seed 003) / row-major
     batch: int = 1                       #: the value of symbolic (dynamic) input dimensions
+    schedule: ScheduleOptions = field(default_factory=ScheduleOptions)  #: program order
+    #: split operators into pieces of at most this many operand bytes (None: the core's
+    #: on-chip memory; 0: no splitting)
+    split_threshold: int | None = None
 
     @property
     def array(self) -> bool:
@@ -110,7 +120,10 @@ def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> 
         ]
     else:
         passes += [
+            ("split", lambda g: split(g, options.config, options.split_threshold)),
             ("allocate", lambda g: allocate(g, image)),
+            ("schedule", lambda g: schedule(g, options.schedule, options.config, image,
+                                            options.dense)),
             ("codegen", lambda g: codegen(g, options.config, image, options.dense, options.loops)),
         ]
     return passes
@@ -196,6 +209,8 @@ def _report(g: Graph, options: CompileOptions, timings: dict, total: float) -> d
                           "dispatched_instructions": s["dispatched_instructions"],
                           **{k: s[k] for k in ("instructions_per_core", "noc") if k in s}}
                          if s["kind"] == "core" else {})} for s in g.meta["segments"]],
+        **({"schedule": g.meta["schedule"]} if "schedule" in g.meta else {}),
+        **({"split": g.meta["split"]} if "split" in g.meta else {}),
         **({"mesh": {**g.meta["mesh"], "local_tensors": g.meta.get("local", [])}}
            if "mesh" in g.meta else {}),
         "options": {"density": options.density, "group_size": options.group_size,

@@ -25,16 +25,9 @@ from .memory import TensorLayout
 from .passes.quantize import quantize_tensor
 
 
-def _addresses(L: TensorLayout) -> np.ndarray:
-    """Byte addresses of every element, [N, H, W, C]."""
-    return (L.base + np.arange(L.n)[:, None, None, None] * L.image
-            + np.arange(L.h)[None, :, None, None] * L.row
-            + np.arange(L.w)[None, None, :, None] * L.pixel + np.arange(L.c)[None, None, None, :])
-
-
 def read_tensor(image, L: TensorLayout, shape) -> np.ndarray:
     """int8 logical (NCHW, or [N, F] in C-H-W order for flattened views) values."""
-    nhwc_vals = image.data[_addresses(L)].view(np.int8)
+    nhwc_vals = image.data[L.addresses()].view(np.int8)
     return nhwc_vals.transpose(0, 3, 1, 2).reshape(shape)
 
 
@@ -42,7 +35,7 @@ def write_tensor(image, L: TensorLayout, value: np.ndarray) -> None:
     v = np.asarray(value, np.int8)
     if v.ndim != 4:
         v = v.reshape(L.n, -1, 1, 1)
-    image.data[_addresses(L)] = v.transpose(0, 2, 3, 1).view(np.uint8)
+    image.data[L.addresses()] = v.transpose(0, 2, 3, 1).view(np.uint8)
 
 
 @dataclass

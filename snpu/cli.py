@@ -416,6 +416,13 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None, f
 @click.option("--batch", type=click.IntRange(1, 4096), default=1, show_default=True,
               help="The batch size that symbolic (dynamic) input dimensions take; the core "
                    "runs a batch image by image.")
+@click.option("--schedule", "schedule_mode", type=click.Choice(["file", "search"]),
+              default="file", show_default=True,
+              help="Program order of each core subgraph: the ONNX file's, or the fastest "
+                   "topological order found by the cost model (seed 002; one core).")
+@click.option("--split-threshold", type=click.IntRange(0), default=None, metavar="BYTES",
+              help="Split operators whose operands (inputs, weights, outputs) exceed BYTES "
+                   "into pieces (seed 002); default: the core's on-chip memory; 0: never.")
 @click.option("--json", "as_json", is_flag=True, help="Print the compile report as JSON.")
 @_force_option
 def compile_(model: str, output: str, core: str | None, density: float, group_size: int,
@@ -424,13 +431,14 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
              calibration: str | None, calibration_count: int, dense: bool,
              neuron_threshold: int, neuron_groups: int, t3: int, t4: int, mixed_path: str,
              mesh: str, unusable: tuple, split: str, placement: str, batch: int,
-             as_json: bool, force: bool, **params) -> None:
+             schedule_mode: str, split_threshold: int | None, as_json: bool, force: bool, **params) -> None:
     """Compile an ONNX MODEL to ROM images and a memory image in OUTPUT.
 
     OUTPUT may be a new or empty directory or a previous compiled model (replaced
     atomically); anything else needs --force."""
     from .compiler.frontend import load_onnx
     from .compiler.passes.neurons import NeuronOptions
+    from .compiler.passes.schedule import ScheduleOptions
     from .compiler.pipeline import CompileOptions, compile_model
 
     from .verif.mesh_program import parse_mesh
@@ -449,7 +457,8 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
                           force_host=force_host, dense=dense,
                           neurons=NeuronOptions(neuron_threshold, neuron_groups, t3, t4, mixed_path),
                           mesh=size, unusable=broken, split=split, placement=placement,
-                          batch=batch)
+                          batch=batch, schedule=ScheduleOptions(mode=schedule_mode),
+                          split_threshold=split_threshold)
     with _progress("compiling", -1) as tick:
         compiled = compile_model(model, opts, progress=tick)
     compiled.save(output)
@@ -616,6 +625,16 @@ def _print_compile(r: dict, output: str) -> None:
     segs = ", ".join(f"{s['kind']} ({s['instructions']} instructions)" if s["kind"] == "core"
                      else f"host ({s['nodes']} nodes)" for s in r["segments"])
     click.echo(f"segments: {segs}")
+    split = r.get("split", {}).get("nodes", [])
+    if split:
+        click.echo(f"split by memory (pieces of <= {r['split']['threshold']} operand bytes): "
+                   + ", ".join(f"{s['node']} x{s['pieces']} ({'/'.join(s['dimensions'])})"
+                               for s in split))
+    for s in r.get("schedule", {}).get("subgraphs", []):
+        gain = 1 - s["chosen_cycles"] / s["file_cycles"] if s["file_cycles"] else 0.0
+        click.echo(f"schedule: subgraph {s['subgraph']}: {len(s['blocks'])} blocks searched, "
+                   f"estimated {s['file_cycles']} -> {s['chosen_cycles']} cycles "
+                   f"({100 * gain:.1f} % faster{'' if s['changed'] else ', file order kept'})")
     if "mesh" in r:
         w, h = r["mesh"]["shape"]
         noc = [s["noc"] for s in r["segments"] if "noc" in s]

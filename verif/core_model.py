@@ -134,6 +134,7 @@ class Machine:
         self.arrived = [0] * isa.NET_TAGS
         self.outbox: list[Packet] = []
         self.now = 0  #: the time the instruction being executed starts (set by the scheduler)
+        self.pc = 0  #: its ROM word (set by the scheduler)
         self.nbuf = np.zeros(c.nbuf_bytes, np.uint8)
         self.nidx = np.zeros(c.nidx_bytes, np.uint8)
         self.wbuf = np.zeros((c.lanes, c.wbuf_bytes), np.uint8)
@@ -713,7 +714,7 @@ class Scheduler:
                 for w in ins.wait:
                     self.tokens[(w, u)] -= 1
                 hz_seq = self.hz.start(u, sorted(ins.wait)) if self.hz else 0
-                m.now = t
+                m.now, m.pc = t, addr
                 try:
                     ex = m.execute(ins)
                 except ExecutionError as e:

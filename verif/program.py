@@ -44,6 +44,10 @@ class Program:
             self.image = image
         self.instrs: list[Instr] = []
         self.meta: dict = {}  #: what a generator records for an independent reference
+        #: who emitted each instruction (``tags[i]`` for ``instrs[i]``): the value of
+        #: :attr:`tag` at the time, e.g. a compiler's layer name (the cost model's key)
+        self.tags: list = []
+        self.tag = None
         self._regs = {r.name: r.reset for r in isa.REGISTERS}
 
     # Instructions ------------------------------------------------------------------------------
@@ -54,6 +58,7 @@ class Program:
         if why:
             raise ValueError(why)
         self.instrs.append(instr)
+        self.tags.append(self.tag)
         return instr
 
     def cfg(self, reg: str, value: int, *, force: bool = False) -> None:

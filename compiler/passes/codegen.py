@@ -5,6 +5,8 @@ operator lists for the runtime.  Weights, parameters and ROMs go into the memory
 
 from __future__ import annotations
 
+import dataclasses
+
 from snpu.config import CoreConfig
 from snpu.errors import CompileError
 from snpu.verif.image import MemoryImage
@@ -13,7 +15,8 @@ from snpu.verif.program import Program
 from .. import kernels
 from ..emit import Kernels
 from ..ir import Graph
-from ..memory import view_source
+from ..memory import channel_view, view_source
+from .split import Piece
 from .reroll import reroll
 
 
@@ -23,7 +26,6 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
     threshold): the same computation without sparse skipping, the baseline of sparse
     speedups.  ``loops``: re-roll each segment into hardware loops (:mod:`.reroll`)."""
     g = graph.copy()
-    layouts = g.meta["layouts"]
     nodes = {n.name: n for n in g.nodes}
     segments = []
     layer = 0
@@ -34,20 +36,9 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
         k = len(segments)
         prog = Program(config, image=image, rom_name=f"rom:{k}")
         em = Kernels(prog)
-        stats = {}
-        for name in sg["nodes"]:
-            n = nodes[name]
-            if n.op in ("Concat", "Flatten", "Reshape"):
-                continue  # memory layout only
-            images = layouts[n.outputs[0]].n
-            # a batch: the layer once per image, its weights placed once (shared by content)
-            ctx = kernels.LayerContext(em, layer, f"{k}:{n.name}", dense, n.meta.get("neurons"),
-                                       shared={} if images > 1 else None)
-            layer += 1
-            for b in range(images):
-                stats[n.name] = emit_layer(ctx, g, n, layouts, image=b)
-            if images > 1:
-                stats[n.name]["batch"] = images
+        order = [tuple(u) for u in sg["units"]] if "units" in sg else units(g, sg["nodes"])
+        stats = emit_nodes(em, g, order, f"{k}:", layer, dense)
+        layer += len(order)
         em.halt()
         dispatched = len(prog.instrs)
         if loops:
@@ -61,6 +52,52 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
     return g
 
 
+def units(g: Graph, names: list[str]) -> list[tuple[str, int | None]]:
+    """The kernels of core nodes ``names`` in program order: ``(node, piece)`` with
+    ``piece`` an index into ``node.meta["pieces"]`` (:mod:`.split`) or ``None`` (the whole
+    node); layout-only nodes have none."""
+    nodes = {n.name: n for n in g.nodes}
+    out: list[tuple[str, int | None]] = []
+    for v in names:
+        n = nodes[v]
+        if n.op in ("Concat", "Flatten", "Reshape"):
+            continue  # memory layout only
+        pieces = n.meta.get("pieces")
+        out += [(v, i) for i in range(len(pieces))] if pieces else [(v, None)]
+    return out
+
+
+def emit_nodes(em: Kernels, g: Graph, order: list[tuple[str, int | None]], prefix: str,
+               layer: int = 0, dense: bool = False) -> dict:
+    """Emit the kernels ``order`` (:func:`units` of one core subgraph, in program order)
+    into ``em``'s program, each instruction tagged with its node's name; ``layer`` numbers
+    the first kernel (parameter memory halves alternate by it), ``prefix`` names its data in
+    the image.  Returns each node's report entry and, under ``"kernels"``, how many
+    kernels were emitted."""
+    layouts = g.meta["layouts"]
+    nodes = {n.name: n for n in g.nodes}
+    stats: dict = {}
+    shared: dict[str, dict] = {}  # per node: its pieces place identical data once
+    for k, (name, index) in enumerate(order):
+        n = nodes[name]
+        piece = n.meta["pieces"][index] if index is not None else None
+        images = layouts[n.outputs[0]].n
+        todo = range(*piece.images) if piece is not None and piece.images else range(images)
+        share = shared.setdefault(name, {}) if images > 1 or piece is not None else None
+        label = f"{prefix}{n.name}" + (f"#{index}" if index is not None else "")
+        ctx = kernels.LayerContext(em, layer + k, label, dense,
+                                   n.meta.get("neurons"), shared=share)
+        em.p.tag = n.name
+        for b in todo:
+            stats[name] = emit_layer(ctx, g, n, layouts, part=piece, image=b)
+        if images > 1:
+            stats[name]["batch"] = images
+        if piece is not None:
+            stats[name]["pieces"] = len(n.meta["pieces"])
+    em.p.tag = None
+    return stats
+
+
 def _whole_map(n, X) -> bool:
     """Is this pooling window the whole (unpadded) map, one output pixel?"""
     from ..ops import pool_geometry
@@ -71,9 +108,9 @@ def _whole_map(n, X) -> bool:
 
 def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None,
                image: int = 0) -> dict:
-    """Emit node ``n``'s kernel (all of it, or ``part``: a
-    :class:`~.parallelize.Part` of it) for image ``image`` of a batch; returns the kernel's
-    report entry."""
+    """Emit node ``n``'s kernel (all of it, or ``part``: a :class:`~.parallelize.Part` of
+    it on an array, a :class:`~.split.Piece` of it on one core) for image ``image`` of a
+    batch; returns the kernel's report entry."""
 
     def layout(t):
         L = layouts[t]
@@ -81,8 +118,24 @@ def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None,
 
     X = layout(view_source(g, n.inputs[0]))
     Y = layout(n.outputs[0])
-    rows = (part.lo, part.hi) if part is not None and part.kind == "rows" else None
-    channels = (part.lo, part.hi) if part is not None and part.kind == "channels" else None
+    if isinstance(part, Piece):
+        rows, channels = part.rows, part.channels
+    else:
+        rows = (part.lo, part.hi) if part is not None and part.kind == "rows" else None
+        channels = (part.lo, part.hi) if part is not None and part.kind == "channels" else None
+    if channels is not None and n.op not in ("Conv", "Gemm", "MatMul"):
+        # a channel piece of a per-channel layer is the layer on channel views
+        lo, hi = channels
+        X, Y = channel_view(X, lo, hi), channel_view(Y, lo, hi)
+        if n.op in ("Add", "Sum"):
+            ins = [channel_view(layout(view_source(g, i)), lo, hi) for i in n.inputs]
+        if n.op == "Affine":
+            q = n.meta["q"]
+            n = dataclasses.replace(n, meta={**n.meta, "q": {**q, **{k: q[k][lo:hi] for k in
+                                                                 ("bias", "mult", "shift")}}})
+        channels = None
+    elif n.op in ("Add", "Sum"):
+        ins = [layout(view_source(g, i)) for i in n.inputs]
     try:
         if n.op == "Conv":
             return kernels.conv(ctx, n, X, Y, rows, channels)
@@ -95,7 +148,7 @@ def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None,
         if n.op == "GlobalAveragePool":
             return kernels.global_pool(ctx, n, X, Y)
         if n.op in ("Add", "Sum"):
-            return kernels.add(ctx, n, [layout(view_source(g, i)) for i in n.inputs], Y, rows)
+            return kernels.add(ctx, n, ins, Y, rows)
         if n.op == "Affine":
             return kernels.affine(ctx, n, X, Y, rows)
         raise CompileError(f"{n.where()}: no core kernel")

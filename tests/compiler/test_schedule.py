@@ -1,0 +1,211 @@
+"""Issue 12 (seed 002): operator splitting by memory, key nodes, topological-order search
+on the cost model, linking.  Every program here runs on the golden model bit-exact with
+the int8 reference (which knows nothing of pieces or orders)."""
+
+import itertools
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from snpu.compiler import check, runtime
+from snpu.compiler.passes import schedule as S
+from snpu.compiler.passes.schedule import ScheduleOptions
+from snpu.compiler.passes.split import onchip_bytes
+from snpu.compiler.pipeline import CompileOptions, compile_model
+from snpu.errors import CompileError
+
+from .models import TEST_CORE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import branchy  # noqa: E402
+
+H = helper.make_node
+
+
+def _model(nodes, x_shape, y_shape, inits, name="m"):
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def _w(rng, name, *shape):
+    return numpy_helper.from_array((rng.standard_normal(shape) * (2 / np.prod(shape[1:])) ** 0.5)
+                                   .astype(np.float32), name)
+
+
+def _run(m, x_shape, options, n=2):
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal(x_shape).astype(np.float32) for _ in range(n)]
+    c = compile_model(m, CompileOptions(config=TEST_CORE, calibration=[{"x": x} for x in xs],
+                                        **options))
+    agree = check.compare(c, xs, runtime.run_batch(c, xs))
+    assert agree.bit_exact == n, agree.mismatches
+    return c
+
+
+def _split_model(kind, rng):
+    """One model per operator kind, large enough for TEST_CORE's buffers to force pieces."""
+    if kind == "conv_rows":  # a large map, few weights: output rows
+        return _model([H("Conv", ["x", "w"], ["c"], pads=[1] * 4), H("Relu", ["c"], ["y"])],
+                      [1, 8, 40, 40], [1, 8, 40, 40], [_w(rng, "w", 8, 8, 3, 3)]), [1, 8, 40, 40]
+    if kind == "conv_channels":  # a small map, many weights: output channels
+        return _model([H("Conv", ["x", "w"], ["y"], pads=[1] * 4)], [1, 64, 4, 4],
+                      [1, 96, 4, 4], [_w(rng, "w", 96, 64, 3, 3)]), [1, 64, 4, 4]
+    if kind == "depthwise":
+        return _model([H("Conv", ["x", "w"], ["y"], pads=[1] * 4, group=32)], [1, 32, 24, 24],
+                      [1, 32, 24, 24], [_w(rng, "w", 32, 1, 3, 3)]), [1, 32, 24, 24]
+    if kind == "fc_channels":
+        return _model([H("Gemm", ["x", "w"], ["y"], transB=1)], [1, 256], [1, 200],
+                      [_w(rng, "w", 200, 256)]), [1, 256]
+    if kind == "fc_images":
+        return _model([H("Gemm", ["x", "w"], ["y"], transB=1)], [6, 512], [6, 64],
+                      [_w(rng, "w", 64, 512)]), [6, 512]
+    if kind == "maxpool":
+        return _model([H("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2])],
+                      [1, 48, 30, 30], [1, 48, 14, 14], []), [1, 48, 30, 30]
+    if kind == "avgpool":
+        return _model([H("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
+                         pads=[1] * 4)], [1, 48, 30, 30], [1, 48, 16, 16], []), [1, 48, 30, 30]
+    if kind == "global_pool":
+        return _model([H("GlobalAveragePool", ["x"], ["y"])], [1, 64, 24, 24], [1, 64, 1, 1],
+                      []), [1, 64, 24, 24]
+    if kind == "add":
+        return _model([H("Relu", ["x"], ["r"]), H("Add", ["x", "r"], ["y"])], [1, 32, 30, 30],
+                      [1, 32, 30, 30], []), [1, 32, 30, 30]
+    if kind == "conv_images":
+        return _model([H("Conv", ["x", "w"], ["y"], pads=[1] * 4)], [4, 8, 24, 24],
+                      [4, 8, 24, 24], [_w(rng, "w", 8, 8, 3, 3)]), [4, 8, 24, 24]
+    raise KeyError(kind)
+
+
+SPLIT_KINDS = {"conv_rows": "rows", "conv_channels": "channels", "depthwise": None,
+               "fc_channels": "channels", "fc_images": "images", "maxpool": "channels",
+               "avgpool": "channels", "global_pool": "channels", "add": None,
+               "conv_images": "images"}
+
+
+@pytest.mark.parametrize("kind", SPLIT_KINDS)
+def test_split_pieces_compute_the_unsplit_result(kind):
+    """Each operator kind, split along its dimension by the memory threshold, runs
+    bit-exact with the int8 reference of the unsplit graph (and with the unsplit program)."""
+    m, shape = _split_model(kind, np.random.default_rng(3))
+    whole = _run(m, shape, {"split_threshold": 0})
+    c = _run(m, shape, {"split_threshold": 4096})
+    nodes = c.report["split"]["nodes"]
+    assert nodes, c.report["split"]
+    entry = nodes[0]
+    assert entry["pieces"] > 1 and entry["largest_bytes"] <= max(4096, entry["largest_bytes"])
+    if SPLIT_KINDS[kind]:
+        assert SPLIT_KINDS[kind] in entry["dimensions"], entry
+    assert "rows" not in entry["dimensions"] or kind not in ("maxpool", "avgpool", "global_pool")
+    assert whole.report["split"]["nodes"] == []
+
+
+def test_pieces_fit_the_threshold_when_the_dimensions_allow():
+    m, shape = _split_model("conv_rows", np.random.default_rng(3))
+    c = compile_model(m, CompileOptions(config=TEST_CORE, split_threshold=8192))
+    (entry,) = c.report["split"]["nodes"]
+    assert entry["largest_bytes"] <= 8192 < entry["whole_bytes"]
+    assert c.report["split"]["threshold"] == 8192
+    default = compile_model(m, CompileOptions(config=TEST_CORE))
+    assert default.report["split"]["threshold"] == onchip_bytes(TEST_CORE)
+
+
+def test_pooling_window_too_large_for_every_buffer_is_one_clear_line():
+    m = _model([H("MaxPool", ["x"], ["y"], kernel_shape=[20, 20], name="bigpool")],
+               [1, 8, 40, 40], [1, 8, 21, 21], [])
+    with pytest.raises(CompileError) as e:
+        compile_model(m, CompileOptions(config=TEST_CORE))
+    msg = str(e.value)
+    assert "bigpool" in msg and "input window" in msg and "acc_words >=" in msg
+    assert "\n" not in msg
+    # the core the message names compiles it
+    words = int(msg.rsplit(">= ", 1)[1])
+    from dataclasses import replace
+    compile_model(m, CompileOptions(config=replace(TEST_CORE, acc_words=words)))
+
+
+# ----------------------------------------------------------------------------------------
+# key nodes, orders
+
+
+def _random_dag(rng: random.Random, n: int) -> dict:
+    preds = {}
+    for v in range(n):
+        preds[v] = {u for u in range(v) if rng.random() < 0.3}
+    return preds
+
+
+def test_key_nodes_are_on_every_path():
+    rng = random.Random(0)
+    for _ in range(50):
+        preds = _random_dag(rng, rng.randint(1, 9))
+        order = list(preds)
+        keys = set(S.key_nodes(order, preds))
+        # brute force: v is a key node iff every other node is comparable with it
+        anc = {v: set() for v in order}
+        for v in order:
+            for p in preds[v]:
+                anc[v] |= {p} | anc[p]
+        for v in order:
+            comparable = all(u == v or u in anc[v] or v in anc[u] for u in order)
+            assert (v in keys) == comparable
+
+
+def test_orders_are_all_topological_orders():
+    rng = random.Random(1)
+    for _ in range(30):
+        preds = _random_dag(rng, rng.randint(1, 6))
+        nodes = list(preds)
+        got = [tuple(o) for o in S.all_orders(nodes, preds)]
+        brute = [p for p in itertools.permutations(nodes) if S.is_topological(list(p), preds)]
+        assert sorted(got) == sorted(brute)
+        assert got[0] == tuple(nodes)  # the file order first
+        assert S.count_orders(nodes, preds, 5) == min(len(brute), 6)
+        o = S.random_order(nodes, preds, rng)
+        assert S.is_topological(o, preds)
+        # blocks: concatenations of block orders are topological orders of the whole
+        bl = S.blocks(nodes, preds, 1)
+        assert [v for b in bl for v in b] == nodes
+        shuffled = [v for b in bl for v in S.random_order(b, preds, rng)]
+        assert S.is_topological(shuffled, preds)
+
+
+def test_order_search_keeps_bit_exactness_and_reports_its_choice():
+    m = branchy.build(1, blocks=2, channels=16, size=8)
+    c = _run(m, [1, 16, 8, 8], {"schedule": ScheduleOptions("search"), "split_threshold": 2048,
+                                 "density": 0.3})
+    sch = c.report["schedule"]
+    assert sch["mode"] == "search"
+    (entry,) = sch["subgraphs"]
+    assert entry["blocks"] and all(b["timed"] >= 2 for b in entry["blocks"])
+    assert entry["chosen_cycles"] <= entry["file_cycles"]
+    assert len(entry["order"]) == entry["kernels"]
+    assert any("#" in u for u in entry["order"])  # pieces are ordered too
+
+
+def test_cost_model_follows_the_golden_model():
+    """The compile-time estimate (neuron densities instead of activations) of a program
+    stays close to the golden model's cycles running it on a real input."""
+    m = branchy.build(0, blocks=2, channels=16, size=8)
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal((1, 16, 8, 8)).astype(np.float32) for _ in range(2)]
+    c = compile_model(m, CompileOptions(config=TEST_CORE, calibration=[{"x": x} for x in xs],
+                                        loops=False, density=0.5))
+    golden = runtime.run(c, xs[0]).core_cycles
+    (sg,) = [s for s in c.graph.meta["subgraphs"] if s["device"] == "core"]
+    from snpu.compiler.passes.codegen import units
+    est = S._Timer(c.graph, c.config, c.image, False)(units(c.graph, sg["nodes"]))
+    assert abs(est - golden) / golden < 0.05, (est, golden)
+
+
+def test_bad_schedule_mode_is_a_clear_error():
+    m, shape = _split_model("add", np.random.default_rng(0))
+    with pytest.raises(CompileError, match="--schedule 'fastest'"):
+        compile_model(m, CompileOptions(config=TEST_CORE, schedule=ScheduleOptions("fastest")))
