@@ -77,8 +77,8 @@ def part_cycles(s: LayerShape, cfg: CoreConfig, rows: tuple[int, int],
     if R <= 0 or pix <= 0:
         return 0.0, 0.0
     kept = float(s.kept[c0:c1].mean())
-    row = min(timing.fc_row_cycles_estimate(s.k, kept, s.neuron_density, cfg.chunk_bits, m)
-              for m in (False, True))
+    row = min(timing.fc_row_cycles_estimate(s.k, kept, s.neuron_density, cfg.chunk_bits, m,
+                                            expand=False) for m in (False, True))
     # rows are spread over the lanes; one fc instruction per pixel group per weight tile
     tile = min(_r(R, P), cfg.param_rows // 2 * P, 4095 // P * P)
     tiles = -(-R // tile)

@@ -80,7 +80,9 @@ class EstimatingMachine(Machine):
             pc = np.pad(present, ((0, 0), (0, pad))).reshape(nvec, nch, B)
             kc = np.pad(kept, ((0, 0), (0, pad))).reshape(i.rows, nch, B)
             lam = d * np.einsum("vkb,rkb->vrk", pc, kc)  # expected pairs per chunk
-            rows = (lam + np.exp(-lam)).sum(axis=2) + timing.FC_ROW_OVERHEAD
+            expand = nfmt != wfmt and "stride" in (nfmt, wfmt)
+            rows = (lam + np.exp(-lam)).sum(axis=2) + timing.FC_ROW_OVERHEAD + \
+                (timing.FC_EXPAND_ROW_OVERHEAD if expand else 0)
         cycles = timing.fc_lane_cycles(rows, c.lanes).max()
         return _Exec(int(round(cycles)) + timing.FC_PIPELINE, [])
 

@@ -216,7 +216,7 @@ class Machine:
         c, r = self.config, self.regs
         buf = next(k for k, v in isa.BUFFERS.items() if v == i.buf)
         if i.n3 * i.rows * i.cols == 0:
-            return _Exec(timing.dma_cycles(timing.DmaShape(0, 0, 0, c.axi_bytes)), [])
+            return _Exec(timing.ld_cycles(np.zeros(0, np.int64), 0, c.axi_bytes), [])
         target_size = {"nbuf": c.nbuf_bytes, "nidx": c.nidx_bytes, "wbuf": c.wbuf_bytes,
                        "widx": c.widx_bytes, "acc": c.acc_elems, "param": c.param_bytes}[buf]
         banked = buf in ("wbuf", "widx")
@@ -261,7 +261,7 @@ class Machine:
         self.stats.dma_read_bytes += int(src.size)
         # the accumulators take `lanes` int8 -> int32 elements per cycle
         beat = max(1, c.axi_bytes // c.lanes) if buf == "acc" else 1
-        cycles = timing.dma_cycles(timing.DmaShape(i.n3, i.rows, i.cols, c.axi_bytes, beat))
+        cycles = timing.ld_cycles(src[::i.cols], i.cols, c.axi_bytes, beat)
         return _Exec(cycles + self._bus_wait(src, beat, write=False), accesses)
 
     def _threshold(self, i: Instr, dst: np.ndarray, data: np.ndarray) -> None:
@@ -378,7 +378,8 @@ class Machine:
             chunk_pairs = np.zeros((nvec, i.rows, -(-i.n_in // B)), np.int64)
             for k, lo in enumerate(range(0, i.n_in, B)):
                 chunk_pairs[:, :, k] = (nm[:, lo:lo + B] @ wm[:, lo:lo + B].T).astype(np.int64)
-            row_cycles = timing.fc_row_cycles_bitmap(chunk_pairs)
+            row_cycles = timing.fc_row_cycles_bitmap(chunk_pairs, nfmt != wfmt and
+                                                     "stride" in (nfmt, wfmt))
         cycles = int(timing.fc_lane_cycles(row_cycles, P).max()) + timing.FC_PIPELINE
         acc_span = Access("acc", int(out.min()), int(out.max()) + 1, True)
         accesses = [acc_span]
@@ -485,7 +486,7 @@ class Machine:
         if i.relu:
             res = np.maximum(res, 0)
         self.acc[dst[..., 0, None] + np.arange(self.config.lanes)] = res[..., 0, :]
-        return _Exec(timing.vx_cycles(i.n_o * i.n_i, 1),
+        return _Exec(timing.vx_cycles(i.n_o * i.n_i, timing.VEW_READS),
                      [self._acc_access(a, False), self._acc_access(b, False),
                       self._acc_access(dst, True)])
 
@@ -513,13 +514,14 @@ class Machine:
             Access("obuf", 0, 0, True)
         param_access = Access("param", i.param * c.param_row_bytes,
                               (i.param + i.n_i) * c.param_row_bytes, False)
-        return _Exec(timing.vx_cycles(i.n_o * i.n_i, 1), [acc_access, obuf_access, param_access])
+        return _Exec(timing.vx_cycles(i.n_o * i.n_i, 1, timing.REQ_PIPELINE),
+                     [acc_access, obuf_access, param_access])
 
     # ------------------------------------------------------------------------------------
     def _st(self, i: Instr) -> _Exec:
         c, r = self.config, self.regs
         if i.n3 * i.rows * i.cols == 0:
-            return _Exec(timing.dma_cycles(timing.DmaShape(0, 0, 0, c.axi_bytes)), [])
+            return _Exec(timing.st_cycles(np.zeros(0, np.int64), 0, c.axi_bytes), [])
         starts = self._grid(i.src, i.n3, i.rows, 1, r["st.src_stride3"], r["st.src_stride"])
         if self._first_bad_row(starts, i.cols, c.obuf_bytes):
             self._check_range(starts[:, None] + np.arange(i.cols), c.obuf_bytes,
@@ -529,7 +531,7 @@ class Machine:
         self._check_unique(dst, "st: external destination")
         accesses = self._mem_write(dst, self.obuf[src], "st", "STORE_BUS")
         self.stats.dma_write_bytes += int(dst.size)
-        cycles = timing.dma_cycles(timing.DmaShape(i.n3, i.rows, i.cols, c.axi_bytes))
+        cycles = timing.st_cycles(dst[::i.cols], i.cols, c.axi_bytes)
         return _Exec(cycles + self._bus_wait(dst, 1, write=True),
                      [self._span("obuf", src, False), *accesses])
 

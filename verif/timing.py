@@ -12,20 +12,43 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# The DMA and VX constants below were fitted to back-to-back single-instruction programs on
+# the RTL (bench/schedule.py's ``calibration`` section measures them again and reports the
+# model's error per instruction kind and per layer kind).
+
 #: cycles from issuing an AXI burst to its first beat, including address generation
 DMA_LATENCY = 12
-#: extra cycles per DMA row (address generation, burst split, realignment)
-DMA_ROW_OVERHEAD = 2
+#: the longest AXI burst (beats); a row is split into bursts of at most this many beats
+MAX_BURST = 16
+#: ld: cycles per burst besides its beats (the burst request)
+LD_BURST_OVERHEAD = 1
+#: ld: the fewest cycles a row takes (one-beat rows wait for the read requests in flight)
+LD_ROW_MIN = 2.25
+#: st: cycles from issue to its first write beat
+ST_LATENCY = 9
+#: st: cycles per burst besides its beats (the address and the write response)
+ST_BURST_OVERHEAD = 3
+#: st: a row's first beats are written one per cycle, later ones take this much longer each
+#: (the write data path fills up)
+ST_FREE_BEATS = 3
+ST_STALL = 0.35
 #: cycles a lane spends per row besides its chunks (rows follow each other without bubbles
 #: on the AND path; measured on the RTL, bench/datapath.py)
 FC_ROW_OVERHEAD = 0
+#: cycles per (vector, row) that expanding a stride index into bitmap chunks adds to the AND
+#: path (claim 9: the converter's start latency, once per row; measured on the RTL)
+FC_EXPAND_ROW_OVERHEAD = 6
 #: pipeline fill/drain of the MX unit per instruction (measured: 22 cycles from start to the
 #: last sum beyond the lane's work)
 FC_PIPELINE = 22
-#: pipeline fill/drain of the VX unit per instruction
-VX_PIPELINE = 5
+#: pipeline fill/drain of the VX unit per vred / vew (address generator, ALU, write back)
+VX_PIPELINE = 8
+#: pipeline fill/drain of the VX unit per req (the requantisers take 4 cycles)
+REQ_PIPELINE = 10
+#: cycles a vew reads per output word (a, then b)
+VEW_READS = 2
 #: cycles of a cfg instruction
-CFG_CYCLES = 1
+CFG_CYCLES = 3
 #: cycles to dispatch one instruction once its word is in the instruction cache
 DISPATCH_CYCLES = 1
 #: cycles of a send besides one per flit (reading the first word of local memory, the last
@@ -48,20 +71,31 @@ FETCH_LATENCY = DMA_LATENCY
 LINE_FILL_BEATS = 8
 
 
-@dataclass(frozen=True)
-class DmaShape:
-    n3: int
-    rows: int
-    cols: int
-    axi_bytes: int
-    beat_cycles: int = 1  #: cycles the destination takes per beat (acc: 8 / lanes)
-
-
-def dma_cycles(s: DmaShape) -> int:
-    if s.n3 * s.rows * s.cols == 0:
+def ld_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: int = 1) -> int:
+    """Cycles of an ``ld`` whose rows of ``cols`` bytes start at external addresses
+    ``row_starts``: per row, the beats it touches on the bus and one more cycle per burst,
+    or the words it writes at ``beat_cycles`` each (acc: ``8 / lanes``) and one more cycle
+    when it starts unaligned, whichever is longer, at least :data:`LD_ROW_MIN`."""
+    if row_starts.size == 0 or cols == 0:
         return 1
-    beats_per_row = -(-s.cols // s.axi_bytes) + 1  # +1: unaligned start may need one more
-    return DMA_LATENCY + s.n3 * s.rows * (beats_per_row * s.beat_cycles + DMA_ROW_OVERHEAD)
+    off = row_starts % axi_bytes
+    beats_in = (off + cols + axi_bytes - 1) // axi_bytes
+    bursts = -(-beats_in // MAX_BURST)
+    words_out = -(-cols // axi_bytes)
+    per_row = np.maximum(beats_in + LD_BURST_OVERHEAD * bursts,
+                         words_out * beat_cycles + (off > 0))
+    return DMA_LATENCY + int(round(float(np.maximum(per_row, LD_ROW_MIN).sum())))
+
+
+def st_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int) -> int:
+    """Cycles of an ``st`` whose rows of ``cols`` bytes go to external addresses
+    ``row_starts``."""
+    if row_starts.size == 0 or cols == 0:
+        return 1
+    beats = (row_starts % axi_bytes + cols + axi_bytes - 1) // axi_bytes
+    bursts = -(-beats // MAX_BURST)
+    per_row = beats + ST_BURST_OVERHEAD * bursts + ST_STALL * np.maximum(0, beats - ST_FREE_BEATS)
+    return ST_LATENCY + int(round(float(per_row.sum())))
 
 
 def fc_lane_cycles(row_cycles: np.ndarray, lanes: int) -> np.ndarray:
@@ -72,10 +106,12 @@ def fc_lane_cycles(row_cycles: np.ndarray, lanes: int) -> np.ndarray:
     return rc.reshape(nvec, -1, lanes).sum(axis=(0, 1))
 
 
-def fc_row_cycles_bitmap(chunk_pairs: np.ndarray) -> np.ndarray:
+def fc_row_cycles_bitmap(chunk_pairs: np.ndarray, expand: bool = False) -> np.ndarray:
     """Cycles per (vector, row) when a lane scans chunks: one cycle per pair, at least one per
-    chunk.  ``chunk_pairs[v, r, c]`` is the pairs in chunk ``c``."""
-    return np.maximum(chunk_pairs, 1).sum(axis=-1) + FC_ROW_OVERHEAD
+    chunk.  ``chunk_pairs[v, r, c]`` is the pairs in chunk ``c``; ``expand``: one side's
+    stride index is expanded into chunks first (:data:`FC_EXPAND_ROW_OVERHEAD`)."""
+    return np.maximum(chunk_pairs, 1).sum(axis=-1) + FC_ROW_OVERHEAD + \
+        (FC_EXPAND_ROW_OVERHEAD if expand else 0)
 
 
 def fc_row_cycles_merge(pairs: np.ndarray, n_entries: np.ndarray, w_entries: np.ndarray) -> np.ndarray:
@@ -86,22 +122,25 @@ def fc_row_cycles_merge(pairs: np.ndarray, n_entries: np.ndarray, w_entries: np.
 
 
 def fc_row_cycles_estimate(n_in: int, w_kept: float, n_density: float, chunk_bits: int,
-                           merge: bool) -> float:
+                           merge: bool, expand: bool = True) -> float:
     """Expected cycles of one (vector, row) of an fc from densities alone (the compiler's
     choice between the two mixed-format paths): ``w_kept`` weights kept in the row, a
     fraction ``n_density`` of the neurons kept, independently.  The bitmap path scans
     ``ceil(n_in / chunk_bits)`` chunks at max(pairs, 1) cycles each (pairs per chunk taken
-    as Poisson); the merge path walks both lists (:func:`fc_row_cycles_merge`)."""
+    as Poisson), plus :data:`FC_EXPAND_ROW_OVERHEAD` when a stride index is expanded
+    (``expand``); the merge path walks both lists (:func:`fc_row_cycles_merge`)."""
     pairs = w_kept * n_density
     if merge:
         return float(n_in * n_density + w_kept - pairs + 1 + FC_ROW_OVERHEAD)
     chunks = -(-n_in // chunk_bits)
     lam = pairs / chunks if chunks else 0.0
-    return float(chunks * (lam + np.exp(-lam)) + FC_ROW_OVERHEAD)
+    return float(chunks * (lam + np.exp(-lam)) + FC_ROW_OVERHEAD +
+                 (FC_EXPAND_ROW_OVERHEAD if expand else 0))
 
 
-def vx_cycles(iterations: int, reads_per_iteration: int) -> int:
-    return VX_PIPELINE + iterations * max(1, reads_per_iteration)
+def vx_cycles(iterations: int, reads_per_iteration: int, pipeline: int = VX_PIPELINE) -> int:
+    """A VX instruction reads one accumulator word per cycle."""
+    return pipeline + iterations * max(1, reads_per_iteration)
 
 
 @dataclass
