@@ -262,7 +262,7 @@ class Machine:
         # the accumulators take `lanes` int8 -> int32 elements per cycle
         beat = max(1, c.axi_bytes // c.lanes) if buf == "acc" else 1
         cycles = timing.ld_cycles(src[::i.cols], i.cols, c.axi_bytes, beat)
-        return _Exec(cycles + self._bus_wait(src, beat, write=False), accesses)
+        return _Exec(cycles + self._bus_wait(src, i.cols, beat, write=False), accesses)
 
     def _threshold(self, i: Instr, dst: np.ndarray, data: np.ndarray) -> None:
         """The sparse processing unit: write nidx bits for bytes loaded into nbuf."""
@@ -532,16 +532,18 @@ class Machine:
         accesses = self._mem_write(dst, self.obuf[src], "st", "STORE_BUS")
         self.stats.dma_write_bytes += int(dst.size)
         cycles = timing.st_cycles(dst[::i.cols], i.cols, c.axi_bytes)
-        return _Exec(cycles + self._bus_wait(dst, 1, write=True),
+        return _Exec(cycles + self._bus_wait(dst, i.cols, 1, write=True),
                      [self._span("obuf", src, False), *accesses])
 
-    def _bus_wait(self, addrs: np.ndarray, beat_cycles: int, write: bool) -> int:
-        """Cycles a DMA waits for the shared external-memory port (0 for local memory):
-        its external beats are reserved on the port from its first beat on."""
-        ext = int(np.count_nonzero(addrs < isa.LOCAL_BASE))
-        if not ext:
+    def _bus_wait(self, addrs: np.ndarray, cols: int, beat_cycles: int, write: bool) -> int:
+        """Cycles a DMA of rows of ``cols`` bytes at ``addrs`` waits for the shared
+        external-memory port (0 for local memory): its external bursts are reserved on the
+        port from its first beat on (:func:`~.timing.bus_cycles`)."""
+        starts = addrs[::cols]
+        starts = starts[starts < isa.LOCAL_BASE]
+        if not starts.size:
             return 0
-        beats = -(-ext // self.config.axi_bytes) * beat_cycles
+        beats = timing.bus_cycles(starts, cols, self.config.axi_bytes, beat_cycles)
         want = self.now + timing.DMA_LATENCY
         start = (self.bus.write if write else self.bus.read)(want, beats)
         return start - want

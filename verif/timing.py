@@ -20,6 +20,9 @@ import numpy as np
 DMA_LATENCY = 12
 #: the longest AXI burst (beats); a row is split into bursts of at most this many beats
 MAX_BURST = 16
+#: cycles the shared memory port spends per burst besides its beats (the interconnect's
+#: arbitration between the cores' requests)
+BUS_BURST_OVERHEAD = 1
 #: ld: cycles per burst besides its beats (the burst request)
 LD_BURST_OVERHEAD = 1
 #: ld: the fewest cycles a row takes (one-beat rows wait for the read requests in flight)
@@ -85,6 +88,17 @@ def ld_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: in
     per_row = np.maximum(beats_in + LD_BURST_OVERHEAD * bursts,
                          words_out * beat_cycles + (off > 0))
     return DMA_LATENCY + int(round(float(np.maximum(per_row, LD_ROW_MIN).sum())))
+
+
+def bus_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: int = 1) -> int:
+    """Cycles the shared memory port is held by rows of ``cols`` bytes at external addresses
+    ``row_starts``: every beat and :data:`BUS_BURST_OVERHEAD` per burst (the interconnect's
+    arbitration), or the destination's pace (``beat_cycles`` per beat) when that is
+    slower."""
+    beats = (row_starts % axi_bytes + cols + axi_bytes - 1) // axi_bytes
+    bursts = -(-beats // MAX_BURST)
+    held = np.maximum(beats * beat_cycles, beats + BUS_BURST_OVERHEAD * bursts)
+    return int(round(float(held.sum())))
 
 
 def st_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int) -> int:
