@@ -36,7 +36,7 @@ from provenance import provenance  # noqa: E402
 
 from amaranth.sim import Simulator  # noqa: E402
 
-from snpu.config import CoreConfig  # noqa: E402
+from snpu.config import SMALL_CORE, CoreConfig  # noqa: E402
 from snpu.rtl.mesh import RouterMesh, node_index  # noqa: E402
 from snpu.verif import timing  # noqa: E402
 
@@ -212,8 +212,7 @@ def golden_vs_rtl(seeds: int) -> dict:
     from snpu.verif import meshgen
     from snpu.verif.tb import rtl_sim
 
-    cfg = CoreConfig(lanes=4, nbuf_bytes=4096, nidx_bytes=1024, wbuf_bytes=4096,
-                     widx_bytes=2048, acc_words=256, obuf_bytes=2048, param_rows=32)
+    cfg = SMALL_CORE
     jobs = [rtl_sim.MeshJob(meshgen.mesh_program(np.random.default_rng(s), cfg, (2, 2), p))
             for p in meshgen.PATTERNS for s in range(seeds)]
     t0 = time.time()

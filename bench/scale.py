@@ -20,12 +20,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from provenance import provenance  # noqa: E402
 
-from snpu.config import CoreConfig  # noqa: E402
+from snpu.config import SMALL_CORE  # noqa: E402
 from snpu.verif import farm, regress  # noqa: E402
 
 #: the core the RTL tests build (one cached Verilator model)
-CORE = CoreConfig(lanes=4, nbuf_bytes=4096, nidx_bytes=1024, wbuf_bytes=4096,
-                  widx_bytes=2048, acc_words=256, obuf_bytes=2048, param_rows=32)
+CORE = SMALL_CORE
 
 
 def _rate(client, programs: int, chunk: int, rtl: bool, seed: int) -> dict:

@@ -81,8 +81,9 @@ class EstimatingMachine(Machine):
             kc = np.pad(kept, ((0, 0), (0, pad))).reshape(i.rows, nch, B)
             lam = d * np.einsum("vkb,rkb->vrk", pc, kc)  # expected pairs per chunk
             expand = nfmt != wfmt and "stride" in (nfmt, wfmt)
-            rows = (lam + np.exp(-lam)).sum(axis=2) + timing.FC_ROW_OVERHEAD + \
-                (timing.FC_EXPAND_ROW_OVERHEAD if expand else 0)
+            rows = (lam + np.exp(-lam)).sum(axis=2) + timing.FC_ROW_OVERHEAD
+            if expand:
+                rows = np.maximum(rows + 1, timing.FC_EXPAND_ROW_MIN)
         cycles = timing.fc_lane_cycles(rows, c.lanes).max()
         return _Exec(int(round(cycles)) + timing.FC_PIPELINE, [])
 
@@ -91,6 +92,12 @@ def estimate(instrs: Sequence[Instr], ext: np.ndarray, config: CoreConfig,
              density: Callable[[int], float]) -> int:
     """Estimated cycles of the unrolled program ``instrs`` (ending in ``halt``) against the
     memory image ``ext`` (read only)."""
+    return estimate_units(instrs, ext, config, density)[0]
+
+
+def estimate_units(instrs: Sequence[Instr], ext: np.ndarray, config: CoreConfig,
+                   density: Callable[[int], float]) -> tuple[int, dict[str, int]]:
+    """:func:`estimate`, and the busy cycles of each unit."""
     m = EstimatingMachine(config, ext, density)
     s = Scheduler(list(instrs), m, check_races=False)
     t = 0
@@ -103,7 +110,7 @@ def estimate(instrs: Sequence[Instr], ext: np.ndarray, config: CoreConfig,
             raise ExecutionError(f"cost model: the program blocks at cycle {t}: "
                                  f"{s.blocked_report()}")
         t = nxt
-    return s.time
+    return s.time, dict(m.stats.busy)
 
 
 def layer_density(tags: Sequence, densities: dict) -> Callable[[int], float]:

@@ -416,10 +416,11 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None, f
 @click.option("--batch", type=click.IntRange(1, 4096), default=1, show_default=True,
               help="The batch size that symbolic (dynamic) input dimensions take; the core "
                    "runs a batch image by image.")
-@click.option("--schedule", "schedule_mode", type=click.Choice(["file", "search"]),
+@click.option("--schedule", "schedule_mode", type=click.Choice(["file", "greedy", "search"]),
               default="file", show_default=True,
-              help="Program order of each core subgraph: the ONNX file's, or the fastest "
-                   "topological order found by the cost model (seed 002; one core).")
+              help="Program order of each core subgraph: the ONNX file's, a list scheduler's "
+                   "balancing the units, or the fastest topological order found on the cost "
+                   "model (seed 002; one core).")
 @click.option("--split-threshold", type=click.IntRange(0), default=None, metavar="BYTES",
               help="Split operators whose operands (inputs, weights, outputs) exceed BYTES "
                    "into pieces (seed 002); default: the core's on-chip memory; 0: never.")

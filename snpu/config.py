@@ -152,3 +152,9 @@ class CoreConfig:
         if not isinstance(d, dict):
             raise ConfigError(f"{path}: expected a JSON object of core parameters")
         return cls.from_dict(d, source=str(path))
+
+
+#: a small core (4 lanes, small buffers, so that even small layers are tiled and split): the
+#: one the RTL tests, the fast regressions and the calibration benchmarks build
+SMALL_CORE = CoreConfig(lanes=4, nbuf_bytes=4096, nidx_bytes=1024, wbuf_bytes=4096,
+                        widx_bytes=2048, acc_words=256, obuf_bytes=2048, param_rows=32)

@@ -38,9 +38,11 @@ ST_STALL = 0.35
 #: cycles a lane spends per row besides its chunks (rows follow each other without bubbles
 #: on the AND path; measured on the RTL, bench/datapath.py)
 FC_ROW_OVERHEAD = 0
-#: cycles per (vector, row) that expanding a stride index into bitmap chunks adds to the AND
-#: path (claim 9: the converter's start latency, once per row; measured on the RTL)
-FC_EXPAND_ROW_OVERHEAD = 6
+#: expanding a stride index into bitmap chunks (claim 9): a (vector, row) takes one cycle
+#: more than on the AND path, and at least this many (the converter's latency from a row's
+#: start to its first chunk is hidden behind the previous row only when that row is long;
+#: measured on the RTL)
+FC_EXPAND_ROW_MIN = 14
 #: pipeline fill/drain of the MX unit per instruction (measured: 22 cycles from start to the
 #: last sum beyond the lane's work)
 FC_PIPELINE = 22
@@ -93,11 +95,13 @@ def ld_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: in
 def bus_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: int = 1) -> int:
     """Cycles the shared memory port is held by rows of ``cols`` bytes at external addresses
     ``row_starts``: every beat and :data:`BUS_BURST_OVERHEAD` per burst (the interconnect's
-    arbitration), or the destination's pace (``beat_cycles`` per beat) when that is
-    slower."""
-    beats = (row_starts % axi_bytes + cols + axi_bytes - 1) // axi_bytes
+    arbitration), or the destination's pace (``beat_cycles`` per word it writes, as in
+    :func:`ld_cycles`) when that is slower."""
+    off = row_starts % axi_bytes
+    beats = (off + cols + axi_bytes - 1) // axi_bytes
     bursts = -(-beats // MAX_BURST)
-    held = np.maximum(beats * beat_cycles, beats + BUS_BURST_OVERHEAD * bursts)
+    words_out = -(-cols // axi_bytes)
+    held = np.maximum(words_out * beat_cycles + (off > 0), beats + BUS_BURST_OVERHEAD * bursts)
     return int(round(float(held.sum())))
 
 
@@ -123,9 +127,9 @@ def fc_lane_cycles(row_cycles: np.ndarray, lanes: int) -> np.ndarray:
 def fc_row_cycles_bitmap(chunk_pairs: np.ndarray, expand: bool = False) -> np.ndarray:
     """Cycles per (vector, row) when a lane scans chunks: one cycle per pair, at least one per
     chunk.  ``chunk_pairs[v, r, c]`` is the pairs in chunk ``c``; ``expand``: one side's
-    stride index is expanded into chunks first (:data:`FC_EXPAND_ROW_OVERHEAD`)."""
-    return np.maximum(chunk_pairs, 1).sum(axis=-1) + FC_ROW_OVERHEAD + \
-        (FC_EXPAND_ROW_OVERHEAD if expand else 0)
+    stride index is expanded into chunks first (:data:`FC_EXPAND_ROW_MIN`)."""
+    cycles = np.maximum(chunk_pairs, 1).sum(axis=-1) + FC_ROW_OVERHEAD
+    return np.maximum(cycles + 1, FC_EXPAND_ROW_MIN) if expand else cycles
 
 
 def fc_row_cycles_merge(pairs: np.ndarray, n_entries: np.ndarray, w_entries: np.ndarray) -> np.ndarray:
@@ -141,15 +145,15 @@ def fc_row_cycles_estimate(n_in: int, w_kept: float, n_density: float, chunk_bit
     choice between the two mixed-format paths): ``w_kept`` weights kept in the row, a
     fraction ``n_density`` of the neurons kept, independently.  The bitmap path scans
     ``ceil(n_in / chunk_bits)`` chunks at max(pairs, 1) cycles each (pairs per chunk taken
-    as Poisson), plus :data:`FC_EXPAND_ROW_OVERHEAD` when a stride index is expanded
+    as Poisson), at least :data:`FC_EXPAND_ROW_MIN` when a stride index is expanded
     (``expand``); the merge path walks both lists (:func:`fc_row_cycles_merge`)."""
     pairs = w_kept * n_density
     if merge:
         return float(n_in * n_density + w_kept - pairs + 1 + FC_ROW_OVERHEAD)
     chunks = -(-n_in // chunk_bits)
     lam = pairs / chunks if chunks else 0.0
-    return float(chunks * (lam + np.exp(-lam)) + FC_ROW_OVERHEAD +
-                 (FC_EXPAND_ROW_OVERHEAD if expand else 0))
+    cycles = chunks * (lam + np.exp(-lam)) + FC_ROW_OVERHEAD
+    return float(max(cycles + 1, FC_EXPAND_ROW_MIN) if expand else cycles)
 
 
 def vx_cycles(iterations: int, reads_per_iteration: int, pipeline: int = VX_PIPELINE) -> int:

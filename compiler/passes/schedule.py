@@ -13,7 +13,8 @@ one (:mod:`.split`).  Per core subgraph:
    one.
 2. **Order search**: a block's topological orders are enumerated exhaustively when there
    are at most ``exhaustive`` of them, else ``samples`` random ones are drawn (seeded),
-   always with the file order first.  Each candidate is emitted alone into a scratch copy
+   always with the file order first and the list scheduler's (:func:`greedy_order`, also
+   a mode of its own: the baseline) second.  Each candidate is emitted alone into a scratch copy
    of the memory image and timed by the cost model (:mod:`..cost`); the fastest is kept
    when it beats the file order by ``min_gain``.
 3. **Linking**: the subgraph's program order is its blocks' orders concatenated along the
@@ -44,9 +45,14 @@ from ..ir import Graph
 from .codegen import emit_nodes, units
 
 
+#: file: the ONNX file's order; greedy: a list scheduler balancing the units; search: the
+#: order search on the cost model (the file and the greedy order among the candidates)
+MODES = ("file", "greedy", "search")
+
+
 @dataclass(frozen=True)
 class ScheduleOptions:
-    mode: str = "file"          #: file: the ONNX file's order; search: the order search
+    mode: str = "file"          #: one of :data:`MODES`
     exhaustive: int = 24        #: enumerate every order of a block up to this many
     samples: int = 12           #: else time this many random orders (and the file order)
     merge_below: int = 2        #: a block with fewer kernels joins the previous one
@@ -172,6 +178,30 @@ def random_order(nodes: list, preds: dict, rng: random.Random) -> list:
     return done
 
 
+def greedy_order(block: list, preds: dict, busy: dict) -> list:
+    """A list scheduler: each step takes, among the ready kernels, the one after which the
+    busiest unit finishes earliest (every unit's work of a kernel added to that unit's
+    finish time, as if the kernels' units overlapped perfectly); ties: the file order.
+    ``busy[kernel]``: the cost model's busy cycles per unit of the kernel alone."""
+    inside = set(block)
+    p = {v: preds[v] & inside for v in block}
+    finish: dict[str, float] = {}
+    done: list = []
+    placed: set = set()
+    while len(done) < len(block):
+        ready = [v for v in block if v not in placed and p[v] <= placed]
+
+        def makespan(v):
+            return max(finish.get(u, 0) + c for u, c in busy[v].items())
+
+        v = min(ready, key=lambda v: (makespan(v), block.index(v)))
+        for u, c in busy[v].items():
+            finish[u] = finish.get(u, 0) + c
+        done.append(v)
+        placed.add(v)
+    return done
+
+
 class _Timer:
     """Times candidate orders: each is emitted alone into a scratch copy of the memory
     image and run by the cost model."""
@@ -188,21 +218,25 @@ class _Timer:
         self.timed = 0
 
     def __call__(self, order: list) -> int:
+        return self.units(order)[0]
+
+    def units(self, order: list) -> tuple[int, dict[str, int]]:
+        """Estimated cycles of ``order`` emitted alone, and each unit's busy cycles."""
         prog = Program(self.config, image=self.image, rom_name=f"schedule:{self.timed}")
         em = Kernels(prog)
         emit_nodes(em, self.g, order, f"schedule{self.timed}:", 0, self.dense)
         em.halt()
         self.timed += 1
-        return cost.estimate(prog.instrs, self.image.data, self.config,
-                             cost.layer_density(prog.tags, self.density))
+        return cost.estimate_units(prog.instrs, self.image.data, self.config,
+                                   cost.layer_density(prog.tags, self.density))
 
 
 def schedule(graph: Graph, options: ScheduleOptions, config: CoreConfig, image: MemoryImage,
              dense: bool = False) -> Graph:
     """See the module docstring.  ``image`` is only read (candidates are emitted into a
     copy)."""
-    if options.mode not in ("file", "search"):
-        raise CompileError(f"--schedule {options.mode!r}: expected file or search")
+    if options.mode not in MODES:
+        raise CompileError(f"--schedule {options.mode!r}: expected one of {', '.join(MODES)}")
     g = graph.copy()
     report = []
     subgraphs = []
@@ -217,16 +251,22 @@ def schedule(graph: Graph, options: ScheduleOptions, config: CoreConfig, image: 
         chosen: list = []
         entry: dict = {"subgraph": k, "kernels": len(order), "blocks": [],
                        "file_cycles": 0, "chosen_cycles": 0}
+        busy: dict = {}
         for block in blocks(order, preds, options.merge_below):
             n_orders = count_orders(block, preds, options.exhaustive)
             if n_orders <= 1:
                 chosen += block
                 continue
-            if n_orders <= options.exhaustive:
+            for u in block:  # each kernel's units, for the list scheduler
+                busy[u] = timer.units([u])[1]
+            greedy = greedy_order(block, preds, busy)
+            if options.mode == "greedy":
+                candidates = [block, greedy]
+            elif n_orders <= options.exhaustive:
                 candidates = list(all_orders(block, preds))
             else:
-                seen = {tuple(block)}
-                candidates = [block]
+                seen = {tuple(block), tuple(greedy)}
+                candidates = [block] + ([greedy] if greedy != block else [])
                 for _ in range(options.samples * 4):
                     if len(candidates) > options.samples:
                         break
@@ -235,9 +275,12 @@ def schedule(graph: Graph, options: ScheduleOptions, config: CoreConfig, image: 
                         seen.add(tuple(o))
                         candidates.append(o)
             times = [timer(o) for o in candidates]
-            best = min(range(len(candidates)), key=lambda i: (times[i], i))  # ties: file order
-            if times[best] > (1 - options.min_gain) * times[0]:
-                best = 0
+            if options.mode == "greedy":
+                best = 1  # the list scheduler's order, whatever the estimate says
+            else:
+                best = min(range(len(candidates)), key=lambda i: (times[i], i))  # ties: file
+                if times[best] > (1 - options.min_gain) * times[0]:
+                    best = 0
             chosen += candidates[best]
             entry["file_cycles"] += times[0]
             entry["chosen_cycles"] += times[best]

@@ -6,11 +6,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from snpu.config import CoreConfig
+from snpu.config import SMALL_CORE
 
 #: the core the RTL tests build (tests/rtl/test_core.py); small buffers force tiling
-TEST_CORE = CoreConfig(lanes=4, nbuf_bytes=4096, nidx_bytes=1024, wbuf_bytes=4096,
-                       widx_bytes=2048, acc_words=256, obuf_bytes=2048, param_rows=32)
+TEST_CORE = SMALL_CORE
 
 
 def _const(name: str, a: np.ndarray):

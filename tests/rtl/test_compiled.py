@@ -132,3 +132,38 @@ def test_a_batch_split_across_a_2x2_array_on_the_rtl():
     assert all(n.meta["split"]["kind"] == "batch" for n in c.graph.nodes if "split" in n.meta)
     rtl = _rtl_matches(c, xs)
     assert rtl[0].segments[0]["device"] == "array"
+
+
+def test_layers_larger_than_every_buffer_split_and_searched_on_the_rtl():
+    """Issue 12: layers whose operands exceed the core's on-chip memory become pieces
+    (rows of a convolution, channels of a pooling), the order search interleaves the
+    pieces of independent branches, and the linked program runs bit-exact on the RTL."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from snpu.compiler.passes.schedule import ScheduleOptions
+    from snpu.compiler.passes.split import onchip_bytes
+
+    rng = np.random.default_rng(5)
+    w = lambda name, *s: numpy_helper.from_array(  # noqa: E731
+        (rng.standard_normal(s) * 0.2).astype(np.float32), name)
+    H = helper.make_node
+    nodes = [H("Conv", ["x", "w1"], ["c1"], pads=[1] * 4), H("Relu", ["c1"], ["r1"]),
+             H("MaxPool", ["r1"], ["p"], kernel_shape=[3, 3], pads=[1] * 4),
+             H("Conv", ["r1", "w2"], ["c2"], pads=[1] * 4), H("Relu", ["c2"], ["r2"]),
+             H("Concat", ["p", "r2"], ["y"], axis=1)]
+    g = helper.make_graph(nodes, "big_layers",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 44, 44])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 44, 44])],
+                          [w("w1", 16, 8, 3, 3), w("w2", 16, 16, 3, 3)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    xs = [rng.standard_normal((1, 8, 44, 44)).astype(np.float32)]
+    c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5, calibration=[{"x": xs[0]}],
+                                        schedule=ScheduleOptions("search")))
+    split = c.report["split"]
+    assert split["threshold"] == onchip_bytes(TEST_CORE)
+    kinds = {d for s in split["nodes"] for d in s["dimensions"]}
+    assert {"rows", "channels"} <= kinds and all(s["whole_bytes"] > split["threshold"]
+                                                 for s in split["nodes"])
+    assert c.report["schedule"]["subgraphs"][0]["blocks"]
+    _rtl_matches(c, xs)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from snpu.config import CoreConfig
+from snpu.config import SMALL_CORE
 from snpu.rtl.status import ErrorCode
 from snpu.verif import progen
 from snpu.verif.tb import rtl_sim
@@ -24,8 +24,7 @@ from snpu.verif.program import Program
 pytestmark = pytest.mark.rtl
 
 ROOT = Path(__file__).resolve().parents[2]
-TEST_CORE = CoreConfig(lanes=4, nbuf_bytes=4096, nidx_bytes=1024, wbuf_bytes=4096,
-                       widx_bytes=2048, acc_words=256, obuf_bytes=2048, param_rows=32)
+TEST_CORE = SMALL_CORE
 KINDS = list(progen.GENERATORS)
 REGRESSION = int(os.environ.get("SNPU_REGRESSION", "0"))
 
