@@ -73,7 +73,9 @@ class LayerContext:
         self.ib_half = self.cfg.widx_bytes // 2
         self.param_half = self.cfg.param_rows // 2
         self.param_base = (layer_index % 2) * self.param_half
-        self._toggles: dict[str, int] = {}
+        #: the ping-pong halves continue from the previous kernel of the program (its last
+        #: tile's half is still busy when this kernel's first tile starts)
+        self._toggles: dict[str, int] = k.__dict__.setdefault("_toggles", {})
 
     def data(self, tag: str, array: np.ndarray, kind: str = "weights", align: int = 8) -> int:
         a = np.ascontiguousarray(array)
