@@ -100,7 +100,8 @@ def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> 
     passes += [
         ("fold_affine", fold_affine),
         ("fuse_relu", fuse_relu),
-        ("partition", lambda g: partition(g, force_host=set(options.force_host))),
+        ("partition", lambda g: partition(g, force_host=set(options.force_host),
+                                          config=options.config)),
         ("prune", lambda g: prune(g, PruneOptions(density=options.density,
                                                   group_size=options.group_size,
                                                   t5=options.group_small, t6=options.group_max_small,

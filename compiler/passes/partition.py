@@ -26,8 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+from snpu.config import CoreConfig
+
 from ..ir import Graph, Node
 from .. import ops
+from .split import pooling_misfit
 
 DEVICES = ("core", "host")
 
@@ -66,8 +69,8 @@ def core_support(g: Graph, n: Node) -> str | None:
         ks = n.attrs.get("kernel_shape", [])
         if rank != 4 or len(ks) != 2 or max(ks) > 255:
             return "2-D pooling windows up to 255"
-    if n.op == "GlobalAveragePool" and (rank != 4 or max(x.shape[2:]) > 255):
-        return "global pooling over at most 255 x 255"
+    if n.op == "GlobalAveragePool" and rank != 4:
+        return "global pooling of a 4-D input only"
     if n.op in ("Add", "Sum"):
         shapes = {g.tensor(i).shape for i in n.inputs}
         if len(shapes) != 1 or any(g.tensor(i).is_const for i in n.inputs):
@@ -203,7 +206,9 @@ def partition_nodes(order: list[str], preds: dict[str, set[str]], succs: dict[st
     return ordered, depth
 
 
-def partition(graph: Graph, *, force_host: set[str] = frozenset()) -> Graph:
+def partition(graph: Graph, *, force_host: set[str] = frozenset(),
+              config: CoreConfig | None = None) -> Graph:
+    """``config``: the core's buffers decide what fits (:func:`.split.pooling_misfit`)."""
     g = graph.copy()
     preds, succs = _edges(g)
     order = [n.name for n in g.nodes]
@@ -211,6 +216,8 @@ def partition(graph: Graph, *, force_host: set[str] = frozenset()) -> Graph:
     support: dict[str, set[str]] = {}
     for n in g.nodes:
         why = "forced to the host (--host)" if n.name in force_host else core_support(g, n)
+        if not why and config is not None:
+            why = pooling_misfit(g, n, config)
         support[n.name] = {"host"} if why else {"core", "host"}
         n.meta["core_reason"] = why
         n.meta["device_support"] = sorted(support[n.name])

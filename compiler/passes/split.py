@@ -182,23 +182,32 @@ def split_node(g: Graph, n: Node, config: CoreConfig, threshold: float) -> list[
     return pieces
 
 
-def check_fits(g: Graph, n: Node, config: CoreConfig) -> None:
-    """The smallest unit of ``n`` must fit the core's buffers (module docstring)."""
+def pooling_misfit(g: Graph, n: Node, config: CoreConfig) -> str | None:
+    """Why a pooling node's window cannot fit the core's accumulators at all (pooling is
+    never split across its window), naming the operand and the smallest core that fits;
+    ``None`` if it fits.  The partitioner sends such a node to the host with this reason."""
+    if n.op not in ("MaxPool", "AveragePool"):
+        return None
     P = config.lanes
     acc_half = config.acc_elems // 2
-    if n.op in ("MaxPool", "AveragePool"):
-        x = g.tensor(n.inputs[0]).shape
-        kh, kw, *_ , oh, ow = pool_geometry(n, x)
-        whole_map = (kh, kw) == tuple(x[2:]) and (oh, ow) == (1, 1) and n.op == "AveragePool"
-        need = kh * kw * P + P
-        if need > acc_half and not whole_map:
-            words = -(-2 * need // P)
-            words = 1 << (words - 1).bit_length()
-            raise CompileError(
-                f"{n.where()}: operand 'input window' ({kh}x{kw} pixels of {P} channels and "
-                f"their result, {need} accumulators) does not fit half the accumulators "
-                f"({acc_half}); pooling is never split across its window: the smallest core "
-                f"that fits has acc_words >= {words}")
+    x = g.tensor(n.inputs[0]).shape
+    kh, kw, *_, oh, ow = pool_geometry(n, x)
+    whole_map = (kh, kw) == tuple(x[2:]) and (oh, ow) == (1, 1) and n.op == "AveragePool"
+    need = kh * kw * P + P
+    if need <= acc_half or whole_map:
+        return None
+    words = 1 << (-(-2 * need // P) - 1).bit_length()
+    return (f"operand 'input window' ({kh}x{kw} pixels of {P} channels and their result, "
+            f"{need} accumulators) does not fit half the accumulators ({acc_half}); pooling "
+            f"is never split across its window: the smallest core that fits has acc_words "
+            f">= {words}")
+
+
+def check_fits(g: Graph, n: Node, config: CoreConfig) -> None:
+    """The smallest unit of ``n`` must fit the core's buffers (module docstring)."""
+    why = pooling_misfit(g, n, config)
+    if why:
+        raise CompileError(f"{n.where()}: {why}")
     if n.op == "Conv":
         kh, kw = n.meta["geometry"][:2]
         group = (n.meta.get("neurons") or {}).get("group")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from snpu.compiler import check, runtime
 from snpu.compiler.passes import schedule as S
@@ -68,18 +68,37 @@ def test_pieces_fit_the_threshold_when_the_dimensions_allow():
     assert default.report["split"]["threshold"] == onchip_bytes(TEST_CORE)
 
 
-def test_pooling_window_too_large_for_every_buffer_is_one_clear_line():
+def test_pooling_window_larger_than_every_buffer_runs_on_the_host_and_says_why():
+    """A pooling window is never split (a reduction): a window the accumulators cannot hold
+    goes to the host, and report.json names the operand and the smallest core that fits."""
     m = _model([H("MaxPool", ["x"], ["y"], kernel_shape=[20, 20], name="bigpool")],
                [1, 8, 40, 40], [1, 8, 21, 21], [])
+    c = _run(m, [1, 8, 40, 40], {})
+    (layer,) = c.report["layers"]
+    why = layer["why_host"]
+    assert layer["device"] == "host" and "input window" in why and "acc_words >=" in why
+    # the core the reason names runs it
+    from dataclasses import replace
+    bigger = replace(TEST_CORE, acc_words=int(why.rsplit(">= ", 1)[1]))
+    c = compile_model(m, CompileOptions(config=bigger))
+    assert c.report["ops_on_core"] == 1
+
+
+def test_a_convolution_patch_larger_than_the_neuron_buffer_is_one_clear_line():
+    rng = np.random.default_rng(0)
+    m = _model([H("Conv", ["x", "w"], ["y"], name="hugeconv")], [1, 1, 50, 50], [1, 2, 1, 1],
+               [numpy_helper.from_array(rng.standard_normal((2, 1, 50, 50)).astype(np.float32), "w")])
     with pytest.raises(CompileError) as e:
         compile_model(m, CompileOptions(config=TEST_CORE))
     msg = str(e.value)
-    assert "bigpool" in msg and "input window" in msg and "acc_words >=" in msg
+    assert "hugeconv" in msg and "input patch" in msg and "nbuf_bytes >= 8192" in msg
     assert "\n" not in msg
-    # the core the message names compiles it
-    words = int(msg.rsplit(">= ", 1)[1])
-    from dataclasses import replace
-    compile_model(m, CompileOptions(config=replace(TEST_CORE, acc_words=words)))
+
+
+def test_global_pooling_over_a_large_map_runs_on_the_core():
+    m = _model([H("GlobalAveragePool", ["x"], ["y"])], [1, 8, 300, 300], [1, 8, 1, 1], [])
+    c = _run(m, [1, 8, 300, 300], {}, n=1)
+    assert c.report["ops_on_core"] == 1
 
 
 # ----------------------------------------------------------------------------------------
