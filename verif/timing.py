@@ -42,7 +42,7 @@ FC_ROW_OVERHEAD = 0
 #: more than on the AND path, and at least this many (the converter's latency from a row's
 #: start to its first chunk is hidden behind the previous row only when that row is long;
 #: measured on the RTL)
-FC_EXPAND_ROW_MIN = 14
+FC_EXPAND_ROW_MIN = 14.5
 #: pipeline fill/drain of the MX unit per instruction (measured: 22 cycles from start to the
 #: last sum beyond the lane's work)
 FC_PIPELINE = 22
