@@ -89,15 +89,9 @@ class EstimatingMachine(Machine):
 
 
 def estimate(instrs: Sequence[Instr], ext: np.ndarray, config: CoreConfig,
-             density: Callable[[int], float]) -> int:
+             density: Callable[[int], float]) -> tuple[int, dict[str, int]]:
     """Estimated cycles of the unrolled program ``instrs`` (ending in ``halt``) against the
-    memory image ``ext`` (read only)."""
-    return estimate_units(instrs, ext, config, density)[0]
-
-
-def estimate_units(instrs: Sequence[Instr], ext: np.ndarray, config: CoreConfig,
-                   density: Callable[[int], float]) -> tuple[int, dict[str, int]]:
-    """:func:`estimate`, and the busy cycles of each unit."""
+    memory image ``ext`` (read only), and the busy cycles of each unit."""
     m = EstimatingMachine(config, ext, density)
     s = Scheduler(list(instrs), m, check_races=False)
     t = 0

@@ -76,6 +76,14 @@ FETCH_LATENCY = DMA_LATENCY
 LINE_FILL_BEATS = 8
 
 
+def _rows(row_starts: np.ndarray, cols: int, axi_bytes: int):
+    """Per DMA row of ``cols`` bytes at ``row_starts``: its offset in a bus word, the bus
+    beats it touches, its bursts, and the words it fills at its destination."""
+    off = row_starts % axi_bytes
+    beats = (off + cols + axi_bytes - 1) // axi_bytes
+    return off, beats, -(-beats // MAX_BURST), -(-cols // axi_bytes)
+
+
 def ld_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: int = 1) -> int:
     """Cycles of an ``ld`` whose rows of ``cols`` bytes start at external addresses
     ``row_starts``: per row, the beats it touches on the bus and one more cycle per burst,
@@ -83,12 +91,8 @@ def ld_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: in
     when it starts unaligned, whichever is longer, at least :data:`LD_ROW_MIN`."""
     if row_starts.size == 0 or cols == 0:
         return 1
-    off = row_starts % axi_bytes
-    beats_in = (off + cols + axi_bytes - 1) // axi_bytes
-    bursts = -(-beats_in // MAX_BURST)
-    words_out = -(-cols // axi_bytes)
-    per_row = np.maximum(beats_in + LD_BURST_OVERHEAD * bursts,
-                         words_out * beat_cycles + (off > 0))
+    off, beats, bursts, words = _rows(row_starts, cols, axi_bytes)
+    per_row = np.maximum(beats + LD_BURST_OVERHEAD * bursts, words * beat_cycles + (off > 0))
     return DMA_LATENCY + int(round(float(np.maximum(per_row, LD_ROW_MIN).sum())))
 
 
@@ -97,11 +101,8 @@ def bus_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: i
     ``row_starts``: every beat and :data:`BUS_BURST_OVERHEAD` per burst (the interconnect's
     arbitration), or the destination's pace (``beat_cycles`` per word it writes, as in
     :func:`ld_cycles`) when that is slower."""
-    off = row_starts % axi_bytes
-    beats = (off + cols + axi_bytes - 1) // axi_bytes
-    bursts = -(-beats // MAX_BURST)
-    words_out = -(-cols // axi_bytes)
-    held = np.maximum(words_out * beat_cycles + (off > 0), beats + BUS_BURST_OVERHEAD * bursts)
+    off, beats, bursts, words = _rows(row_starts, cols, axi_bytes)
+    held = np.maximum(words * beat_cycles + (off > 0), beats + BUS_BURST_OVERHEAD * bursts)
     return int(round(float(held.sum())))
 
 
@@ -110,8 +111,7 @@ def st_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int) -> int:
     ``row_starts``."""
     if row_starts.size == 0 or cols == 0:
         return 1
-    beats = (row_starts % axi_bytes + cols + axi_bytes - 1) // axi_bytes
-    bursts = -(-beats // MAX_BURST)
+    _, beats, bursts, _ = _rows(row_starts, cols, axi_bytes)
     per_row = beats + ST_BURST_OVERHEAD * bursts + ST_STALL * np.maximum(0, beats - ST_FREE_BEATS)
     return ST_LATENCY + int(round(float(per_row.sum())))
 

@@ -16,7 +16,6 @@ from .. import kernels
 from ..emit import Kernels
 from ..ir import Graph
 from ..memory import channel_view, view_source
-from .split import Piece
 from .reroll import reroll
 
 
@@ -26,7 +25,6 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
     threshold): the same computation without sparse skipping, the baseline of sparse
     speedups.  ``loops``: re-roll each segment into hardware loops (:mod:`.reroll`)."""
     g = graph.copy()
-    nodes = {n.name: n for n in g.nodes}
     segments = []
     layer = 0
     for sg in g.meta["subgraphs"]:
@@ -72,8 +70,7 @@ def emit_nodes(em: Kernels, g: Graph, order: list[tuple[str, int | None]], prefi
     """Emit the kernels ``order`` (:func:`units` of one core subgraph, in program order)
     into ``em``'s program, each instruction tagged with its node's name; ``layer`` numbers
     the first kernel (parameter memory halves alternate by it), ``prefix`` names its data in
-    the image.  Returns each node's report entry and, under ``"kernels"``, how many
-    kernels were emitted."""
+    the image.  Returns each node's report entry."""
     layouts = g.meta["layouts"]
     nodes = {n.name: n for n in g.nodes}
     stats: dict = {}
@@ -118,11 +115,8 @@ def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None,
 
     X = layout(view_source(g, n.inputs[0]))
     Y = layout(n.outputs[0])
-    if isinstance(part, Piece):
-        rows, channels = part.rows, part.channels
-    else:
-        rows = (part.lo, part.hi) if part is not None and part.kind == "rows" else None
-        channels = (part.lo, part.hi) if part is not None and part.kind == "channels" else None
+    rows = part.rows if part is not None else None
+    channels = part.channels if part is not None else None
     if channels is not None and n.op not in ("Conv", "Gemm", "MatMul"):
         # a channel piece of a per-channel layer is the layer on channel views
         lo, hi = channels

@@ -161,18 +161,20 @@ def rewrite(flow: Flow, chosen: list[tuple[str, str]], *, gap: float = 0.0,
                {k: set(v) for k, v in flow.after.items()}, set(flow.far), dict(flow.kind))
     made = flow.producer()
     users = flow.consumers()
+    pos = {n: i for i, n in enumerate(flow.order)}
+    flow_preds = flow.preds()
     late_of: dict[str, list[str]] = {}
     for n, t in chosen:
         if t in made:
             late_of.setdefault(t, []).append(n)
     preds = out.preds()
     restorations: list[tuple[float, str]] = []  # (required time of its consumer, B)
-    for t in sorted(late_of, key=lambda t: flow.order.index(made[t])):
+    for t in sorted(late_of, key=lambda t: pos[made[t]]):
         P = made[t]
         # the consumers from the first chosen one on (in program order) read the restored
         # copy; the ones before it read the tensor before it leaves
-        cut = min(flow.order.index(n) for n in late_of[t])
-        late = sorted({n for n in users[t] if flow.order.index(n) >= cut}, key=lambda n: trt[n])
+        cut = min(pos[n] for n in late_of[t])
+        late = sorted({n for n in users[t] if pos[n] >= cut}, key=lambda n: trt[n])
         early = [n for n in users[t] if n not in late]
         far = f"{t}@far"
         A = f"swap_out:{t}"
@@ -182,11 +184,9 @@ def rewrite(flow: Flow, chosen: list[tuple[str, str]], *, gap: float = 0.0,
         out.delay[A] = float(flow.size[t]) / 8
         out.kind[A] = "reduction"
         preds[A] = {P}
-        last_early = None
         if early:  # serialization: the last early consumer (in program order) waits for
             # the reduction
-            last_early = max(early, key=flow.order.index)
-            _add_edge(out, preds, A, last_early)
+            _add_edge(out, preds, A, max(early, key=pos.get))
         # restorations: one per group of late consumers within `gap` of each other
         groups: list[list[str]] = []
         for n in late:
@@ -210,7 +210,7 @@ def rewrite(flow: Flow, chosen: list[tuple[str, str]], *, gap: float = 0.0,
             # prefetch: the ancestor of the consumer that finishes closest before the time
             # the restoration must start (never the consumer itself)
             start_by = trt[first] - d
-            ancestors = _ancestors(flow, first)
+            ancestors = _ancestors(flow_preds, first)
             ancestors.discard(P)
             options = [u for u in ancestors if tat[u] <= start_by]
             if options:
@@ -230,8 +230,7 @@ def rewrite(flow: Flow, chosen: list[tuple[str, str]], *, gap: float = 0.0,
     return out
 
 
-def _ancestors(flow: Flow, n: str) -> set[str]:
-    preds = flow.preds()
+def _ancestors(preds: dict[str, set[str]], n: str) -> set[str]:
     seen, stack = set(), list(preds[n])
     while stack:
         v = stack.pop()

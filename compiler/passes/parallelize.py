@@ -54,6 +54,16 @@ class Part:
     lo: int
     hi: int
 
+    @property
+    def rows(self) -> tuple[int, int] | None:
+        """Output rows [lo, hi) of a ``rows`` part (as :class:`~.split.Piece`)."""
+        return (self.lo, self.hi) if self.kind == "rows" else None
+
+    @property
+    def channels(self) -> tuple[int, int] | None:
+        """Output channels [lo, hi) of a ``channels`` part."""
+        return (self.lo, self.hi) if self.kind == "channels" else None
+
     def to_dict(self) -> dict:
         return {"core": list(self.core), "kind": self.kind, "range": [self.lo, self.hi]}
 

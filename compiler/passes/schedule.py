@@ -138,11 +138,16 @@ def blocks(order: list, preds: dict, merge_below: int) -> list[list]:
     return merged
 
 
+def first_orders(nodes: list, preds: dict, limit: int) -> list[list]:
+    """The first ``limit + 1`` topological orders of ``nodes`` (all of them if there are
+    fewer; every prefix of a topological order extends to a whole one, so this costs at
+    most ``limit + 1`` orders)."""
+    return list(itertools.islice(all_orders(nodes, preds), limit + 1))
+
+
 def count_orders(nodes: list, preds: dict, limit: int) -> int:
-    """The number of topological orders of ``nodes``, counted up to ``limit + 1`` (every
-    prefix of a topological order extends to a whole one, so this enumerates at most
-    ``limit + 1`` orders)."""
-    return sum(1 for _ in itertools.islice(all_orders(nodes, preds), limit + 1))
+    """The number of topological orders of ``nodes``, counted up to ``limit + 1``."""
+    return len(first_orders(nodes, preds, limit))
 
 
 def all_orders(nodes: list, preds: dict):
@@ -227,8 +232,8 @@ class _Timer:
         emit_nodes(em, self.g, order, f"schedule{self.timed}:", 0, self.dense)
         em.halt()
         self.timed += 1
-        return cost.estimate_units(prog.instrs, self.image.data, self.config,
-                                   cost.layer_density(prog.tags, self.density))
+        return cost.estimate(prog.instrs, self.image.data, self.config,
+                             cost.layer_density(prog.tags, self.density))
 
 
 def schedule(graph: Graph, options: ScheduleOptions, config: CoreConfig, image: MemoryImage,
@@ -240,40 +245,42 @@ def schedule(graph: Graph, options: ScheduleOptions, config: CoreConfig, image: 
     g = graph.copy()
     report = []
     subgraphs = []
+    timer = None  # made for the first core subgraph searched (it copies the image)
     for k, sg in enumerate(g.meta["subgraphs"]):
         if sg["device"] != "core" or options.mode == "file":
             subgraphs.append(sg)
             continue
         order = units(g, sg["nodes"])
         preds = unit_dag(g, sg["nodes"], order)
-        timer = _Timer(g, config, image, dense)
+        timer = timer or _Timer(g, config, image, dense)
         rng = random.Random(options.seed * 1000003 + k)
         chosen: list = []
         entry: dict = {"subgraph": k, "kernels": len(order), "blocks": [],
                        "file_cycles": 0, "chosen_cycles": 0}
-        busy: dict = {}
         for block in blocks(order, preds, options.merge_below):
-            n_orders = count_orders(block, preds, options.exhaustive)
+            first = first_orders(block, preds, options.exhaustive)
+            n_orders = len(first)
             if n_orders <= 1:
                 chosen += block
                 continue
-            for u in block:  # each kernel's units, for the list scheduler
-                busy[u] = timer.units([u])[1]
-            greedy = greedy_order(block, preds, busy)
-            if options.mode == "greedy":
-                candidates = [block, greedy]
-            elif n_orders <= options.exhaustive:
-                candidates = list(all_orders(block, preds))
+            if options.mode == "search" and n_orders <= options.exhaustive:
+                candidates = first  # every order (the list scheduler's among them)
             else:
-                seen = {tuple(block), tuple(greedy)}
-                candidates = [block] + ([greedy] if greedy != block else [])
-                for _ in range(options.samples * 4):
-                    if len(candidates) > options.samples:
-                        break
-                    o = random_order(block, preds, rng)
-                    if tuple(o) not in seen:
-                        seen.add(tuple(o))
-                        candidates.append(o)
+                # each kernel's busy units, for the list scheduler
+                busy = {u: timer.units([u])[1] for u in block}
+                greedy = greedy_order(block, preds, busy)
+                if options.mode == "greedy":
+                    candidates = [block, greedy]
+                else:
+                    seen = {tuple(block), tuple(greedy)}
+                    candidates = [block] + ([greedy] if greedy != block else [])
+                    for _ in range(options.samples * 4):
+                        if len(candidates) > options.samples:
+                            break
+                        o = random_order(block, preds, rng)
+                        if tuple(o) not in seen:
+                            seen.add(tuple(o))
+                            candidates.append(o)
             times = [timer(o) for o in candidates]
             if options.mode == "greedy":
                 best = 1  # the list scheduler's order, whatever the estimate says

@@ -80,8 +80,8 @@ def onchip_bytes(config: CoreConfig) -> int:
 class _Operands:
     """Operand bytes of a piece of one node (per the module docstring)."""
 
-    def __init__(self, g: Graph, n: Node, config: CoreConfig):
-        self.n, self.op = n, n.op
+    def __init__(self, g: Graph, n: Node):
+        self.op = n.op
         x = g.tensor(n.inputs[0]).shape
         y = g.tensor(n.outputs[0]).shape
         self.images = batch_size(y)
@@ -89,14 +89,12 @@ class _Operands:
         self.oh, self.ow, self.oc = hwc(y)
         self.inputs = len([i for i in n.inputs if i and not g.tensor(i).is_const]) \
             if n.op in ("Add", "Sum") else 1
-        self.w = None
         if n.op in ("Conv", "Gemm", "MatMul"):
             w = n.meta["q"]["w"]
             # encoded weights: the kept values and a direct index (1 bit per column)
             self.w_row = np.count_nonzero(w, axis=1) + w.shape[1] / 8
-            self.w = w
         if n.op == "Conv":
-            kh, kw, sh, sw, pads, *_ = n.meta["geometry"]
+            kh, _, sh, _, pads, *_ = n.meta["geometry"]
             self.kh, self.sh = kh, sh
             self.iw_padded = self.iw + pads[1] + pads[3]
 
@@ -145,17 +143,17 @@ def _split(p: Piece, dim: str, k: int, whole: int, unit: int) -> list[Piece]:
 
 def _extra_bytes(ops: _Operands, dim: str, k: int) -> float:
     """Bytes the pieces move beyond the whole operator's (the cost of a split)."""
-    whole = ops.bytes(Piece())
     if dim == "images":
         return 0.0
-    return sum(ops.bytes(p) for p in _split(Piece(), dim, k, ops.extent(dim), 1)) - whole
+    return sum(ops.bytes(p) for p in _split(Piece(), dim, k, ops.extent(dim), 1)) - \
+        ops.bytes(Piece())
 
 
-def split_node(g: Graph, n: Node, config: CoreConfig, threshold: float) -> list[Piece]:
-    """The pieces of ``n`` whose operands each fit ``threshold`` bytes (``[Piece()]`` when
-    the whole operator does, or as close as the dimensions allow)."""
-    ops = _Operands(g, n, config)
-    dims = DIMENSIONS.get(n.op, ())
+def split_node(ops: _Operands, config: CoreConfig, threshold: float) -> list[Piece]:
+    """The pieces of the node whose operands ``ops`` measures, each fitting ``threshold``
+    bytes (``[Piece()]`` when the whole operator does, or as close as the dimensions
+    allow)."""
+    dims = DIMENSIONS.get(ops.op, ())
     units = {"images": 1, "channels": config.lanes, "rows": 1}
     pieces = [Piece()]
     if "images" in dims and ops.images > 1 and ops.bytes(Piece()) > threshold:
@@ -167,11 +165,12 @@ def split_node(g: Graph, n: Node, config: CoreConfig, threshold: float) -> list[
         best = None
         for dim in left:
             ext = ops.extent(dim)
-            for k in range(2, -(-ext // units[dim]) + 1):
+            most = -(-ext // units[dim])
+            for k in range(2, most + 1):
                 trial = [q for p in pieces for q in _split(p, dim, k, ext, units[dim])]
-                if max(ops.bytes(q) for q in trial) <= threshold or k == -(-ext // units[dim]):
+                fits = max(ops.bytes(q) for q in trial) <= threshold
+                if fits or k == most:
                     cost = _extra_bytes(ops, dim, k)
-                    fits = max(ops.bytes(q) for q in trial) <= threshold
                     if best is None or (fits, -cost) > (best[0], -best[1]):
                         best = (fits, cost, dim, trial)
                     break
@@ -234,10 +233,10 @@ def split(graph: Graph, config: CoreConfig, threshold: int | None = None) -> Gra
         check_fits(g, n, config)
         if not limit:
             continue
-        pieces = split_node(g, n, config, limit)
+        ops = _Operands(g, n)
+        pieces = split_node(ops, config, limit)
         if len(pieces) > 1:
             n.meta["pieces"] = pieces
-            ops = _Operands(g, n, config)
             report.append({"node": n.name, "pieces": len(pieces),
                            "dimensions": sorted({d for p in pieces for d, v in
                                                  p.to_dict().items()}),
