@@ -54,7 +54,7 @@ def _clipped_windows(x: np.ndarray, node, fill):
 
 def run_node(g: Graph, n, args: list[np.ndarray]) -> np.ndarray:
     """One core node on int8 NCHW inputs -> int8 output."""
-    q = n.meta["q"] if n.op not in ("Concat", "Flatten", "Reshape") else None
+    q = n.meta["q"] if n.op not in ("Concat", "Flatten", "Reshape", "Copy") else None
     x = args[0]
     if n.op == "Conv":  # image by image, as the core runs a batch
         ys = []
@@ -71,6 +71,8 @@ def run_node(g: Graph, n, args: list[np.ndarray]) -> np.ndarray:
         v = v * neuron_mask(v, n.meta.get("neurons"))  # the vector as loaded (channels last)
         acc = v.astype(np.float64) @ q["w"].astype(np.float64).T
         return _requant_channels(acc.astype(np.int64), q).reshape(g.tensor(n.outputs[0]).shape)
+    if n.op == "Copy":  # the memory plan's swaps
+        return x
     if n.op == "Affine":
         shape = (1, -1) + (1,) * (x.ndim - 2)
         return numerics.requantize(x.astype(np.int64), q["bias"].reshape(shape),

@@ -622,3 +622,75 @@ def affine(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
             k.req(ob, ab, row, g, cp // P, int(q["relu"]), src_stride=cp, dst_stride=cp)
             k.st(ob, Y.addr(y, x0, c0), c, g, src_stride=cp, ext_stride=Y.pixel)
     return {"channel_chunks": len(chunks)}
+
+
+def copy(ctx: LayerContext, X: TensorLayout, Y: TensorLayout) -> dict:
+    """``Y <- X`` (the memory plan's swap-out and swap-in): each block of pixels goes
+    through the accumulators and out unchanged (bias 0, multiplier 1, shift 0)."""
+    k, P = ctx.k, ctx.cfg.lanes
+    chunks = _channel_chunks(X.c, P, min(ctx.acc_half, ctx.ob_half, ctx.param_half * P))
+    cmax = _r(chunks[0][1] - chunks[0][0], P)
+    row = ctx.load_params([(np.zeros(cmax), np.ones(cmax), np.zeros(cmax))])[0]
+    for c0, c1 in chunks:
+        c, cp = c1 - c0, _r(c1 - c0, P)
+        per = max(1, min(X.w, ctx.acc_half // cp, ctx.ob_half // cp, 4095))
+        for y, x0, g in _pixel_groups(X, per):
+            half = ctx.alternate()
+            ab, ob = half * ctx.acc_half, half * ctx.ob_half
+            k.ld("acc", X.addr(y, x0, c0), ab, c, g, ext_stride=X.pixel, dst_stride=cp)
+            k.req(ob, ab, row, g, cp // P, 0, src_stride=cp, dst_stride=cp)
+            k.st(ob, Y.addr(y, x0, c0), c, g, src_stride=cp, ext_stride=Y.pixel)
+    return {"channel_chunks": len(chunks)}
+
+
+def zero_halo(ctx: LayerContext, L: TensorLayout) -> int:
+    """Write zeros over the halo of ``L`` (every image of a batch): a tensor whose memory
+    held another tensor before (the memory plan's arena) gets the zero border its
+    convolutions read.  A block of zeros is made in the output cache once (``req`` with
+    multiplier 0 of whatever the accumulators hold) and stored over the border: the rows
+    above and below, and the pixels between one row's end and the next one's start.
+    Returns the stores emitted."""
+    k, P = ctx.k, ctx.cfg.lanes
+    if not (L.pad_h or L.pad_w):
+        return 0
+    words = max(1, min(ctx.acc_half, ctx.ob_half, 4095 * P) // P)
+    z = words * P  # bytes of zeros in the block
+    row = ctx.load_params([(np.zeros(P), np.zeros(P), np.zeros(P))])[0]
+    half = ctx.alternate()
+    ab, ob = half * ctx.acc_half, half * ctx.ob_half
+    k.req(ob, ab, row, words, 1, 0, src_stride=P, dst_stride=P)
+    stores = 0
+
+    def fill(lo: int, hi: int) -> None:  # [lo, hi) contiguous
+        nonlocal stores
+        n = hi - lo
+        if n >= z:
+            rows = n // z
+            for r0 in range(0, rows, 4095):
+                r = min(4095, rows - r0)
+                k.st(ob, lo + r0 * z, z, r, src_stride=0, ext_stride=z)
+                stores += 1
+            lo += rows * z
+        if hi > lo:
+            k.st(ob, lo, hi - lo, 1)
+            stores += 1
+
+    for b in range(L.n):
+        I = L.at(b) if L.n > 1 else L
+        start = I.base - I.pad_h * I.row - I.pad_w * I.pixel
+        end = start + (I.h + 2 * I.pad_h) * I.row
+        first, last = I.addr(0, 0), I.addr(I.h - 1, I.w - 1) + I.c
+        fill(start, first)
+        gap = I.row - I.w * I.pixel  # from a row's last pixel to the next row's first
+        if I.h > 1 and gap:
+            if gap <= z:
+                for r0 in range(0, I.h - 1, 4095):
+                    r = min(4095, I.h - 1 - r0)
+                    k.st(ob, I.addr(r0, I.w - 1) + I.pixel, gap, r, src_stride=0,
+                         ext_stride=I.row)
+                    stores += 1
+            else:
+                for y in range(I.h - 1):
+                    fill(I.addr(y, I.w - 1) + I.pixel, I.addr(y + 1, 0))
+        fill(last, end)
+    return stores

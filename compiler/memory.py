@@ -141,19 +141,32 @@ def view_source(g: Graph, name: str) -> str:
 FLAG_BYTES = 8 * 16
 
 
-def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0) -> Graph:
-    """Give every activation tensor the core reads or writes a :class:`TensorLayout`
-    (``graph.meta["layouts"]``) and a region in ``image`` (tensors only the host touches
-    stay in host memory).
+@dataclass
+class Storage:
+    """Where every activation the core touches is stored, before addresses are given:
+    ``roots``: the tensors that own storage, in program order (views and slices of a
+    concatenation own none); ``halo[t]``: (rows, pixels) of zeros around ``t``;
+    ``parent[t]``: (concatenation output, channel offset) of a slice; ``root[t]``: the
+    tensor whose storage holds ``t`` (through views and concatenations)."""
 
-    ``local_bytes`` > 0 (a tiled array): a tensor produced and consumed only inside one core
-    subgraph, that is no slice of a concatenation, lives in the cores' *local* memories
-    instead, at the same address in every core (``isa.LOCAL_BASE + offset``; rows padded to
-    8 bytes so that row blocks move by remote writes), in program order while they have
-    room; ``graph.meta["local"]`` lists them.  Maps written by a channel-split layer stay
-    in shared memory (a channel slice of a map is not contiguous).  The rest stays in shared external memory."""
-    g = graph.copy()
-    prod = g.producers()
+    roots: list[str]
+    halo: dict[str, tuple[int, int]]
+    parent: dict[str, tuple[str, int]]
+    root: dict[str, str]
+
+    def geometry(self, g: Graph, t: str) -> tuple[int, int]:
+        """(bytes of one image with its halo, images) of root ``t`` in external memory."""
+        h, w, c = hwc(g.tensor(t).shape)
+        ph, pw = self.halo.get(t, (0, 0))
+        return (h + 2 * ph) * (w + 2 * pw) * c, batch_size(g.tensor(t).shape)
+
+    def size(self, g: Graph, t: str) -> int:
+        one, n = self.geometry(g, t)
+        return n * one
+
+
+def storage(g: Graph) -> Storage:
+    """The :class:`Storage` of graph ``g`` (core nodes assigned by the partition pass)."""
     halo: dict[str, tuple[int, int]] = {}
     for n in g.nodes:
         if n.op == "Conv" and n.device == "core":
@@ -176,63 +189,129 @@ def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0) -> Graph:
                 parent[i] = (n.outputs[0], off)
                 off += g.tensor(i).shape[1]
 
-    def root(t):
-        off = 0
+    def top(t):
         while t in parent:
-            t, o = parent[t]
-            off += o
-        return t, off
+            t = parent[t][0]
+        return t
 
     # the halo of a concatenation covers every slice's needs
     for t, (ph, pw) in list(halo.items()):
-        r, _ = root(t)
+        r = top(t)
         h0, w0 = halo.get(r, (0, 0))
         halo[r] = (max(h0, ph), max(w0, pw))
-    layouts: dict[str, TensorLayout] = {}
-    # a tensor only host subgraphs touch stays in host memory: no layout
+    # a tensor only host subgraphs touch stays in host memory: no storage here
     on_core = {t for n in g.nodes if n.device == "core"
                for t in list(n.inputs) + list(n.outputs) if t and not g.tensor(t).is_const}
-    storage = [t for t in list(g.inputs) + [o for n in g.nodes for o in n.outputs]
-               if t in on_core and view_source(g, t) == t and t not in parent]
-    local = _local_tensors(g, storage, halo, parent, local_bytes) if local_bytes else {}
+    # element-wise outputs written over an input that dies there (the memory plan)
+    inplace = dict(g.meta.get("inplace") or {})
+    roots = [t for t in list(g.inputs) + [o for n in g.nodes for o in n.outputs]
+             if t in on_core and view_source(g, t) == t and t not in parent and t not in inplace]
+
+    def holder(t):
+        while True:
+            t = view_source(g, t)
+            if t in parent:
+                t = parent[t][0]
+            elif t in inplace:
+                t = inplace[t]
+            else:
+                return t
+
+    for u in inplace:  # the shared storage's halo covers both tensors' readers
+        r = holder(u)
+        (h0, w0), (h1, w1) = halo.get(r, (0, 0)), halo.get(u, (0, 0))
+        if (h1, w1) != (0, 0):
+            halo[r] = (max(h0, h1), max(w0, w1))
+
+    root = {t: holder(t) for n in g.nodes for t in list(n.inputs) + list(n.outputs) if t}
+    return Storage(roots, halo, parent, root)
+
+
+@dataclass
+class Arena:
+    """A memory plan's placement (:mod:`.passes.memory_budget`): ``offsets[t]``: root ``t``'s
+    byte offset in the fast-memory arena (one region, tensors whose lifetimes do not overlap
+    share bytes); ``far``: roots that live in far memory; ``size``: the arena's bytes."""
+
+    offsets: dict[str, int]
+    far: list[str]
+    size: int
+
+
+def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0,
+             arena: Arena | None = None) -> Graph:
+    """Give every activation tensor the core reads or writes a :class:`TensorLayout`
+    (``graph.meta["layouts"]``) and a region in ``image`` (tensors only the host touches
+    stay in host memory).
+
+    Without ``arena`` every tensor has a region of its own.  With one (a memory plan), the
+    graph's inputs and outputs still do, the roots in ``arena.offsets`` share one region
+    ``act:arena`` at those offsets, and the roots in ``arena.far`` share the far-memory
+    region ``act:far`` (region kind ``far``: slower, :class:`~snpu.verif.timing.FarMemory`).
+
+    ``local_bytes`` > 0 (a tiled array): a tensor produced and consumed only inside one core
+    subgraph, that is no slice of a concatenation, lives in the cores' *local* memories
+    instead, at the same address in every core (``isa.LOCAL_BASE + offset``; rows padded to
+    8 bytes so that row blocks move by remote writes), in program order while they have
+    room; ``graph.meta["local"]`` lists them.  Maps written by a channel-split layer stay
+    in shared memory (a channel slice of a map is not contiguous).  The rest stays in shared external memory."""
+    g = graph.copy()
+    st = storage(g)
+    halo, parent = st.halo, st.parent
+    layouts: dict[str, TensorLayout] = {}
+    local = _local_tensors(g, st.roots, halo, parent, local_bytes) if local_bytes else {}
     for t, off in local.items():
         h, w, c = hwc(g.tensor(t).shape)
         ph, pw = halo.get(t, (0, 0))
         row = -(-((w + 2 * pw) * c) // 8) * 8
         layouts[t] = TensorLayout(isa.LOCAL_BASE + off + ph * row + pw * c, h, w, c, c, row, ph, pw)
     g.meta["local"] = sorted(local)
-
-    def holder(t):
-        while True:
-            t = view_source(g, t)
-            if t not in parent:
-                return t
-            t = parent[t][0]
-
     #: every tensor -> the tensor whose storage holds it (through views and concatenations)
-    g.meta["storage_root"] = {t: holder(t) for n in g.nodes
-                              for t in list(n.inputs) + list(n.outputs) if t}
-    for t in storage:
+    g.meta["storage_root"] = st.root
+    base: dict[str, int] = {}
+    if arena is not None:
+        if arena.offsets:
+            region = image.alloc("act:arena", max(arena.size, 1), "scratch", "int8",
+                                 (max(arena.size, 1),), align=64)
+            base.update({t: region.addr + off for t, off in arena.offsets.items()})
+        if arena.far:
+            far = {}
+            end = 0
+            for t in arena.far:
+                far[t] = end
+                end += -(-st.size(g, t) // 64) * 64
+            region = image.alloc("act:far", max(end, 1), "far", "int8", (max(end, 1),), align=4096)
+            base.update({t: region.addr + off for t, off in far.items()})
+    for t in st.roots:
         if t in local:
             continue
         h, w, c = hwc(g.tensor(t).shape)
-        n = batch_size(g.tensor(t).shape)
+        one, n = st.geometry(g, t)
         ph, pw = halo.get(t, (0, 0))
         row = (w + 2 * pw) * c
-        one = (h + 2 * ph) * row
-        size = n * one
-        kind = "input" if t in g.inputs else ("output" if t in g.outputs else "scratch")
-        region = image.alloc(f"act:{t}", max(size, 1), kind, "int8", (size,), align=64)
-        layouts[t] = TensorLayout(region.addr + ph * row + pw * c, h, w, c, c, row, ph, pw,
-                                  n, one)
+        if t in base:
+            addr = base[t]
+        else:
+            kind = "input" if t in g.inputs else ("output" if t in g.outputs else "scratch")
+            addr = image.alloc(f"act:{t}", max(n * one, 1), kind, "int8", (n * one,),
+                               align=64).addr
+        layouts[t] = TensorLayout(addr + ph * row + pw * c, h, w, c, c, row, ph, pw, n, one)
     for t in parent:
-        r, off = root(t)
+        r = st.root[t]
+        off = 0
+        u = t
+        while u in parent:
+            u, o = parent[u]
+            off += o
         h, w, c = hwc(g.tensor(t).shape)
         L = layouts[r]
         layouts[t] = TensorLayout(L.base + off, h, w, c, L.pixel, L.row, L.pad_h, L.pad_w,
                                   L.n, L.image)
+    on_core = set(st.root)
     for t in [o for n in g.nodes for o in n.outputs]:
-        if t in on_core and t not in layouts:
-            layouts[t] = layouts[view_source(g, t)]
+        if t in on_core and t not in layouts and st.root.get(t, t) in layouts:
+            src = view_source(g, t)
+            # a view, or an output written in place over its input's storage
+            layouts[t] = layouts[src] if src in layouts else layouts[st.root[t]]
     g.meta["layouts"] = layouts
     return g

@@ -263,6 +263,12 @@ def bn_affine(scale, bias, mean, var, eps):
     return a.astype(np.float32), (bias - mean * a).astype(np.float32)
 
 
+@op("Copy", lambda node, s, c: [s[0]])
+def copy_op(node, inputs):
+    """Identity: the memory plan's swap-out and swap-in (passes/memory_budget.py)."""
+    return [inputs[0]]
+
+
 @op("Affine", lambda node, s, c: [s[0]])
 def affine(node, inputs):
     """Per-channel ``x * a + b`` (what BatchNormalization and Mul/Add by channel vectors fold

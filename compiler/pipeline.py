@@ -59,6 +59,7 @@ from .passes.quantize import quantize
 from .passes.random_weights import random_weights
 from .passes.schedule import ScheduleOptions, schedule
 from .passes.split import split
+from .passes.memory_budget import MemoryOptions, memory_budget
 from .passes.remove_noops import remove_noops
 
 
@@ -87,6 +88,8 @@ class CompileOptions:
     #: split operators into pieces of at most this many operand bytes (None: the core's
     #: on-chip memory; 0: no splitting)
     split_threshold: int | None = None
+    #: activations' fast-memory budget and the memory plan's knobs (seed 001)
+    memory: MemoryOptions = field(default_factory=MemoryOptions)
 
     @property
     def array(self) -> bool:
@@ -94,6 +97,9 @@ class CompileOptions:
 
 
 def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> list[tuple[str, Callable[[Graph], Graph]]]:
+    if options.array and options.memory.budget is not None:
+        raise CompileError("--memory-budget plans the memory of one core; on a mesh the "
+                           "activations live in the cores' local memories (use --mesh 1x1)")
     passes = [("fold_constants", fold_constants), ("remove_noops", remove_noops)]
     if options.random_weights is not None:
         passes.append(("random_weights", lambda g: random_weights(g, options.random_weights)))
@@ -119,12 +125,23 @@ def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> 
             ("codegen", lambda g: codegen_mesh(g, options.config, image, options.dense,
                                                options.loops)),
         ]
-    else:
+    elif options.memory.budget is None:
         passes += [
             ("split", lambda g: split(g, options.config, options.split_threshold)),
             ("allocate", lambda g: allocate(g, image)),
             ("schedule", lambda g: schedule(g, options.schedule, options.config, image,
                                             options.dense)),
+            ("codegen", lambda g: codegen(g, options.config, image, options.dense, options.loops)),
+        ]
+    else:  # a memory plan: orders are timed on a scratch allocation, then the plan places
+        scratch = MemoryImage(1 << 16, growable=True)
+        passes += [
+            ("split", lambda g: split(g, options.config, options.split_threshold)),
+            ("allocate", lambda g: allocate(g, scratch)),
+            ("schedule", lambda g: schedule(g, options.schedule, options.config, scratch,
+                                            options.dense)),
+            ("memory_budget", lambda g: memory_budget(g, options.memory, options.config, image,
+                                                      scratch, options.dense)),
             ("codegen", lambda g: codegen(g, options.config, image, options.dense, options.loops)),
         ]
     return passes
@@ -212,6 +229,7 @@ def _report(g: Graph, options: CompileOptions, timings: dict, total: float) -> d
                          if s["kind"] == "core" else {})} for s in g.meta["segments"]],
         **({"schedule": g.meta["schedule"]} if "schedule" in g.meta else {}),
         **({"split": g.meta["split"]} if "split" in g.meta else {}),
+        **({"memory": g.meta["memory"]} if "memory" in g.meta else {}),
         **({"mesh": {**g.meta["mesh"], "local_tensors": g.meta.get("local", [])}}
            if "mesh" in g.meta else {}),
         "options": {"density": options.density, "group_size": options.group_size,

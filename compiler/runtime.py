@@ -10,13 +10,14 @@ between core and host through memory.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from snpu.errors import CompileError
-from snpu.verif import golden
+from snpu.verif import golden, timing
 
 from .artifact import Compiled
 from .host import dequantize_boundary, quantize_boundary, run_segment
@@ -32,9 +33,16 @@ def read_tensor(image, L: TensorLayout, shape) -> np.ndarray:
 
 
 def write_tensor(image, L: TensorLayout, value: np.ndarray) -> None:
+    """Write int8 logical values at ``L``; where ``L`` has a halo, its channels of the border
+    are written as zeros too (the bytes may have held another tensor: a memory plan's
+    arena)."""
     v = np.asarray(value, np.int8)
     if v.ndim != 4:
         v = v.reshape(L.n, -1, 1, 1)
+    if L.pad_h or L.pad_w:
+        padded = dataclasses.replace(L, base=L.base - L.pad_h * L.row - L.pad_w * L.pixel,
+                                     h=L.h + 2 * L.pad_h, w=L.w + 2 * L.pad_w)
+        image.data[padded.addresses()] = 0
     image.data[L.addresses()] = v.transpose(0, 2, 3, 1).view(np.uint8)
 
 
@@ -138,15 +146,19 @@ def run_batch(compiled: Compiled, xs: list, *, sim: str = "golden", check_races:
         words = compiled.rom(seg["rom"])
         stats = []
         if sim == "golden":
+            # far memory: the image's far region, timed as the memory plan assumed
+            far = (compiled.report.get("memory") or {}).get("far_memory") or {}
             for image in ims:
-                res = golden.run_image(words, image, compiled.config, check_races=check_races)
+                res = golden.run_image(words, image, compiled.config, check_races=check_races,
+                                       far=timing.FarMemory.of_image(image, **far))
                 image.data[:] = res.ext
                 stats.append((res.stats.cycles, res.stats.mac_pairs, res.stats.dense_pairs))
         else:
             from snpu.verif.tb import rtl_sim
 
+            far = (compiled.report.get("memory") or {}).get("far_memory") or {}
             results = rtl_sim.run_many([rtl_sim.Job(words, im, seg["rom"]) for im in ims],
-                                       compiled.config, **(rtl_options or {}))
+                                       compiled.config, **{"far": far, **(rtl_options or {})})
             for i, image, r in zip(which, ims, results):
                 if not r.ok:
                     raise CompileError(f"segment {k} on the RTL, input {i}: finished="

@@ -424,6 +424,19 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None, f
 @click.option("--split-threshold", type=click.IntRange(0), default=None, metavar="BYTES",
               help="Split operators whose operands (inputs, weights, outputs) exceed BYTES "
                    "into pieces (seed 002); default: the core's on-chip memory; 0: never.")
+@click.option("--memory-budget", type=click.IntRange(1), default=None, metavar="BYTES",
+              help="Bound the fast memory the activations occupy at any moment (seed 001): "
+                   "activations share an arena by lifetime, and long-lived ones are swapped to "
+                   "far memory until the plan fits (one core).")
+@click.option("--swap-slack", type=float, default=0.0, show_default=True, metavar="CYCLES",
+              help="Memory plan: swap only tensors whose timing slack exceeds this (th_tts).")
+@click.option("--swap-min-bytes", type=click.IntRange(0), default=0, show_default=True,
+              help="Memory plan: swap only tensors larger than this (th_s).")
+@click.option("--swap-max", type=click.IntRange(0), default=0, show_default=True,
+              help="Memory plan: swap at most this many tensors (N; 0: as many as needed).")
+@click.option("--memory-profile", type=click.Path(dir_okay=False), default=None,
+              help="Plot the memory profile (bytes live before and after the plan) to this "
+                   ".png (with --memory-budget).")
 @click.option("--json", "as_json", is_flag=True, help="Print the compile report as JSON.")
 @_force_option
 def compile_(model: str, output: str, core: str | None, density: float, group_size: int,
@@ -432,13 +445,16 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
              calibration: str | None, calibration_count: int, dense: bool,
              neuron_threshold: int, neuron_groups: int, t3: int, t4: int, mixed_path: str,
              mesh: str, unusable: tuple, split: str, placement: str, batch: int,
-             schedule_mode: str, split_threshold: int | None, as_json: bool, force: bool, **params) -> None:
+             schedule_mode: str, split_threshold: int | None, memory_budget: int | None,
+             swap_slack: float, swap_min_bytes: int, swap_max: int, memory_profile: str | None,
+             as_json: bool, force: bool, **params) -> None:
     """Compile an ONNX MODEL to ROM images and a memory image in OUTPUT.
 
     OUTPUT may be a new or empty directory or a previous compiled model (replaced
     atomically); anything else needs --force."""
     from .compiler.frontend import load_onnx
     from .compiler.passes.neurons import NeuronOptions
+    from .compiler.passes.memory_budget import MemoryOptions
     from .compiler.passes.schedule import ScheduleOptions
     from .compiler.pipeline import CompileOptions, compile_model
 
@@ -447,6 +463,11 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
     size = parse_mesh(mesh)
     broken = tuple(_parse_core(u, size) for u in unusable)
     _output(output, "compiled model", inputs=[model, core, calibration], force=force)
+    if memory_profile:
+        if memory_budget is None:
+            raise SnpuError("--memory-profile plots the memory plan: give --memory-budget too")
+        _output(memory_profile, "memory profile", "--memory-profile",
+                inputs=[model, core, calibration], force=force)
     cfg = _load_config(core, **params)
     calib = None
     if calibration:
@@ -459,10 +480,16 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
                           neurons=NeuronOptions(neuron_threshold, neuron_groups, t3, t4, mixed_path),
                           mesh=size, unusable=broken, split=split, placement=placement,
                           batch=batch, schedule=ScheduleOptions(mode=schedule_mode),
-                          split_threshold=split_threshold)
+                          split_threshold=split_threshold,
+                          memory=MemoryOptions(budget=memory_budget, th_tts=swap_slack,
+                                               th_s=swap_min_bytes, n=swap_max))
     with _progress("compiling", -1) as tick:
         compiled = compile_model(model, opts, progress=tick)
     compiled.save(output)
+    if memory_profile:
+        from .compiler.memory_plot import plot_profile
+
+        plot_profile(memory_profile, compiled.report["memory"], compiled.report["model"])
     if as_json:
         click.echo(json.dumps(compiled.report, indent=1))
         return
@@ -636,6 +663,13 @@ def _print_compile(r: dict, output: str) -> None:
         click.echo(f"schedule: subgraph {s['subgraph']}: {len(s['blocks'])} blocks searched, "
                    f"estimated {s['file_cycles']} -> {s['chosen_cycles']} cycles "
                    f"({100 * gain:.1f} % faster{'' if s['changed'] else ', file order kept'})")
+    if "memory" in r:
+        m = r["memory"]
+        swapped = ", ".join(s["tensor"] for s in m["swapped"]) or "none"
+        click.echo(f"memory plan: {m['fast_bytes']} bytes of fast memory (budget "
+                   f"{m['budget']}; {m['fast_bytes_before']} without swapping), peak live "
+                   f"{m['peak_before']} -> {m['peak_after']} bytes; swapped to far memory: "
+                   f"{swapped} ({m['far_bytes']} bytes)")
     if "mesh" in r:
         w, h = r["mesh"]["shape"]
         noc = [s["noc"] for s in r["segments"] if "noc" in s]

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"snpu": ROOT / "snpu", "snpu.rtl": ROOT / "rtl", "snpu.compiler": ROOT / "compiler",
             "snpu.verif": ROOT / "verif"}
 #: local script modules the bench and example scripts import from their own folders
-LOCAL = {"snpu", "tests", "provenance", "synth", "train", "demo", "sparse_fc", "branchy", "layer_models"}
+LOCAL = {"snpu", "tests", "provenance", "synth", "train", "demo", "sparse_fc", "branchy", "layer_models", "unet"}
 
 
 def _norm(name: str) -> str:

@@ -100,6 +100,9 @@ class Machine:
         one with ``STORE_BUS``.
     coords, mesh:
         This core's (x, y) and the mesh's (width, height): where a ``send`` may go.
+    far:
+        The far range of external memory (:class:`~.timing.FarMemory`): loads and stores
+        there take longer.  Timing only.
 
     Memories
     --------
@@ -122,8 +125,10 @@ class Machine:
                  protect: Sequence[tuple[int, int]] = (),
                  bus_error: tuple[int, int] | None = None,
                  coords: tuple[int, int] = (0, 0), mesh: tuple[int, int] = (1, 1),
-                 bus: timing.SharedBus | None = None):
+                 bus: timing.SharedBus | None = None, far: timing.FarMemory | None = None):
         c = self.config = config
+        #: the slower far range of external memory (timing only)
+        self.far = far
         self.ext = ext
         self.protect = list(protect)
         self.bus_error = bus_error
@@ -262,6 +267,8 @@ class Machine:
         # the accumulators take `lanes` int8 -> int32 elements per cycle
         beat = max(1, c.axi_bytes // c.lanes) if buf == "acc" else 1
         cycles = timing.ld_cycles(src[::i.cols], i.cols, c.axi_bytes, beat)
+        if self.far is not None:
+            cycles += self.far.extra(src[::i.cols], i.cols, c.axi_bytes, write=False)
         return _Exec(cycles + self._bus_wait(src, i.cols, beat, write=False), accesses)
 
     def _threshold(self, i: Instr, dst: np.ndarray, data: np.ndarray) -> None:
@@ -532,6 +539,8 @@ class Machine:
         accesses = self._mem_write(dst, self.obuf[src], "st", "STORE_BUS")
         self.stats.dma_write_bytes += int(dst.size)
         cycles = timing.st_cycles(dst[::i.cols], i.cols, c.axi_bytes)
+        if self.far is not None:
+            cycles += self.far.extra(dst[::i.cols], i.cols, c.axi_bytes, write=True)
         return _Exec(cycles + self._bus_wait(dst, i.cols, 1, write=True),
                      [self._span("obuf", src, False), *accesses])
 
@@ -544,6 +553,8 @@ class Machine:
         if not starts.size:
             return 0
         beats = timing.bus_cycles(starts, cols, self.config.axi_bytes, beat_cycles)
+        if self.far is not None:  # the port is held while the far memory answers
+            beats += self.far.extra(starts, cols, self.config.axi_bytes, write)
         want = self.now + timing.DMA_LATENCY
         start = (self.bus.write if write else self.bus.read)(want, beats)
         return start - want

@@ -25,6 +25,7 @@ import numpy as np
 
 from snpu.config import CoreConfig
 
+from . import timing
 from .core_model import Machine, Packet, Scheduler, Stats, decode_rom  # noqa: F401 (API)
 from .mesh import MeshResult, run_mesh  # noqa: F401 (API)
 
@@ -42,7 +43,8 @@ def run(words: Sequence[int], ext: np.ndarray, config: CoreConfig | None = None,
         protect: Sequence[tuple[int, int]] = (), check_races: bool = True,
         trace: bool = False, max_instructions: int | None = None,
         progress: Callable[[int], None] | None = None,
-        bus_error: tuple[int, int] | None = None) -> RunResult:
+        bus_error: tuple[int, int] | None = None,
+        far: "timing.FarMemory | None" = None) -> RunResult:
     """Run a ROM image on one core of the golden model (a 1 x 1 mesh: a ``send`` to core
     (0, 0) comes back to its own local memory).
 
@@ -61,18 +63,23 @@ def run(words: Sequence[int], ext: np.ndarray, config: CoreConfig | None = None,
         Called now and then with the number of instructions dispatched so far.
     bus_error:
         ``(lo, hi)`` external addresses that answer bus errors (see :class:`Machine`).
+    far:
+        The slower far range of external memory (:class:`~.timing.FarMemory`; timing only).
 
     An illegal word faults (``ILLEGAL``) when the dispatcher reaches it, as in the core;
     words after ``halt`` are never decoded.
     """
     res = run_mesh({(0, 0): words}, ext, config, mesh=(1, 1), protect=protect,
                    check_races=check_races, trace=trace, max_instructions=max_instructions,
-                   progress=progress, bus_error=bus_error)
+                   progress=progress, bus_error=bus_error, far=far)
     core = res.cores[(0, 0)]
     return RunResult(res.ext, core.stats, core.machine, core.trace)
 
 
 def run_image(rom: Sequence[int], image, config: CoreConfig | None = None, **kw) -> RunResult:
-    """Run a ROM against a :class:`~snpu.verif.image.MemoryImage`, protecting its rom region."""
+    """Run a ROM against a :class:`~snpu.verif.image.MemoryImage`, protecting its rom region;
+    its ``far`` regions are far memory (:class:`~.timing.FarMemory` with default timing
+    unless ``far`` is given)."""
     protect = [(r.addr, r.end) for r in image.regions.values() if r.kind == "rom"]
+    kw.setdefault("far", timing.FarMemory.of_image(image))
     return run(rom, image.data, config, protect=protect, **kw)

@@ -37,7 +37,7 @@ from snpu.fileio import atomic_write
 from .isa import WORD_BITS, WORD_BYTES
 
 MANIFEST_FORMAT = "snpu-mem/1"
-REGION_KINDS = ("rom", "input", "output", "weights", "params", "scratch")
+REGION_KINDS = ("rom", "input", "output", "weights", "params", "scratch", "far")
 
 
 # --------------------------------------------------------------------------------------------

@@ -122,10 +122,11 @@ def run_mesh(roms: Mapping[Coord, Sequence[int]], ext: np.ndarray,
              trace: bool = False, max_instructions: int | None = None,
              progress: Callable[[int], None] | None = None,
              bus_error: tuple[int, int] | None = None,
+             far: timing.FarMemory | None = None,
              local: Mapping[Coord, np.ndarray] | None = None) -> MeshResult:
     """Run one ROM per core of a ``mesh = (width, height)`` array (cores without a ROM stay
     idle) against the shared external memory ``ext`` (copied).  ``local`` gives cores'
-    initial local memories.  Errors are :class:`~snpu.errors.ExecutionError` naming the
+    initial local memories; ``far``: the slower range of external memory (timing).  Errors are :class:`~snpu.errors.ExecutionError` naming the
     core."""
     config = config or CoreConfig()
     w, h = mesh
@@ -135,7 +136,7 @@ def run_mesh(roms: Mapping[Coord, Sequence[int]], ext: np.ndarray,
     for xy, words in roms.items():
         if not (0 <= xy[0] < w and 0 <= xy[1] < h):
             raise ExecutionError(f"core {xy} is outside the {w} x {h} mesh")
-        m = Machine(config, shared, protect, bus_error, coords=xy, mesh=mesh, bus=bus)
+        m = Machine(config, shared, protect, bus_error, coords=xy, mesh=mesh, bus=bus, far=far)
         if local is not None and xy in local:
             m.local[:] = local[xy]
         cores[xy] = Scheduler(decode_rom(words), m, check_races, trace, progress,

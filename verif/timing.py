@@ -106,6 +106,45 @@ def bus_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: i
     return int(round(float(held.sum())))
 
 
+@dataclass(frozen=True)
+class FarMemory:
+    """The far memory: external addresses in ``[lo, hi)`` (the memory image's ``far``
+    regions, where the compiler's memory plan swaps activations out to).  It is slower than
+    the rest of external memory: each read burst waits ``latency`` cycles before its first
+    beat (bursts are served one after the other), and every beat, read or written, takes
+    ``beat_cycles`` cycles (a bus of ``axi_bytes / beat_cycles`` bytes per cycle).  The
+    testbench's AXI RAM models the same (:class:`~snpu.verif.tb.axi_ram.AxiRam`)."""
+
+    lo: int = 0
+    hi: int = 0
+    latency: int = 40
+    beat_cycles: int = 2
+
+    @classmethod
+    def of_image(cls, image, **params) -> "FarMemory | None":
+        """The far range of a :class:`~snpu.verif.image.MemoryImage` (its ``far`` regions),
+        or ``None`` if it has none."""
+        far = [r for r in image.regions.values() if r.kind == "far" and r.size]
+        if not far:
+            return None
+        return cls(min(r.addr for r in far), max(r.end for r in far), **params)
+
+    def extra(self, row_starts: np.ndarray, cols: int, axi_bytes: int, write: bool) -> int:
+        """Cycles a DMA of rows of ``cols`` bytes at ``row_starts`` takes beyond the same
+        DMA in near memory (rows are wholly in one memory: the compiler places tensors in
+        one or the other)."""
+        far = (row_starts >= self.lo) & (row_starts < self.hi)
+        if not far.any():
+            return 0
+        _, beats, bursts, _ = _rows(row_starts[far], cols, axi_bytes)
+        extra = beats * (self.beat_cycles - 1) + (0 if write else bursts * self.latency)
+        return int(extra.sum())
+
+    def to_dict(self) -> dict:
+        return {"lo": self.lo, "hi": self.hi, "latency": self.latency,
+                "beat_cycles": self.beat_cycles}
+
+
 def st_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int) -> int:
     """Cycles of an ``st`` whose rows of ``cols`` bytes go to external addresses
     ``row_starts``."""

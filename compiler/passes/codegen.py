@@ -75,8 +75,18 @@ def emit_nodes(em: Kernels, g: Graph, order: list[tuple[str, int | None]], prefi
     nodes = {n.name: n for n in g.nodes}
     stats: dict = {}
     shared: dict[str, dict] = {}  # per node: its pieces place identical data once
+    # tensors whose arena bytes held another tensor before: their halo is zeroed before
+    # the first kernel writing them (the memory plan, passes/memory_budget.py)
+    dirty = set((g.meta.get("memory") or {}).get("zero_halo", ()))
+    roots = g.meta.get("storage_root", {})
     for k, (name, index) in enumerate(order):
         n = nodes[name]
+        root = roots.get(n.outputs[0])
+        if root in dirty:
+            dirty.discard(root)
+            em.p.tag = n.name
+            ctx = kernels.LayerContext(em, layer + k, f"{prefix}{n.name}:halo", dense)
+            kernels.zero_halo(ctx, layouts[root])
         piece = n.meta["pieces"][index] if index is not None else None
         images = layouts[n.outputs[0]].n
         todo = range(*piece.images) if piece is not None and piece.images else range(images)
@@ -145,6 +155,8 @@ def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None,
             return kernels.add(ctx, n, ins, Y, rows)
         if n.op == "Affine":
             return kernels.affine(ctx, n, X, Y, rows)
+        if n.op == "Copy":
+            return kernels.copy(ctx, X, Y)
         raise CompileError(f"{n.where()}: no core kernel")
     except CompileError as e:
         if str(e).startswith(("node", "layer")):

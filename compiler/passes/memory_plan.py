@@ -3,10 +3,10 @@ timing analysis, candidate selection, the swap rewrite with its control edges, a
 memory profile before and after.
 
 This module is the mechanism, on :class:`Flow` (nodes in program order, the tensors each
-reads and writes, tensor sizes, node delays).  It is not in the compile pipeline yet: the
-memory-budget pass that builds a :class:`Flow` from the graph and the cost model, places
-the activations in the core's local memory (fast) and external memory (far), and emits
-the reductions and restorations as copy kernels is the next step of issue 13.
+reads and writes, tensor sizes, node delays).  The compile pass :mod:`.memory_budget`
+builds a :class:`Flow` from the graph and the cost model, places the activations in a
+fast-memory arena and the swapped ones in far memory, and emits the reductions and
+restorations as ``Copy`` kernels.
 
 * **Timing analysis** (:func:`timing_analysis`, one linear pass): per input slot, the
   tensor's arrival time TAT, the node's required time TRT (the latest arrival among its
@@ -50,6 +50,8 @@ class Flow:
     after: dict[str, set[str]] = field(default_factory=dict)
     far: set[str] = field(default_factory=set)
     kind: dict[str, str] = field(default_factory=dict)  #: "reduction" / "restoration"
+    #: restoration -> the node its prefetch edge comes from
+    prefetch: dict[str, str] = field(default_factory=dict)
 
     def producer(self) -> dict[str, str]:
         return {t: n for n in self.writes for t in self.writes[n]}
@@ -150,15 +152,18 @@ def _add_edge(flow: Flow, preds: dict, a: str, b: str) -> bool:
 
 
 def rewrite(flow: Flow, chosen: list[tuple[str, str]], *, gap: float = 0.0,
-            restore_delay: dict[str, float] | None = None) -> Flow:
+            restore_delay: dict[str, float] | None = None, prefetch: bool = True) -> Flow:
     """The flow with the module docstring's reduction / restoration nodes and control edges
     for every chosen slot ``(late consumer, tensor)``; ``gap``: late consumers of one tensor
     whose required times differ by more than this get a restoration each (else they share
-    one); ``restore_delay[t]``: the restoration's delay (default: the tensor's size / 8)."""
+    one); ``restore_delay[t]``: the restoration's delay (default: the tensor's size / 8);
+    ``prefetch=False``: no prefetch edges (each restoration runs just before its consumer:
+    slower, but its copy is not live while the nodes before the consumer run)."""
     tat, trt, _ = timing_analysis(flow)
     out = Flow(list(flow.order), {k: list(v) for k, v in flow.reads.items()},
                {k: list(v) for k, v in flow.writes.items()}, dict(flow.size), dict(flow.delay),
-               {k: set(v) for k, v in flow.after.items()}, set(flow.far), dict(flow.kind))
+               {k: set(v) for k, v in flow.after.items()}, set(flow.far), dict(flow.kind),
+               dict(flow.prefetch))
     made = flow.producer()
     users = flow.consumers()
     pos = {n: i for i, n in enumerate(flow.order)}
@@ -213,8 +218,10 @@ def rewrite(flow: Flow, chosen: list[tuple[str, str]], *, gap: float = 0.0,
             ancestors = _ancestors(flow_preds, first)
             ancestors.discard(P)
             options = [u for u in ancestors if tat[u] <= start_by]
-            if options:
-                _add_edge(out, preds, max(options, key=lambda u: tat[u]), B)
+            if options and prefetch:
+                u = max(options, key=lambda u: tat[u])
+                if _add_edge(out, preds, u, B):
+                    out.prefetch[B] = u
             # and never before the tensor has left fast memory (t and its copy would both
             # be live): after every early consumer
             for p in early:
@@ -243,8 +250,8 @@ def _ancestors(preds: dict[str, set[str]], n: str) -> set[str]:
 def schedule(flow: Flow, hint: list[str]) -> list[str]:
     """A topological order of ``flow`` (data and control edges) that follows ``hint`` (the
     old program order) where it can: a reduction right after its producer, a restoration
-    right after its control predecessors (the prefetch point: its transfer overlaps the
-    nodes between there and its consumer), else just before its first consumer."""
+    right after its prefetch edge's source (its transfer overlaps the nodes between there
+    and its consumer), else just before its first consumer."""
     preds = flow.preds()
     nodes = list(flow.reads)
     rank = {n: i for i, n in enumerate(hint)}
@@ -259,9 +266,8 @@ def schedule(flow: Flow, hint: list[str]) -> list[str]:
             return rank[n]
         if flow.kind.get(n) == "reduction":
             return rank.get(made[flow.reads[n][0]], 0) + 0.25
-        control = [rank[a] for a in flow.after.get(n, ()) if a in rank]
-        if control:
-            return max(control) + 0.5
+        if n in flow.prefetch and flow.prefetch[n] in rank:
+            return rank[flow.prefetch[n]] + 0.5
         firsts = [rank[u] for u in users.get(n, ()) if u in rank]
         return (min(firsts) if firsts else len(hint)) - 0.5
 

@@ -167,3 +167,33 @@ def test_layers_larger_than_every_buffer_split_and_searched_on_the_rtl():
                                                  for s in split["nodes"])
     assert c.report["schedule"]["subgraphs"][0]["blocks"]
     _rtl_matches(c, xs)
+
+
+def test_a_tight_memory_budget_on_the_rtl():
+    """Issue 13: a U-Net-like model under a budget below its unplanned footprint: the arena
+    shares bytes, halos on reused bytes are zeroed, long skips are swapped to far memory and
+    back by Copy kernels; bit-exact on the RTL, whose RAM makes the far region slower as
+    the golden model does (a slower far memory costs the RTL cycles too)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import unet
+
+    from snpu.compiler.passes.memory_budget import MemoryOptions
+    from snpu.verif.tb import rtl_sim
+
+    m = unet.build(0, depth=3, channels=8, size=8)
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal((1, 8, 8, 8)).astype(np.float32)]
+    opts = dict(config=TEST_CORE, calibration=[{"x": xs[0]}])
+    free = compile_model(m, CompileOptions(**opts, memory=MemoryOptions(budget=1 << 30)))
+    budget = int(free.report["memory"]["fast_bytes"] * 0.8)
+    c = compile_model(m, CompileOptions(**opts, memory=MemoryOptions(budget=budget)))
+    mem = c.report["memory"]
+    assert mem["swapped"] and mem["zero_halo"] and mem["fast_bytes"] <= budget
+    _rtl_matches(c, xs)
+    seg = next(s for s in c.graph.meta["segments"] if s["kind"] == "core")
+    words, image = c.rom(seg["rom"]), c.image
+    slow, fast = rtl_sim.run_many([rtl_sim.Job(words, image.copy_image(), seg["rom"])] * 2,
+                                  c.config, far={"latency": 300, "beat_cycles": 8})[0], \
+        rtl_sim.run_many([rtl_sim.Job(words, image.copy_image(), seg["rom"])], c.config,
+                         far={"latency": 0, "beat_cycles": 1})[0]
+    assert slow.ok and fast.ok and slow.cycles > fast.cycles

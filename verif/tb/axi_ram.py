@@ -41,6 +41,10 @@ class AxiRam(wiring.Component):
     burst at a time.  With ``stall_rate = r`` every handshake is held off with probability
     ``r / 256`` per cycle (pseudo-random), so the core sees back-pressure on every channel.
     Addresses in ``[err_lo, err_hi)`` answer SLVERR; addresses beyond ``size`` DECERR.
+    Addresses in ``[far_lo, far_hi)`` are *far memory*
+    (:class:`~snpu.verif.timing.FarMemory`): a read burst there waits ``far_latency`` cycles
+    before its first word, and every beat there, read or written, takes ``far_beat``
+    cycles (0 or 1: full speed).
     """
 
     def __init__(self, size: int, id_bits: int = 1):
@@ -57,6 +61,10 @@ class AxiRam(wiring.Component):
             "stall_rate": In(8),
             "err_lo": In(32),
             "err_hi": In(32),
+            "far_lo": In(32),
+            "far_hi": In(32),
+            "far_latency": In(16),
+            "far_beat": In(4),
         })
 
     def _resp(self, addr):
@@ -86,12 +94,26 @@ class AxiRam(wiring.Component):
         inflight = Signal()
         meta = Signal(3)  # resp, last of the word in flight
         issue = Signal()
-        m.d.comb += issue.eq(busy & (rq.level + inflight < rq.depth - 1))
+        # far memory: a burst's latency, then one word per far_beat cycles
+        wait = Signal(16)
+        pace = Signal(4)
+        far_rd = Signal()
+        m.d.comb += issue.eq(busy & (rq.level + inflight < rq.depth - 1) & (wait == 0)
+                             & (~far_rd | (pace == 0)))
+        with m.If(wait != 0):
+            m.d.sync += wait.eq(wait - 1)
+        with m.If(pace != 0):
+            m.d.sync += pace.eq(pace - 1)
         with m.If(~busy & arq.r_rdy):
             m.d.comb += arq.r_en.eq(1)
-            m.d.sync += [busy.eq(1), cur_addr.eq(arq.r_data[:32]), cur_left.eq(arq.r_data[32:] + 1)]
+            a = arq.r_data[:32]
+            is_far = (a >= self.far_lo) & (a < self.far_hi)
+            m.d.sync += [busy.eq(1), cur_addr.eq(a), cur_left.eq(arq.r_data[32:] + 1),
+                         far_rd.eq(is_far), wait.eq(Mux(is_far, self.far_latency, 0))]
         m.d.comb += [rp.addr.eq(cur_addr[3:]), rp.en.eq(issue)]
         with m.If(issue):
+            with m.If(far_rd & (self.far_beat > 1)):
+                m.d.sync += pace.eq(self.far_beat - 1)
             m.d.sync += [cur_addr.eq(cur_addr + 8), cur_left.eq(cur_left - 1),
                          meta.eq(Cat(self._resp(cur_addr), cur_left == 1))]
             with m.If(cur_left == 1):
@@ -119,7 +141,13 @@ class AxiRam(wiring.Component):
                     m.d.sync += [w_addr.eq(bus.awaddr), w_err.eq(RESP_OKAY), w_id.eq(bus.awid)]
                     m.next = "DATA"
             with m.State("DATA"):
-                m.d.comb += bus.wready.eq(~st_w)
+                w_far = (w_addr >= self.far_lo) & (w_addr < self.far_hi) & (self.far_beat > 1)
+                w_pace = Signal(4)
+                with m.If(w_pace != 0):
+                    m.d.sync += w_pace.eq(w_pace - 1)
+                m.d.comb += bus.wready.eq(~st_w & (~w_far | (w_pace == 0)))
+                with m.If(bus.wvalid & bus.wready & w_far):
+                    m.d.sync += w_pace.eq(self.far_beat - 1)
                 resp = self._resp(w_addr)
                 m.d.comb += [wp.addr.eq(w_addr[3:]), wp.data.eq(bus.wdata),
                              wp.en.eq(Mux(bus.wvalid & bus.wready & (resp == RESP_OKAY), bus.wstrb, 0))]
@@ -158,7 +186,9 @@ class SimTop(wiring.Component):
         ports = {name: member for name, member in self.array.signature.members.items()
                  if name != "axi"}
         if memory == "hdl":
-            ports.update({"stall_rate": In(8), "err_lo": In(32), "err_hi": In(32)})
+            ports.update({"stall_rate": In(8), "err_lo": In(32), "err_hi": In(32),
+                          "far_lo": In(32), "far_hi": In(32), "far_latency": In(16),
+                          "far_beat": In(4)})
         else:
             ports["axi"] = Out(AxiSignature(id_bits))
         super().__init__(ports)
@@ -167,7 +197,8 @@ class SimTop(wiring.Component):
         m = Module()
         m.submodules.array = array = self.array
         for name in self.signature.members:
-            if name in ("axi", "stall_rate", "err_lo", "err_hi"):
+            if name in ("axi", "stall_rate", "err_lo", "err_hi", "far_lo", "far_hi",
+                        "far_latency", "far_beat"):
                 continue
             if self.signature.members[name].flow == In:
                 m.d.comb += getattr(array, name).eq(getattr(self, name))
@@ -177,7 +208,9 @@ class SimTop(wiring.Component):
             m.submodules.ram = ram = self.ram
             wiring.connect(m, array.axi, ram.axi)
             m.d.comb += [ram.stall_rate.eq(self.stall_rate), ram.err_lo.eq(self.err_lo),
-                         ram.err_hi.eq(self.err_hi)]
+                         ram.err_hi.eq(self.err_hi), ram.far_lo.eq(self.far_lo),
+                         ram.far_hi.eq(self.far_hi), ram.far_latency.eq(self.far_latency),
+                         ram.far_beat.eq(self.far_beat)]
         else:
             wiring.connect(m, array.axi, wiring.flipped(self.axi))
         return m

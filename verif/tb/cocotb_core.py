@@ -42,6 +42,7 @@ from snpu.rtl.router import PORTS
 from snpu.rtl.status import ErrorCode
 from snpu.verif.image import MemoryImage, read_rom
 from snpu.verif.mesh import run_mesh
+from snpu.verif.timing import FarMemory
 
 CLOCK_NS = 10
 
@@ -70,6 +71,17 @@ class MemoryPort:
             lo, hi = error_range or (0, 0)
             dut.err_lo.value = lo
             dut.err_hi.value = hi
+            self.set_far(None)
+
+    def set_far(self, far) -> None:
+        """Make ``far`` (a :class:`~snpu.verif.timing.FarMemory`, or ``None``) the RAM's far
+        range (``hdl`` memory; cocotbext-axi's RAM has no far range)."""
+        if self.kind == "axiram":
+            return
+        d = self.dut
+        d.far_lo.value, d.far_hi.value = (far.lo, far.hi) if far else (0, 0)
+        d.far_latency.value = far.latency if far else 0
+        d.far_beat.value = far.beat_cycles if far else 1
 
     def load(self, data: np.ndarray, previous: np.ndarray | None = None) -> None:
         """Write ``data`` at address 0.  ``previous`` is what memory holds now (``None``: all
@@ -294,6 +306,10 @@ class Testbench:
             lengths.append(len(rom))
         image.data[:] = data  # the model sees the same memory, ROMs included
         self.memory.load(data, previous=self._loaded)
+        # the image's far region is slower (the RAM and the golden model agree on how much)
+        far = (FarMemory.of_image(image, **self.job["far"])
+               if self.job.get("far") is not None and self.memory.kind == "hdl" else None)
+        self.memory.set_far(far)
         self._loaded = data
         initial_local = {xy: np.zeros(self.config.local_bytes, np.uint8) for xy in self.coords}
         for xy in self.coords:
@@ -321,7 +337,8 @@ class Testbench:
             try:
                 model = run_mesh(roms, image.data, self.config, mesh=self.mesh,
                                  protect=protect, local=initial_local,
-                                 bus_error=tuple(error_range) if error_range else None)
+                                 bus_error=tuple(error_range) if error_range else None,
+                                 far=far)
             except (ExecutionError, IllegalInstruction) as e:  # the checker compares it
                 model_error = e
             result["problems"] = self.checker.compare(ext, local, status, model, model_error)

@@ -251,7 +251,7 @@ class ArrayJob:
 def run_many(jobs: list, config: CoreConfig | None = None, *, memory: str = "hdl",
              stall: float = 0.0, seed: int = 0, waves: str | None = None, check: bool = True,
              error_range: tuple[int, int] | None = None,
-             mesh: tuple[int, int] = (1, 1)) -> list[RtlResult]:
+             mesh: tuple[int, int] = (1, 1), far: dict | None = None) -> list[RtlResult]:
     """Run several jobs (:class:`Job` on a 1 x 1 mesh, or :class:`MeshJob` of ``mesh``), one
     after the other, in one simulator process (the array is reset between them).  Much
     faster than separate :func:`run` calls for many small runs.
@@ -271,6 +271,10 @@ def run_many(jobs: list, config: CoreConfig | None = None, *, memory: str = "hdl
     error_range:
         ``(lo, hi)``: external addresses that answer SLVERR (``hdl`` memory only; for fault
         injection tests).
+    far:
+        ``{"latency": ..., "beat_cycles": ...}``: each image's ``far`` regions are slower
+        memory (:class:`~snpu.verif.timing.FarMemory`; ``hdl`` memory only); default: the
+        golden model's default far timing.
     """
     from cocotb_tools.runner import get_runner
 
@@ -312,7 +316,8 @@ def run_many(jobs: list, config: CoreConfig | None = None, *, memory: str = "hdl
                          "budget_cycles": budget, "result": str(tmp / f"result{k}.json")})
         job = {"runs": runs, "config": config.to_dict(), "memory": memory, "mesh": list(mesh),
                "mem_bytes": mem_bytes, "stall": stall, "seed": seed, "check": check,
-               "error_range": list(error_range) if error_range else None}
+               "error_range": list(error_range) if error_range else None,
+               "far": dict(far) if far is not None else {}}
         (tmp / "job.json").write_text(json.dumps(job))
         runner = get_runner(sim)
         extra = {"SNPU_JOB": str(tmp / "job.json"), "PYTHONPATH": os.pathsep.join(sys.path)}

@@ -1,0 +1,174 @@
+"""Benchmark of seed 001 (issue 13): the memory plan under a fast-memory budget.
+
+    .venv/bin/python bench/memory.py [--quick] [--no-zoo]
+
+Prints one JSON document (every figure measured in this run).  Per model -- resnet50,
+densenet121 and inception_v1 from the onnx wheel (random weights, density 0.5) and a
+generated U-Net-like network with long skips (``examples/unet.py``):
+
+* ``peak_bytes``: the activations' peak live bytes without swapping (the memory profile's
+  maximum; inputs and outputs count for the whole run; every tensor in storage of its
+  own), ``peak_in_place_bytes``: the same with element-wise outputs written over the
+  input that dies there, and ``arena_bytes``: the fast memory the unswapped plan takes
+  (the arena's placement adds fragmentation);
+* ``smallest``: per strategy, the smallest budget any plan fits, as bytes and as a fraction
+  of the peak, and the golden cycles at that budget;
+* ``budgets``: at 1/2, 1/3 and 1/5 of the peak, per strategy, whether a plan fits and its
+  slowdown in golden cycles against the program without a plan (every activation in a
+  region of its own);
+* the strategies: ``slack`` (seed 001: timing analysis, the largest tensors with slack
+  first, prefetch edges) and ``distance`` (the TFLMS-style baseline: swap every tensor read
+  at least d nodes after it is written, d from the longest down; no slack analysis);
+* ``compression``: what the core's index formats would make of the activations (one input,
+  the int8 reference): bytes as non-zeros plus, per pixel, a direct or stride index
+  (whichever is smaller; a tensor that would not shrink stays dense) over dense bytes;
+  the swaps themselves are uncompressed today.
+
+Far memory: the golden model's default (:class:`~snpu.verif.timing.FarMemory`: 40 cycles
+per read burst, two cycles per beat).  ``--quick``: the U-Net only, at a small size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import provenance  # noqa: E402
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+import unet  # noqa: E402
+from snpu.compiler import int8_ref, runtime  # noqa: E402
+from snpu.compiler.passes.memory_budget import BudgetError, MemoryOptions  # noqa: E402
+from snpu.compiler.pipeline import CompileOptions, compile_model  # noqa: E402
+from snpu.verif import index as ix  # noqa: E402
+
+ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+FRACTIONS = (2, 3, 5)
+STRATEGIES = ("slack", "distance")
+
+
+def _models(quick: bool, zoo: bool):
+    size = 16 if quick else 32
+    yield "unet", unet.build(0, depth=5 if quick else 6, channels=8 if quick else 16, size=size), \
+        {"density": 1.0}
+    if quick or not zoo:
+        return
+    for name in ("resnet50", "densenet121", "inception_v1"):
+        yield name, str(ZOO / f"light_{name}.onnx"), {"density": 0.5, "random_weights": 0}
+
+
+def _input(c) -> dict:
+    rng = np.random.default_rng(0)
+    return {i: rng.standard_normal(c.graph.tensor(i).shape).astype(np.float32)
+            for i in c.graph.inputs}
+
+
+def _cycles(c, x) -> int:
+    return runtime.run(c, x, check_races=False).core_cycles
+
+
+def _compile(model, extra: dict, memory: MemoryOptions | None):
+    return compile_model(model, CompileOptions(calibration_count=1, **extra,
+                                               **({"memory": memory} if memory else {})))
+
+
+def compression(c, x) -> dict:
+    """Activations of one input (the int8 reference) in the core's compressed form: per
+    pixel, its non-zero channels plus a direct index or a stride index, the smaller."""
+    ints = int8_ref.run(c.graph, x, keep=True)
+    dense = packed = 0
+    per = {}
+    for n in c.graph.nodes:
+        if n.device != "core" or n.op in ("Concat", "Flatten", "Reshape", "Copy"):
+            continue
+        t = n.outputs[0]
+        a = np.asarray(ints[t])
+        rows = (np.moveaxis(a, 1, -1).reshape(-1, a.shape[1]) if a.ndim == 4
+                else a.reshape(a.shape[0], -1))
+        nz = rows != 0
+        direct = ix.direct_row_bytes(rows.shape[1], 64)
+        size = 0
+        for r in nz:
+            size += int(r.sum()) + min(direct, ix.encoded_size(r, "stride"))
+        size = min(size, rows.size)  # a tensor that does not shrink stays dense
+        dense += rows.size
+        packed += size
+        per[t] = round(size / rows.size, 3)
+    return {"ratio": round(packed / dense, 4) if dense else 1.0, "dense_bytes": int(dense),
+            "compressed_bytes": int(packed), "per_tensor": per}
+
+
+def bench_model(name: str, model, extra: dict) -> dict:
+    t = time.time()
+    plain = _compile(model, extra, None)
+    x = _input(plain)
+    base = _cycles(plain, x)
+    free = _compile(model, extra, MemoryOptions(budget=1 << 40))
+    mem = free.report["memory"]
+    peak = mem["peak_plain"]
+    row = {"model": name, "peak_bytes": peak, "peak_in_place_bytes": mem["peak_before"],
+           "arena_bytes": mem["fast_bytes"],
+           "plain_cycles": base, "arena_cycles": _cycles(free, x),
+           "compile_seconds_plain": plain.report["compile_seconds"],
+           "compile_seconds_planned": free.report["compile_seconds"], "smallest": {},
+           "budgets": {}}
+    row["arena_slowdown"] = round(row["arena_cycles"] / base - 1, 4)
+    for strategy in STRATEGIES:
+        try:
+            _compile(model, extra, MemoryOptions(budget=1, strategy=strategy))
+            smallest = 1
+        except BudgetError as e:
+            smallest = e.smallest
+        entry = {"bytes": smallest, "of_peak": round(smallest / peak, 4)}
+        c = _compile(model, extra, MemoryOptions(budget=smallest, strategy=strategy))
+        cyc = _cycles(c, x)
+        entry.update(cycles=cyc, slowdown=round(cyc / base - 1, 4),
+                     swapped=len(c.report["memory"]["swapped"]),
+                     far_bytes=c.report["memory"]["far_bytes"],
+                     compile_seconds=c.report["compile_seconds"])
+        row["smallest"][strategy] = entry
+        for k in FRACTIONS:
+            budget = peak // k
+            key = f"1/{k}"
+            if budget < smallest:
+                row["budgets"].setdefault(key, {})[strategy] = {"budget": budget, "fits": False}
+                continue
+            c = _compile(model, extra, MemoryOptions(budget=budget, strategy=strategy))
+            cyc = _cycles(c, x)
+            row["budgets"].setdefault(key, {})[strategy] = {
+                "budget": budget, "fits": True, "cycles": cyc,
+                "slowdown": round(cyc / base - 1, 4),
+                "swapped": len(c.report["memory"]["swapped"])}
+    row["compression"] = compression(free, x)
+    row["seconds"] = round(time.time() - t, 1)
+    print(f"{name}: done in {row['seconds']} s", file=sys.stderr, flush=True)
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the U-Net only, small")
+    ap.add_argument("--no-zoo", action="store_true", help="the U-Net only, full size")
+    a = ap.parse_args()
+    doc = {"provenance": provenance(), "fractions": [f"1/{k}" for k in FRACTIONS],
+           "models": [bench_model(n, m, e) for n, m, e in _models(a.quick, not a.no_zoo)]}
+    goal = [r["model"] for r in doc["models"]
+            if r["budgets"].get("1/5", {}).get("slack", {}).get("fits")
+            and r["budgets"]["1/5"]["slack"]["slowdown"] <= 0.10]
+    doc["goal"] = {"fit_one_fifth_within_10pct": goal,
+                   "met": len(goal) >= 2}
+    print(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

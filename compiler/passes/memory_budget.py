@@ -1,0 +1,527 @@
+"""Pass: plan the activations' memory under a fast-memory budget (seed 001;
+``docs/compiler.md``, "Memory planning").
+
+The memory hierarchy: a *fast* memory, one arena of external memory where activations
+whose lifetimes do not overlap share bytes, and a *far* memory (the image's ``far``
+region) that is larger and slower (:class:`~snpu.verif.timing.FarMemory`: the golden
+model and the testbench's RAM both give it a longer latency and a narrower bus).  The
+graph's inputs and outputs keep regions of their own (the runtime writes and reads them);
+they count against the budget for the whole run.
+
+1. The program order is the scheduled kernels of every core subgraph with the host
+   subgraphs between them.  A tensor is live in fast memory from the first kernel writing
+   it to the last kernel reading it (through views and concatenations: the storage roots of
+   :func:`~..memory.storage`).
+2. Without swapping, the arena is placed greedily (largest tensor first, at the lowest
+   offset free over its lifetime, as TFLite's arena planner); if the arena plus the inputs
+   and outputs fit ``budget`` bytes, that is the plan.
+3. Otherwise seed 001's rewrite (:mod:`.memory_plan`): timing analysis over the node graph
+   with each node's delay from the cost model, candidates (slack above ``th_tts``, size
+   above ``th_s``, largest first, at most ``n``), and for the ``k`` largest candidates the
+   reduction (a ``Copy`` node: fast -> far after the producer), serialization, restoration
+   (``Copy``: far -> fast before the late consumers, duplicated for late consumers far
+   apart), prefetch and second serialization edges.  The control edges become the program
+   order: the rewritten graph's kernels run in :func:`~.memory_plan.schedule`'s
+   topological order, and the emitter's tokens order every memory access.  ``k`` grows until
+   the plan fits; if none does, the error gives the smallest budget that compiles.
+4. A tensor with a zero halo (a padded convolution reads it) placed on bytes another tensor
+   used before gets its halo zeroed by the first kernel writing it (``zero_halo``).
+
+Results: the graph with the ``Copy`` nodes and new unit orders, its layouts
+(:func:`~..memory.allocate` with an :class:`~..memory.Arena`), and ``meta["memory"]``: the
+budget, the peak before and after, the arena, the swapped tensors, and the memory profile
+(bytes live in fast memory after every kernel) before and after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from snpu.config import CoreConfig
+from snpu.errors import CompileError
+from snpu.verif import timing
+from snpu.verif.image import MemoryImage
+
+from ..ir import Graph, Node, Tensor
+from ..memory import Arena, allocate, storage
+from .codegen import units
+from .memory_plan import Flow, candidates, rewrite, timing_analysis
+from .schedule import _Timer
+
+class BudgetError(CompileError):
+    """No plan fits the budget; ``smallest``: the fast bytes of the smallest plan found."""
+
+    def __init__(self, message: str, smallest: int):
+        super().__init__(message)
+        self.smallest = smallest
+
+
+#: ops that have no kernel (memory layout only)
+_LAYOUT_OPS = ("Concat", "Flatten", "Reshape")
+
+
+@dataclass
+class MemoryOptions:
+    #: bytes of fast memory the activations may occupy at any moment (None: no plan)
+    budget: int | None = None
+    th_tts: float = 0.0   #: candidates: slack above this many cycles
+    th_s: int = 0         #: candidates: tensors above this many bytes
+    n: int = 0            #: candidates: at most this many (0: as many as the budget needs)
+    #: late consumers of one tensor whose required times differ by more than this many
+    #: cycles get a restoration each
+    gap: float = 0.0
+    #: which tensors to swap: ``slack`` (seed 001's timing analysis) or ``distance`` (the
+    #: TFLMS-style baseline: every tensor read at least d nodes after it is written)
+    strategy: str = "slack"
+    far: timing.FarMemory = timing.FarMemory()
+
+
+# ---------------------------------------------------------------------------------------------
+# The program as a sequence of steps
+# ---------------------------------------------------------------------------------------------
+
+
+def _steps(g: Graph) -> list[tuple[str, int | None]]:
+    """Every kernel of the program in order, ``(node, piece)``; a host node is one step."""
+    out: list[tuple[str, int | None]] = []
+    for sg in g.meta["subgraphs"]:
+        if sg["device"] == "host":
+            out += [(v, None) for v in sg["nodes"]]
+        else:
+            out += [tuple(u) for u in sg["units"]] if "units" in sg else units(g, sg["nodes"])
+    return out
+
+
+def _lifetimes(g: Graph, st, steps) -> dict[str, tuple[int, int]]:
+    """Storage root -> (first step writing it, last step reading it); inputs and outputs:
+    the whole program."""
+    nodes = {n.name: n for n in g.nodes}
+    roots = set(st.roots)
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for p, (name, _) in enumerate(steps):
+        n = nodes[name]
+        for t in n.inputs:
+            r = st.root.get(t) if t else None
+            if r in roots:
+                last[r] = p
+        for t in n.outputs:
+            r = st.root.get(t)
+            if r in roots:
+                first.setdefault(r, p)
+    end = len(steps) - 1
+    # storage holding a graph input (itself or a slice of it) is written before the run,
+    # storage holding an output is read after it
+    holds_input = {st.root[t] for t in g.inputs if t in st.root} | set(g.inputs)
+    holds_output = {st.root[t] for t in g.outputs if t in st.root} | set(g.outputs)
+    life = {}
+    for r in st.roots:
+        if r in holds_input or r in first:
+            a = 0 if r in holds_input else first[r]
+            b = end if r in holds_output else max(last.get(r, a), a)
+            life[r] = (a, b)
+    return life
+
+
+def _place(life: dict[str, tuple[int, int]], size: dict[str, int]) -> tuple[dict[str, int], int]:
+    """Arena placement: tensors in some order, each at a 64-byte aligned offset where no
+    tensor placed before it overlaps both in time and in bytes, either the lowest such
+    offset (first fit) or the smallest hole it fits (best fit).  Four orders (largest
+    first as TFLite's arena planner, longest-lived first, largest size x lifetime first,
+    earliest first) times both fits; the smallest arena wins.  Returns (offsets, bytes)."""
+    keys = [lambda t: (-size[t], life[t][0], t),
+            lambda t: (-(life[t][1] - life[t][0]), -size[t], t),
+            lambda t: (-size[t] * (life[t][1] - life[t][0] + 1), t),
+            lambda t: (life[t][0], -size[t], t)]
+    best = None
+    for key in keys:
+        for best_fit in (False, True):
+            got = _place_in(sorted(life, key=key), life, size, best_fit)
+            if best is None or got[1] < best[1]:
+                best = got
+    return best or ({}, 0)
+
+
+def _place_in(order, life, size, best_fit: bool) -> tuple[dict[str, int], int]:
+    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first step, last step)
+    offsets = {}
+    for t in order:
+        a, b = life[t]
+        n = -(-max(size[t], 1) // 64) * 64
+        busy = sorted((o, e) for o, e, f, l in placed if f <= b and a <= l)
+        holes, off = [], 0
+        for o, e in busy:
+            if off + n <= o:
+                holes.append((o - off, off))
+                if not best_fit:
+                    break
+            off = max(off, e)
+        holes.append((1 << 62, off))  # above everything
+        offsets[t] = min(holes)[1] if best_fit else holes[0][1]
+        placed.append((offsets[t], offsets[t] + n, a, b))
+    return offsets, max((e for _, e, _, _ in placed), default=0)
+
+
+def _profile(life: dict, size: dict, steps: int) -> list[int]:
+    """Bytes live after every step."""
+    prof = np.zeros(steps + 1, np.int64)
+    for t, (a, b) in life.items():
+        prof[a] += size[t]
+        prof[b + 1] -= size[t]
+    return [int(v) for v in np.cumsum(prof)[:steps]]
+
+
+@dataclass
+class _Plan:
+    graph: Graph
+    arena: Arena
+    fast: int          #: arena + input and output bytes
+    profile: list[int]
+    dirty: list[str]   #: roots with a halo on bytes another tensor used before
+    swapped: list[dict]
+    prefetch: bool = True  #: restorations start early (prefetch edges) or just in time
+
+
+#: element-wise kernels that may write their output over an input (each pixel block is
+#: loaded before it is stored at the same addresses)
+_IN_PLACE_OPS = ("Add", "Sum", "Affine")
+
+
+def _inplace(g: Graph, steps) -> dict[str, str]:
+    """Outputs of element-wise core nodes that can share an input's storage: the input is a
+    storage root of the same shape that no kernel reads after this node's first kernel
+    (every other reader is done), no graph input or output, and no concatenation's; the
+    output is no graph output and no slice of a concatenation."""
+    g.meta.pop("inplace", None)
+    st = storage(g)
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for p, (v, _) in enumerate(steps):
+        first.setdefault(v, p)
+        last[v] = p
+    readers: dict[str, list[str]] = {}
+    for n in g.nodes:
+        for t in set(n.inputs):
+            if t and t in st.root:
+                readers.setdefault(st.root[t], []).append(n.name)
+    concat = set(st.parent) | {st.root[t] for t in st.parent}
+    fixed = set(g.inputs) | set(g.outputs)
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for n in sorted((n for n in g.nodes if n.name in first), key=lambda n: first[n.name]):
+        u = n.outputs[0]
+        if (n.device != "core" or n.op not in _IN_PLACE_OPS or u not in st.roots
+                or u in fixed or u in concat):
+            continue
+        for t in dict.fromkeys(i for i in n.inputs if i):
+            r = st.root.get(t)
+            if (r != t or r in fixed or r in concat or r in taken
+                    or g.tensor(t).shape != g.tensor(u).shape):
+                continue
+            if all(last[v] < first[n.name] for v in readers.get(r, ()) if v != n.name):
+                out[u] = t
+                taken.add(t)
+                break
+    return out
+
+
+def _evaluate(g: Graph) -> _Plan:
+    """The smallest placement of ``g``'s program: outputs written in place over their
+    inputs where they can, only where that adds no halo bytes, or nowhere."""
+    steps = _steps(g)
+    every = _inplace(g, steps)
+    st = storage(g)
+    same = {u: t for u, t in every.items() if st.halo.get(u, (0, 0)) == st.halo.get(t, (0, 0))}
+    best = None
+    for inplace in dict.fromkeys(map(lambda d: tuple(sorted(d.items())), (every, same, {}))):
+        h = g.copy()
+        h.meta["inplace"] = dict(inplace)
+        plan = _place_plan(h, steps)
+        if best is None or plan.fast < best.fast:
+            best = plan
+    return best
+
+
+def _place_plan(g: Graph, steps) -> _Plan:
+    st = storage(g)
+    life = _lifetimes(g, st, steps)
+    size = {t: st.size(g, t) for t in life}
+    far = [n.outputs[0] for n in g.nodes if n.meta.get("memory") == "reduction"]
+    pinned = [t for t in life if t in g.inputs or t in g.outputs]
+    arena_life = {t: v for t, v in life.items() if t not in far and t not in pinned}
+    offsets, arena_bytes = _place(arena_life, size)
+    fast = arena_bytes + sum(-(-size[t] // 64) * 64 for t in pinned)
+    profile = _profile({t: v for t, v in life.items() if t not in far}, size, len(steps))
+    dirty = []
+    for t, off in offsets.items():
+        if not any(st.halo.get(t, (0, 0))):
+            continue
+        a = arena_life[t][0]
+        end = off + size[t]
+        if any(arena_life[u][1] < a and offsets[u] < end and off < offsets[u] + size[u]
+               for u in offsets if u != t):
+            dirty.append(t)
+    return _Plan(g, Arena(offsets, sorted(far), arena_bytes), fast, profile, sorted(dirty), [])
+
+
+# ---------------------------------------------------------------------------------------------
+# Seed 001's rewrite on the node graph
+# ---------------------------------------------------------------------------------------------
+
+
+def _flow(g: Graph, st, steps, delays: dict[str, float]) -> tuple[Flow, set[str]]:
+    """The node graph as a :class:`~.memory_plan.Flow` (nodes with kernels and host nodes,
+    in the order of their first step, each with a control edge from the one before; tensors:
+    storage roots) and the roots that may be
+    swapped: written by one core kernel node, read only by core kernel nodes (directly,
+    not through a view or a concatenation), not an input or output of the graph."""
+    nodes = {n.name: n for n in g.nodes}
+    order = list(dict.fromkeys(name for name, _ in steps))
+    roots = set(st.roots)
+    # a concatenation's storage is written by every slice's producer (and holds the graph
+    # input when that is a slice): not a tensor of the flow (it is never swapped; the order
+    # edges below keep its readers after its writers).  A flow tensor is written by one
+    # node, before every node that reads it.
+    pos = {v: i for i, v in enumerate(order)}
+    writers: dict[str, set[str]] = {}
+    first_read: dict[str, int] = {}
+    for v in order:
+        for t in nodes[v].outputs:
+            if st.root.get(t) in roots:
+                writers.setdefault(st.root[t], set()).add(v)
+        for t in nodes[v].inputs:
+            if t and st.root.get(t) in roots:
+                first_read.setdefault(st.root[t], pos[v])
+    roots = {r for r in roots
+             if len(writers.get(r, ())) <= 1
+             and all(pos[w] < first_read.get(r, len(order)) for w in writers.get(r, ()))}
+    reads = {v: [st.root[t] for t in nodes[v].inputs if t and st.root.get(t) in roots]
+             for v in order}
+    writes = {v: [st.root[t] for t in nodes[v].outputs if st.root.get(t) in roots] for v in order}
+    size = {t: st.size(g, t) for t in roots}
+    # the core runs one kernel after another: the schedule is part of the graph (each node
+    # after the one before it), so slack is the time a tensor waits in the program as run
+    after = {v: {u} for u, v in zip(order, order[1:])}
+    flow = Flow(order, reads, writes, size, {v: delays.get(v, 0.0) for v in order}, after)
+    made = g.producers()
+    users = g.consumers()
+    slices = {st.root[t] for t in st.parent}
+    ok = set()
+    for t in st.roots:
+        p = made.get(t)
+        us = users.get(t, [])
+        if (t not in roots or p is None or p.device != "core" or p.op in _LAYOUT_OPS or t in g.inputs
+                or t in g.outputs or t in slices or not us):
+            continue
+        if all(u.device == "core" and u.op not in _LAYOUT_OPS and u.name in reads for u in us):
+            ok.add(t)
+    return flow, ok
+
+
+def _apply(g: Graph, flow: Flow, old_steps) -> Graph:
+    """The graph with ``flow``'s reduction / restoration nodes as ``Copy`` nodes, their
+    consumers reading the restored copies, and every core subgraph's kernels in the
+    rewritten flow's order (original kernels keep their relative order; a copy runs right
+    after the node before it in the flow's order, and never after a kernel of one of its
+    consumers)."""
+    g = g.copy()
+    nodes = {n.name: n for n in g.nodes}
+    new = [v for v in flow.order if v not in nodes]
+    # tensors and nodes
+    copy_of = {}  # new tensor -> the tensor it copies
+    for v in new:
+        (src,), (dst,) = flow.reads[v], flow.writes[v]
+        copy_of[dst] = copy_of.get(src, src)
+        t = g.tensor(copy_of[dst])
+        g.tensors[dst] = Tensor(dst, t.shape, t.dtype, None, t.scale)
+        g.nodes.append(Node(v, "Copy", [src], [dst], {}, "core", {"memory": flow.kind[v]}))
+    for v in flow.order:
+        if v in nodes:
+            n = nodes[v]
+            renamed = {copy_of[t]: t for t in flow.reads[v] if t in copy_of}
+            n.inputs = [renamed.get(i, i) for i in n.inputs]
+    g.toposort()
+    # positions: original steps keep theirs; a copy goes after its anchor
+    pos = {}
+    for p, (name, _) in enumerate(old_steps):
+        pos.setdefault(name, [p, p])[1] = p
+    seg_of = {}
+    for k, sg in enumerate(g.meta["subgraphs"]):
+        for v in sg["nodes"]:
+            seg_of[v] = k
+    made = {t: v for v in flow.order for t in flow.writes[v]}
+    users: dict[str, list[str]] = {}
+    for v in flow.order:
+        for t in flow.reads[v]:
+            users.setdefault(t, []).append(v)
+    # a copy's position: a fraction past an original step (flow order breaks ties)
+    place: dict[str, float] = {}
+    anchor = None
+    for i, v in enumerate(flow.order):
+        if v in pos:
+            anchor = v
+            continue
+        eps = 0.001 * (i + 1)
+        p = (pos[anchor][1] if anchor else -1) + eps
+        src = made[flow.reads[v][0]]
+        if flow.kind[v] == "reduction":  # after the producer, in its subgraph
+            p = max(p, pos[src][1] + eps)
+            seg_of[v] = seg_of[src]
+        else:  # before its first consumer and after the reduction, in the consumer's subgraph
+            first = min(users[flow.writes[v][0]], key=lambda u: pos[u][0])
+            seg_of[v] = seg_of[first]
+            seg_start = min(pos[u][0] for u in g.meta["subgraphs"][seg_of[v]]["nodes"] if u in pos)
+            p = max(min(p, pos[first][0] - 1 + eps), seg_start - 1 + eps, place[src] + 1e-6)
+        place[v] = p
+    step_of = {u: p for p, u in enumerate(old_steps)}
+    subgraphs = []
+    for k, sg in enumerate(g.meta["subgraphs"]):
+        sg = dict(sg)
+        extra = [v for v in new if seg_of[v] == k]
+        if extra:
+            kern = [tuple(u) for u in sg["units"]] if "units" in sg else units(g, sg["nodes"])
+            keyed = [(step_of[u], u) for u in kern] + [(place[v], (v, None)) for v in extra]
+            sg["nodes"] = list(sg["nodes"]) + extra
+            sg["units"] = [list(u) for _, u in sorted(keyed)]
+        subgraphs.append(sg)
+    g.meta["subgraphs"] = subgraphs
+    _check_order(g)
+    return g
+
+
+def _check_order(g: Graph) -> None:
+    """Every kernel after the kernels writing what it reads (program order)."""
+    steps = _steps(g)
+    nodes = {n.name: n for n in g.nodes}
+    made = {}
+    for n in g.nodes:
+        for t in n.outputs:
+            made[t] = n
+    first = {}
+    last = {}
+    for p, (v, _) in enumerate(steps):
+        first.setdefault(v, p)
+        last[v] = p
+
+    def writers(t):
+        p = made.get(t)
+        if p is None:
+            return []
+        if p.op in _LAYOUT_OPS and p.name not in first:
+            return [w for i in p.inputs if i and not g.tensor(i).is_const for w in writers(i)]
+        return [p.name]
+
+    for v in first:
+        for t in nodes[v].inputs:
+            if not t or g.tensor(t).is_const:
+                continue
+            for w in writers(t):
+                if w in last and last[w] >= first[v]:
+                    raise AssertionError(f"memory plan: {v} runs before {w}, which writes {t}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The pass
+# ---------------------------------------------------------------------------------------------
+
+
+def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, image: MemoryImage,
+                  scratch: MemoryImage, dense: bool = False) -> Graph:
+    """See the module docstring.  ``graph`` has layouts in ``scratch`` (the allocation the
+    schedule pass timed orders with); the plan's regions go into ``image``."""
+    g = graph.copy()
+    budget = options.budget
+    if budget is not None and budget <= 0:
+        raise CompileError(f"--memory-budget {budget}: must be a positive number of bytes")
+    plain = _place_plan(g.copy(), _steps(g))  # no output in place, no swap
+    base = _evaluate(g.copy())
+    best = base
+    tried = 0
+    if budget is not None and base.fast > budget:
+        st = storage(g)  # tensors as written (no output shares its input's storage yet)
+        steps = _steps(g)
+        timer = _Timer(g, config, scratch, dense)
+        delays: dict[str, float] = {}
+        for name, idx in steps:
+            n = g.node(name)
+            if n.device == "core":
+                delays[name] = delays.get(name, 0.0) + timer.units([(name, idx)])[0]
+        flow, ok = _flow(g, st, steps, delays)
+        _, _, tts = timing_analysis(flow)
+        sets = _swap_sets(flow, ok, tts, options)
+        tensors = list(dict.fromkeys(t for _, t in (sets[-1] if sets else [])))
+        restore = {t: _copy_cycles(flow.size[t], config, options.far) for t in tensors}
+        for chosen, prefetch in [(c, p) for c in sets for p in (True, False)]:
+            new = rewrite(flow, chosen, gap=options.gap, restore_delay=restore,
+                          prefetch=prefetch)
+            plan = _evaluate(_apply(g, new, steps))
+            plan.prefetch = prefetch
+            plan.swapped = [{"tensor": t, "bytes": flow.size[t],
+                             "late_consumers": sorted(n for n, u in chosen if u == t),
+                             "restorations": sum(1 for v in new.order
+                                                 if new.kind.get(v) == "restoration"
+                                                 and new.reads[v] == [f"{t}@far"])}
+                            for t in dict.fromkeys(t for _, t in chosen)]
+            tried += 1
+            if plan.fast < best.fast:
+                best = plan
+            if plan.fast <= budget:
+                best = plan
+                break
+        if best.fast > budget:
+            why = (f"{len(tensors)} tensors can be swapped" if tensors else
+                   "no tensor can be swapped: a swap needs a tensor one core kernel writes "
+                   "and later core kernels read, with slack; concatenation buffers, views "
+                   "and the graph's inputs and outputs stay")
+            raise BudgetError(f"--memory-budget {budget}: {g.name} needs at least {best.fast} "
+                              f"bytes of fast memory ({why}; without swapping it needs "
+                              f"{base.fast}); give a budget of {best.fast} or more",
+                              best.fast)
+    out = allocate(best.graph, image, arena=best.arena)
+    out.meta["memory"] = {
+        "budget": budget, "fast_bytes_before": base.fast, "fast_bytes": best.fast,
+        "arena_bytes": best.arena.size, "peak_plain": max(plain.profile, default=0),
+        "peak_before": max(base.profile, default=0),
+        "peak_after": max(best.profile, default=0), "plans_tried": tried,
+        "prefetch": best.prefetch,
+        "far_bytes": sum(storage(out).size(out, t) for t in best.arena.far),
+        "far_memory": {"latency": options.far.latency, "beat_cycles": options.far.beat_cycles},
+        "swapped": best.swapped, "zero_halo": best.dirty,
+        "in_place": sorted(best.graph.meta.get("inplace", {}).items()),
+        "profile_before": base.profile, "profile_after": best.profile,
+    }
+    return out
+
+
+def _swap_sets(flow: Flow, ok: set[str], tts: dict, options: MemoryOptions) -> list[list]:
+    """The sets of input slots ``(late consumer, tensor)`` to try, smallest first.
+
+    ``slack`` (seed 001): the candidates (slack above ``th_tts``, tensor above ``th_s``),
+    largest tensor first; set ``k`` holds every slot of the ``k`` largest tensors (at most
+    ``n``).  ``distance`` (the TFLMS-style baseline): every slot whose consumer runs at
+    least ``d`` nodes after the tensor's producer, for ``d`` from the longest distance down;
+    no slack analysis."""
+    if options.strategy == "slack":
+        pool = [s for s in candidates(flow, tts, options.th_tts, options.th_s, len(tts))
+                if s[1] in ok]
+        tensors = list(dict.fromkeys(t for _, t in pool))
+        if options.n:
+            tensors = tensors[:options.n]
+        return [[s for s in pool if s[1] in tensors[:k]] for k in range(1, len(tensors) + 1)]
+    if options.strategy != "distance":
+        raise CompileError(f"memory plan: strategy {options.strategy!r} is not slack or distance")
+    pos = {v: i for i, v in enumerate(flow.order)}
+    made = flow.producer()
+    dist = {(n, t): pos[n] - pos[made[t]] for n in flow.order for t in flow.reads[n]
+            if t in ok}
+    out = []
+    for d in sorted({d for d in dist.values() if d >= 2}, reverse=True):
+        out.append(sorted(s for s, v in dist.items() if v >= d))
+    return out
+
+
+def _copy_cycles(nbytes: int, config: CoreConfig, far: timing.FarMemory) -> float:
+    """Rough cycles of a swap between fast and far memory: the far side's beats."""
+    return far.latency + nbytes / config.axi_bytes * far.beat_cycles
