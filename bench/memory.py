@@ -7,7 +7,7 @@ densenet121 and inception_v1 from the onnx wheel (random weights, density 0.5) a
 generated U-Net-like network with long skips (``examples/unet.py``):
 
 * ``peak_bytes``: the activations' peak live bytes without swapping (the memory profile's
-  maximum; inputs and outputs count for the whole run; every tensor in storage of its
+  maximum; an input is live from the start, an output to the end; every tensor in storage of its
   own), ``peak_in_place_bytes``: the same with element-wise outputs written over the
   input that dies there, and ``arena_bytes``: the fast memory the unswapped plan takes
   (the arena's placement adds fragmentation);

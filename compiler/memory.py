@@ -245,7 +245,7 @@ def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0,
     stay in host memory).
 
     Without ``arena`` every tensor has a region of its own.  With one (a memory plan), the
-    graph's inputs and outputs still do, the roots in ``arena.offsets`` share one region
+    roots in ``arena.offsets`` (the graph's inputs and outputs among them) share one region
     ``act:arena`` at those offsets, and the roots in ``arena.far`` share the far-memory
     region ``act:far`` (region kind ``far``: slower, :class:`~snpu.verif.timing.FarMemory`).
 

@@ -5,16 +5,16 @@ The memory hierarchy: a *fast* memory, one arena of external memory where activa
 whose lifetimes do not overlap share bytes, and a *far* memory (the image's ``far``
 region) that is larger and slower (:class:`~snpu.verif.timing.FarMemory`: the golden
 model and the testbench's RAM both give it a longer latency and a narrower bus).  The
-graph's inputs and outputs keep regions of their own (the runtime writes and reads them);
-they count against the budget for the whole run.
+graph's inputs and outputs are in the arena too: an input's storage is live from the start
+of the run (the runtime writes it before) to its last reader, an output's from its producer
+to the end (the runtime reads it after).
 
 1. The program order is the scheduled kernels of every core subgraph with the host
    subgraphs between them.  A tensor is live in fast memory from the first kernel writing
    it to the last kernel reading it (through views and concatenations: the storage roots of
    :func:`~..memory.storage`).
-2. Without swapping, the arena is placed greedily (largest tensor first, at the lowest
-   offset free over its lifetime, as TFLite's arena planner); if the arena plus the inputs
-   and outputs fit ``budget`` bytes, that is the plan.
+2. Without swapping, the arena is placed greedily (:func:`_place`); if it fits ``budget``
+   bytes, that is the plan.
 3. Otherwise seed 001's rewrite (:mod:`.memory_plan`): timing analysis over the node graph
    with each node's delay from the cost model, candidates (slack above ``th_tts``, size
    above ``th_s``, largest first, at most ``n``), and for the ``k`` largest candidates the
@@ -177,11 +177,13 @@ def _profile(life: dict, size: dict, steps: int) -> list[int]:
 class _Plan:
     graph: Graph
     arena: Arena
-    fast: int          #: arena + input and output bytes
+    fast: int          #: arena bytes
     profile: list[int]
     dirty: list[str]   #: roots with a halo on bytes another tensor used before
     swapped: list[dict]
     prefetch: bool = True  #: restorations start early (prefetch edges) or just in time
+    #: where the profile peaks: the kernel, and the tensors live there (largest first)
+    peak_at: tuple = ("", ())
 
 
 #: element-wise kernels that may write their output over an input (each pixel block is
@@ -249,10 +251,9 @@ def _place_plan(g: Graph, steps) -> _Plan:
     life = _lifetimes(g, st, steps)
     size = {t: st.size(g, t) for t in life}
     far = [n.outputs[0] for n in g.nodes if n.meta.get("memory") == "reduction"]
-    pinned = [t for t in life if t in g.inputs or t in g.outputs]
-    arena_life = {t: v for t, v in life.items() if t not in far and t not in pinned}
+    arena_life = {t: v for t, v in life.items() if t not in far}
     offsets, arena_bytes = _place(arena_life, size)
-    fast = arena_bytes + sum(-(-size[t] // 64) * 64 for t in pinned)
+    fast = arena_bytes
     profile = _profile({t: v for t, v in life.items() if t not in far}, size, len(steps))
     dirty = []
     for t, off in offsets.items():
@@ -263,7 +264,13 @@ def _place_plan(g: Graph, steps) -> _Plan:
         if any(arena_life[u][1] < a and offsets[u] < end and off < offsets[u] + size[u]
                for u in offsets if u != t):
             dirty.append(t)
-    return _Plan(g, Arena(offsets, sorted(far), arena_bytes), fast, profile, sorted(dirty), [])
+    k = int(np.argmax(profile)) if profile else 0
+    live = sorted(((t, size[t]) for t, (a, b) in life.items()
+                   if a <= k <= b and t not in far), key=lambda x: -x[1])
+    name, piece = steps[k] if steps else ("", None)
+    at = name + (f"#{piece}" if piece is not None else "")
+    return _Plan(g, Arena(offsets, sorted(far), arena_bytes), fast, profile, sorted(dirty), [],
+                 peak_at=(at, live))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,10 +482,13 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
                    "no tensor can be swapped: a swap needs a tensor one core kernel writes "
                    "and later core kernels read, with slack; concatenation buffers, views "
                    "and the graph's inputs and outputs stay")
+            at, live = best.peak_at
+            top = ", ".join(f"{t} {b}" for t, b in live[:3])
             raise BudgetError(f"--memory-budget {budget}: {g.name} needs at least {best.fast} "
                               f"bytes of fast memory ({why}; without swapping it needs "
-                              f"{base.fast}); give a budget of {best.fast} or more",
-                              best.fast)
+                              f"{base.fast}; the smallest plan peaks at kernel {at!r} with "
+                              f"{len(live)} tensors live, largest {top} bytes); give a budget "
+                              f"of {best.fast} or more", best.fast)
     out = allocate(best.graph, image, arena=best.arena)
     out.meta["memory"] = {
         "budget": budget, "fast_bytes_before": base.fast, "fast_bytes": best.fast,
