@@ -19,10 +19,11 @@ generated U-Net-like network with long skips (``examples/unet.py``):
 * the strategies: ``slack`` (seed 001: timing analysis, the largest tensors with slack
   first, prefetch edges) and ``distance`` (the TFLMS-style baseline: swap every tensor read
   at least d nodes after it is written, d from the longest down; no slack analysis);
-* ``compression``: what the core's index formats would make of the activations (one input,
-  the int8 reference): bytes as non-zeros plus, per pixel, a direct or stride index
-  (whichever is smaller; a tensor that would not shrink stays dense) over dense bytes;
-  the swaps themselves are uncompressed today.
+* ``compression``: the activations of one input (the int8 reference) in the
+  compressed-activation format (:mod:`snpu.verif.act_compress`: per pixel a format byte,
+  then dense values or the non-zeros with a direct or stride index, the smallest), over
+  dense bytes; the swaps themselves are uncompressed today (no ``stc`` / ``ldc`` in
+  hardware yet).
 
 Far memory: the golden model's default (:class:`~snpu.verif.timing.FarMemory`: 40 cycles
 per read burst, two cycles per beat).  ``--quick``: the U-Net only, at a small size.
@@ -49,7 +50,7 @@ import unet  # noqa: E402
 from snpu.compiler import int8_ref, runtime  # noqa: E402
 from snpu.compiler.passes.memory_budget import BudgetError, MemoryOptions  # noqa: E402
 from snpu.compiler.pipeline import CompileOptions, compile_model  # noqa: E402
-from snpu.verif import index as ix  # noqa: E402
+from snpu.verif import act_compress  # noqa: E402
 
 ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 FRACTIONS = (2, 3, 5)
@@ -82,8 +83,9 @@ def _compile(model, extra: dict, memory: MemoryOptions | None):
 
 
 def compression(c, x) -> dict:
-    """Activations of one input (the int8 reference) in the core's compressed form: per
-    pixel, its non-zero channels plus a direct index or a stride index, the smaller."""
+    """Activations of one input (the int8 reference) in the compressed-activation format
+    (:mod:`snpu.verif.act_compress`: per pixel, dense or its non-zero channels with a direct
+    or stride index, the smallest), each checked to decode back to itself."""
     ints = int8_ref.run(c.graph, x, keep=True)
     dense = packed = 0
     per = {}
@@ -94,15 +96,12 @@ def compression(c, x) -> dict:
         a = np.asarray(ints[t])
         rows = (np.moveaxis(a, 1, -1).reshape(-1, a.shape[1]) if a.ndim == 4
                 else a.reshape(a.shape[0], -1))
-        nz = rows != 0
-        direct = ix.direct_row_bytes(rows.shape[1], 64)
-        size = 0
-        for r in nz:
-            size += int(r.sum()) + min(direct, ix.encoded_size(r, "stride"))
-        size = min(size, rows.size)  # a tensor that does not shrink stays dense
+        buf = act_compress.encode_rows(rows)
+        back, _, used = act_compress.decode_rows(buf, *rows.shape)
+        assert used == len(buf) and np.array_equal(back, rows), t
         dense += rows.size
-        packed += size
-        per[t] = round(size / rows.size, 3)
+        packed += len(buf)
+        per[t] = round(len(buf) / rows.size, 3)
     return {"ratio": round(packed / dense, 4) if dense else 1.0, "dense_bytes": int(dense),
             "compressed_bytes": int(packed), "per_tensor": per}
 
