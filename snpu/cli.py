@@ -766,6 +766,7 @@ def _print_stats(s: dict) -> None:
 
 from . import cli_map  # noqa: E402,F401  (registers snpu topology / snpu map)
 from . import cli_farm  # noqa: E402,F401  (registers snpu regress / snpu sweep)
+from . import cli_synth  # noqa: E402,F401  (registers snpu synth)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

