@@ -159,12 +159,12 @@ def quantize(graph: Graph, calibration: list) -> Graph:
 
 def _matrix_params(g: Graph, n, sx: float, sy: float, relu: bool) -> dict:
     """Per-channel int8 weights [out, in] in the core's order, int32 bias, requantisation."""
-    w = g.const(n.inputs[1]).astype(np.float64)
+    w = g.const(n.inputs[1])
     if n.op == "Conv":
         groups = int(n.attrs.get("group", 1))
         co, cig, kh, kw = w.shape
         ci = cig * groups
-        full = np.zeros((co, kh, kw, ci))
+        full = np.zeros((co, kh, kw, ci), w.dtype)
         og = co // groups
         for gi in range(groups):
             full[gi * og:(gi + 1) * og, :, :, gi * cig:(gi + 1) * cig] = \
@@ -177,9 +177,17 @@ def _matrix_params(g: Graph, n, sx: float, sy: float, relu: bool) -> dict:
     perm = flatten_permutation(g, n.inputs[0])
     if perm is not None:
         rows = rows[:, perm]
-    sw = np.abs(rows).max(axis=1) / QMAX
-    sw[sw == 0] = 1.0
-    wq = np.clip(np.round(rows / sw[:, None]), -127, 127).astype(np.int8)
+    # row blocks in float64 (a fully connected layer's weights can be 100M values: no
+    # float64 copy of all of them at once)
+    sw = np.empty(rows.shape[0])
+    wq = np.empty(rows.shape, np.int8)
+    step = max(1, (1 << 22) // max(1, rows.shape[1]))
+    for r0 in range(0, rows.shape[0], step):
+        blk = rows[r0:r0 + step].astype(np.float64)
+        s = np.abs(blk).max(axis=1) / QMAX
+        s[s == 0] = 1.0
+        sw[r0:r0 + step] = s
+        wq[r0:r0 + step] = np.clip(np.round(blk / s[:, None]), -127, 127).astype(np.int8)
     if len(n.inputs) > 2 and n.inputs[2]:
         b = np.broadcast_to(g.const(n.inputs[2]).astype(np.float64).reshape(-1), (rows.shape[0],))
     else:
