@@ -44,7 +44,7 @@ import branchy  # noqa: E402
 import layer_models  # noqa: E402
 from snpu.compiler import runtime  # noqa: E402
 from snpu.compiler.passes.codegen import units  # noqa: E402
-from snpu.compiler.passes.schedule import ScheduleOptions, _Timer  # noqa: E402
+from snpu.compiler.passes.schedule import ScheduleOptions, KernelTimer  # noqa: E402
 from snpu.compiler.pipeline import CompileOptions, compile_model  # noqa: E402
 from snpu.config import CoreConfig  # noqa: E402
 from snpu.verif import golden, layout  # noqa: E402
@@ -176,7 +176,7 @@ def _estimate(c) -> int:
     """The compile-time estimate of the compiled single-core program (file order)."""
     sg = next(s for s in c.graph.meta["subgraphs"] if s["device"] == "core")
     order = [tuple(u) for u in sg["units"]] if "units" in sg else units(c.graph, sg["nodes"])
-    return _Timer(c.graph, c.config, c.image, False)(order)
+    return KernelTimer(c.graph, c.config, c.image, False)(order)
 
 
 def calibrate_layers(rtl: bool) -> list[dict]:

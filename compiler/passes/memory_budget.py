@@ -13,17 +13,20 @@ to the end (the runtime reads it after).
    subgraphs between them.  A tensor is live in fast memory from the first kernel writing
    it to the last kernel reading it (through views and concatenations: the storage roots of
    :func:`~..memory.storage`).
-2. Without swapping, the arena is placed greedily (:func:`_place`); if it fits ``budget``
-   bytes, that is the plan.
+2. Without swapping, the arena is placed greedily (:func:`_place`), with element-wise
+   outputs written over an input that dies there where that helps (:func:`_inplace`,
+   :func:`_evaluate`); if it fits ``budget`` bytes, that is the plan.
 3. Otherwise seed 001's rewrite (:mod:`.memory_plan`): timing analysis over the node graph
-   with each node's delay from the cost model, candidates (slack above ``th_tts``, size
-   above ``th_s``, largest first, at most ``n``), and for the ``k`` largest candidates the
-   reduction (a ``Copy`` node: fast -> far after the producer), serialization, restoration
-   (``Copy``: far -> fast before the late consumers, duplicated for late consumers far
-   apart), prefetch and second serialization edges.  The control edges become the program
-   order: the rewritten graph's kernels run in :func:`~.memory_plan.schedule`'s
-   topological order, and the emitter's tokens order every memory access.  ``k`` grows until
-   the plan fits; if none does, the error gives the smallest budget that compiles.
+   (each node's delay from the cost model; each node after the one before it, since the
+   core runs them in turn), candidates (slack above ``th_tts``, size above ``th_s``,
+   largest first, at most ``n``; :func:`_swap_sets`), and for the ``k`` largest candidates
+   the reduction (a ``Copy`` node: fast -> far after the producer), serialization,
+   restoration (``Copy``: far -> fast before the late consumers, duplicated for late
+   consumers far apart), prefetch and second serialization edges, each ``k`` with and
+   without the prefetch edges.  The control edges become the program order: the rewritten
+   graph's kernels run in :func:`~.memory_plan.schedule`'s topological order
+   (:func:`_apply`), and the emitter's tokens order every memory access.  ``k`` grows
+   until the plan fits; if none does, the error gives the smallest budget that compiles.
 4. A tensor with a zero halo (a padded convolution reads it) placed on bytes another tensor
    used before gets its halo zeroed by the first kernel writing it (``zero_halo``).
 
@@ -48,7 +51,8 @@ from ..ir import Graph, Node, Tensor
 from ..memory import Arena, allocate, storage
 from .codegen import units
 from .memory_plan import Flow, candidates, rewrite, timing_analysis
-from .schedule import _Timer
+from .schedule import KernelTimer
+
 
 class BudgetError(CompileError):
     """No plan fits the budget; ``smallest``: the fast bytes of the smallest plan found."""
@@ -449,7 +453,7 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
     if budget is not None and base.fast > budget:
         st = storage(g)  # tensors as written (no output shares its input's storage yet)
         steps = _steps(g)
-        timer = _Timer(g, config, scratch, dense)
+        timer = KernelTimer(g, config, scratch, dense)
         delays: dict[str, float] = {}
         for name, idx in steps:
             n = g.node(name)

@@ -207,7 +207,7 @@ def greedy_order(block: list, preds: dict, busy: dict) -> list:
     return done
 
 
-class _Timer:
+class KernelTimer:
     """Times candidate orders: each is emitted alone into a scratch copy of the memory
     image and run by the cost model."""
 
@@ -252,7 +252,7 @@ def schedule(graph: Graph, options: ScheduleOptions, config: CoreConfig, image: 
             continue
         order = units(g, sg["nodes"])
         preds = unit_dag(g, sg["nodes"], order)
-        timer = timer or _Timer(g, config, image, dense)
+        timer = timer or KernelTimer(g, config, image, dense)
         rng = random.Random(options.seed * 1000003 + k)
         chosen: list = []
         entry: dict = {"subgraph": k, "kernels": len(order), "blocks": [],

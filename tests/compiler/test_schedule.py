@@ -173,7 +173,7 @@ def test_cost_model_follows_the_golden_model():
     golden = runtime.run(c, xs[0]).core_cycles
     (sg,) = [s for s in c.graph.meta["subgraphs"] if s["device"] == "core"]
     from snpu.compiler.passes.codegen import units
-    est = S._Timer(c.graph, c.config, c.image, False)(units(c.graph, sg["nodes"]))
+    est = S.KernelTimer(c.graph, c.config, c.image, False)(units(c.graph, sg["nodes"]))
     assert abs(est - golden) / golden < 0.05, (est, golden)
 
 
