@@ -434,6 +434,11 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None, f
               help="Memory plan: swap only tensors larger than this (th_s).")
 @click.option("--swap-max", type=click.IntRange(0), default=0, show_default=True,
               help="Memory plan: swap at most this many tensors (N; 0: as many as needed).")
+@click.option("--far-latency", type=click.IntRange(0, 65535), default=40, show_default=True,
+              metavar="CYCLES", help="Memory plan: cycles a read burst waits in far memory "
+              "(the golden model and the RTL testbench's RAM run the artifact with it).")
+@click.option("--far-beat-cycles", type=click.IntRange(1, 15), default=2, show_default=True,
+              help="Memory plan: cycles per 8-byte beat in far memory.")
 @click.option("--memory-profile", type=click.Path(dir_okay=False), default=None,
               help="Plot the memory profile (bytes live before and after the plan) to this "
                    ".png (with --memory-budget).")
@@ -446,7 +451,8 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
              neuron_threshold: int, neuron_groups: int, t3: int, t4: int, mixed_path: str,
              mesh: str, unusable: tuple, split: str, placement: str, batch: int,
              schedule_mode: str, split_threshold: int | None, memory_budget: int | None,
-             swap_slack: float, swap_min_bytes: int, swap_max: int, memory_profile: str | None,
+             swap_slack: float, swap_min_bytes: int, swap_max: int, far_latency: int,
+             far_beat_cycles: int, memory_profile: str | None,
              as_json: bool, force: bool, **params) -> None:
     """Compile an ONNX MODEL to ROM images and a memory image in OUTPUT.
 
@@ -455,6 +461,7 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
     from .compiler.frontend import load_onnx
     from .compiler.passes.neurons import NeuronOptions
     from .compiler.passes.memory_budget import MemoryOptions
+    from .verif.timing import FarMemory
     from .compiler.passes.schedule import ScheduleOptions
     from .compiler.pipeline import CompileOptions, compile_model
 
@@ -482,7 +489,9 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
                           batch=batch, schedule=ScheduleOptions(mode=schedule_mode),
                           split_threshold=split_threshold,
                           memory=MemoryOptions(budget=memory_budget, th_tts=swap_slack,
-                                               th_s=swap_min_bytes, n=swap_max))
+                                               th_s=swap_min_bytes, n=swap_max,
+                                               far=FarMemory(latency=far_latency,
+                                                             beat_cycles=far_beat_cycles)))
     with _progress("compiling", -1) as tick:
         compiled = compile_model(model, opts, progress=tick)
     compiled.save(output)

@@ -3,6 +3,7 @@ swaps to far memory as ``Copy`` kernels, zeroed halos on reused bytes, the memor
 the far memory's timing.  Every plan runs on the golden model bit-exact with the int8
 reference (which knows nothing of arenas or swaps)."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -162,10 +163,12 @@ def test_swapping_costs_far_memory_cycles(unet_model, unet_unplanned):
 def test_cli_memory_budget_and_profile(tmp_path, unet_model):
     onnx.save(unet_model, tmp_path / "u.onnx")
     r = CliRunner().invoke(main, ["compile", str(tmp_path / "u.onnx"), "-o", str(tmp_path / "out"),
-                                  "--memory-budget", "30000",
+                                  "--memory-budget", "30000", "--far-latency", "300",
                                   "--memory-profile", str(tmp_path / "p.png")])
     assert r.exit_code == 0, r.output
     assert "memory plan:" in r.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["memory"]["far_memory"] == {"latency": 300, "beat_cycles": 2}
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
     r = CliRunner().invoke(main, ["compile", str(tmp_path / "u.onnx"), "-o", str(tmp_path / "o2"),
                                   "--memory-profile", str(tmp_path / "q.png")])
