@@ -103,16 +103,31 @@ def _through(path: list[dict], netnames: dict) -> list[dict]:
         if signal in seen:
             continue
         seen.add(signal)
-        src = (netnames.get(signal) or {}).get("attributes", {}).get("src", "")
-        py = [p for p in src.split("|") if ".py:" in p]
-        out.append({"signal": signal, "source": _relative(py[0]) if py else None})
+        out.append({"signal": signal, "source": _source(signal, netnames)})
     return out
 
 
+def _source(signal: str, netnames: dict) -> str | None:
+    """The Amaranth source line of ``signal``, or of the nearest enclosing name the netlist
+    knows (a memory's cells are named ``<memory>.<bank>.<bit>...``); lines in the design
+    (``rtl/``, ``verif/``) before lines in Amaranth's library."""
+    name = signal
+    while name:
+        src = (netnames.get(name) or {}).get("attributes", {}).get("src", "")
+        py = [p for p in src.split("|") if ".py:" in p]
+        if py:
+            ours = [p for p in py if "/rtl/" in p or "/verif/" in p]
+            return _relative((ours or py)[0])
+        cut = max(name.rfind("."), name.rfind("$"), name.rfind("_"))
+        name = name[:cut] if cut > 0 else ""
+    return None
+
+
 def _relative(src: str) -> str:
-    """``/abs/path/snpu/rtl/router.py:99`` -> ``rtl/router.py:99``."""
+    """``/abs/path/snpu/rtl/router.py:99`` -> ``rtl/router.py:99`` (Amaranth's own lines
+    from ``amaranth/``)."""
     parts = Path(src).parts
-    for anchor in ("rtl", "verif"):
+    for anchor in ("rtl", "verif", "amaranth"):
         if anchor in parts:
             return str(Path(*parts[parts.index(anchor):]))
     return src
