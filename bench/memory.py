@@ -3,8 +3,10 @@
     .venv/bin/python bench/memory.py [--quick] [--no-zoo]
 
 Prints one JSON document (every figure measured in this run).  Per model -- resnet50,
-densenet121 and inception_v1 from the onnx wheel (random weights, density 0.5) and a
-generated U-Net-like network with long skips (``examples/unet.py``):
+densenet121 and inception_v1 from the onnx wheel (random weights, density 0.5) and two
+generated U-Net-like networks with long skips (``examples/unet.py``: maps of one size;
+and the classic shape, maps halving on the way down and upsampled on the host on the way
+back, so skips cross host subgraphs):
 
 * ``peak_bytes``: the activations' peak live bytes without swapping (the memory profile's
   maximum; an input is live from the start, an output to the end; every tensor in storage of its
@@ -20,13 +22,13 @@ generated U-Net-like network with long skips (``examples/unet.py``):
   first, prefetch edges) and ``distance`` (the TFLMS-style baseline: swap every tensor read
   at least d nodes after it is written, d from the longest down; no slack analysis);
 * ``compression``: the activations of one input (the int8 reference) in the
-  compressed-activation format (:mod:`snpu.verif.act_compress`: per pixel a format byte,
-  then dense values or the non-zeros with a direct or stride index, the smallest), over
-  dense bytes; the swaps themselves are uncompressed today (no ``stc`` / ``ldc`` in
-  hardware yet).
+  compressed-activation format (:mod:`snpu.verif.act_compress`: per tensor the smallest
+  of dense, or per pixel the non-zeros with a direct or a stride index), over dense bytes,
+  and each tensor's format; the swaps themselves are uncompressed today (no ``stc`` /
+  ``ldc`` in hardware yet).
 
 Far memory: the golden model's default (:class:`~snpu.verif.timing.FarMemory`: 40 cycles
-per read burst, two cycles per beat).  ``--quick``: the U-Net only, at a small size.
+per read burst, two cycles per beat).  ``--quick``: the U-Nets only, at a small size.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ def _models(quick: bool, zoo: bool):
     size = 16 if quick else 32
     yield "unet", unet.build(0, depth=5 if quick else 6, channels=8 if quick else 16, size=size), \
         {"density": 1.0}
+    # the classic shape: maps halve going down, nearest-neighbour upsampling on the host
+    yield "unet_resample", unet.build(0, depth=4, channels=8 if quick else 16, size=2 * size,
+                                      resample=True), {"density": 1.0}
     if quick or not zoo:
         return
     for name in ("resnet50", "densenet121", "inception_v1"):
@@ -84,8 +89,8 @@ def _compile(model, extra: dict, memory: MemoryOptions | None):
 
 def compression(c, x) -> dict:
     """Activations of one input (the int8 reference) in the compressed-activation format
-    (:mod:`snpu.verif.act_compress`: per pixel, dense or its non-zero channels with a direct
-    or stride index, the smallest), each checked to decode back to itself."""
+    (:mod:`snpu.verif.act_compress`, each tensor in its smallest format), each checked to
+    decode back to itself."""
     ints = int8_ref.run(c.graph, x, keep=True)
     dense = packed = 0
     per = {}
@@ -96,12 +101,13 @@ def compression(c, x) -> dict:
         a = np.asarray(ints[t])
         rows = (np.moveaxis(a, 1, -1).reshape(-1, a.shape[1]) if a.ndim == 4
                 else a.reshape(a.shape[0], -1))
-        buf = act_compress.encode_rows(rows)
-        back, _, used = act_compress.decode_rows(buf, *rows.shape)
+        fmt = act_compress.choose_format(rows)
+        buf = act_compress.encode_rows(rows, fmt)
+        back, _, used = act_compress.decode_rows(buf, *rows.shape, fmt)
         assert used == len(buf) and np.array_equal(back, rows), t
         dense += rows.size
         packed += len(buf)
-        per[t] = round(len(buf) / rows.size, 3)
+        per[t] = [fmt, round(len(buf) / rows.size, 3)]
     return {"ratio": round(packed / dense, 4) if dense else 1.0, "dense_bytes": int(dense),
             "compressed_bytes": int(packed), "per_tensor": per}
 

@@ -3,23 +3,19 @@ takes in far memory (issue 13, seed 001's "reduction ... and/or compress").
 
 ReLU activations are sparse, so a tensor is stored with the core's own index formats
 (:mod:`.index`), row by row, a row being one pixel's channel vector (``c`` int8 values,
-channels-last as every activation in memory).  Each row is one *record*:
+channels-last as every activation in memory).  One format holds for the whole tensor (as
+for a layer's weights, the instruction that moves it will name it; the compiler picks the
+smallest): each row is
 
-====== ===================================================================================
-bytes  meaning
-====== ===================================================================================
-1      the row's format: its :data:`~.index.FORMAT_CODES` code (0 dense, 1 direct, 2 stride)
-...    dense: the ``c`` values
-...    direct: the direct index (:func:`~.index.encode_direct`, ``chunk_bits`` padding),
-       then the non-zero values in channel order
-...    stride: the stride index (:func:`~.index.encode_stride`: uint16 entry count, then the
-       entries), then the non-zero values in channel order
-====== ===================================================================================
+* ``dense``: its ``c`` values;
+* ``direct``: its direct index (:func:`~.index.encode_direct`, ``chunk_bits`` padding), then
+  its non-zero values in channel order;
+* ``stride``: its stride index (:func:`~.index.encode_stride`: a uint16 entry count, then
+  the entries), then its non-zero values in channel order.
 
-Records follow each other without padding.  Each row takes whichever format is smallest
-(ties: dense, then direct, then stride).  A row in direct or stride form is what the LD
-unit can place straight into ``nbuf`` / ``nidx`` with its index attached (claim 21):
-:func:`decode_rows` returns the direct index too.
+Rows follow each other without padding.  A row in direct or stride form is what the LD unit
+can place straight into ``nbuf`` / ``nidx`` with its index attached (claim 21):
+:func:`decode_rows` returns each row's direct index too.
 
 The hardware form (``stc`` / ``ldc``, reserved in the ISA) is still to be built; the
 compiler's benchmark measures the ratio this format gives on real activations.
@@ -34,39 +30,62 @@ from snpu.errors import IndexFormatError
 from . import index as ix
 
 _CODE = ix.FORMAT_CODES
-_FORMAT = {v: k for k, v in _CODE.items()}
 
 
-def encode_row(row: np.ndarray, chunk_bits: int = 64, fmt: str | None = None) -> bytes:
-    """One row's record; ``fmt`` forces a format (default: the smallest)."""
+def encode_row(row: np.ndarray, fmt: str, chunk_bits: int = 64) -> bytes:
+    """One row in format ``fmt``."""
     row = np.asarray(row, np.int8).reshape(-1)
+    if fmt == "dense":
+        return row.tobytes()
     bits = row != 0
     values = row[bits].tobytes()
-    forms = {
-        "dense": row.tobytes(),
-        "direct": ix.encode_direct(bits, chunk_bits) + values,
-        "stride": ix.encode_stride(ix.direct_to_stride(bits)) + values,
-    }
-    if fmt is None:
-        fmt = min(ix.FORMATS, key=lambda f: (len(forms[f]), _CODE[f]))
-    elif fmt not in forms:
-        raise ValueError(f"format {fmt!r}: expected one of {ix.FORMATS}")
-    return bytes([_CODE[fmt]]) + forms[fmt]
+    if fmt == "direct":
+        return ix.encode_direct(bits, chunk_bits) + values
+    if fmt == "stride":
+        return ix.encode_stride(ix.direct_to_stride(bits)) + values
+    raise ValueError(f"format {fmt!r}: expected one of {ix.FORMATS}")
 
 
-def encode_rows(rows: np.ndarray, chunk_bits: int = 64, fmt: str | None = None) -> bytes:
-    """Rows ``[n, c]`` of int8 -> their records, concatenated."""
-    rows = np.asarray(rows, np.int8)
-    return b"".join(encode_row(r, chunk_bits, fmt) for r in rows.reshape(len(rows), -1))
+def _matrix(rows) -> np.ndarray:
+    """``[n, c]`` rows (a higher-rank array: rows of its trailing axes)."""
+    rows = np.asarray(rows)
+    return rows if rows.ndim == 2 else rows.reshape(rows.shape[0], -1)
 
 
-def decode_rows(buf: bytes, n: int, c: int, chunk_bits: int = 64
+def sizes(rows: np.ndarray, chunk_bits: int = 64) -> dict[str, int]:
+    """Bytes of the rows ``[n, c]`` in each format."""
+    rows = _matrix(rows)
+    n, c = rows.shape
+    bits = rows != 0
+    k = int(bits.sum())
+    stride = sum(ix.encoded_size(b, "stride") for b in bits)
+    return {"dense": n * c, "direct": n * ix.direct_row_bytes(c, chunk_bits) + k,
+            "stride": stride + k}
+
+
+def choose_format(rows: np.ndarray, chunk_bits: int = 64) -> str:
+    """The format that stores ``rows`` in the fewest bytes (ties: dense, direct, stride)."""
+    s = sizes(rows, chunk_bits)
+    return min(ix.FORMATS, key=lambda f: (s[f], _CODE[f]))
+
+
+def encode_rows(rows: np.ndarray, fmt: str | None = None, chunk_bits: int = 64) -> bytes:
+    """Rows ``[n, c]`` of int8 in format ``fmt`` (default: :func:`choose_format`)."""
+    rows = _matrix(np.asarray(rows, np.int8))
+    fmt = fmt or choose_format(rows, chunk_bits)
+    return b"".join(encode_row(r, fmt, chunk_bits) for r in rows)
+
+
+def decode_rows(buf: bytes, n: int, c: int, fmt: str, chunk_bits: int = 64
                 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Records -> (rows ``[n, c]`` int8, their direct indices ``[n, c]`` bool, bytes read).
+    """Rows in format ``fmt`` -> (rows ``[n, c]`` int8, their direct indices ``[n, c]``
+    bool, bytes read).
 
-    A malformed record is an :class:`~snpu.errors.IndexFormatError` naming the row and its
-    byte offset: an unknown format code, a record running past the buffer, a stride index
-    reaching past ``c``, index bits set in a direct index's padding."""
+    A malformed row is an :class:`~snpu.errors.IndexFormatError` naming the row and its
+    byte offset: a row running past the buffer, a stride index reaching past ``c``, index
+    bits set in a direct index's padding."""
+    if fmt not in _CODE:
+        raise ValueError(f"format {fmt!r}: expected one of {ix.FORMATS}")
     raw = np.frombuffer(bytes(buf), np.uint8)
     rows = np.zeros((n, c), np.int8)
     kept = np.zeros((n, c), bool)
@@ -79,13 +98,6 @@ def decode_rows(buf: bytes, n: int, c: int, chunk_bits: int = 64
                 raise IndexFormatError(f"compressed row {r} at byte {start}: {what} runs past "
                                        f"the {raw.size} bytes given")
 
-        need(1, "the format code")
-        code = int(raw[at])
-        at += 1
-        if code not in _FORMAT:
-            raise IndexFormatError(f"compressed row {r} at byte {start}: format code {code} is "
-                                   f"not one of {sorted(_FORMAT)}")
-        fmt = _FORMAT[code]
         if fmt == "dense":
             need(c, "the dense values")
             rows[r] = raw[at:at + c].view(np.int8)
@@ -120,16 +132,3 @@ def decode_rows(buf: bytes, n: int, c: int, chunk_bits: int = 64
         kept[r] = bits
         at += k
     return rows, kept, at
-
-
-def compressed_bytes(rows: np.ndarray, chunk_bits: int = 64) -> int:
-    """Bytes of :func:`encode_rows` without building them."""
-    rows = np.asarray(rows).reshape(len(rows), -1)
-    c = rows.shape[1]
-    direct = 1 + ix.direct_row_bytes(c, chunk_bits)
-    total = 0
-    for r in rows:
-        bits = r != 0
-        k = int(bits.sum())
-        total += min(1 + c, direct + k, 1 + ix.encoded_size(bits, "stride") + k)
-    return total

@@ -270,7 +270,9 @@ def test_random_unets_and_branchy_networks_at_their_smallest_budget(seed):
     rng = np.random.default_rng(seed)
     c = int(rng.choice([4, 8, 12]))
     s = int(rng.integers(5, 11))
-    if seed % 2 == 0:
+    if seed == 4:  # the classic shape: upsampling on the host, skips across host subgraphs
+        m, shape = unet.build(seed, depth=3, channels=c, size=12, resample=True), (1, c, 12, 12)
+    elif seed % 2 == 0:
         m, shape = unet.build(seed, depth=int(rng.integers(2, 5)), channels=c, size=s), (1, c, s, s)
     else:
         c = 8 * int(rng.integers(1, 3))
