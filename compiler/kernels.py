@@ -608,37 +608,31 @@ def add(ctx: LayerContext, node, inputs: list[TensorLayout], Y: TensorLayout,
 def affine(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
            rows: tuple[int, int] | None = None) -> dict:
     """Per-channel scale and offset (folded BatchNormalization); ``rows``: only rows [r0, r1)."""
-    k, P = ctx.k, ctx.cfg.lanes
     q = node.meta["q"]
-    chunks = _channel_chunks(X.c, P, min(ctx.acc_half, ctx.ob_half, ctx.param_half * P))
-    for c0, c1 in chunks:
-        c, cp = c1 - c0, _r(c1 - c0, P)
-        row = ctx.load_params([(q["bias"][c0:c1], q["mult"][c0:c1], q["shift"][c0:c1])])[0]
-        per = max(1, min(X.w, ctx.acc_half // cp, ctx.ob_half // cp, 4095))
-        for y, x0, g in _pixel_groups(X, per, rows):
-            half = ctx.alternate()
-            ab, ob = half * ctx.acc_half, half * ctx.ob_half
-            k.ld("acc", X.addr(y, x0, c0), ab, c, g, ext_stride=X.pixel, dst_stride=cp)
-            k.req(ob, ab, row, g, cp // P, int(q["relu"]), src_stride=cp, dst_stride=cp)
-            k.st(ob, Y.addr(y, x0, c0), c, g, src_stride=cp, ext_stride=Y.pixel)
-    return {"channel_chunks": len(chunks)}
+    return _requantize_map(ctx, X, Y, q["bias"], q["mult"], q["shift"], int(q["relu"]), rows)
 
 
 def copy(ctx: LayerContext, X: TensorLayout, Y: TensorLayout) -> dict:
     """``Y <- X`` (the memory plan's swap-out and swap-in): each block of pixels goes
     through the accumulators and out unchanged (bias 0, multiplier 1, shift 0)."""
+    return _requantize_map(ctx, X, Y, np.zeros(X.c), np.ones(X.c), np.zeros(X.c), 0)
+
+
+def _requantize_map(ctx: LayerContext, X: TensorLayout, Y: TensorLayout, bias, mult, shift,
+                    relu: int, rows: tuple[int, int] | None = None) -> dict:
+    """``Y`` = ``X`` requantised per channel (``bias``, ``mult``, ``shift``, ``relu``), by
+    channel chunks and pixel groups through the accumulators; ``rows``: only [r0, r1)."""
     k, P = ctx.k, ctx.cfg.lanes
     chunks = _channel_chunks(X.c, P, min(ctx.acc_half, ctx.ob_half, ctx.param_half * P))
-    cmax = _r(chunks[0][1] - chunks[0][0], P)
-    row = ctx.load_params([(np.zeros(cmax), np.ones(cmax), np.zeros(cmax))])[0]
     for c0, c1 in chunks:
         c, cp = c1 - c0, _r(c1 - c0, P)
+        row = ctx.load_params([(bias[c0:c1], mult[c0:c1], shift[c0:c1])])[0]
         per = max(1, min(X.w, ctx.acc_half // cp, ctx.ob_half // cp, 4095))
-        for y, x0, g in _pixel_groups(X, per):
+        for y, x0, g in _pixel_groups(X, per, rows):
             half = ctx.alternate()
             ab, ob = half * ctx.acc_half, half * ctx.ob_half
             k.ld("acc", X.addr(y, x0, c0), ab, c, g, ext_stride=X.pixel, dst_stride=cp)
-            k.req(ob, ab, row, g, cp // P, 0, src_stride=cp, dst_stride=cp)
+            k.req(ob, ab, row, g, cp // P, relu, src_stride=cp, dst_stride=cp)
             k.st(ob, Y.addr(y, x0, c0), c, g, src_stride=cp, ext_stride=Y.pixel)
     return {"channel_chunks": len(chunks)}
 
@@ -677,8 +671,8 @@ def zero_halo(ctx: LayerContext, L: TensorLayout) -> int:
 
     for b in range(L.n):
         I = L.at(b) if L.n > 1 else L
-        start = I.base - I.pad_h * I.row - I.pad_w * I.pixel
-        end = start + (I.h + 2 * I.pad_h) * I.row
+        frame = I.padded()
+        start, end = frame.base, frame.base + frame.h * frame.row
         first, last = I.addr(0, 0), I.addr(I.h - 1, I.w - 1) + I.c
         fill(start, first)
         gap = I.row - I.w * I.pixel  # from a row's last pixel to the next row's first

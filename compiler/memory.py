@@ -89,6 +89,12 @@ class TensorLayout:
         return TensorLayout(self.base + b * self.image, self.h, self.w, self.c, self.pixel,
                             self.row, self.pad_h, self.pad_w)
 
+    def padded(self) -> "TensorLayout":
+        """The layout with its halo as part of the map (no halo left)."""
+        return dataclasses.replace(self, base=self.base - self.pad_h * self.row
+                                   - self.pad_w * self.pixel, h=self.h + 2 * self.pad_h,
+                                   w=self.w + 2 * self.pad_w, pad_h=0, pad_w=0)
+
     def addr(self, y: int, x: int, ch: int = 0) -> int:
         return self.base + y * self.row + x * self.pixel + ch
 

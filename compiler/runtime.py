@@ -10,7 +10,6 @@ between core and host through memory.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -40,9 +39,7 @@ def write_tensor(image, L: TensorLayout, value: np.ndarray) -> None:
     if v.ndim != 4:
         v = v.reshape(L.n, -1, 1, 1)
     if L.pad_h or L.pad_w:
-        padded = dataclasses.replace(L, base=L.base - L.pad_h * L.row - L.pad_w * L.pixel,
-                                     h=L.h + 2 * L.pad_h, w=L.w + 2 * L.pad_w)
-        image.data[padded.addresses()] = 0
+        image.data[L.padded().addresses()] = 0
     image.data[L.addresses()] = v.transpose(0, 2, 3, 1).view(np.uint8)
 
 
@@ -111,6 +108,8 @@ def run_batch(compiled: Compiled, xs: list, *, sim: str = "golden", check_races:
     for seg in compiled.segments:  # onnxruntime sessions built before the timed runs
         if seg["kind"] == "host":
             host_program(g, seg["nodes"]).prepare()
+    # far memory (a memory plan's swaps): the image's far region, timed as the plan assumed
+    far = (compiled.report.get("memory") or {}).get("far_memory") or {}
     busy = {"core": 0.0, "host": 0.0}
     total = len(compiled.segments) * len(xs)
     count = {"done": 0}
@@ -146,8 +145,6 @@ def run_batch(compiled: Compiled, xs: list, *, sim: str = "golden", check_races:
         words = compiled.rom(seg["rom"])
         stats = []
         if sim == "golden":
-            # far memory: the image's far region, timed as the memory plan assumed
-            far = (compiled.report.get("memory") or {}).get("far_memory") or {}
             for image in ims:
                 res = golden.run_image(words, image, compiled.config, check_races=check_races,
                                        far=timing.FarMemory.of_image(image, **far))
@@ -156,7 +153,6 @@ def run_batch(compiled: Compiled, xs: list, *, sim: str = "golden", check_races:
         else:
             from snpu.verif.tb import rtl_sim
 
-            far = (compiled.report.get("memory") or {}).get("far_memory") or {}
             results = rtl_sim.run_many([rtl_sim.Job(words, im, seg["rom"]) for im in ims],
                                        compiled.config, **{"far": far, **(rtl_options or {})})
             for i, image, r in zip(which, ims, results):

@@ -34,7 +34,7 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
         k = len(segments)
         prog = Program(config, image=image, rom_name=f"rom:{k}")
         em = Kernels(prog)
-        order = [tuple(u) for u in sg["units"]] if "units" in sg else units(g, sg["nodes"])
+        order = subgraph_units(g, sg)
         stats = emit_nodes(em, g, order, f"{k}:", layer, dense)
         layer += len(order)
         em.halt()
@@ -63,6 +63,12 @@ def units(g: Graph, names: list[str]) -> list[tuple[str, int | None]]:
         pieces = n.meta.get("pieces")
         out += [(v, i) for i in range(len(pieces))] if pieces else [(v, None)]
     return out
+
+
+def subgraph_units(g: Graph, sg: dict) -> list[tuple[str, int | None]]:
+    """A core subgraph's kernels in program order: the schedule pass's order
+    (``sg["units"]``) or, without one, the file order (:func:`units`)."""
+    return [tuple(u) for u in sg["units"]] if "units" in sg else units(g, sg["nodes"])
 
 
 def emit_nodes(em: Kernels, g: Graph, order: list[tuple[str, int | None]], prefix: str,

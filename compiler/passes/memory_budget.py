@@ -49,7 +49,7 @@ from snpu.verif.image import MemoryImage
 
 from ..ir import Graph, Node, Tensor
 from ..memory import Arena, allocate, storage
-from .codegen import units
+from .codegen import subgraph_units
 from .memory_plan import Flow, candidates, rewrite, timing_analysis
 from .schedule import KernelTimer
 
@@ -94,7 +94,15 @@ def _steps(g: Graph) -> list[tuple[str, int | None]]:
         if sg["device"] == "host":
             out += [(v, None) for v in sg["nodes"]]
         else:
-            out += [tuple(u) for u in sg["units"]] if "units" in sg else units(g, sg["nodes"])
+            out += subgraph_units(g, sg)
+    return out
+
+
+def _spans(steps) -> dict[str, tuple[int, int]]:
+    """Node -> (its first step, its last step)."""
+    out: dict[str, tuple[int, int]] = {}
+    for p, (v, _) in enumerate(steps):
+        out[v] = (out[v][0], p) if v in out else (p, p)
     return out
 
 
@@ -181,7 +189,6 @@ def _profile(life: dict, size: dict, steps: int) -> list[int]:
 class _Plan:
     graph: Graph
     arena: Arena
-    fast: int          #: arena bytes
     profile: list[int]
     dirty: list[str]   #: roots with a halo on bytes another tensor used before
     swapped: list[dict]
@@ -189,24 +196,24 @@ class _Plan:
     #: where the profile peaks: the kernel, and the tensors live there (largest first)
     peak_at: tuple = ("", ())
 
+    @property
+    def fast(self) -> int:
+        """Bytes of fast memory the plan takes (the arena: inputs and outputs are in it)."""
+        return self.arena.size
+
 
 #: element-wise kernels that may write their output over an input (each pixel block is
 #: loaded before it is stored at the same addresses)
 _IN_PLACE_OPS = ("Add", "Sum", "Affine")
 
 
-def _inplace(g: Graph, steps) -> dict[str, str]:
+def _inplace(g: Graph, st, steps) -> dict[str, str]:
     """Outputs of element-wise core nodes that can share an input's storage: the input is a
     storage root of the same shape that no kernel reads after this node's first kernel
     (every other reader is done), no graph input or output, and no concatenation's; the
-    output is no graph output and no slice of a concatenation."""
-    g.meta.pop("inplace", None)
-    st = storage(g)
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for p, (v, _) in enumerate(steps):
-        first.setdefault(v, p)
-        last[v] = p
+    output is no graph output and no slice of a concatenation (``st``: ``g``'s storage
+    with no output in place yet)."""
+    span = _spans(steps)
     readers: dict[str, list[str]] = {}
     for n in g.nodes:
         for t in set(n.inputs):
@@ -216,7 +223,7 @@ def _inplace(g: Graph, steps) -> dict[str, str]:
     fixed = set(g.inputs) | set(g.outputs)
     out: dict[str, str] = {}
     taken: set[str] = set()
-    for n in sorted((n for n in g.nodes if n.name in first), key=lambda n: first[n.name]):
+    for n in sorted((n for n in g.nodes if n.name in span), key=lambda n: span[n.name][0]):
         u = n.outputs[0]
         if (n.device != "core" or n.op not in _IN_PLACE_OPS or u not in st.roots
                 or u in fixed or u in concat):
@@ -226,19 +233,20 @@ def _inplace(g: Graph, steps) -> dict[str, str]:
             if (r != t or r in fixed or r in concat or r in taken
                     or g.tensor(t).shape != g.tensor(u).shape):
                 continue
-            if all(last[v] < first[n.name] for v in readers.get(r, ()) if v != n.name):
+            if all(span[v][1] < span[n.name][0] for v in readers.get(r, ()) if v != n.name):
                 out[u] = t
                 taken.add(t)
                 break
     return out
 
 
-def _evaluate(g: Graph) -> _Plan:
-    """The smallest placement of ``g``'s program: outputs written in place over their
-    inputs where they can, only where that adds no halo bytes, or nowhere."""
-    steps = _steps(g)
-    every = _inplace(g, steps)
+def _evaluate(g: Graph, steps=None) -> _Plan:
+    """The smallest placement of ``g``'s program (``steps``: its :func:`_steps`, if known):
+    outputs written in place over their inputs where they can, only where that adds no
+    halo bytes, or nowhere."""
+    steps = steps if steps is not None else _steps(g)
     st = storage(g)
+    every = _inplace(g, st, steps)
     same = {u: t for u, t in every.items() if st.halo.get(u, (0, 0)) == st.halo.get(t, (0, 0))}
     best = None
     for inplace in dict.fromkeys(map(lambda d: tuple(sorted(d.items())), (every, same, {}))):
@@ -257,8 +265,7 @@ def _place_plan(g: Graph, steps) -> _Plan:
     far = [n.outputs[0] for n in g.nodes if n.meta.get("memory") == "reduction"]
     arena_life = {t: v for t, v in life.items() if t not in far}
     offsets, arena_bytes = _place(arena_life, size)
-    fast = arena_bytes
-    profile = _profile({t: v for t, v in life.items() if t not in far}, size, len(steps))
+    profile = _profile(arena_life, size, len(steps))
     dirty = []
     for t, off in offsets.items():
         if not any(st.halo.get(t, (0, 0))):
@@ -269,11 +276,11 @@ def _place_plan(g: Graph, steps) -> _Plan:
                for u in offsets if u != t):
             dirty.append(t)
     k = int(np.argmax(profile)) if profile else 0
-    live = sorted(((t, size[t]) for t, (a, b) in life.items()
-                   if a <= k <= b and t not in far), key=lambda x: -x[1])
+    live = sorted(((t, size[t]) for t, (a, b) in arena_life.items() if a <= k <= b),
+                  key=lambda x: -x[1])
     name, piece = steps[k] if steps else ("", None)
     at = name + (f"#{piece}" if piece is not None else "")
-    return _Plan(g, Arena(offsets, sorted(far), arena_bytes), fast, profile, sorted(dirty), [],
+    return _Plan(g, Arena(offsets, sorted(far), arena_bytes), profile, sorted(dirty), [],
                  peak_at=(at, live))
 
 
@@ -355,9 +362,7 @@ def _apply(g: Graph, flow: Flow, old_steps) -> Graph:
             n.inputs = [renamed.get(i, i) for i in n.inputs]
     g.toposort()
     # positions: original steps keep theirs; a copy goes after its anchor
-    pos = {}
-    for p, (name, _) in enumerate(old_steps):
-        pos.setdefault(name, [p, p])[1] = p
+    pos = _spans(old_steps)
     seg_of = {}
     for k, sg in enumerate(g.meta["subgraphs"]):
         for v in sg["nodes"]:
@@ -392,7 +397,7 @@ def _apply(g: Graph, flow: Flow, old_steps) -> Graph:
         sg = dict(sg)
         extra = [v for v in new if seg_of[v] == k]
         if extra:
-            kern = [tuple(u) for u in sg["units"]] if "units" in sg else units(g, sg["nodes"])
+            kern = subgraph_units(g, sg)
             keyed = [(step_of[u], u) for u in kern] + [(place[v], (v, None)) for v in extra]
             sg["nodes"] = list(sg["nodes"]) + extra
             sg["units"] = [list(u) for _, u in sorted(keyed)]
@@ -406,30 +411,23 @@ def _check_order(g: Graph) -> None:
     """Every kernel after the kernels writing what it reads (program order)."""
     steps = _steps(g)
     nodes = {n.name: n for n in g.nodes}
-    made = {}
-    for n in g.nodes:
-        for t in n.outputs:
-            made[t] = n
-    first = {}
-    last = {}
-    for p, (v, _) in enumerate(steps):
-        first.setdefault(v, p)
-        last[v] = p
+    made = g.producers()
+    span = _spans(steps)
 
     def writers(t):
         p = made.get(t)
         if p is None:
             return []
-        if p.op in _LAYOUT_OPS and p.name not in first:
+        if p.op in _LAYOUT_OPS and p.name not in span:
             return [w for i in p.inputs if i and not g.tensor(i).is_const for w in writers(i)]
         return [p.name]
 
-    for v in first:
+    for v in span:
         for t in nodes[v].inputs:
             if not t or g.tensor(t).is_const:
                 continue
             for w in writers(t):
-                if w in last and last[w] >= first[v]:
+                if w in span and span[w][1] >= span[v][0]:
                     raise AssertionError(f"memory plan: {v} runs before {w}, which writes {t}")
 
 
@@ -446,18 +444,18 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
     budget = options.budget
     if budget is not None and budget <= 0:
         raise CompileError(f"--memory-budget {budget}: must be a positive number of bytes")
-    plain = _place_plan(g.copy(), _steps(g))  # no output in place, no swap
-    base = _evaluate(g.copy())
+    steps = _steps(g)
+    plain = _place_plan(g.copy(), steps)  # no output in place, no swap
+    base = _evaluate(g.copy(), steps)
     best = base
     tried = 0
     if budget is not None and base.fast > budget:
         st = storage(g)  # tensors as written (no output shares its input's storage yet)
-        steps = _steps(g)
         timer = KernelTimer(g, config, scratch, dense)
+        nodes = {n.name: n for n in g.nodes}
         delays: dict[str, float] = {}
         for name, idx in steps:
-            n = g.node(name)
-            if n.device == "core":
+            if nodes[name].device == "core":
                 delays[name] = delays.get(name, 0.0) + timer.units([(name, idx)])[0]
         flow, ok = _flow(g, st, steps, delays)
         _, _, tts = timing_analysis(flow)
