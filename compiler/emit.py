@@ -28,6 +28,8 @@ from snpu.verif import isa
 from snpu.verif.isa import IMPLEMENTED_UNITS, Instr, Unit
 from snpu.verif.program import Program
 
+from .emit_loops import repeat
+
 UNITS = IMPLEMENTED_UNITS
 NU = len(UNITS)
 
@@ -54,10 +56,14 @@ _UNIT = [Unit(u) for u in range(NU)]
 class Emitter:
     """Wraps a :class:`~snpu.verif.program.Program`; see the module docstring."""
 
-    def __init__(self, program: Program, net: bool = False):
+    def __init__(self, program: Program, net: bool = False, loops: bool = True):
         """``net``: the program uses the NET unit (``send`` / ``recv`` on an array), which
-        reads and writes the same address space as LD and ST."""
+        reads and writes the same address space as LD and ST.  ``loops``: kernels' loops
+        (:meth:`repeat`) may become hardware loops as they are emitted."""
         self.p = program
+        self.loops = loops
+        #: while a loop is emitted (:mod:`.emit_loops`): instruction index -> its footprint
+        self.trace: dict[int, list[Access]] | None = None
         self.users = dict(BUFFER_USERS)
         if net:
             self.users["ext"] = (Unit.LD, Unit.ST, Unit.NET)
@@ -71,7 +77,8 @@ class Emitter:
         self.signal_of: dict[tuple[int, int], int] = {}  # (instr index, consumer) -> k
         #: channel -> the clock snapshot after the instruction that gives each token
         self.sig_list: dict[tuple[int, int], list[tuple[int, ...]]] = {}
-        self.history: dict[str, list[tuple[int, int, int, int, bool]]] = {}
+        #: per buffer: (unit, its instruction count, lo, hi, write, index in p.instrs)
+        self.history: dict[str, list[tuple[int, int, int, int, bool, int]]] = {}
         self.nops = 0
 
     # -------------------------------------------------------------------------------------
@@ -89,6 +96,11 @@ class Emitter:
 
     def halt(self) -> None:
         self.p.emit("halt")
+
+    def repeat(self, n: int, body, state=lambda: None) -> None:
+        """Emit ``body(0..n-1)``, a loop's iterations (differing only in the ``ext`` of
+        their loads and stores, moving linearly): see :func:`.emit_loops.repeat`."""
+        repeat(self, n, body, state)
 
     # -------------------------------------------------------------------------------------
     def _unit(self, op: str, args: dict) -> Unit:
@@ -111,7 +123,7 @@ class Emitter:
         for a in accesses:
             if a.hi <= a.lo:
                 continue
-            for (v, idx, lo, hi, w) in self.history.get(a.buf, ()):
+            for (v, idx, lo, hi, w, _) in self.history.get(a.buf, ()):
                 if v == u or hi <= a.lo or a.hi <= lo or not (w or a.write) or cu[v] >= idx:
                     continue
                 if idx > need.get(v, 0):
@@ -148,7 +160,9 @@ class Emitter:
                 if len(recs) > 8:
                     recs[:] = [r for r in recs if not (r[0] == u and a.lo <= r[2] and r[3] <= a.hi
                                                        and (a.write or not r[4]))]
-                recs.append((u, self.count[u], a.lo, a.hi, a.write))
+                recs.append((u, self.count[u], a.lo, a.hi, a.write, k))
+        if self.trace is not None:
+            self.trace[k] = accesses
         if k % 128 == 0:
             self._prune()
 

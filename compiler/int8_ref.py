@@ -52,6 +52,15 @@ def _clipped_windows(x: np.ndarray, node, fill):
     return ops._windows(x.astype(np.float64), kh, kw, sh, sw, pads, oh, ow, fill)
 
 
+def _int_matmul(v: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``v @ w.T`` exactly (int8 values: every sum is far below 2**53) in float64, over row
+    blocks of ``w`` (a fully connected layer's weights can be 100M values)."""
+    vf = v.astype(np.float64)
+    step = max(1, (1 << 21) // max(1, w.shape[1]))
+    return np.concatenate([vf @ w[r0:r0 + step].astype(np.float64).T
+                           for r0 in range(0, w.shape[0], step)], axis=1)
+
+
 def run_node(g: Graph, n, args: list[np.ndarray]) -> np.ndarray:
     """One core node on int8 NCHW inputs -> int8 output."""
     q = n.meta["q"] if n.op not in ("Concat", "Flatten", "Reshape", "Copy") else None
@@ -69,7 +78,7 @@ def run_node(g: Graph, n, args: list[np.ndarray]) -> np.ndarray:
         if q["in_perm"] is not None:
             v = v[:, q["in_perm"]]
         v = v * neuron_mask(v, n.meta.get("neurons"))  # the vector as loaded (channels last)
-        acc = v.astype(np.float64) @ q["w"].astype(np.float64).T
+        acc = _int_matmul(v, q["w"])
         return _requant_channels(acc.astype(np.int64), q).reshape(g.tensor(n.outputs[0]).shape)
     if n.op == "Copy":  # the memory plan's swaps
         return x

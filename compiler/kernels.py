@@ -25,6 +25,7 @@ tile ``k + 1`` overlap the compute of tile ``k``.
 from __future__ import annotations
 
 import hashlib
+from typing import Callable
 
 import numpy as np
 
@@ -335,7 +336,7 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
         G = max(1, min(ow, ctx.nb_half // kmax, ctx.acc_half // Rp, ctx.ob_half // Rp, 4095))
         # one chunk: the tile's weights stay in the banks; several: reloaded per pixel group
         whalves = [tiles.load(t, 0, ctx.alternate("w"))] if len(cchunks) == 1 else [None] * len(cchunks)
-        for oy in range(*rows):
+        def row(oy: int) -> None:
             iy0 = oy * sh - pads[0]
             for ox0 in range(0, ow, G):
                 g = min(G, ow - ox0)
@@ -362,9 +363,29 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
                          accumulate=int(j > 0), acc_stride=Rp, mixed=mixed)
                 k.req(ob, ab, prow, g, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
                 k.st(ob, Y.addr(oy, ox0, out0 + r0), R, g, src_stride=Rp, ext_stride=Y.pixel)
+
+        # rows differ only in where they load and store: a loop over rows (or row pairs,
+        # so that the ping-pong halves come back to where they started)
+        groups = -(-ow // G)
+        period = 1 if groups % 2 == 0 and (len(cchunks) == 1 or groups * len(cchunks) % 2 == 0) else 2
+        loop_rows(ctx, rows, period, row)
     return {"format": fmt, "density": float(np.count_nonzero(w)) / w.size,
             "weight_tiles": len(tiles.tiles), "channel_chunks": len(cchunks),
             **ctx.neuron_report(), **mixed_report}
+
+
+def loop_rows(ctx: LayerContext, rows: tuple[int, int], period: int,
+              row: Callable[[int], None]) -> None:
+    """``row(r)`` for every r in ``rows``, as a loop of ``period`` rows per iteration
+    (:meth:`~.emit.Emitter.repeat`): ``row`` must emit the same instructions for every row
+    but for load and store addresses linear in ``r``, and after ``period`` rows leave the
+    ping-pong halves as it found them."""
+    r0, r1 = rows
+    iters = (r1 - r0) // period
+    ctx.k.repeat(iters, lambda i: [row(r0 + i * period + j) for j in range(period)],
+                 state=lambda: tuple(sorted(ctx._toggles.items())))
+    for r in range(r0 + iters * period, r1):
+        row(r)
 
 
 def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,

@@ -63,7 +63,10 @@ def magnitude(x: np.ndarray) -> np.ndarray:
 
 def threshold(x: np.ndarray, t: int | float = 0) -> np.ndarray:
     """Direct index of ``x`` (claim 5): ``bits[i] = |x[i]| > t``."""
-    return magnitude(x) > t if np.asarray(x).dtype.kind in "iu" else np.abs(x) > t
+    x = np.asarray(x)
+    if x.dtype.kind in "iu" and t >= 0 and x.dtype.itemsize < 8:
+        return (x > t) | (x < -t)  # |x| > t without widening (|-128| = 128 > t for any int8 t)
+    return magnitude(x) > t if x.dtype.kind in "iu" else np.abs(x) > t
 
 
 def direct_matrix(w: np.ndarray, t: int | float = 0, order: str = "out") -> np.ndarray:

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from snpu.errors import ExecutionError, IllegalInstruction
 
 from . import isa, timing
@@ -209,3 +211,62 @@ def unroll(prog: list, *, limit: int | None = None) -> list[tuple[int, Instr]]:
                 raise ExecutionError(f"the program dispatches more than {limit} instructions",
                                      address=addr)
         seq.advance()
+
+
+def dispatch_arrays(prog: list) -> tuple[np.ndarray, np.ndarray]:
+    """The dispatched stream of a well-formed ROM (as :func:`unroll`, ``loop`` words
+    excluded) as two arrays: the ROM word of every dispatched instruction, and its ``ext``
+    with walk offsets applied (0 for instructions without one).  Vectorised: for checking
+    long programs against each other."""
+    n = len(prog)
+    ext = np.zeros(n, np.int64)
+    inc_of = {s: np.zeros(n, np.int64) for s in STREAMS}  # per word: what it adds per stream
+    for k, ins in enumerate(prog):
+        if ins.op in ("ld", "st"):
+            ext[k] = ins.args["ext"]
+            if ins.args["walk"]:
+                inc_of[stream(ins)][k] = 1
+
+    def expand(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        idx_parts, ext_parts, k, run = [], [], lo, lo
+        while k < hi:
+            ins = prog[k]
+            if ins.op != "loop":
+                k += 1
+                continue
+            if run < k:
+                idx_parts.append(np.arange(run, k))
+                ext_parts.append(ext[run:k])
+            body = ins.args["body"]
+            bi, be = expand(k + 1, k + 1 + body)
+            c = ins.args["count"]
+            step = sum(inc_of[s][bi] * ins.args[f] for s, f in STREAMS.items())
+            idx_parts.append(np.tile(bi, c))
+            ext_parts.append(np.tile(be, c) + np.repeat(np.arange(c), len(bi)) * np.tile(step, c))
+            k = run = k + 1 + body
+        if run < hi:
+            idx_parts.append(np.arange(run, hi))
+            ext_parts.append(ext[run:hi])
+        if not idx_parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(idx_parts), np.concatenate(ext_parts)
+
+    idx, e = expand(0, n)
+    return idx, e & 0xFFFFFFFF
+
+
+def dispatch_count(prog: list) -> int:
+    """How many instructions a well-formed ROM dispatches (``loop`` words excluded), from
+    its loop structure alone: the length of :func:`unroll`'s stream without building it."""
+    def count(lo: int, hi: int) -> int:
+        n, k = 0, lo
+        while k < hi:
+            ins = prog[k]
+            if ins.op == "loop":
+                n += ins.args["count"] * count(k + 1, k + 1 + ins.args["body"])
+                k += 1 + ins.args["body"]
+            else:
+                n += 1
+                k += 1
+        return n
+    return count(0, len(prog))

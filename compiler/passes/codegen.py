@@ -11,6 +11,7 @@ from snpu.config import CoreConfig
 from snpu.errors import CompileError
 from snpu.verif.image import MemoryImage
 from snpu.verif.program import Program
+from snpu.verif.sequencer import dispatch_count
 
 from .. import kernels
 from ..emit import Kernels
@@ -33,12 +34,12 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
             continue
         k = len(segments)
         prog = Program(config, image=image, rom_name=f"rom:{k}")
-        em = Kernels(prog)
+        em = Kernels(prog, loops=loops)
         order = subgraph_units(g, sg)
         stats = emit_nodes(em, g, order, f"{k}:", layer, dense)
         layer += len(order)
         em.halt()
-        dispatched = len(prog.instrs)
+        dispatched = dispatch_count(prog.instrs)
         if loops:
             prog.instrs = reroll(prog.instrs)
         words = prog.place_rom()

@@ -36,6 +36,7 @@ from snpu.errors import CompileError
 from snpu.verif import isa
 from snpu.verif.image import MemoryImage
 from snpu.verif.program import Program
+from snpu.verif.sequencer import dispatch_count
 
 from .. import kernels
 from ..emit import Kernels
@@ -79,7 +80,8 @@ def codegen_mesh(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bo
             segments.append({"kind": "host", "nodes": list(sg["nodes"])})
             continue
         k = len(segments)
-        seg = _Segment(g, config, image, k, coords, w, layouts, local, root, set(sg["nodes"]))
+        seg = _Segment(g, config, image, k, coords, w, layouts, local, root, set(sg["nodes"]),
+                       loops)
         stats: dict[str, dict] = {}
         for name in sg["nodes"]:
             n = nodes[name]
@@ -175,13 +177,14 @@ class TransferPlan:
 class _Segment:
     """One core subgraph's programs (one per core) and the transfers between them."""
 
-    def __init__(self, g, config, image, k, coords, width, layouts, local, root, names):
+    def __init__(self, g, config, image, k, coords, width, layouts, local, root, names,
+                 loops: bool):
         self.g, self.k, self.coords, self.width = g, k, coords, width
         self.plan = TransferPlan(g, names, layouts, local, root)
         self.root = root
         self.progs = {xy: Program(config, image=image, rom_name=f"rom:{k}:{xy[0]}_{xy[1]}")
                       for xy in coords}
-        self.em = {xy: Kernels(p, net=True) for xy, p in self.progs.items()}
+        self.em = {xy: Kernels(p, net=True, loops=loops) for xy, p in self.progs.items()}
         self.shared: dict = {}
         self.queues: dict[tuple[Coord, Coord], deque[Transfer]] = {}
         self.sent: dict[tuple[str, Coord, Coord], Transfer] = {}
@@ -246,7 +249,7 @@ class _Segment:
         roms, counts, dispatched, nops = {}, {}, 0, 0
         for xy, p in self.progs.items():
             self.em[xy].halt()
-            dispatched += len(p.instrs)
+            dispatched += dispatch_count(p.instrs)
             nops += self.em[xy].nops
             if loops:
                 p.instrs = reroll(p.instrs)

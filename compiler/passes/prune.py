@@ -47,7 +47,8 @@ def prune(graph: Graph, options: PruneOptions = PruneOptions()) -> Graph:
         if w is None:
             continue
         before = float(np.count_nonzero(w)) / max(w.size, 1)
-        if n.name in options.keep_dense or w.size < options.min_weights:
+        if n.name in options.keep_dense or w.size < options.min_weights or \
+                (options.density >= 1.0 and not options.group_size):  # nothing to remove
             n.meta["prune"] = {"density": before, "pruned": False}
             continue
         rows = _rows(n, w)  # [out, in] view in the core's order

@@ -23,9 +23,11 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+import numpy as np
+
 from snpu.verif import isa
 from snpu.verif.isa import LOOP_DEPTH, Instr
-from snpu.verif.sequencer import STREAMS, stream, unroll
+from snpu.verif.sequencer import STREAMS, dispatch_arrays, stream
 
 MAX_BODY = (1 << isa.OPCODE_BY_NAME["loop"].field("body").width) - 1
 MAX_COUNT = (1 << isa.OPCODE_BY_NAME["loop"].field("count").width) - 1
@@ -35,6 +37,8 @@ INC_MIN, INC_MAX = -(1 << (_INC - 1)), (1 << (_INC - 1)) - 1
 CANDIDATES = 12
 #: the body-size limits of the successive passes
 BODY_CAPS = (8, 32, 128, 512, 2048, MAX_BODY)
+#: the emitter's loops that dispatch at most this many words are re-rolled from flat words
+UNROLL_LIMIT = 2048
 
 
 @dataclass
@@ -193,9 +197,17 @@ def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int) ->
 
 
 def reroll(instrs: list[Instr], *, max_depth: int = LOOP_DEPTH) -> list[Instr]:
-    """Instruction stream (ending in ``halt``) -> the same stream with hardware loops."""
+    """Instruction stream (ending in ``halt``; it may hold loops already, e.g. the ones
+    :func:`~snpu.compiler.emit_loops.repeat` emits) -> the same stream with hardware loops."""
     keys = _Keys()
-    items = [_plain(i, keys) for i in instrs]
+    items = _roll(_items(_absorb_copies(_unroll_small(instrs)), keys, max_depth), max_depth, keys)
+    out = [w for it in items for w in it.words]
+    if not same_stream(out, instrs):
+        raise AssertionError("re-rolled program does not unroll to the original stream")
+    return out
+
+
+def _roll(items: list[Item], max_depth: int, keys: _Keys) -> list[Item]:
     # bodies of growing size: every inner repetition is rolled up before the blocks that
     # contain it are compared (a row's pixel groups before the rows)
     for cap in BODY_CAPS:
@@ -204,10 +216,109 @@ def reroll(instrs: list[Instr], *, max_depth: int = LOOP_DEPTH) -> list[Instr]:
             if len(smaller) == len(items):
                 break
             items = smaller
-    out = [w for it in items for w in it.words]
-    if [_unwalked(i) for _, i in unroll(out)] != [_unwalked(i) for i in instrs]:
-        raise AssertionError("re-rolled program does not unroll to the original stream")
+    return items
+
+
+def _unroll_small(words: list[Instr], limit: int | None = None) -> list[Instr]:
+    """Write out the flat-bodied loops that dispatch at most ``limit`` words: the emitter
+    starts its loops on iteration boundaries, once its tokens are steady; re-rolled from
+    the flat words, the loop can start where the repetition does (often a few words into
+    the first iteration), and the code around it can join it."""
+    limit = UNROLL_LIMIT if limit is None else limit
+    out, k = [], 0
+    while k < len(words):
+        w = words[k]
+        body = words[k + 1:k + 1 + w.body] if w.op == "loop" else []
+        if w.op != "loop" or w.args["count"] * w.body > limit or any(x.op == "loop" for x in body):
+            out.append(w)
+            k += 1
+            continue
+        inc = {s: w.args[f] for s, f in STREAMS.items()}
+        for t in range(w.args["count"]):
+            out += [_unwalked(_walked(x, inc, t)) for x in body]
+        k += 1 + w.body
     return out
+
+
+def _absorb_copies(words: list[Instr]) -> list[Instr]:
+    """Loops with a flat body (the emitter's, :mod:`~snpu.compiler.emit_loops`) take in
+    the copies of their body written out right before or after them: a copy equal to the
+    body moved back by one iteration, or on by ``count`` iterations (walking loads and
+    stores at ``ext`` plus that many increments, everything else the same)."""
+    out, k = [], 0
+    while k < len(words):
+        w = words[k]
+        if w.op != "loop" or any(x.op == "loop" for x in words[k + 1:k + 1 + w.body]):
+            out.append(w)
+            k += 1
+            continue
+        L, count = w.body, w.args["count"]
+        body = list(words[k + 1:k + 1 + L])
+        inc = {s: w.args[f] for s, f in STREAMS.items()}
+        while count < MAX_COUNT and len(out) >= L and _is_copy(out[len(out) - L:], body, inc, -1):
+            del out[len(out) - L:]
+            body = [_walked(x, inc, -1) for x in body]
+            count += 1
+        k += 1 + L
+        while count < MAX_COUNT and _is_copy(words[k:k + L], body, inc, count):
+            k += L
+            count += 1
+        out.append(Instr("loop", {**w.args, "count": count}, w.wait, w.signal))
+        out += body
+    return out
+
+
+def _walked(x: Instr, inc: dict[str, int], t: int) -> Instr:
+    """Body word ``x`` as iteration ``t`` dispatches it (walk flag kept)."""
+    if x.op not in ("ld", "st") or not x.args["walk"]:
+        return x
+    return Instr(x.op, {**x.args, "ext": (x.args["ext"] + t * inc[stream(x)]) & 0xFFFFFFFF},
+                 x.wait, x.signal)
+
+
+def _is_copy(copy: list[Instr], body: list[Instr], inc: dict[str, int], t: int) -> bool:
+    """Is ``copy`` (flat words) iteration ``t`` of a flat loop ``body``?"""
+    return len(copy) == len(body) and all(
+        c == _unwalked(_walked(b, inc, t)) for c, b in zip(copy, body))
+
+
+def _items(words: list[Instr], keys: _Keys, max_depth: int) -> list[Item]:
+    """Items of ``words``: plain instructions, and each loop with its body re-rolled."""
+    out, k = [], 0
+    while k < len(words):
+        w = words[k]
+        if w.op != "loop":
+            out.append(_plain(w, keys))
+            k += 1
+            continue
+        body = _roll(_items(words[k + 1:k + 1 + w.body], keys, max_depth - 1), max_depth - 1, keys)
+        inner = [x for it in body for x in it.words]
+        head = Instr("loop", {**w.args, "body": len(inner)}, w.wait, w.signal)
+        walks = tuple((j, x.args["walk"]) for j, x in enumerate(inner) if x.op in ("ld", "st"))
+        key = keys.of(("loop", w.args["count"], tuple(w.args[f] for f in STREAMS.values()),
+                       tuple(it.key for it in body), walks))
+        out.append(Item([head] + inner, key, [e for it in body for e in it.exts],
+                        1 + max((it.depth for it in body), default=0)))
+        k += 1 + w.body
+    return out
+
+
+def same_stream(a: list[Instr], b: list[Instr]) -> bool:
+    """Do programs ``a`` and ``b`` dispatch the same instructions (walk offsets applied)?"""
+    keys: dict = {}
+
+    def stream_of(words):
+        key = np.array([keys.setdefault(_plain_key(w), len(keys)) for w in words], np.int64)
+        idx, ext = dispatch_arrays(words)
+        return key[idx], ext
+
+    (ka, ea), (kb, eb) = stream_of(a), stream_of(b)
+    return len(ka) == len(kb) and bool(np.array_equal(ka, kb)) and bool(np.array_equal(ea, eb))
+
+
+def _plain_key(w: Instr) -> tuple:
+    return (w.op, tuple((k, v) for k, v in w.args.items() if k not in ("ext", "walk")),
+            w.wait, w.signal)
 
 
 def _unwalked(ins: Instr) -> Instr:

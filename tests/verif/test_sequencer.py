@@ -9,7 +9,8 @@ from snpu.errors import ExecutionError
 from snpu.verif import golden, isa
 from snpu.verif.isa import make
 from snpu.verif.program import Program
-from snpu.verif.sequencer import InstructionCache, unroll
+from snpu.verif.progen import loop_program
+from snpu.verif.sequencer import InstructionCache, dispatch_arrays, dispatch_count, unroll
 
 SMALL = CoreConfig(lanes=4, nbuf_bytes=1024, nidx_bytes=128, wbuf_bytes=1024, widx_bytes=512,
                    acc_words=64, obuf_bytes=256, param_rows=8)
@@ -46,6 +47,27 @@ def test_nested_loops_zero_and_one_trip_and_shared_ends():
     assert exts == [0, 10, 20, 1000, 1010, 1020]
     ops = [op for _, op, _ in _trace(prog)]
     assert ops == ["ld"] * 3 + ["cfg"] + ["ld"] * 3 + ["cfg", "halt"]
+
+
+def _nested_example():
+    prog = [make("loop", count=2, body=6, in_inc=1000), make("loop", count=3, body=1, in_inc=10),
+            make("ld", buf="acc", ext=0, dst=0, cols=1, walk=1), make("loop", count=0, body=1),
+            _cfg(1), make("loop", count=1, body=1), _cfg(2), make("halt")]
+    return prog
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_dispatch_arrays_and_count_match_the_sequencer(seed):
+    """The vectorised stream (the re-roller's exactness check) is :func:`unroll`'s."""
+    rng = np.random.default_rng(seed)
+    prog = _nested_example() if seed == 0 else loop_program(rng, SMALL).instrs
+    stream = unroll(prog)
+    idx, ext = dispatch_arrays(prog)
+    assert dispatch_count(prog) == len(stream) == len(idx)
+    assert idx.tolist() == [a for a, _ in stream]
+    assert ext.tolist() == [i.args.get("ext", 0) if i.op in ("ld", "st") else 0 for _, i in stream]
+    if seed:
+        assert any(i.op == "loop" for i in prog)
 
 
 @pytest.mark.parametrize("prog,message,word", [

@@ -1,0 +1,336 @@
+"""Hardware loops at emission time: :func:`repeat` emits the iterations of a kernel's loop
+until they reach a *steady state*, then writes the rest as one ``loop`` instead of emitting
+every iteration.
+
+Emitting an iteration costs the same whether the re-roller (:mod:`.passes.reroll`) folds it
+afterwards or not, so a layer of 200 rows took 200 rows of emission.  Here the emitter
+proves that every further iteration would come out as the previous one with its load and
+store addresses moved, and stops:
+
+* the instructions of the last two iterations are equal but for the ``ext`` of loads and
+  stores (their steps: the kernel promises addresses linear in the iteration);
+* the emitter's state after the last iteration is the state after the one before,
+  *translated* by one iteration: every unit's instruction count, vector clock, token counts
+  and history of footprints advance by what one iteration adds, the history's external
+  addresses by the moving loads' and stores' steps; the registers and the kernel's own
+  state (``state()``: e.g. its ping-pong halves) are equal;
+* the tokens of a channel balance over an iteration (as many waits as signals);
+* address ranges that move by different steps never meet, over all the loop's iterations,
+  where one of them is written: then every overlap test the emitter makes in a later
+  iteration has the answer it had one iteration earlier.
+
+The emitter is deterministic, so from a translated state the translated calls (the kernel
+guarantees its iterations differ only in addresses that move linearly) emit the translated
+instructions: the remaining iterations are the steady iteration, moved.  They become one
+``loop`` whose body is the steady iteration in its final form (with the tokens the next
+iteration takes from it), then the last iteration as the flat code after it, whose
+instructions later code may still add signals to.  The emitter's state jumps to the end.
+
+The dispatched instruction stream is exactly the one full emission gives
+(``tests/compiler/test_emit_loops.py`` compares them on real and random models).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from snpu.verif import isa
+from snpu.verif.isa import IMPLEMENTED_UNITS, Instr
+from snpu.verif.sequencer import STREAMS, stream
+
+#: the :class:`~snpu.compiler.emit.Emitter` these functions drive (not imported: it
+#: imports this module)
+Emitter = Any
+NU = len(IMPLEMENTED_UNITS)
+
+#: how many iterations back the footprints the emitter still tracks may come from
+HISTORY_ITERATIONS = 8
+#: fewest iterations worth fast-forwarding (at least two are emitted to find the steady state)
+MIN_ITERATIONS = 6
+_MAX_BODY = (1 << isa.OPCODE_BY_NAME["loop"].field("body").width) - 1
+_MAX_COUNT = (1 << isa.OPCODE_BY_NAME["loop"].field("count").width) - 1
+_INC = isa.OPCODE_BY_NAME["loop"].field("in_inc").width
+_INC_RANGE = range(-(1 << (_INC - 1)), 1 << (_INC - 1))
+_MOVING = ("ld", "st")
+_SHIFTING_BUFFERS = ("ext",)  # footprints in external memory move with the ext operands
+
+
+def repeat(em: Emitter, n: int, body: Callable[[int], None],
+           state: Callable[[], object] = lambda: None) -> None:
+    """Emit ``body(0)``, ..., ``body(n - 1)``: the iterations of a loop whose iterations
+    emit the same instructions but for the ``ext`` of loads and stores, moving linearly
+    with the iteration (the caller's promise).  ``state()``: the caller's state an
+    iteration changes (it must be equal after every iteration for a loop to form).
+
+    With ``em.loops`` false, or where no steady state is found, every iteration is
+    emitted; otherwise the rest after the steady state is one ``loop`` (module docstring).
+    """
+    if not em.loops or n < MIN_ITERATIONS or em.trace is not None:
+        for i in range(n):
+            body(i)
+        return
+    em.trace = {}
+    try:
+        snaps: list[_Snap] = []
+        for i in range(n):
+            start = len(em.p.instrs)
+            body(i)
+            em._prune()
+            _drop_subsumed(em)
+            snaps.append(_snapshot(em, start, state))
+            left = n - 1 - i
+            if len(snaps) >= 2 and 2 <= left <= _MAX_COUNT:
+                plan = _steady(em, snaps, i, n)
+                if plan is not None:
+                    _fast_forward(em, snaps, plan, left)
+                    return
+    finally:
+        em.trace = None
+
+
+def _drop_subsumed(em: Emitter) -> None:
+    """Drop footprint records a newer record of the same unit covers (the emitter's own
+    rule, applied to all): whoever conflicts with the older conflicts with the newer, so
+    the tokens chosen are the same, and the history of a steady loop becomes periodic."""
+    for buf, recs in em.history.items():
+        if len(recs) > 1:
+            em.history[buf] = [r for r in recs if not any(
+                q[0] == r[0] and q[1] > r[1] and q[2] <= r[2] and r[3] <= q[3] and (q[4] or not r[4])
+                for q in recs)]
+
+
+@dataclass
+class _Snap:
+    """The emitter's state at the end of one iteration (see :func:`_snapshot`)."""
+
+    start: int                      #: the iteration's first instruction (index in p.instrs)
+    end: int
+    cur: list[Instr]                #: its instructions as they stood then
+    count: list[int]
+    clock: list[list[int]]
+    last: list[int | None]
+    last_snap: list[tuple[int, ...]]
+    signals: list[list[int]]
+    waits: list[list[int]]
+    nops: int
+    sig_len: dict
+    pending: dict                   #: (v, u) -> the token v's latest instruction gives u
+    history: dict
+    regs: dict
+    state: object
+
+
+def _snapshot(em: Emitter, start: int, state: Callable[[], object]) -> _Snap:
+    p = em.p
+    return _Snap(start, len(p.instrs), p.instrs[start:], list(em.count),
+                 [list(r) for r in em.clock], list(em.last), list(em.last_snap),
+                 [list(r) for r in em.signals], [list(r) for r in em.waits], em.nops,
+                 {ch: len(v) for ch, v in em.sig_list.items()},
+                 {(v, u): em.signal_of.get((em.last[v], u))
+                  for v in range(NU) if em.last[v] is not None for u in range(NU)},
+                 {b: sorted(r) for b, r in em.history.items() if r}, dict(p._regs), state())
+
+
+def _like(x: Instr, y: Instr, d: int) -> bool:
+    """Is ``y`` instruction ``x`` with its ``ext`` moved by ``d`` (0 for words without)?"""
+    if x.op not in _MOVING:
+        return d == 0 and x == y
+    ax, ay = x.args, y.args
+    return (x.op == y.op and x.wait == y.wait and x.signal == y.signal and not ax["walk"]
+            and ay["ext"] - ax["ext"] == d and all(v == ay[k] for k, v in ax.items() if k != "ext"))
+
+
+@dataclass
+class _Plan:
+    deltas: list[int]               #: per instruction of an iteration: its ext step
+    incs: dict[str, int]            #: per address stream: the loop's increment
+    c: list[int]                    #: instructions per unit per iteration
+    s: list[list[int]]              #: tokens per channel per iteration
+
+
+def _steady(em: Emitter, snaps: list[_Snap], i: int, n: int) -> _Plan | None:
+    """The plan of a loop if the last of ``snaps`` (iteration ``i`` of ``n``) is steady."""
+    s1, s2 = snaps[-2:]
+    L = s2.end - s2.start
+    if not (0 < L <= _MAX_BODY) or s1.end - s1.start != L:
+        return None
+    fin1 = em.p.instrs[s1.start:s1.end]
+    deltas = []
+    for a1, b in zip(s1.cur, s2.cur):
+        d = b.args["ext"] - a1.args["ext"] if b.op in _MOVING and a1.op in _MOVING else 0
+        if b.op == "loop" or not _like(a1, b, d):
+            return None
+        deltas.append(d)
+    incs = {s: 0 for s in STREAMS}
+    for ins, d in zip(fin1, deltas):
+        if d:
+            s = stream(ins)
+            if incs[s] not in (0, d) or d not in _INC_RANGE:
+                return None
+            incs[s] = d
+    c = [b - a for a, b in zip(s1.count, s2.count)]
+    s = [[b - a for a, b in zip(r1, r2)] for r1, r2 in zip(s1.signals, s2.signals)]
+    w = [[b - a for a, b in zip(r1, r2)] for r1, r2 in zip(s1.waits, s2.waits)]
+    if s != w or s1.regs != s2.regs or s1.state != s2.state:
+        return None
+    if not _state_translates(em, s1, s2, c, s, L):
+        return None
+    if not _history_translates(em, snaps, deltas, c, L):
+        return None
+    if not _moving_ranges_apart(em, s2, deltas, i, n):
+        return None
+    return _Plan(deltas, incs, c, s)
+
+
+def _shift(snap: tuple[int, ...], c: list[int], k: int = 1) -> tuple[int, ...]:
+    return tuple(x + k * d for x, d in zip(snap, c))
+
+
+def _state_translates(em: Emitter, s1: _Snap, s2: _Snap, c: list[int], s: list[list[int]],
+                      L: int) -> bool:
+    """Clocks, latest instructions, token lists: the state after ``s2`` is the one after
+    ``s1`` moved by one iteration."""
+    for u in range(NU):
+        # a unit idle in the loop keeps its clock (it learns only by waiting)
+        if s2.clock[u] != (list(_shift(s1.clock[u], c)) if c[u] else s1.clock[u]):
+            return False
+        if c[u]:
+            if s1.last[u] is None or not s1.start <= s1.last[u] < s1.end \
+                    or s2.last[u] != s1.last[u] + L or s2.last_snap[u] != _shift(s1.last_snap[u], c):
+                return False
+        elif s2.last[u] != s1.last[u] or s2.last_snap[u] != s1.last_snap[u]:
+            return False
+    for (v, u), k2 in s2.pending.items():
+        k1 = s1.pending.get((v, u))
+        if (k1 is None) != (k2 is None) or (k1 is not None and k2 != k1 + s[v][u]):
+            return False
+    for (v, u), lst in em.sig_list.items():
+        sv = s[v][u]
+        n1, n2 = s1.sig_len.get((v, u), 0), s2.sig_len.get((v, u), 0)
+        if n2 - n1 != sv:
+            return False
+        for j in range(max(0, s1.waits[v][u] - 1) if sv else n2, n2 - sv):
+            if lst[j + sv] != _shift(lst[j], c):
+                return False
+    return True
+
+
+def _history_translates(em: Emitter, snaps: list[_Snap], deltas: list[int], c: list[int],
+                        L: int) -> bool:
+    """Every footprint record after the last iteration is one after the iteration before
+    moved by an iteration; each was made by an instruction of one of the last
+    :data:`HISTORY_ITERATIONS` iterations, which are the steady one moved back."""
+    s1, s2 = snaps[-2:]
+    if set(s1.history) != set(s2.history):
+        return False
+    starts = [s.start for s in snaps]
+    same: dict[int, bool] = {}  # iteration -> is it the iteration before the last, moved
+
+    def like_last(t: int) -> bool:
+        if t not in same:
+            same[t] = _moved_back(em, snaps, t, deltas)
+        return same[t]
+
+    for buf, recs in s1.history.items():
+        moved = []
+        for (u, idx, lo, hi, w, by) in recs:
+            t = bisect.bisect_right(starts, by) - 1
+            if t < 0 or t < len(snaps) - 2 - HISTORY_ITERATIONS or by >= s1.end or not like_last(t):
+                return False
+            d = deltas[by - snaps[t].start] if buf in _SHIFTING_BUFFERS else 0
+            moved.append((u, idx + c[u], lo + d, hi + d, w, by + L))
+        if sorted(moved) != s2.history[buf]:
+            return False
+    return True
+
+
+def _moving_ranges_apart(em: Emitter, s2: _Snap, deltas: list[int], i: int, n: int) -> bool:
+    """External ranges moving by different steps never overlap (over iterations 0..n-1)
+    where one of them is written."""
+    hulls: dict[int, list[tuple[int, int, bool]]] = {}
+    for o, d in enumerate(deltas):
+        for a in em.trace.get(s2.start + o, ()):
+            if a.buf in _SHIFTING_BUFFERS and a.hi > a.lo:
+                lo = a.lo + min(-i * d, (n - 1 - i) * d)
+                hi = a.hi + max(-i * d, (n - 1 - i) * d)
+                hulls.setdefault(d, []).append((lo, hi, a.write))
+    steps = sorted(hulls)
+    for x, d1 in enumerate(steps):
+        for d2 in steps[x + 1:]:
+            for lo1, hi1, w1 in hulls[d1]:
+                for lo2, hi2, w2 in hulls[d2]:
+                    if (w1 or w2) and lo1 < hi2 and lo2 < hi1:
+                        return False
+    return True
+
+
+def _moved_back(em: Emitter, snaps: list[_Snap], t: int, deltas: list[int]) -> bool:
+    """Are iteration ``t``'s instructions (final now) those of the iteration before the
+    last, moved back by the iterations between?"""
+    st, s1 = snaps[t], snaps[-2]
+    back = len(snaps) - 2 - t
+    return st.end - st.start == s1.end - s1.start and all(
+        _like(x, y, back * d) for x, y, d in zip(em.p.instrs[st.start:st.end], em.p.instrs[s1.start:s1.end], deltas))
+
+
+def _fast_forward(em: Emitter, snaps: list[_Snap], plan: _Plan, m: int) -> None:
+    """Replace the steady iteration (the last of ``snaps``, i) by a ``loop`` over it and
+    the ``m - 1`` iterations after it (i..n-2), the last iteration (n-1) flat after the
+    loop; the loop also takes in the iterations before i that are the steady one moved
+    (their words are final).  Move the emitter's state to after the last iteration."""
+    p = em.p
+    s1, s2 = snaps[-2:]
+    L, sB = s2.end - s2.start, s2.start
+    deltas, c, s = plan.deltas, plan.c, plan.s
+    first = len(snaps) - 2  # the loop's first iteration
+    while first > 0 and _moved_back(em, snaps, first - 1, deltas) and m + len(snaps) - first < _MAX_COUNT:
+        first -= 1
+    s0 = snaps[first]
+
+    def moved(ins: Instr, d: int, k: int, walk: int | None = None) -> Instr:
+        if not d:
+            return ins
+        args = {**ins.args, "ext": (ins.args["ext"] + k * d) & 0xFFFFFFFF}
+        if walk is not None:
+            args["walk"] = walk
+        return Instr(ins.op, args, ins.wait, ins.signal)
+
+    body = [moved(ins, d, 0, walk=1) for ins, d in zip(p.instrs[s0.start:s0.start + L], deltas)]
+    last = [moved(ins, d, m) for ins, d in zip(p.instrs[sB:sB + L], deltas)]
+    count = m + len(snaps) - 1 - first  # iterations first .. n-2
+    head = isa.make("loop", count=count, body=L, **{f: plan.incs[st] for st, f in STREAMS.items()})
+    tags = p.tags[sB:sB + L]
+    p.instrs[s0.start:] = [head] + body + last
+    p.tags[s0.start:] = [tags[0]] + tags + tags
+    new = lambda idx: s0.start + 1 + L + (idx - sB)  # noqa: E731  B's word -> the last copy's
+
+    pending = {(v, u): k for (v, u), k in s2.pending.items() if k is not None and c[v]}
+    for idx in range(s0.start, s2.end):  # the words replaced
+        for u in range(NU):
+            em.signal_of.pop((idx, u), None)
+    for (v, u), k in pending.items():
+        em.signal_of[(new(s2.last[v]), u)] = k + m * s[v][u]
+    for (v, u), lst in em.sig_list.items():
+        tail = lst[len(lst) - s[v][u]:] if s[v][u] else []
+        for k in range(1, m + 1):
+            lst.extend(_shift(e, c, k) for e in tail)
+    for u in range(NU):
+        em.count[u] += m * c[u]
+        if c[u]:
+            em.clock[u] = list(_shift(em.clock[u], c, m))
+            em.last[u] = new(em.last[u])
+            em.last_snap[u] = _shift(em.last_snap[u], c, m)
+        for v in range(NU):
+            em.signals[u][v] += m * s[u][v]
+            em.waits[u][v] += m * s[u][v]
+    em.nops += m * (s2.nops - s1.nops)
+    starts = [x.start for x in snaps]
+    for buf, recs in em.history.items():
+        out = []
+        for (u, idx, lo, hi, w, by) in recs:  # made by iterations the check found moved
+            o = by - snaps[bisect.bisect_right(starts, by) - 1].start
+            d = deltas[o] * m if buf in _SHIFTING_BUFFERS else 0
+            out.append((u, idx + m * c[u], lo + d, hi + d, w, new(by) if by >= sB else -1))
+        em.history[buf] = out

@@ -1,0 +1,198 @@
+"""Loops formed while emitting (compiler/emit_loops.py): the program with them dispatches
+exactly the instructions full emission gives, tokens included, on real models and on
+synthetic loops built to trip the steady-state proof (in-place streams, kernel state that
+does not come back, token patterns that settle late).  And the re-roller's work on them:
+copies of a body beside its loop are taken in, small loops are re-rolled from flat words."""
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from snpu.compiler.emit import Kernels
+from snpu.compiler.passes.codegen import emit_nodes, subgraph_units
+from snpu.compiler.passes.reroll import _unwalked, reroll, same_stream
+from snpu.compiler.pipeline import CompileOptions, compile_model
+from snpu.verif import isa
+from snpu.verif.image import MemoryImage
+from snpu.verif.program import Program
+from snpu.verif.sequencer import dispatch_count, unroll
+
+from .models import TEST_CORE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import branchy  # noqa: E402
+import unet  # noqa: E402
+
+ZOO = Path(__import__("onnx").__file__).parent / "backend/test/data/light"
+
+
+def _flat(instrs):
+    return [_unwalked(i) for _, i in unroll(instrs)]
+
+
+def _emit_both(compiled):
+    """Every core subgraph emitted with and without loops on copies of the same image:
+    (flat stream, looped program) pairs."""
+    g, out = compiled.graph, []
+    for k, sg in enumerate(g.meta["subgraphs"]):
+        if sg["device"] != "core":
+            continue
+        progs = []
+        for loops in (False, True):
+            p = Program(compiled.config, image=compiled.image.copy_image(), rom_name=f"t{k}")
+            em = Kernels(p, loops=loops)
+            emit_nodes(em, g, subgraph_units(g, sg), f"t{k}:", 0, False)
+            em.halt()
+            progs.append(p.instrs)
+        out.append(progs)
+    return out
+
+
+def _check_exact(compiled) -> int:
+    """The looped emission unrolls to the flat one; returns how many loops it formed."""
+    loops = 0
+    for flat, looped in _emit_both(compiled):
+        assert not any(i.op == "loop" for i in flat)
+        assert _flat(looped) == flat
+        assert dispatch_count(looped) == len(flat)
+        loops += sum(i.op == "loop" for i in looped)
+    return loops
+
+
+@pytest.mark.parametrize("build", [
+    lambda: unet.build(0, depth=3, channels=8, size=24),
+    lambda: unet.build(1, depth=3, channels=8, size=24, resample=True),
+    lambda: branchy.build(2, blocks=2, channels=16, size=20),
+], ids=["unet", "unet-classic", "branchy"])
+def test_loops_at_emission_dispatch_exactly_what_full_emission_does(build):
+    c = compile_model(build(), CompileOptions(config=TEST_CORE))
+    assert _check_exact(c) > 0
+
+
+def test_a_zoo_model_forms_loops_at_emission_and_stays_exact():
+    c = compile_model(ZOO / "light_squeezenet.onnx")
+    assert _check_exact(c) > 10
+
+
+@pytest.mark.skipif(not os.environ.get("SNPU_ZOO"), reason="set SNPU_ZOO=1 for every zoo model")
+@pytest.mark.parametrize("name", ["resnet50", "inception_v1", "shufflenet", "densenet121",
+                                  "bvlc_alexnet", "zfnet512", "vgg19", "inception_v2"])
+def test_every_zoo_model_forms_loops_exactly(name):
+    assert _check_exact(compile_model(ZOO / f"light_{name}.onnx")) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthetic loops
+
+
+def _program() -> tuple[Program, Kernels, Kernels]:
+    image = MemoryImage(1 << 20)
+    image.add_region("rom", 0, 1 << 12, "rom")
+    a = Program(TEST_CORE, image=image.copy_image())
+    b = Program(TEST_CORE, image=image.copy_image())
+    return a, Kernels(a, loops=False), Kernels(b, loops=True)
+
+
+def _both(body, n, state=lambda: None, prologue=None):
+    """Emit ``n`` iterations of ``body(k, i)`` flat and as a loop; returns both programs."""
+    _, flat, looped = _program()
+    for k in (flat, looped):
+        if prologue:
+            prologue(k)
+        k.repeat(n, lambda i, k=k: body(k, i), state)
+        k.st(0, 0x9000, 8)  # code after the loop takes tokens from its last iteration
+        k.halt()
+    return flat.p.instrs, looped.p.instrs
+
+
+def _tile(k: Kernels, i: int, src: int, dst: int, step_in: int, step_out: int) -> None:
+    half = i % 2
+    k.ld("acc", src + i * step_in, half * 64, 32)
+    k.req(half * 32, half * 64, 0, 2, 2, src_stride=TEST_CORE.lanes * 2,
+          dst_stride=TEST_CORE.lanes * 2)
+    k.st(half * 32, dst + i * step_out, 32)
+
+
+def _loops(instrs) -> int:
+    return sum(i.op == "loop" for i in instrs)
+
+
+def test_a_streaming_loop_becomes_one_hardware_loop():
+    flat, looped = _both(lambda k, i: [_tile(k, 2 * i + j, 0x10000, 0x20000, 32, 32)
+                                       for j in range(2)], 40)
+    assert _flat(looped) == _flat(flat)
+    assert _loops(looped) == 1 and len(looped) < len(flat) / 5
+
+
+@pytest.mark.parametrize("step_out", [32, -32, 16, 64])
+def test_a_loop_writing_over_what_it_reads_stays_exact(step_out):
+    """In place: the stores walk over the region the loads read, at another step: the
+    emitter's overlap tests change answer with the iteration, so no loop may form unless
+    the ranges stay apart."""
+    flat, looped = _both(lambda k, i: [_tile(k, 2 * i + j, 0x10000, 0x10000 + 96, 32, step_out)
+                                       for j in range(2)], 30)
+    assert _flat(looped) == _flat(flat)
+    if step_out != 32:
+        assert _loops(looped) == 0
+
+
+def test_kernel_state_that_does_not_come_back_keeps_the_iterations_flat():
+    """One tile per iteration: the ping-pong half alternates, so iterations differ."""
+    toggles = {"n": 0}
+
+    def body(k, i):
+        toggles["n"] += 1
+        _tile(k, i, 0x10000, 0x20000, 32, 32)
+
+    flat, looped = _both(body, 20, state=lambda: toggles["n"] % 2)
+    assert _flat(looped) == _flat(flat)
+    assert _loops(looped) == 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_loops_dispatch_exactly_what_full_emission_does(seed):
+    """Random bodies: tiles over random streams, some over the same region, a varying
+    prologue whose tokens the loop settles after."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 40))
+    per = int(rng.integers(1, 4)) * 2
+    streams = [(int(rng.choice([0x10000, 0x14000, 0x20000])), int(rng.choice([0x20000, 0x10000 + 64 * int(rng.integers(0, 4))])),
+                int(rng.choice([0, 32, 64, -32])), int(rng.choice([0, 32, 64, -32])))
+               for _ in range(int(rng.integers(1, 3)))]
+    pro = int(rng.integers(0, 5))
+
+    def prologue(k):
+        for j in range(pro):
+            _tile(k, j, 0x30000, 0x10000 + 32 * j, 32, 0)
+
+    def body(k, i):
+        for j in range(per):
+            src, dst, si, so = streams[j % len(streams)]
+            _tile(k, per * i + j, src + 0x8000 * (si < 0), dst + 0x8000 * (so < 0), si, so)
+
+    flat, looped = _both(body, n, prologue=prologue)
+    assert _flat(looped) == _flat(flat)
+
+
+# ---------------------------------------------------------------------------------------------
+# The re-roller on loops from the emitter
+
+
+def test_copies_beside_an_emitted_loop_are_taken_in():
+    body = [isa.make("ld", buf="acc", ext=0x1000, dst=0, cols=8, walk=1),
+            isa.make("st", src=0, ext=0x8000, cols=8, walk=1)]
+    loop = isa.make("loop", count=3, body=2, in_inc=64, out_inc=16)
+
+    def copy(t):
+        return [_unwalked(isa.make(x.op, **{**x.args, "ext": x.args["ext"] + t * d}))
+                for x, d in zip(body, (64, 16))]
+
+    big = [isa.make("loop", count=600, body=2, in_inc=64, out_inc=16)]
+    for head in (loop, big[0]):  # small loops are re-rolled from flat words, big ones kept
+        prog = copy(-1) + [head] + body + copy(head.args["count"]) + [isa.make("halt")]
+        out = reroll(prog)
+        assert same_stream(out, prog)
+        assert len(out) == 4 and out[0].args["count"] == head.args["count"] + 2
