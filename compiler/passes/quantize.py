@@ -175,8 +175,6 @@ def _matrix_params(g: Graph, n, sx: float, sy: float, relu: bool) -> dict:
     else:
         rows = w.T
     perm = flatten_permutation(g, n.inputs[0])
-    if perm is not None:
-        rows = rows[:, perm]
     # row blocks in float64 (a fully connected layer's weights can be 100M values: no
     # float64 copy of all of them at once)
     sw = np.empty(rows.shape[0])
@@ -188,6 +186,8 @@ def _matrix_params(g: Graph, n, sx: float, sy: float, relu: bool) -> dict:
         s[s == 0] = 1.0
         sw[r0:r0 + step] = s
         wq[r0:r0 + step] = np.clip(np.round(blk / s[:, None]), -127, 127).astype(np.int8)
+    if perm is not None:  # per-row scales: permuting the int8 columns is the same, and smaller
+        wq = wq[:, perm]
     if len(n.inputs) > 2 and n.inputs[2]:
         b = np.broadcast_to(g.const(n.inputs[2]).astype(np.float64).reshape(-1), (rows.shape[0],))
     else:

@@ -38,7 +38,7 @@ CANDIDATES = 12
 #: the body-size limits of the successive passes
 BODY_CAPS = (8, 32, 128, 512, 2048, MAX_BODY)
 #: the emitter's loops that dispatch at most this many words are re-rolled from flat words
-UNROLL_LIMIT = 2048
+UNROLL_LIMIT = 1024
 
 
 @dataclass
