@@ -9,6 +9,7 @@ from snpu.verif.isa import HEADER_BITS, LOOP_DEPTH, NUM_UNIT_BITS, OPCODE_BITS, 
 from snpu.verif.sequencer import STREAMS
 
 from .icache import FETCHED
+from .predecode import Kind
 from .microcode import PC_BITS, UNITS, micro_layout, op_codes
 from .status import ErrorCode
 
@@ -40,13 +41,17 @@ class Dispatcher(wiring.Component):
     offsets for its stream (each frame's offset is its iteration number times its
     increment).  The next word is requested in the cycle the current one is dispatched, so
     with cache hits one instruction is dispatched per cycle; a jump back costs nothing more.
+    That request's address comes from registers only (the current word's pc and the
+    frames), not from the word.  A ``loop`` word takes one cycle more (its body's end and
+    legality are registered before it is consumed), and a zero-trip loop, the one word whose
+    successor depends on its fields, asks for the word after its body a cycle after that.
 
-    **Legality** is generated from the ISA tables (:mod:`snpu.verif.isa`): a known,
-    non-reserved opcode; reserved bits zero; enumeration fields inside their value set; token
-    bits naming only implemented units other than the instruction's own (none on control
-    instructions); for ``cfg`` a defined register and a legal value; for ``loop`` a body of
-    at least one word that stays inside the ROM and its enclosing body, at most
-    :data:`~snpu.verif.isa.LOOP_DEPTH` deep.  Requesting a word at or past ``rom_words``
+    **Legality** is generated from the ISA tables (:mod:`snpu.verif.isa`).  What depends on
+    the word alone (known opcode, reserved bits, enumerations, tokens, ``cfg`` registers and
+    values, a loop body of at least one word) comes predecoded with it
+    (:class:`~.predecode.Predecoder`, run by the instruction cache as the line fills); here
+    a ``loop`` is checked against where it runs: its body stays inside the ROM and its
+    enclosing body, at most :data:`~snpu.verif.isa.LOOP_DEPTH` deep.  Requesting a word at or past ``rom_words``
     (no ``halt``) is illegal too.  An illegal word (or one whose fetch failed) stops
     dispatching with ``ILLEGAL`` (``FETCH``) and its ROM index.  ``sync`` waits until
     ``units_idle``; ``halt`` does the same and then raises ``halted``.
@@ -76,7 +81,6 @@ class Dispatcher(wiring.Component):
         opcode = word[:OPCODE_BITS]
         wait = word[OPCODE_BITS:OPCODE_BITS + NUM_UNIT_BITS]
         signal = word[OPCODE_BITS + NUM_UNIT_BITS:HEADER_BITS]
-        impl = sum(1 << int(u) for u in UNITS)
 
         # ---- Loop frames: frames[0] is the outermost; `depth` of them are valid.
         frames = [Signal(FRAME, name=f"frame{k}") for k in range(LOOP_DEPTH)]
@@ -86,53 +90,36 @@ class Dispatcher(wiring.Component):
             m.d.comb += offset[s].eq(sum(Mux(depth > k, frames[k][f"off_{s}"], 0)
                                          for k in range(LOOP_DEPTH)))
 
-        # ---- Decode.
-        legal = Signal()
-        target = Signal(range(len(UNITS)))
-        is_sync, is_halt, is_loop = Signal(), Signal(), Signal()
+        # ---- Decode: legality, kind and target come predecoded with the word; here the
+        # operand fields become the target unit's microinstruction.
+        pre = self.fetch_resp.payload.pre
+        legal = pre.legal
+        target = pre.target
+        is_loop = pre.kind == Kind.LOOP
+        is_sync = pre.kind == Kind.SYNC
+        is_halt = pre.kind == Kind.HALT
         micro = {u: Signal(micro_layout(u), name=f"micro_{u.name.lower()}") for u in UNITS}
         for u in UNITS:
             m.d.comb += [micro[u].pc.eq(pc), micro[u].wait.eq(wait), micro[u].signal.eq(signal)]
 
-        def tokens_ok(unit_index):
-            allowed = impl & ~(1 << unit_index)
-            return ((wait & ~allowed) == 0) & ((signal & ~allowed) == 0)
-
         weight_bufs = [isa.BUFFERS[b] for b in ("wbuf", "widx", "param")]
         with m.Switch(opcode):
             for o in isa.OPCODES:
-                if o.reserved:
+                if o.reserved or (o.unit is None and o.mnemonic != "cfg"):
                     continue
                 with m.Case(o.code):
-                    ok = (word >> o.used_bits) == 0
-                    for f in o.fields:
-                        if f.kind == "enum":
-                            v = word[o.offsets[f.name]:o.offsets[f.name] + f.width]
-                            ok &= Cat(*[v == e for e in f.enum.values()]).any()
-                    if o.unit is None and o.mnemonic != "cfg":  # halt, sync, loop
-                        ok &= (wait == 0) & (signal == 0)
-                        if o.mnemonic == "loop":
-                            ok &= _field(word, o, "body") != 0
-                        m.d.comb += [legal.eq(ok), is_halt.eq(o.mnemonic == "halt"),
-                                     is_sync.eq(o.mnemonic == "sync"),
-                                     is_loop.eq(o.mnemonic == "loop")]
-                    elif o.mnemonic == "cfg":
+                    if o.mnemonic == "cfg":
                         reg = word[o.offsets["reg"]:o.offsets["reg"] + 8]
                         value = word[o.offsets["value"]:o.offsets["value"] + 32]
                         with m.Switch(reg):
                             for r in isa.REGISTERS:
                                 with m.Case(r.number):
-                                    rok = ok & ((value >> r.width) == 0) & tokens_ok(int(r.unit))
-                                    if r.values is not None:
-                                        rok &= Cat(*[value == x for x in r.values]).any()
-                                    m.d.comb += [legal.eq(rok), target.eq(UNITS.index(r.unit))]
                                     mu = micro[r.unit]
                                     m.d.comb += [mu.op.eq(op_codes(r.unit)["cfg"]),
                                                  mu.args.cfg.index.eq(r.index),
                                                  mu.args.cfg.value.eq(value)]
                     else:
                         u = o.unit
-                        m.d.comb += [legal.eq(ok & tokens_ok(int(u))), target.eq(UNITS.index(u))]
                         mu = micro[u]
                         m.d.comb += mu.op.eq(op_codes(u)[o.mnemonic])
                         member = getattr(mu.args, o.mnemonic)
@@ -149,65 +136,92 @@ class Dispatcher(wiring.Component):
                                 v = (v + Mux(walk, off, 0))[:32]
                             m.d.comb += getattr(member, f.name).eq(v)
 
-        # ---- The loop word's context checks.
+        # ---- The loop word's context checks.  A loop word takes two cycles: in the first
+        # its body's end and legality are computed into registers, in the second it is
+        # consumed (or faults) from them, so no sum over the fetched word lies on the path
+        # to the next request.
         body = _field(word, _LOOP, "body")
         count = _field(word, _LOOP, "count")
-        loop_end = Signal(PC_BITS + 1)
-        m.d.comb += loop_end.eq(pc + body)
+        end_now = Signal(PC_BITS + 1)
+        m.d.comb += end_now.eq(pc + body)
         top_end = Signal(PC_BITS)
         with m.Switch(depth):
             for k in range(1, LOOP_DEPTH + 1):
                 with m.Case(k):
                     m.d.comb += top_end.eq(frames[k - 1].end)
-        loop_ok = ((loop_end < self.rom_words) & (depth < LOOP_DEPTH)
-                   & ((depth == 0) | (loop_end <= top_end)))
+        loop_seen = Signal()               # the registers below hold the current loop word's
+        loop_end = Signal(PC_BITS + 1)     # its body's last word
+        loop_ok = Signal()                 # its body fits the ROM and the enclosing body
+        loop_zero = Signal()               # it runs its body zero times
+        consume = Signal()       # the current word is dispatched / executed this cycle
+        with m.If(consume):
+            m.d.sync += loop_seen.eq(0)
+        with m.Elif(self.fetch_resp.valid & is_loop):
+            m.d.sync += [loop_seen.eq(1), loop_end.eq(end_now), loop_zero.eq(count == 0),
+                         loop_ok.eq((end_now < self.rom_words) & (depth < LOOP_DEPTH)
+                                    & ((depth == 0) | (end_now <= top_end)))]
 
         # ---- Next word: after `last` is done, go on after it or back to a body's start.
         # Walking down from the top frame: a frame ending at `last` with no iterations left
         # pops and the walk goes on to the frame below; one with iterations left jumps back.
-        fin_last = Signal(PC_BITS + 1)
-        m.d.comb += fin_last.eq(Mux(is_loop, loop_end, pc))  # a zero-trip loop skips its body
-        reach = [Signal(name=f"reach{k}") for k in range(LOOP_DEPTH)]
-        popped = [Signal(name=f"popped{k}") for k in range(LOOP_DEPTH)]
-        jump = Signal(LOOP_DEPTH)
-        for k in reversed(range(LOOP_DEPTH)):
-            below_top = (reach[k + 1] & popped[k + 1]) if k + 1 < LOOP_DEPTH else C(0)
-            ends = frames[k].end == fin_last
-            m.d.comb += [reach[k].eq((depth == k + 1) | below_top),
-                         popped[k].eq(reach[k] & ends & (frames[k].left == 0)),
-                         jump[k].eq(reach[k] & ends & (frames[k].left != 0))]
+        def walk(last, tag):
+            reach = [Signal(name=f"{tag}_reach{k}") for k in range(LOOP_DEPTH)]
+            popped = [Signal(name=f"{tag}_popped{k}") for k in range(LOOP_DEPTH)]
+            jump = Signal(LOOP_DEPTH, name=f"{tag}_jump")
+            for k in reversed(range(LOOP_DEPTH)):
+                below_top = (reach[k + 1] & popped[k + 1]) if k + 1 < LOOP_DEPTH else C(0)
+                ends = frames[k].end == last
+                m.d.comb += [reach[k].eq((depth == k + 1) | below_top),
+                             popped[k].eq(reach[k] & ends & (frames[k].left == 0)),
+                             jump[k].eq(reach[k] & ends & (frames[k].left != 0))]
+            nxt = Signal(PC_BITS + 1, name=f"{tag}_next")
+            m.d.comb += nxt.eq(last + 1)
+            for k in range(LOOP_DEPTH):
+                with m.If(jump[k]):
+                    m.d.comb += nxt.eq(frames[k].start)
+            return nxt, popped, jump
+
+        # The word after the current one, from registers only (its pc and the frames), so
+        # the request does not wait for the word's decode: right for every word but a
+        # zero-trip loop (a legal loop word never ends a body, so a loop that runs its body
+        # goes on at pc + 1 too).  A zero-trip loop skips to the word after its body: that
+        # request goes out a cycle later, from `skip_next`.
+        seq_next, seq_popped, seq_jump = walk(pc, "seq")
+        zero_trip = is_loop & loop_zero
+        skip_next, skip_popped, skip_jump = walk(loop_end, "skip")
+        jump = Mux(is_loop, skip_jump, seq_jump)
         pops = Signal(range(LOOP_DEPTH + 1))
-        m.d.comb += pops.eq(sum(popped))
-        nxt = Signal(PC_BITS + 1)
-        m.d.comb += nxt.eq(fin_last + 1)
-        for k in range(LOOP_DEPTH):
-            with m.If(jump[k]):
-                m.d.comb += nxt.eq(frames[k].start)
+        m.d.comb += pops.eq(Mux(is_loop, sum(skip_popped), sum(seq_popped)))
 
         # ---- Requests to the cache: word 0 after start, then the next word in the cycle
         # the current one is consumed (held until the cache takes it).
-        consume = Signal()       # the current word is dispatched / executed this cycle
         push = Signal()          # ... and it is a loop that runs its body
-        want_pc = Signal(PC_BITS + 1)
-        m.d.comb += want_pc.eq(Mux(push, pc + 1, nxt))
         first = self.start  # ask for word 0
-        want = Signal()
-        m.d.comb += want.eq((consume & ~is_halt) | first)
+        want = Signal()          # ask for seq_next (or word 0) now
+        skip = Signal()          # ask for skip_next next cycle
+        m.d.comb += [want.eq((consume & ~is_halt & ~zero_trip) | first),
+                     skip.eq(consume & zero_trip)]
         addr = Signal(PC_BITS + 1)
-        m.d.comb += addr.eq(Mux(first, 0, want_pc))
-        past_rom = Signal()      # the next word would lie past the ROM: no halt
-        m.d.comb += past_rom.eq(want & (addr >= self.rom_words))
+        m.d.comb += addr.eq(Mux(first, 0, seq_next))
+        # the next word would lie past the ROM (no halt): ILLEGAL at that word
+        past_rom = Signal()
+        skip_past_rom = Signal()
+        m.d.comb += [past_rom.eq(want & (addr >= self.rom_words)),
+                     skip_past_rom.eq(skip & (skip_next >= self.rom_words))]
+        bad_pc = Mux(skip, skip_next, addr)
         req_pending = Signal()
         req_pc = Signal(PC_BITS)
         m.d.comb += [self.fetch_req.valid.eq((req_pending | (want & ~past_rom)) & ~self.stop),
                      self.fetch_req.payload.eq(Mux(req_pending, req_pc, addr))]
         with m.If(req_pending):
             m.d.sync += req_pending.eq(~self.fetch_req.ready)
+        with m.Elif(skip & ~skip_past_rom):
+            m.d.sync += [req_pending.eq(1), req_pc.eq(skip_next)]
         with m.Elif(want & ~past_rom & ~self.fetch_req.ready):
             m.d.sync += [req_pending.eq(1), req_pc.eq(addr)]
 
         # ---- Frame updates when a word is consumed.
-        with m.If(consume & is_loop & (count != 0)):
+        with m.If(consume & is_loop & ~loop_zero):
             m.d.comb += push.eq(1)
             with m.Switch(depth):
                 for k in range(LOOP_DEPTH):
@@ -239,11 +253,11 @@ class Dispatcher(wiring.Component):
                     with m.If(resp.payload.error):
                         m.d.sync += [self.error.eq(ErrorCode.FETCH), self.error_pc.eq(pc)]
                         m.next = "DRAIN"
-                    with m.Elif(~legal | (is_loop & ~loop_ok)):
+                    with m.Elif(~legal | (is_loop & loop_seen & ~loop_ok)):
                         m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), self.error_pc.eq(pc)]
                         m.next = "DRAIN"
                     with m.Elif(is_loop):
-                        m.d.comb += [resp.ready.eq(1), consume.eq(1)]
+                        m.d.comb += [resp.ready.eq(loop_seen), consume.eq(loop_seen)]
                     with m.Elif(is_sync | is_halt):
                         with m.If(self.units_idle):
                             m.d.comb += [resp.ready.eq(1), consume.eq(1)]
@@ -255,8 +269,8 @@ class Dispatcher(wiring.Component):
                             with m.If(target == k):
                                 m.d.comb += [q.valid.eq(1), resp.ready.eq(q.ready),
                                              consume.eq(q.ready)]
-                with m.If(past_rom & ~self.stop):
-                    m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), self.error_pc.eq(addr)]
+                with m.If((past_rom | skip_past_rom) & ~self.stop):
+                    m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), self.error_pc.eq(bad_pc)]
                     m.next = "DRAIN"
             with m.State("DRAIN"):
                 with m.If(self.units_idle):

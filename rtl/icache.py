@@ -15,9 +15,10 @@ from snpu.verif.sequencer import LINE_WORDS
 
 from .axi import RESP_OKAY
 from .microcode import PC_BITS
+from .predecode import PREDECODED, Predecoder
 
-#: a word as the cache delivers it
-FETCHED = data.StructLayout({"word": 128, "pc": PC_BITS, "error": 1})
+#: a word as the cache delivers it, with its predecoded part (computed as the line fills)
+FETCHED = data.StructLayout({"word": 128, "pc": PC_BITS, "error": 1, "pre": PREDECODED})
 BEATS_PER_LINE = LINE_WORDS * 2
 FILL_SLOTS = 2
 
@@ -36,7 +37,8 @@ class InstructionCache(wiring.Component):
     answered in order.  A request that would rewrite the tag of a line still being filled
     waits.  A beat answered with an AXI error marks its word (``error``: the dispatcher
     faults with ``FETCH`` if it reaches the word).  ``idle`` is low while fills are queued
-    or in flight: the core does not finish before they have.
+    or in flight: the core does not finish before they have.  Each word is stored with its
+    :class:`~.predecode.Predecoder` result (``resp.payload.pre``), computed as it arrives.
 
     Members
     -------
@@ -49,6 +51,7 @@ class InstructionCache(wiring.Component):
         AXI read channels (``arid`` chosen by the core's arbiter).
     idle : Out(1)
     hits, misses, prefetches : Out(32)
+        Accesses so far, each counted the cycle after it is accepted.
     """
 
     def __init__(self, lines: int):
@@ -57,7 +60,7 @@ class InstructionCache(wiring.Component):
         self._lines = lines
         self._index_bits = (lines - 1).bit_length()
         self._tag_bits = PC_BITS - (LINE_WORDS - 1).bit_length() - self._index_bits
-        self._data = Memory(shape=129, depth=lines * LINE_WORDS, init=[])
+        self._data = Memory(shape=129 + PREDECODED.size, depth=lines * LINE_WORDS, init=[])
         self._tags = Memory(shape=self._tag_bits, depth=lines, init=[])
         super().__init__({
             "start": In(1), "rom_base": In(32), "rom_words": In(PC_BITS + 1),
@@ -127,20 +130,27 @@ class InstructionCache(wiring.Component):
         # ---- Tag writes and fill slots (at most one new slot per cycle).
         tw = tags.write_port()
         new = Signal()
+        # the access's class, counted a cycle later (the counters' adders stay off the
+        # path from the fetched word through the request)
+        hit, missed, prefetched = Signal(), Signal(), Signal()
+        counted = Signal(3)
+        m.d.sync += counted.eq(Cat(hit, missed, prefetched))
+        m.d.sync += [self.hits.eq(self.hits + counted[0]), self.misses.eq(self.misses + counted[1]),
+                     self.prefetches.eq(self.prefetches + counted[2])]
         new_line = Signal(LB)
         with m.If(pend):
             m.d.comb += [new.eq(1), new_line.eq(pend_line)]
             m.d.sync += pend.eq(0)
         with m.Elif(accept & ~present):
             m.d.comb += [new.eq(1), new_line.eq(line)]
-            m.d.sync += self.misses.eq(self.misses + 1)
+            m.d.comb += missed.eq(1)
             with m.If(want_next):
-                m.d.sync += [pend.eq(1), pend_line.eq(nxt), self.prefetches.eq(self.prefetches + 1)]
+                m.d.comb += prefetched.eq(1)
+                m.d.sync += [pend.eq(1), pend_line.eq(nxt)]
         with m.Elif(accept):
-            m.d.sync += self.hits.eq(self.hits + 1)
+            m.d.comb += hit.eq(1)
             with m.If(want_next):
-                m.d.comb += [new.eq(1), new_line.eq(nxt)]
-                m.d.sync += self.prefetches.eq(self.prefetches + 1)
+                m.d.comb += [new.eq(1), new_line.eq(nxt), prefetched.eq(1)]
         m.d.comb += [tw.addr.eq(new_line[:IB]), tw.data.eq(new_line[IB:]), tw.en.eq(new)]
 
         # ---- Reading the word: at once on a ready hit, else when its line is ready.
@@ -164,6 +174,7 @@ class InstructionCache(wiring.Component):
                      self.resp.valid.eq(read),
                      self.resp.payload.word.eq(rp.data[:128]),
                      self.resp.payload.error.eq(rp.data[128]),
+                     self.resp.payload.pre.eq(rp.data[129:]),
                      self.resp.payload.pc.eq(cur)]
 
         # ---- Fills: AR for the oldest queued slot, R beats into the oldest requested one.
@@ -180,6 +191,8 @@ class InstructionCache(wiring.Component):
         low = Signal(64)
         low_err = Signal()
         wp = mem.write_port()
+        m.submodules.predecode = pre = Predecoder()
+        m.d.comb += pre.word.eq(Cat(low, self.rdata))
         done = Signal()  # the oldest slot's last beat
         m.d.comb += self.rready.eq(slot_v[0] & slot_ar[0])
         err = self.rresp != RESP_OKAY
@@ -189,7 +202,7 @@ class InstructionCache(wiring.Component):
                 m.d.sync += [low.eq(self.rdata), low_err.eq(err)]
             with m.Else():
                 m.d.comb += [wp.addr.eq(Cat(beat[1:], slot_line[0][:IB])),
-                             wp.data.eq(Cat(low, self.rdata, low_err | err)), wp.en.eq(1)]
+                             wp.data.eq(Cat(low, self.rdata, low_err | err, pre.out)), wp.en.eq(1)]
             with m.If(beat == BEATS_PER_LINE - 1):
                 m.d.comb += done.eq(1)
                 m.d.sync += ready.bit_select(slot_line[0][:IB], 1).eq(1)
@@ -213,5 +226,5 @@ class InstructionCache(wiring.Component):
 
         with m.If(self.start):
             m.d.sync += [valid.eq(0), ready.eq(0), waiting.eq(0), read.eq(0), pend.eq(0),
-                         self.hits.eq(0), self.misses.eq(0), self.prefetches.eq(0)]
+                         counted.eq(0), self.hits.eq(0), self.misses.eq(0), self.prefetches.eq(0)]
         return m

@@ -115,11 +115,18 @@ class MatrixController(wiring.Component):
         m.d.comb += mu.w_lane.eq(self.w_lane)
 
         a, r = self.args, self.regs
-        # ---- Checks, from the operands as presented with start.
+        # ---- Checks, from the operands as presented with start.  The products of the
+        # registers are computed ahead, from the register file, and registered: a cfg write
+        # reaches the registers at least three cycles before the next fc starts
+        # (UnitFrontEnd: SIGNAL, IDLE, then WAIT), so they are current at every start and
+        # no multiplier lies on the path from start to the lanes.
+        out_span = Signal(28)   # (nvec - 1) * acc_stride
+        in_span = Signal(28)    # (nvec - 1) * nstride
+        m.d.sync += [out_span.eq((r.nvec - 1) * r.acc_stride), in_span.eq((r.nvec - 1) * r.nstride)]
         last_out = Signal(32)
-        m.d.comb += last_out.eq(a.acc + (r.nvec - 1) * r.acc_stride + a.rows)
+        m.d.comb += last_out.eq(a.acc + out_span + a.rows)
         last_in = Signal(32)
-        m.d.comb += last_in.eq(a.nbuf + (r.nvec - 1) * r.nstride + a.n_in)
+        m.d.comb += last_in.eq(a.nbuf + in_span + a.n_in)
         work = (r.nvec != 0) & (a.rows != 0)
         misaligned = ((a.acc % P != 0) | ((r.nvec > 1) & (r.acc_stride % P != 0)) |
                       ((r.nfmt == Fmt.DIRECT) & (((a.nidx | Mux(r.nvec > 1, r.nidx_stride, 0)) & 7) != 0)) |
@@ -168,16 +175,23 @@ class MatrixController(wiring.Component):
         n_written = sum(wr.written for wr in self._writers)
 
         running = Signal()
+        # the dense count, nvec * rows * n_in, is multiplied out while the instruction runs
+        # and added when it ends (a launched fc ends tens of cycles after its start, long
+        # after `dense` is ready; one that did not launch adds nothing)
+        n_in = Signal.like(a.n_in)
+        launched = Signal()
+        dense = Signal(40)
+        m.d.sync += dense.eq(total * n_in)
         m.d.sync += self.done.eq(0)
         with m.If(self.start):
-            m.d.sync += [running.eq(1), self.error.eq(check)]
-            with m.If(launch):
-                m.d.sync += self.dense_pairs.eq(self.dense_pairs + r.nvec * a.rows * a.n_in)
+            m.d.sync += [running.eq(1), self.error.eq(check), n_in.eq(a.n_in),
+                         launched.eq(launch)]
         with m.Elif(running):
             m.d.sync += [written.eq(written + n_written), self.busy_cycles.eq(self.busy_cycles + 1)]
             with m.If((written == total) & ~mu.busy):
                 m.d.sync += [running.eq(0), self.done.eq(1),
-                             self.pairs.eq(self.pairs + mu.pairs)]
+                             self.pairs.eq(self.pairs + mu.pairs),
+                             self.dense_pairs.eq(self.dense_pairs + Mux(launched, dense, 0))]
                 with m.If(mu.error):
                     m.d.sync += self.error.eq(ErrorCode.INDEX)
         return m

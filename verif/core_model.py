@@ -777,6 +777,9 @@ class Scheduler:
                     jumped = seq.advance()
                     self.next_dispatch = t + timing.DISPATCH_CYCLES + \
                         (timing.LOOP_JUMP_CYCLES if jumped else 0)
+                    if ins.op == "loop":
+                        self.next_dispatch += timing.LOOP_WORD_CYCLES + \
+                            (timing.ZERO_TRIP_CYCLES if ins.args["count"] == 0 else 0)
                     progress = True
 
     def next_event(self) -> int | None:

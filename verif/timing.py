@@ -70,6 +70,11 @@ TOKEN_CYCLES = 2
 HOP_CYCLES = 2
 #: cycles lost when the sequencer jumps back to the start of a loop body
 LOOP_JUMP_CYCLES = 1
+#: cycles a ``loop`` word takes beyond :data:`DISPATCH_CYCLES` (the dispatcher registers
+#: its body's end and legality first), and one more when it skips a zero-trip body (the word
+#: after the body is asked for a cycle later)
+LOOP_WORD_CYCLES = 1
+ZERO_TRIP_CYCLES = 1
 #: cycles from requesting an instruction-cache line fill to its first beat
 FETCH_LATENCY = DMA_LATENCY
 #: beats of one line fill (64 bytes over the 8-byte bus)

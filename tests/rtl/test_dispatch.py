@@ -7,12 +7,14 @@ import random
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from amaranth import Elaboratable, Module, Signal
 from hypothesis import strategies as st
 
 from snpu.config import CoreConfig
 from snpu.errors import ExecutionError, IllegalInstruction
 from snpu.rtl.dispatch import Dispatcher
-from snpu.rtl.microcode import UNITS, op_codes
+from snpu.rtl.microcode import PC_BITS, UNITS, op_codes
+from snpu.rtl.predecode import Predecoder
 from snpu.rtl.status import ErrorCode
 from snpu.verif import isa, progen
 from snpu.verif.sequencer import unroll
@@ -21,10 +23,32 @@ from snpu.verif.tb.amaranth_sim import seeded, simulate
 from ..verif.strategies import legal_instr
 
 
+class _Predecoded(Elaboratable):
+    """The dispatcher behind the RTL predecoder, as the instruction cache feeds it: the
+    test's cache model gives plain words (``word``, ``pc``)."""
+
+    def __init__(self):
+        self.disp = Dispatcher()
+        self.word = Signal(128)
+        self.pc = Signal(PC_BITS)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["disp"], name)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.disp = disp = self.disp
+        m.submodules.pre = pre = Predecoder()
+        resp = disp.fetch_resp.payload
+        m.d.comb += [pre.word.eq(self.word), resp.word.eq(self.word), resp.pc.eq(self.pc),
+                     resp.pre.eq(pre.out)]
+        return m
+
+
 def _dispatch(words, rng=None, units_idle=True):
     """Run the dispatcher over a ROM served by a model cache (random latency with ``rng``);
     returns [(unit, micro)] until halt or an error, and the final (error, error_pc)."""
-    dut = Dispatcher()
+    dut = _Predecoded()
     out, res = [], {}
     rom = list(words)
 
@@ -41,8 +65,8 @@ def _dispatch(words, rng=None, units_idle=True):
                 for _ in range(rng.choice([0, 0, 0, 1, 3])):
                     await ctx.tick()
             ctx.set(dut.fetch_resp.valid, 1)
-            ctx.set(dut.fetch_resp.payload, {"word": rom[addr] if addr < len(rom) else 0,
-                                             "pc": addr, "error": 0})
+            ctx.set(dut.word, rom[addr] if addr < len(rom) else 0)
+            ctx.set(dut.pc, addr)
             while True:
                 _, _, taken = await ctx.tick().sample(dut.fetch_resp.ready)
                 if taken:

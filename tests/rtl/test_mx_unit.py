@@ -82,6 +82,7 @@ def test_fc_with_accumulation(accumulate, seed):
     async def driver(ctx):
         await _load(ctx, h.mx, case)
         ctx.set(h.mx.regs, _regs(case))
+        await ctx.tick()  # a cfg write precedes the fc's start (UnitFrontEnd)
         ctx.set(h.mx.args, instr.args)
         ctx.set(h.mx.start, 1)
         await ctx.tick()
@@ -107,12 +108,16 @@ def test_fc_with_accumulation(accumulate, seed):
 
 
 @pytest.mark.parametrize("bad,code", [("acc", ErrorCode.ALIGN), ("widx", ErrorCode.ALIGN),
-                                      ("range", ErrorCode.RANGE)])
+                                      ("range", ErrorCode.RANGE), ("vectors", ErrorCode.RANGE)])
 def test_operand_checks(bad, code):
     rng = np.random.default_rng(0)
-    case = gen.random_fc_case(rng, CFG, nfmt="direct", wfmt="direct", n_in=64, rows=4, nvec=1)
+    case = gen.random_fc_case(rng, CFG, nfmt="direct", wfmt="direct", n_in=64, rows=4,
+                              nvec=2 if bad == "vectors" else 1)
     args = dict(case.instr.args)
-    if bad == "acc":
+    if bad == "vectors":  # the last vector's outputs run past the accumulators
+        case.regs["mx.acc_stride"] = CFG.acc_elems - 2 * CFG.lanes
+        args["acc"] = 2 * CFG.lanes
+    elif bad == "acc":
         args["acc"] = 2
     elif bad == "widx":
         args["widx"] = 3
@@ -124,6 +129,7 @@ def test_operand_checks(bad, code):
 
     async def driver(ctx):
         ctx.set(h.mx.regs, _regs(case))
+        await ctx.tick()  # a cfg write precedes the fc's start (UnitFrontEnd)
         ctx.set(h.mx.args, args)
         ctx.set(h.mx.start, 1)
         await ctx.tick()
