@@ -169,7 +169,7 @@ class Core(wiring.Component):
 
         fe_ld, fe_mx, fe_vx, fe_st, fe_net = (self._front[u] for u in UNITS)
         # LD
-        m.d.comb += [ld.start.eq(fe_ld.start), ld.args.eq(fe_ld.args.ld), fe_ld.done.eq(ld.done),
+        m.d.comb += [ld.start.eq(fe_ld.start), ld.op.eq(fe_ld.op), ld.args.eq(fe_ld.args), fe_ld.done.eq(ld.done),
                      ld.regs.eq(fe_ld.regs.value)]
         # MX
         m.d.comb += [mx.start.eq(fe_mx.start), mx.args.eq(fe_mx.args.fc), fe_mx.done.eq(mx.done),
@@ -181,7 +181,7 @@ class Core(wiring.Component):
         m.d.comb += [vx.start.eq(fe_vx.start), vx.op.eq(fe_vx.op), vx.args.eq(fe_vx.args),
                      fe_vx.done.eq(vx.done), vx.regs.eq(fe_vx.regs.value)]
         # ST
-        m.d.comb += [st.start.eq(fe_st.start), st.args.eq(fe_st.args.st), fe_st.done.eq(st.done),
+        m.d.comb += [st.start.eq(fe_st.start), st.op.eq(fe_st.op), st.args.eq(fe_st.args), fe_st.done.eq(st.done),
                      st.regs.eq(fe_st.regs.value)]
 
         # NET

@@ -8,9 +8,10 @@ from amaranth.lib.wiring import In, Out
 from snpu.config import CoreConfig
 from snpu.verif.isa import BUFFERS
 
+from .compress import ChunkExpander
 from .dma_reader import DmaReader
 from .matrix_unit import write_port_signature
-from .microcode import args_layout, registers_layout
+from .microcode import args_layout, op_codes, registers_layout
 from .realign import Realigner
 from .sparse_unit import SparseProcessingUnit
 from .status import ErrorCode
@@ -51,7 +52,16 @@ class LoadUnit(wiring.Component):
     on the reads gives ``LOAD_BUS`` when the instruction ends.  On an error no further row is
     requested, the rows in flight complete, and ``done`` pulses with ``error`` set.
 
-    Throughput: one 8-byte beat per cycle.  ``done`` pulses the cycle after the last write.
+    ``ldc`` (golden model: ``Machine._ldc``): the rows' destinations go through the same
+    checks (``dst``, ``ext`` and ``ld.dst_stride`` 8-aligned, else ``ALIGN`` before anything
+    moves); the stream's header word is read first, then exactly the bytes it counts (a
+    count not a multiple of 8 or beyond what the rows can take is ``INDEX``); a
+    :class:`~.compress.ChunkExpander` turns them into dense words written like a loaded
+    row's (into nbuf with the sparse processing unit at threshold 0: the neuron index
+    comes along).  A stream shorter than its chunks need is ``INDEX``, never a hang.
+
+    Throughput: one 8-byte beat per cycle (``ldc``: :func:`snpu.verif.timing.ldc_cycles`).
+    ``done`` pulses the cycle after the last write.
     """
 
     def __init__(self, config: CoreConfig):
@@ -62,9 +72,11 @@ class LoadUnit(wiring.Component):
         self._spu = SparseProcessingUnit(8, addr_bits=(c.nbuf_bytes // 8 - 1).bit_length())
         # per requested row: its destination word address and (wbuf / widx) its lane
         self._rows = SyncFIFOBuffered(width=20 + max(1, (c.lanes - 1).bit_length()), depth=4)
+        self._expander = ChunkExpander()
         super().__init__({
             "start": In(1),
-            "args": In(args_layout(Unit.LD).members["ld"]),
+            "op": In(range(len(op_codes(Unit.LD)))),
+            "args": In(args_layout(Unit.LD)),
             "regs": In(registers_layout(Unit.LD)),
             "done": Out(1),
             "error": Out(ErrorCode),
@@ -90,18 +102,30 @@ class LoadUnit(wiring.Component):
         m.submodules.realign = realign = self._realign
         m.submodules.spu = spu = self._spu
         m.submodules.rows_fifo = rows_fifo = self._rows
-        wiring.connect(m, reader.beats, realign.i)
+        m.submodules.expander = expander = self._expander
         for name in ("arvalid", "araddr", "arlen", "rready"):
             m.d.comb += getattr(self, name).eq(getattr(reader, name))
         for name in ("arready", "rvalid", "rdata", "rresp", "rlast"):
             m.d.comb += getattr(reader, name).eq(getattr(self, name))
         m.d.comb += self.bytes_read.eq(reader.bytes_read)
 
-        # ---- Latch the operation.
-        a = Signal(self.args.shape())
+        # ---- Latch the operation: ld's operands, or ldc's as one plane.
+        OP = op_codes(Unit.LD)
+        new_ldc = self.op == OP["ldc"]
+        new = Signal(self.args.ld.shape())
+        with m.If(new_ldc):
+            s = self.args.ldc
+            m.d.comb += [new.buf.eq(s.buf), new.dst.eq(s.dst), new.ext.eq(s.ext), new.n3.eq(1),
+                         new.rows.eq(s.rows), new.cols.eq(s.cols)]
+        with m.Else():
+            m.d.comb += new.eq(self.args.ld)
+        new_misaligned = new_ldc & ((new.dst[:3] != 0) | (new.ext[:3] != 0) |
+                                    ((new.rows > 1) & (self.regs.dst_stride[:3] != 0)))
+        a = Signal(self.args.ld.shape())
         r = Signal(self.regs.shape())
+        compressed = Signal()
         with m.If(self.start):
-            m.d.sync += [a.eq(self.args), r.eq(self.regs)]
+            m.d.sync += [a.eq(new), r.eq(self.regs), compressed.eq(new_ldc)]
         buf = a.buf
         sizes = {"nbuf": c.nbuf_bytes, "nidx": c.nidx_bytes, "wbuf": c.wbuf_bytes,
                  "widx": c.widx_bytes, "acc": c.acc_elems, "param": c.param_bytes}
@@ -133,22 +157,23 @@ class LoadUnit(wiring.Component):
         with m.Elif(((dst_row | a.cols) & (group - 1)) != 0):
             m.d.comb += row_bad.eq(ErrorCode.ALIGN)
         can_issue = Signal()
-        m.d.comb += can_issue.eq(issuing & reader.req.ready & rows_fifo.w_rdy & (row_bad == ErrorCode.NONE))
+        # ld: a read request per row; ldc: the rows only say where the dense words go
+        m.d.comb += can_issue.eq(issuing & (reader.req.ready | compressed) & rows_fifo.w_rdy &
+                                 (row_bad == ErrorCode.NONE))
+        row_req = Signal()
+        m.d.comb += row_req.eq(can_issue & ~compressed)
         m.d.comb += [
-            reader.req.valid.eq(can_issue),
-            reader.req.payload.addr.eq(ext_row),
-            reader.req.payload.length.eq(a.cols),
-            reader.req.payload.tag.eq(dst_row[:3]),
             rows_fifo.w_en.eq(can_issue),
             rows_fifo.w_data.eq(Cat((dst_row >> 3)[:20], row_lane)),
         ]
         word_done = Signal()  # a row's last word was written this cycle
+        empty = (new.n3 == 0) | (new.rows == 0) | (new.cols == 0)
         with m.If(self.start):
-            empty = (self.args.n3 == 0) | (self.args.rows == 0) | (self.args.cols == 0)
-            m.d.sync += [issuing.eq(~empty), p_cnt.eq(0), r_cnt.eq(0),
-                         ext_plane.eq(self.args.ext), ext_row.eq(self.args.ext),
-                         dst_plane.eq(self.args.dst), dst_row.eq(self.args.dst),
-                         err.eq(ErrorCode.NONE), outstanding.eq(0)]
+            m.d.sync += [issuing.eq(~empty & ~new_misaligned), p_cnt.eq(0), r_cnt.eq(0),
+                         ext_plane.eq(new.ext), ext_row.eq(new.ext),
+                         dst_plane.eq(new.dst), dst_row.eq(new.dst),
+                         err.eq(Mux(new_misaligned & ~empty, ErrorCode.ALIGN, ErrorCode.NONE)),
+                         outstanding.eq(0)]
         with m.Else():
             with m.If(issuing & (row_bad != ErrorCode.NONE)):
                 m.d.sync += [issuing.eq(0), err.eq(row_bad)]
@@ -165,10 +190,82 @@ class LoadUnit(wiring.Component):
                         m.d.sync += issuing.eq(0)
             m.d.sync += outstanding.eq(outstanding + can_issue - word_done)
 
-        # ---- Write side: realigned words into the buffer.
+        # ---- ldc: the stream's header, then exactly the words it counts, to the expander.
+        # words: the header's word and the stream's (requested, arrived); `words_bound`: the
+        # most the rows can take (checked against the header)
+        fetch_header, fetch_body, fetch_wait = Signal(), Signal(), Signal()
+        words_bound = Signal(26)
+        chunks_per_row = Signal(11)
+        m.d.comb += chunks_per_row.eq((new.cols + 63) >> 6)
+        body_addr = Signal(32)
+        body_left = Signal(26)    # stream bytes not yet requested, in words
+        words_expected = Signal(27)
+        words_arrived = Signal(27)
+        with m.If(self.start):
+            m.d.sync += [fetch_header.eq(new_ldc & ~empty & ~new_misaligned),
+                         fetch_body.eq(0), fetch_wait.eq(0),
+                         words_bound.eq(new.rows * (chunks_per_row + ((new.cols + 7) >> 3))),
+                         body_addr.eq(new.ext + 8), words_expected.eq(0), words_arrived.eq(0)]
+        piece = Signal(10)  # words of the next body request (at most 512: 4 KiB)
+        m.d.comb += piece.eq(Mux(body_left > 512, 512, body_left))
+        with m.If(fetch_header):
+            m.d.comb += [reader.req.valid.eq(1), reader.req.payload.addr.eq(a.ext),
+                         reader.req.payload.length.eq(8)]
+        with m.Elif(fetch_body):
+            m.d.comb += [reader.req.valid.eq(1), reader.req.payload.addr.eq(body_addr),
+                         reader.req.payload.length.eq(piece << 3)]
+        with m.Else():
+            m.d.comb += [reader.req.valid.eq(row_req), reader.req.payload.addr.eq(ext_row),
+                         reader.req.payload.length.eq(a.cols),
+                         reader.req.payload.tag.eq(dst_row[:3])]
+        req_fire = reader.req.valid & reader.req.ready
+        with m.If(fetch_header & req_fire):
+            m.d.sync += [fetch_header.eq(0), fetch_wait.eq(1), words_expected.eq(1)]
+        with m.If(fetch_body & req_fire):
+            m.d.sync += [body_addr.eq(body_addr + (piece << 3)), body_left.eq(body_left - piece),
+                         words_expected.eq(words_expected + piece)]
+            with m.If(body_left == piece):
+                m.d.sync += fetch_body.eq(0)
+        index_err = Signal()
+        beat = reader.beats
+        header_beat = compressed & fetch_wait
+        # (after a bad row the expander still runs: its words are dropped, see `discard`)
+        feed = compressed & ~fetch_wait & ~expander.finished
+        m.d.comb += [realign.i.valid.eq(beat.valid & ~compressed),
+                     realign.i.payload.eq(beat.payload)]
+        with m.If(~compressed):
+            m.d.comb += beat.ready.eq(realign.i.ready)
+        with m.Elif(feed):
+            m.d.comb += [expander.i.valid.eq(beat.valid), expander.i.payload.eq(beat.payload.data),
+                         beat.ready.eq(expander.i.ready)]
+        with m.Else():  # the header, or words nobody needs any more (after an error)
+            m.d.comb += beat.ready.eq(1)
+        with m.If(compressed & beat.valid & beat.ready):
+            m.d.sync += words_arrived.eq(words_arrived + 1)
+        length = beat.payload.data  # the header: stream bytes after it
+        with m.If(header_beat & beat.valid):
+            m.d.sync += fetch_wait.eq(0)
+            with m.If((length[:3] != 0) | (length[3:] > words_bound)):
+                m.d.sync += index_err.eq(1)
+            with m.Else():
+                m.d.sync += [body_left.eq(length[3:29]), fetch_body.eq(length[3:] != 0)]
+        fetch_quiet = ~fetch_header & ~fetch_body & ~fetch_wait & \
+            (words_arrived == words_expected)
+        with m.If(compressed & fetch_quiet & expander.starving):
+            m.d.sync += index_err.eq(1)  # the stream ended before its chunks did
+        with m.If(self.start):
+            m.d.sync += index_err.eq(0)
+        m.d.comb += [expander.start.eq(self.start & new_ldc & ~empty & ~new_misaligned),
+                     expander.rows.eq(new.rows), expander.cols.eq(new.cols)]
+
+        # ---- Write side: realigned (ld) or expanded (ldc) words into the buffer.
         word = Signal(20)         # word address of the next word of the current row
         in_row = Signal()
-        w = realign.o.payload
+        w = Signal.like(realign.o.payload)
+        source_valid = Mux(compressed, expander.o.valid, realign.o.valid)
+        m.d.comb += w.eq(Mux(compressed, expander.o.payload, realign.o.payload))
+        # ldc after a bad row: the rows before it are written, the rest expanded and dropped
+        discard = compressed & (err != ErrorCode.NONE) & ~rows_fifo.r_rdy & ~in_row
         addr = Signal(20)
         m.d.comb += addr.eq(Mux(in_row, word, rows_fifo.r_data[:20]))
         accept = Signal()
@@ -177,24 +274,27 @@ class LoadUnit(wiring.Component):
         nsub = max(1, 8 // P)
         sub_last = Signal()
         m.d.comb += sub_last.eq(acc_sub == nsub - 1)
-        m.d.comb += accept.eq(realign.o.valid & rows_fifo.r_rdy &
+        m.d.comb += accept.eq(source_valid & rows_fifo.r_rdy &
                               Mux(acc_busy, self.acc_w.ready & sub_last, 1))
-        m.d.comb += realign.o.ready.eq(accept)
+        m.d.comb += [realign.o.ready.eq(accept & ~compressed),
+                     expander.o.ready.eq((accept | discard) & compressed)]
         with m.If(accept):
             m.d.sync += [in_row.eq(~w.last), word.eq(addr + 1)]
             with m.If(w.last):
                 m.d.comb += [rows_fifo.r_en.eq(1), word_done.eq(1)]
 
-        valid_word = realign.o.valid & rows_fifo.r_rdy
+        valid_word = source_valid & rows_fifo.r_rdy
         # nbuf (+ the sparse processing unit), nidx, wbuf, widx, param
         for name, port in (("nbuf", self.nbuf_w), ("wbuf", self.wbuf_w), ("widx", self.widx_w)):
             m.d.comb += [port.addr.eq(addr), port.data.eq(w.data),
                          port.en.eq(Mux(accept & (buf == BUFFERS[name]), w.be, 0))]
         m.d.comb += self.w_lane.eq(rows_fifo.r_data[20:])  # the lane of the row being written
         m.d.comb += [
-            spu.i.valid.eq(accept & (buf == BUFFERS["nbuf"]) & r.nidx_mode),
+            spu.i.valid.eq(accept & (buf == BUFFERS["nbuf"]) & (r.nidx_mode | compressed)),
             spu.i.payload.data.eq(w.data), spu.i.payload.be.eq(w.be), spu.i.payload.addr.eq(addr),
-            spu.thresh.eq(r.thresh), spu.group_log2.eq(r.group_log2),
+            # ldc: the index of non-zero values (threshold 0, no groups)
+            spu.thresh.eq(Mux(compressed, 0, r.thresh)),
+            spu.group_log2.eq(Mux(compressed, 0, r.group_log2)),
             spu.t3.eq(r.group_t3), spu.t4.eq(r.group_t4),
             spu.o.ready.eq(1),
         ]
@@ -237,10 +337,15 @@ class LoadUnit(wiring.Component):
             m.d.sync += self.done.eq(0)
         with m.Else():
             m.d.sync += self.done.eq(0)
-            finished = running & ~issuing & (outstanding == 0) & ~spu.o.valid & ~spu.i.valid
+            written = ~issuing & (outstanding == 0) & ~spu.o.valid & ~spu.i.valid
+            # ldc: every requested word arrived, and the expander done (or the stream bad)
+            stream_done = fetch_quiet & (expander.finished | index_err)
+            finished = running & Mux(compressed, stream_done & (written | index_err), written)
+            first_err = Mux(err != ErrorCode.NONE, err,
+                            Mux(index_err, ErrorCode.INDEX, ErrorCode.NONE))
             with m.If(finished):
                 m.d.sync += [running.eq(0), self.done.eq(1),
-                             self.error.eq(Mux(err != ErrorCode.NONE, err,
+                             self.error.eq(Mux(first_err != ErrorCode.NONE, first_err,
                                                Mux(reader.error, ErrorCode.LOAD_BUS, ErrorCode.NONE)))]
         m.d.comb += reader.clear.eq(self.start)
         return m

@@ -1,4 +1,4 @@
-"""ST unit: 3-D DMA stores from the output cache to external memory."""
+"""ST unit: 3-D DMA stores from the output cache to external memory, plain or compressed."""
 
 from amaranth import *
 from amaranth.lib import data, wiring
@@ -9,8 +9,9 @@ from snpu.config import CoreConfig
 from snpu.verif.isa import Unit
 
 from .axi import BOUNDARY, MAX_BURST, RESP_OKAY
+from .compress import ChunkCompressor
 from .dma_reader import BEAT
-from .microcode import args_layout, registers_layout
+from .microcode import args_layout, op_codes, registers_layout
 from .realign import Realigner
 from .status import ErrorCode
 
@@ -29,7 +30,13 @@ class StoreUnit(wiring.Component):
     partial words.  ``done`` pulses once every burst's response has arrived; a response
     other than OKAY gives ``STORE_BUS``.
 
-    Throughput one 8-byte beat per cycle.
+    ``stc`` (golden model: ``Machine._stc``) reads its rows the same way (one plane; ``src``,
+    ``ext`` and ``st.src_stride`` 8-aligned, else ``ALIGN`` before anything moves) into a
+    :class:`~.compress.ChunkCompressor`; its words queue for the bus and leave in bursts
+    from ``ext + 8`` as they accumulate (16 at a time, fewer at a 4 KiB boundary or at the
+    end); the stream's length header is written to ``ext`` last.
+
+    Throughput one 8-byte beat per cycle (``stc``: :func:`snpu.verif.timing.stc_cycles`).
     """
 
     def __init__(self, config: CoreConfig):
@@ -39,9 +46,12 @@ class StoreUnit(wiring.Component):
         self._bursts = SyncFIFOBuffered(width=5, depth=8)
         self._beats = SyncFIFOBuffered(width=BEAT.size, depth=4)
         self._realign = Realigner()
+        self._compressor = ChunkCompressor()
+        self._stream = SyncFIFOBuffered(width=64, depth=32)
         super().__init__({
             "start": In(1),
-            "args": In(args_layout(Unit.ST).members["st"]),
+            "op": In(range(len(op_codes(Unit.ST)))),
+            "args": In(args_layout(Unit.ST)),
             "regs": In(registers_layout(Unit.ST)),
             "done": Out(1),
             "error": Out(ErrorCode),
@@ -62,11 +72,26 @@ class StoreUnit(wiring.Component):
         m.submodules.bursts = bursts = self._bursts
         m.submodules.beats = beats = self._beats
         m.submodules.realign = realign = self._realign
+        m.submodules.compressor = comp = self._compressor
+        m.submodules.stream = stream_q = self._stream
 
-        a = Signal(self.args.shape())
+        # ---- Latch the operation: st's operands, or stc's as one plane.
+        OP = op_codes(Unit.ST)
+        new_stc = self.op == OP["stc"]
+        new = Signal(self.args.st.shape())
+        with m.If(new_stc):
+            s = self.args.stc
+            m.d.comb += [new.src.eq(s.src), new.ext.eq(s.ext), new.n3.eq(1), new.rows.eq(s.rows),
+                         new.cols.eq(s.cols)]
+        with m.Else():
+            m.d.comb += new.eq(self.args.st)
+        new_misaligned = new_stc & ((new.src[:3] != 0) | (new.ext[:3] != 0) |
+                                    ((new.rows > 1) & (self.regs.src_stride[:3] != 0)))
+        a = Signal(self.args.st.shape())
         r = Signal(self.regs.shape())
+        compress = Signal()
         with m.If(self.start):
-            m.d.sync += [a.eq(self.args), r.eq(self.regs)]
+            m.d.sync += [a.eq(new), r.eq(self.regs), compress.eq(new_stc)]
 
         # ---- Row generator.
         issuing = Signal()
@@ -78,16 +103,17 @@ class StoreUnit(wiring.Component):
         m.d.comb += bad.eq(src_row + a.cols > c.obuf_bytes)
         push = Signal()
         m.d.comb += push.eq(issuing & ~bad & rows_read.w_rdy & rows_write.w_rdy)
+        push_write = push & ~compress  # stc's rows are written as one stream
         row = Signal(ROW)
         m.d.comb += [row.src.eq(src_row), row.ext.eq(ext_row), row.cols.eq(a.cols),
                      rows_read.w_data.eq(row), rows_write.w_data.eq(row),
-                     rows_read.w_en.eq(push), rows_write.w_en.eq(push)]
+                     rows_read.w_en.eq(push), rows_write.w_en.eq(push_write)]
         with m.If(self.start):
-            empty = (self.args.n3 == 0) | (self.args.rows == 0) | (self.args.cols == 0)
-            m.d.sync += [issuing.eq(~empty), p_cnt.eq(0), r_cnt.eq(0),
-                         src_plane.eq(self.args.src), src_row.eq(self.args.src),
-                         ext_plane.eq(self.args.ext), ext_row.eq(self.args.ext),
-                         err.eq(ErrorCode.NONE)]
+            empty = (new.n3 == 0) | (new.rows == 0) | (new.cols == 0)
+            m.d.sync += [issuing.eq(~empty & ~new_misaligned), p_cnt.eq(0), r_cnt.eq(0),
+                         src_plane.eq(new.src), src_row.eq(new.src),
+                         ext_plane.eq(new.ext), ext_row.eq(new.ext),
+                         err.eq(Mux(new_misaligned & ~empty, ErrorCode.ALIGN, ErrorCode.NONE))]
         with m.Else():
             with m.If(issuing & bad):
                 m.d.sync += [issuing.eq(0), err.eq(ErrorCode.RANGE)]
@@ -137,8 +163,37 @@ class StoreUnit(wiring.Component):
         arrived = Signal(BEAT)
         m.d.comb += [arrived.eq(beat_meta), arrived.data.eq(self.obuf_data)]
         m.d.comb += [beats.w_en.eq(inflight), beats.w_data.eq(arrived)]
-        m.d.comb += [realign.i.valid.eq(beats.r_rdy), realign.i.payload.eq(beats.r_data),
-                     beats.r_en.eq(realign.i.ready)]
+        beat = Signal(BEAT)
+        m.d.comb += beat.eq(beats.r_data)
+        m.d.comb += [realign.i.valid.eq(beats.r_rdy & ~compress), realign.i.payload.eq(beat),
+                     comp.i.valid.eq(beats.r_rdy & compress), comp.i.payload.data.eq(beat.data),
+                     comp.i.payload.count.eq(beat.count), comp.i.payload.last.eq(beat.last),
+                     beats.r_en.eq(Mux(compress, comp.i.ready, realign.i.ready))]
+
+        # ---- stc: the compressed words queue for the bus, counted for the header.
+        header_pushed = Signal()
+        stream_words = Signal(29)     # words of the stream after its header
+        unclaimed = Signal(range(64))  # queued words no burst has claimed yet
+        rows_drained = ~issuing & (rows_read.level == 0) & ~rows_read.r_rdy & ~inflight & \
+            ~beats.r_rdy & (beats.level == 0)
+        stream_end = Signal()
+        m.d.comb += stream_end.eq(compress & rows_drained & comp.idle & ~comp.o.valid)
+        push_header = stream_end & ~header_pushed & (unclaimed == 0) & \
+            (err == ErrorCode.NONE) & stream_q.w_rdy
+        with m.If(push_header):
+            m.d.comb += [stream_q.w_en.eq(1), stream_q.w_data.eq(stream_words << 3)]
+        with m.Else():
+            m.d.comb += [stream_q.w_en.eq(comp.o.valid & stream_q.w_rdy),
+                         stream_q.w_data.eq(comp.o.payload)]
+        m.d.comb += comp.o.ready.eq(stream_q.w_rdy & ~push_header)
+        stream_push = comp.o.valid & comp.o.ready
+        with m.If(self.start):
+            m.d.sync += [header_pushed.eq(0), stream_words.eq(0)]
+        with m.Else():
+            with m.If(push_header):
+                m.d.sync += header_pushed.eq(1)
+            with m.If(stream_push):
+                m.d.sync += stream_words.eq(stream_words + 1)
 
         # ---- AXI address: split each row's destination range into bursts.
         wr = Signal(ROW)
@@ -153,35 +208,64 @@ class StoreUnit(wiring.Component):
             m.d.sync += [aw_busy.eq(1), aw_addr.eq(first), aw_left.eq(((last - first) >> 3) + 1)]
         to_boundary = Signal(10)
         m.d.comb += to_boundary.eq((BOUNDARY - aw_addr[:12]) >> 3)
-        limit = Mux(to_boundary < MAX_BURST, to_boundary, MAX_BURST)
+        limit = Signal(range(MAX_BURST + 1))
+        m.d.comb += limit.eq(Mux(to_boundary < MAX_BURST, to_boundary, MAX_BURST))
         burst = Signal(range(MAX_BURST + 1))
-        m.d.comb += burst.eq(Mux(aw_left < limit, aw_left, limit))
-        m.d.comb += [self.awvalid.eq(aw_busy & bursts.w_rdy), self.awaddr.eq(aw_addr),
-                     self.awlen.eq(burst - 1),
+        # stc: a burst of the queued words once `limit` are there (fewer at the stream's
+        # end), then the header's single beat at ext
+        header_aw = Signal()
+        stream_ready = (unclaimed >= limit) | (stream_end & (unclaimed != 0))
+        with m.If(~compress):
+            m.d.comb += [burst.eq(Mux(aw_left < limit, aw_left, limit)),
+                         self.awvalid.eq(aw_busy & bursts.w_rdy)]
+        with m.Elif(header_aw):
+            m.d.comb += [burst.eq(1), self.awvalid.eq(bursts.w_rdy)]
+        with m.Else():
+            m.d.comb += [burst.eq(Mux(unclaimed < limit, unclaimed, limit)),
+                         self.awvalid.eq(stream_ready & bursts.w_rdy)]
+        m.d.comb += [self.awaddr.eq(Mux(header_aw, a.ext, aw_addr)), self.awlen.eq(burst - 1),
                      bursts.w_data.eq(burst - 1), bursts.w_en.eq(self.awvalid & self.awready)]
         outstanding_b = Signal(range(1 << 12))
         pending_rows = Signal(range(1 << 12))  # rows pushed whose bursts are not all issued
         row_issued = Signal()
-        with m.If(self.awvalid & self.awready):
+        aw_fire = self.awvalid & self.awready
+        with m.If(self.start):
+            m.d.sync += [aw_addr.eq(Mux(new_stc, new.ext + 8, aw_addr)), header_aw.eq(0)]
+        with m.Elif(compress):
+            with m.If(aw_fire & header_aw):
+                m.d.sync += header_aw.eq(0)
+            with m.Elif(aw_fire):
+                m.d.sync += aw_addr.eq(aw_addr + (burst << 3))
+            with m.If(push_header):
+                m.d.sync += header_aw.eq(1)
+        with m.Elif(aw_fire):
             m.d.sync += [aw_addr.eq(aw_addr + (burst << 3)), aw_left.eq(aw_left - burst)]
             with m.If(aw_left == burst):
                 m.d.sync += aw_busy.eq(0)
                 m.d.comb += row_issued.eq(1)
-        m.d.sync += pending_rows.eq(pending_rows + push - row_issued)
+        m.d.sync += pending_rows.eq(pending_rows + push_write - row_issued)
+        claimed = Mux(compress & aw_fire & ~header_aw, burst, 0)
+        with m.If(self.start):
+            m.d.sync += unclaimed.eq(0)
+        with m.Else():
+            m.d.sync += unclaimed.eq(unclaimed + stream_push - claimed)
 
         # ---- AXI data: the realigned words, `wlast` at each burst's end.
         beat_in_burst = Signal(4)
-        m.d.comb += [
-            self.wvalid.eq(realign.o.valid & bursts.r_rdy),
-            self.wdata.eq(realign.o.payload.data),
-            self.wstrb.eq(realign.o.payload.be),
-            self.wlast.eq(beat_in_burst == bursts.r_data),
-            realign.o.ready.eq(self.wready & bursts.r_rdy),
-        ]
+        with m.If(compress):
+            m.d.comb += [self.wvalid.eq(stream_q.r_rdy & bursts.r_rdy),
+                         self.wdata.eq(stream_q.r_data), self.wstrb.eq(0xFF),
+                         stream_q.r_en.eq(self.wready & bursts.r_rdy)]
+        with m.Else():
+            m.d.comb += [self.wvalid.eq(realign.o.valid & bursts.r_rdy),
+                         self.wdata.eq(realign.o.payload.data),
+                         self.wstrb.eq(realign.o.payload.be),
+                         realign.o.ready.eq(self.wready & bursts.r_rdy)]
+        m.d.comb += self.wlast.eq(beat_in_burst == bursts.r_data)
         with m.If(self.wvalid & self.wready):
             m.d.sync += beat_in_burst.eq(beat_in_burst + 1)
             m.d.sync += self.bytes_written.eq(
-                self.bytes_written + sum(realign.o.payload.be[k] for k in range(8)))
+                self.bytes_written + sum(self.wstrb[k] for k in range(8)))
             with m.If(self.wlast):
                 m.d.comb += bursts.r_en.eq(1)
                 m.d.sync += beat_in_burst.eq(0)
@@ -198,9 +282,12 @@ class StoreUnit(wiring.Component):
         with m.If(self.start):
             m.d.sync += [running.eq(1), bus_err.eq(0)]
         with m.Elif(running):
-            # every row's bursts issued and answered (a burst is answered after its data)
+            # every row's bursts issued and answered (a burst is answered after its data);
+            # stc: the stream and its header too (or nothing, after an error)
+            stream_done = stream_end & (header_pushed | (err != ErrorCode.NONE)) & \
+                ~header_aw & (unclaimed == 0) & ~stream_q.r_rdy
             idle = (~issuing & (pending_rows == 0) & (outstanding_b == 0) &
-                    ~(self.awvalid & self.awready))
+                    ~(self.awvalid & self.awready) & (~compress | stream_done))
             with m.If(idle):
                 m.d.sync += [running.eq(0), self.done.eq(1),
                              self.error.eq(Mux(err != ErrorCode.NONE, err,

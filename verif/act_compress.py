@@ -17,8 +17,10 @@ Rows follow each other without padding.  A row in direct or stride form is what 
 can place straight into ``nbuf`` / ``nidx`` with its index attached (claim 21):
 :func:`decode_rows` returns each row's direct index too.
 
-The hardware form (``stc`` / ``ldc``, reserved in the ISA) is still to be built; the
-compiler's benchmark measures the ratio this format gives on real activations.
+These three are the software forms (the smallest of them is what the benchmark reports as
+the format's ratio).  The hardware moves a simpler form, chunked and word aligned:
+:func:`encode_stream` / :func:`decode_stream` specify what ``stc`` writes and ``ldc``
+reads.
 """
 
 from __future__ import annotations
@@ -132,3 +134,107 @@ def decode_rows(buf: bytes, n: int, c: int, fmt: str, chunk_bits: int = 64
         kept[r] = bits
         at += k
     return rows, kept, at
+
+
+# --------------------------------------------------------------------------------------------
+# The hardware stream (``stc`` / ``ldc``)
+# --------------------------------------------------------------------------------------------
+
+#: values covered by one chunk of the hardware stream (one 64-bit mask word)
+CHUNK = 64
+
+
+def stream_chunk_bytes(chunk: np.ndarray) -> int:
+    """Bytes one chunk (at most :data:`CHUNK` int8 values) takes in the hardware stream."""
+    k = int(np.count_nonzero(chunk))
+    return 8 + 8 * -(-k // 8)
+
+
+#: bytes of the stream's header (the length of the chunks that follow)
+HEADER = 8
+
+
+def encode_stream(rows: np.ndarray) -> bytes:
+    """Rows ``[n, c]`` of int8 as the ``stc`` instruction writes them (the executable
+    specification of the hardware's compressed form).
+
+    The stream is a header word, the little-endian uint64 count of the bytes that follow it,
+    then the chunks: each row is cut into chunks of :data:`CHUNK` values (the last one may
+    be shorter); each chunk is an 8-byte little-endian mask (bit ``i``: value ``i`` of the
+    chunk is non-zero; bits past the row's end are 0), then the chunk's non-zero values in
+    order, then zero bytes up to a multiple of 8.  Every chunk starts on an 8-byte
+    boundary: the units move whole bus words, and a chunk's mask is one word, the direct
+    index of its 64 values.  The header lets ``ldc`` read exactly the stream."""
+    rows = _matrix(np.asarray(rows, np.int8))
+    out = bytearray()
+    for row in rows:
+        for lo in range(0, row.size, CHUNK):
+            chunk = row[lo:lo + CHUNK]
+            bits = chunk != 0
+            mask = int(np.packbits(np.pad(bits, (0, CHUNK - bits.size)),
+                                   bitorder="little").view("<u8")[0])
+            vals = chunk[bits].tobytes()
+            out += mask.to_bytes(8, "little") + vals + bytes(-len(vals) % 8)
+    return len(out).to_bytes(HEADER, "little") + bytes(out)
+
+
+def stream_size(rows: np.ndarray) -> int:
+    """Bytes of :func:`encode_stream` of ``rows`` (without encoding them)."""
+    rows = _matrix(np.asarray(rows, np.int8))
+    n, c = rows.shape
+    if n == 0 or c == 0:
+        return HEADER
+    pad = (-c) % CHUNK
+    k = np.count_nonzero(np.pad(rows, ((0, 0), (0, pad))).reshape(n, -1, CHUNK), axis=2)
+    return HEADER + int((8 + 8 * -(-k // 8)).sum())
+
+
+def stream_bound(n: int, c: int) -> int:
+    """The most bytes ``n`` rows of ``c`` values can take in the stream, header included
+    (every value non-zero): what the compiler reserves for a compressed tensor, and the
+    longest header ``ldc`` accepts."""
+    return HEADER + n * (8 * -(-c // CHUNK) + 8 * -(-c // 8))
+
+
+def decode_stream(buf: bytes, n: int, c: int) -> tuple[np.ndarray, int]:
+    """The stream of ``n`` rows of ``c`` values at the start of ``buf`` -> (rows ``[n, c]``
+    int8, bytes read: the header and the length it gives), as ``ldc`` expands it.
+
+    Decoding is what the hardware does: a chunk's length follows from all 64 mask bits (a
+    bit set past the row's end still owns a value, which is dropped), the values are taken
+    as they come (a zero value stays zero), padding bytes are skipped unread, and bytes the
+    header counts beyond the last row are read and ignored.  A header that is not a
+    multiple of 8, exceeds :func:`stream_bound` or counts fewer bytes than the chunks take,
+    or a stream running past ``buf``, is an :class:`~snpu.errors.IndexFormatError`."""
+    raw = np.frombuffer(bytes(buf), np.uint8)
+    if raw.size < HEADER:
+        raise IndexFormatError(f"compressed stream: its header needs {HEADER} bytes, "
+                               f"{raw.size} given")
+    length = int(raw[:HEADER].view("<u8")[0])
+    if length % 8 or length > stream_bound(n, c) - HEADER:
+        raise IndexFormatError(f"compressed stream: the header's length {length} is not a "
+                               f"multiple of 8 or exceeds the {stream_bound(n, c) - HEADER} "
+                               f"bytes {n} rows of {c} values can take")
+    end = HEADER + length
+    if end > raw.size:
+        raise IndexFormatError(f"compressed stream: the header's {length} bytes run past the "
+                               f"{raw.size} bytes given")
+    rows = np.zeros((n, c), np.int8)
+    at = HEADER
+    for r in range(n):
+        for lo in range(0, c, CHUNK):
+            width = min(CHUNK, c - lo)
+            if at + 8 > end:
+                raise IndexFormatError(f"compressed stream: row {r}, chunk {lo // CHUNK}: the "
+                                       f"mask at byte {at} is past the header's length {length}")
+            bits = np.unpackbits(raw[at:at + 8], bitorder="little").astype(bool)
+            k = int(bits.sum())
+            at += 8
+            if at + 8 * -(-k // 8) > end:
+                raise IndexFormatError(f"compressed stream: row {r}, chunk {lo // CHUNK}: its "
+                                       f"{k} values at byte {at} run past the header's length "
+                                       f"{length}")
+            inside = bits[:width]
+            rows[r, lo:lo + width][inside] = raw[at:at + int(inside.sum())].view(np.int8)
+            at += 8 * -(-k // 8)
+    return rows, end

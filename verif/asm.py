@@ -118,6 +118,9 @@ def parse_line(text: str, consts: dict[str, int]) -> Instr | None:
             f = fields[name]
             if f.kind == "enum" and value in f.enum:
                 args[name] = f.enum[value]
+            elif f.kind == "enum" and _NAME.match(value) and value not in consts:
+                raise ValueError(f"{head}: {name}={value} is not one of "
+                                 f"{', '.join(f.enum)}")
             elif f.kind == "reg" and value in isa.REGISTER_BY_NAME:
                 args[name] = isa.REGISTER_BY_NAME[value].number
             elif f.kind == "reg" and _NAME.match(value) and "." in value:

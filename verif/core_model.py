@@ -20,7 +20,7 @@ from snpu.config import CoreConfig
 from snpu.errors import ExecutionError, IllegalInstruction, IndexFormatError, SnpuError
 
 from . import index as ix
-from . import isa, layout, numerics, timing
+from . import act_compress, isa, layout, numerics, timing
 from .hazards import Access, HazardChecker
 from .sequencer import Sequencer
 from .isa import IMPLEMENTED_UNITS, Instr, Unit
@@ -154,6 +154,7 @@ class Machine:
         self._handlers: dict[str, Callable[[Instr], _Exec]] = {
             "cfg": self._cfg, "ld": self._ld, "fc": self._fc, "vred": self._vred,
             "vew": self._vew, "req": self._req, "st": self._st, "send": self._send,
+            "ldc": self._ldc, "stc": self._stc,
             "recv": self._recv,
         }
 
@@ -279,11 +280,99 @@ class Machine:
         # _ld checked that rows start and end on group boundaries: groups are aligned blocks
         bits = ix.sparse_unit_mask(data.view(np.int8).reshape(-1, size), r["ld.thresh"],
                                    (size, r["ld.group_t3"], r["ld.group_t4"]) if g else None)
-        bits = bits.reshape(-1)
+        self._write_nidx_bits(dst, bits.reshape(-1))
+
+    def _write_nidx_bits(self, dst: np.ndarray, bits: np.ndarray) -> None:
+        """nidx bit ``a`` <- ``bits`` for every nbuf byte address ``a`` in ``dst``."""
         byte, bit = dst >> 3, (dst & 7).astype(np.uint8)
         one = np.left_shift(np.uint8(1), bit)
         np.bitwise_and.at(self.nidx, byte, ~one)
         np.bitwise_or.at(self.nidx, byte[bits], one[bits])
+
+    def _ldc(self, i: Instr) -> _Exec:
+        c, r = self.config, self.regs
+        buf = "nbuf" if i.buf == isa.BUFFERS["nbuf"] else "acc"
+        if i.rows * i.cols == 0:
+            return _Exec(timing.ldc_cycles(np.zeros((0, 0), np.int64), 1, c.axi_bytes), [])
+        step = r["ld.dst_stride"] if i.rows > 1 else 0
+        if (i.dst | i.ext | step) % 8:
+            raise ExecutionError(f"ldc: dst={i.dst}, ext=0x{i.ext:x} and ld.dst_stride={step} "
+                                 "must be multiples of 8 (the stream moves whole words)",
+                                 fault="ALIGN")
+        size = c.nbuf_bytes if buf == "nbuf" else c.acc_elems
+        starts = i.dst + np.arange(i.rows, dtype=np.int64) * step
+        if self._first_bad_row(starts, i.cols, size):
+            self._check_range(starts[:, None] + np.arange(i.cols), size,
+                              f"ldc: destination {buf}", "RANGE")
+        head, accesses = self._mem_read(i.ext + np.arange(act_compress.HEADER), "ldc",
+                                        "LOAD_BUS")
+        body = int(head.view("<u8")[0])
+        if body % 8 or body > act_compress.stream_bound(i.rows, i.cols) - act_compress.HEADER:
+            raise ExecutionError(f"ldc: the stream header at 0x{i.ext:x} gives {body} bytes: "
+                                 f"not a multiple of 8 or more than {i.rows} rows of "
+                                 f"{i.cols} values can take", fault="INDEX")
+        length = act_compress.HEADER + body
+        data, accesses = self._mem_read(i.ext + np.arange(length, dtype=np.int64), "ldc",
+                                        "LOAD_BUS")
+        try:
+            rows, _ = act_compress.decode_stream(data.tobytes(), i.rows, i.cols)
+        except IndexFormatError as e:
+            raise ExecutionError(f"ldc at 0x{i.ext:x}: {e}", fault="INDEX") from None
+        dst = (starts[:, None] + np.arange(i.cols)).reshape(-1)
+        self._check_unique(dst, f"ldc: destination {buf}")
+        values = rows.reshape(-1)
+        if buf == "acc":
+            self.acc[dst] = values.astype(np.int32)
+        else:
+            self.nbuf[dst] = values.view(np.uint8)
+            self._write_nidx_bits(dst, values != 0)
+            accesses.append(Access("nidx", int(dst.min()) // 8, int(dst.max()) // 8 + 1, True))
+        accesses.append(self._span(buf, dst, True))
+        self.stats.dma_read_bytes += length
+        beat = max(1, c.axi_bytes // c.lanes) if buf == "acc" else 1
+        nonzero = self._chunk_nonzeros(rows)
+        cycles = timing.ldc_cycles(nonzero, i.cols, c.axi_bytes, beat)
+        if self.far is not None:  # the header, then the bytes it counts
+            cycles += self.far.extra(np.array([i.ext]), act_compress.HEADER, c.axi_bytes,
+                                     write=False)
+            cycles += self.far.extra(np.array([i.ext + act_compress.HEADER]), body,
+                                     c.axi_bytes, write=False) if body else 0
+        return _Exec(cycles + self._bus_wait(np.array([i.ext]), length, 1, write=False),
+                     accesses)
+
+    @staticmethod
+    def _chunk_nonzeros(rows: np.ndarray) -> np.ndarray:
+        """Non-zero values per chunk of the stream form of ``rows`` ``[n, c]``: ``[n,
+        chunks]`` (what the units' timing depends on)."""
+        n, cols = rows.shape
+        pad = (-cols) % act_compress.CHUNK
+        return np.count_nonzero(np.pad(rows, ((0, 0), (0, pad))).reshape(n, -1, act_compress.CHUNK),
+                                axis=2)
+
+    def _stc(self, i: Instr) -> _Exec:
+        c, r = self.config, self.regs
+        if i.rows * i.cols == 0:
+            return _Exec(timing.stc_cycles(np.zeros((0, 0), np.int64), 1, c.axi_bytes), [])
+        step = r["st.src_stride"] if i.rows > 1 else 0
+        if (i.src | i.ext | step) % 8:
+            raise ExecutionError(f"stc: src={i.src}, ext=0x{i.ext:x} and st.src_stride={step} "
+                                 "must be multiples of 8 (the stream moves whole words)",
+                                 fault="ALIGN")
+        starts = i.src + np.arange(i.rows, dtype=np.int64) * step
+        if self._first_bad_row(starts, i.cols, c.obuf_bytes):
+            self._check_range(starts[:, None] + np.arange(i.cols), c.obuf_bytes,
+                              "stc: source obuf", "RANGE")
+        src = (starts[:, None] + np.arange(i.cols)).reshape(-1)
+        rows = self.obuf[src].view(np.int8).reshape(i.rows, i.cols)
+        stream = np.frombuffer(act_compress.encode_stream(rows), np.uint8)
+        dst = i.ext + np.arange(stream.size, dtype=np.int64)
+        accesses = self._mem_write(dst, stream, "stc", "STORE_BUS")
+        self.stats.dma_write_bytes += int(stream.size)
+        cycles = timing.stc_cycles(self._chunk_nonzeros(rows), i.cols, c.axi_bytes)
+        if self.far is not None:
+            cycles += self.far.extra(np.array([i.ext]), stream.size, c.axi_bytes, write=True)
+        return _Exec(cycles + self._bus_wait(np.array([i.ext]), stream.size, 1, write=True),
+                     [self._span("obuf", src, False), *accesses])
 
     # ------------------------------------------------------------------------------------
     def _neurons(self, i: Instr, v: int, fmt: str, packed: bool) -> tuple[np.ndarray, np.ndarray, int]:

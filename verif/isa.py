@@ -181,6 +181,8 @@ class Register:
 # --------------------------------------------------------------------------------------------
 
 BUFFERS = {"nbuf": 0, "nidx": 1, "wbuf": 2, "widx": 3, "acc": 4, "param": 5}
+#: the buffers ``ldc`` expands into (the codes of :data:`BUFFERS`)
+COMPRESSED_TARGETS = {"nbuf": 0, "acc": 4}
 FORMATS = FORMAT_CODES
 REDUCE_OPS = {"max": 0, "sum": 1}
 
@@ -301,8 +303,24 @@ OPCODES: tuple[Opcode, ...] = (
         "wbuf / widx; acc sign-extends int8 to int32; "
         "nbuf loads with ld.nidx_mode=1 also write nidx bits (threshold, group pruning)",
     ),
-    Opcode("ldc", 0x09, Unit.LD, (), "Reserved: load activations kept in compressed form "
-           "(index + nonzero values) and expand them.", reserved=True),
+    Opcode(
+        "ldc", 0x09, Unit.LD,
+        (_f("buf", 3, "destination buffer: nbuf (with its neuron index) or acc", "enum",
+            enum=COMPRESSED_TARGETS),
+         _f("dst", 20, "first row's destination (bytes; int32 elements for acc; 8-aligned)"),
+         _f("ext", 32, "first byte of the compressed stream in external memory (8-aligned)",
+            hex=True),
+         _f("rows", 12, "rows", default=1),
+         _f("cols", 16, "values per row")),
+        "Load activations kept in compressed form (the stream `stc` writes: per 64-value "
+        "chunk a mask word, then its non-zero values padded to a word) and expand them.  "
+        "Into nbuf the neuron index comes along: the nidx bits of the expanded bytes are set "
+        "where a value is non-zero, so `fc` with the direct neuron index skips the zeros "
+        "without a threshold pass.  dst, ext or ld.dst_stride (rows > 1) not 8-aligned is "
+        "ALIGN; a row outside the buffer is RANGE.",
+        "for r<rows: B[dst + r*ld.dst_stride .. +cols] <- expand(row r of the stream at ext); "
+        "acc sign-extends; nbuf also writes nidx bit a = (nbuf[a] != 0)",
+    ),
     Opcode(
         "fc", 0x10, Unit.MX,
         (_f("nbuf", 16, "first input vector in nbuf (bytes)"),
@@ -372,8 +390,21 @@ OPCODES: tuple[Opcode, ...] = (
         "for p<n3, r<rows, c<cols: E[ext + p*st.ext_stride3 + r*st.ext_stride + c] <- "
         "obuf[src + p*st.src_stride3 + r*st.src_stride + c]",
     ),
-    Opcode("stc", 0x21, Unit.ST, (), "Reserved: store activations in compressed form "
-           "(threshold, index + nonzero values).", reserved=True),
+    Opcode(
+        "stc", 0x21, Unit.ST,
+        (_f("src", 16, "first row in obuf (bytes, 8-aligned)"),
+         _f("ext", 32, "first byte of the compressed stream in external memory (8-aligned)",
+            hex=True),
+         _f("rows", 12, "rows", default=1),
+         _f("cols", 16, "values per row")),
+        "Store activations in compressed form: each row of `cols` int8 values from the "
+        "output cache is cut into chunks of 64; each chunk is written as a 64-bit mask of its "
+        "non-zero values followed by those values, zero-padded to a whole word.  The "
+        "stream is contiguous from ext; its length depends on the data (at most "
+        "rows * (8*ceil(cols/64) + 8*ceil(cols/8)) bytes).  src, ext or st.src_stride "
+        "(rows > 1) not 8-aligned is ALIGN; a row outside obuf is RANGE.",
+        "E[ext ..] <- for r<rows: compress(obuf[src + r*st.src_stride .. +cols])",
+    ),
     Opcode(
         "send", 0x28, Unit.NET,
         (_f("x", 4, "destination core column"),

@@ -28,7 +28,7 @@ import numpy as np
 from snpu.config import CoreConfig
 from snpu.errors import ExecutionError
 
-from . import timing
+from . import act_compress, timing
 from .core_model import Machine, Packet, Scheduler, Stats, decode_rom
 
 Coord = tuple[int, int]
@@ -194,7 +194,8 @@ def _land(s: Scheduler, p: Packet) -> None:
     lo, hi = p.addr, p.addr + p.data.size
     if s.hz is not None:
         for u, (addr, ins) in s.running.items():
-            if ins.op in ("ld", "st", "send", "recv") and _touches_local(m, ins, lo, hi):
+            if ins.op in ("ld", "ldc", "st", "stc", "send", "recv") and \
+                    _touches_local(m, ins, lo, hi):
                 raise ExecutionError(f"core {m.coords}: a packet from core {p.src} lands in "
                                      f"local memory [{lo}, {hi}) while ROM word {addr} "
                                      f"({ins}) on {u.name} uses it: no recv orders them")
@@ -211,6 +212,9 @@ def _touches_local(m: Machine, ins, lo: int, hi: int) -> bool:
         return ins.src < hi and lo < ins.src + ins.args["bytes"]
     if ins.op == "recv":
         return False  # the recv of this very data
+    if ins.op in ("ldc", "stc"):  # the stream's length depends on the data: its bound
+        a = ins.ext - LOCAL_BASE
+        return a < hi and lo < a + act_compress.stream_bound(ins.rows, ins.cols)
     r = m.regs
     pre = "ld" if ins.op == "ld" else "st"
     a = Machine._grid(ins.ext, ins.n3, ins.rows, ins.cols, r[f"{pre}.ext_stride3"],

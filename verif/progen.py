@@ -12,6 +12,8 @@ races, so a generator bug shows up as an error rather than as a silent mismatch.
   zero-padded channels-last tensor), one output row per tile, ping-pong buffers;
 * :func:`pool_program` - max or average pooling windows with ``vred`` and ``req``;
 * :func:`eltwise_program` - a scaled residual add with ReLU (``vew``);
+* :func:`compress_program` - activations stored compressed and expanded back (``stc``,
+  ``ldc``);
 * :func:`random_program` - one of the above with random shapes and densities.
 """
 
@@ -22,7 +24,7 @@ import numpy as np
 from snpu.config import CoreConfig
 
 from . import index as ix
-from . import isa, layout, numerics
+from . import act_compress, isa, layout, numerics
 from .index import FORMAT_CODES
 from .isa import Unit
 from .program import Program
@@ -407,3 +409,59 @@ def net_program(rng, cfg: CoreConfig, *, n=None, mem_bytes=1 << 18) -> Program:
 
 
 GENERATORS["net"] = net_program
+
+
+def compress_program(rng, cfg: CoreConfig, *, n=None, c=None, density=None,
+                     mem_bytes=1 << 18) -> Program:
+    """Compressed activations (``stc`` / ``ldc``) both ways: ``x`` (``n`` rows of ``c``
+    values at a random density) is loaded into the accumulators, requantised by the
+    identity into the output cache and stored compressed (``stc``).  The stream is expanded
+    back into the accumulators (``ldc buf=acc``), requantised and stored dense to ``y``; and
+    expanded into nbuf with its neuron index (``ldc buf=nbuf``), multiplied by identity
+    weights in an ``fc`` reading the direct neuron index, requantised and stored to ``z``.
+    So ``y == z == x``, the stream is :func:`~.act_compress.encode_stream` of ``x``, and
+    every channel's index bit and value is read back."""
+    P = cfg.lanes
+    c = c or int(rng.integers(1, min(200, cfg.param_rows * P, cfg.acc_elems // 3 - 8) + 1))
+    density = float(rng.choice([0.0, 0.1, 0.4, 0.8, 1.0])) if density is None else density
+    cw = _round(c, max(P, 8))   # row pitch in acc, obuf and the parameters: whole words
+    nw = _round(c, 64)          # row pitch in nbuf: whole 64-bit index chunks
+    most = min(8, cfg.acc_elems // (3 * cw), cfg.obuf_bytes // (2 * cw), cfg.nbuf_bytes // nw,
+               8 * cfg.nidx_bytes // nw)
+    n = n or int(rng.integers(1, max(1, most) + 1))
+    if 3 * n * cw > cfg.acc_elems or 2 * n * cw > cfg.obuf_bytes or n * nw > cfg.nbuf_bytes \
+            or n * nw // 8 > cfg.nidx_bytes or cw > cfg.param_rows * P:
+        raise ValueError("compress_program: does not fit; use a bigger config")
+    p = Program(cfg, mem_bytes=mem_bytes, rom_bytes=1 << 12)
+    x = sparse_int8(rng, (n, c), density)
+    prm = numerics.pack_params(np.zeros(cw, np.int64), np.full(cw, 1 << 14), np.full(cw, 14))
+    p.meta = {"kind": "compress", "x": x}
+    stream = p.space("stream", (act_compress.stream_bound(n, c),), "uint8", "scratch", align=8)
+    y, z = p.space("y", (n, c)), p.space("z", (n, c))
+    p.emit("ld", buf="param", ext=p.data("params", prm, "params"), dst=0, cols=prm.size)
+    p.cfgs(ld__ext_stride=c, ld__dst_stride=cw)
+    p.emit("ld", buf="acc", ext=p.data("x", x), dst=0, rows=n, cols=c, signal=[VX])
+    p.cfgs(vx__src_stride=cw, vx__dst_stride=cw)
+    p.emit("req", dst=0, src=0, param=0, n_o=n, n_i=cw // P, wait=[LD], signal=[ST])
+    p.cfgs(st__src_stride=cw, st__ext_stride=c)
+    p.emit("stc", src=0, ext=stream, rows=n, cols=c, wait=[VX], signal=[LD])
+    p.emit("ldc", buf="acc", dst=n * cw, ext=stream, rows=n, cols=c, wait=[ST], signal=[VX])
+    p.emit("req", dst=n * cw, src=n * cw, param=0, n_o=n, n_i=cw // P, wait=[LD],
+           signal=[ST])
+    p.emit("st", src=n * cw, ext=y, rows=n, cols=c, wait=[VX])
+    # the same stream into nbuf with its index, through identity weights
+    p.load_weight_tile("eye", np.eye(c, dtype=np.int8), "direct")
+    p.cfgs(ld__dst_stride=nw)
+    p.emit("ldc", buf="nbuf", dst=0, ext=stream, rows=n, cols=c, signal=[MX])
+    p.cfgs(mx__nfmt=FMT["direct"], mx__npacked=0, mx__wfmt=FMT["direct"], mx__nvec=n,
+           mx__nstride=nw, mx__nidx_stride=nw // 8, mx__acc_stride=cw, mx__mixed=0)
+    p.emit("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=2 * n * cw, n_in=c, rows=c, wait=[LD],
+           signal=[VX])
+    p.emit("req", dst=0, src=2 * n * cw, param=0, n_o=n, n_i=cw // P, wait=[MX],
+           signal=[ST])
+    p.emit("st", src=0, ext=z, rows=n, cols=c, wait=[VX])
+    p.emit("halt")
+    return p
+
+
+GENERATORS["compress"] = compress_program

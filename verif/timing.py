@@ -160,6 +160,57 @@ def st_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int) -> int:
     return ST_LATENCY + int(round(float(per_row.sum())))
 
 
+#: cycles from an ``ldc``'s header word arriving to its body's first word (the header is
+#: checked, then the body requested), measured on the RTL (bench: the stc / ldc deltas of
+#: ``tests/rtl/test_core.py``'s compress programs)
+LDC_HEADER_CYCLES = 7
+#: cycles an ``stc`` spends beyond reading its rows and writing its last chunk and burst:
+#: start, the stream's end seen, the header queued and its burst answered (RTL, measured)
+STC_OVERHEAD = 17
+#: cycles per output-cache word the ST unit's reader takes (it keeps at most 3 words in
+#: flight to its 4-entry beat queue: 3 words per 4 cycles; measured on the RTL)
+ST_READ_CYCLES = 4 / 3
+
+
+def _chunk_words(cols: int, chunks: int) -> np.ndarray:
+    """Dense 8-byte words of each of a row's ``chunks`` chunks of 64 values."""
+    width = np.minimum(64, cols - 64 * np.arange(chunks))
+    return -(-width // 8)
+
+
+def ldc_cycles(nonzero: np.ndarray, cols: int, axi_bytes: int, beat_cycles: int = 1) -> int:
+    """Cycles of an ``ldc`` of rows of ``cols`` values whose chunks hold ``nonzero[r, k]``
+    non-zero values: the stream's header is read first (one memory round trip), then the
+    bytes it counts in bursts; the expander takes a chunk's mask word in one cycle and writes
+    one dense word per cycle after it (``beat_cycles`` each into acc), so it waits for the
+    bus only for the bursts' overhead."""
+    if nonzero.size == 0:
+        return 1
+    words = _chunk_words(cols, nonzero.shape[1])[None, :]
+    expand = int(((1 + words * beat_cycles) * np.ones_like(nonzero)).sum())
+    stream = int((1 + -(-nonzero // 8)).sum())
+    bus = stream + LD_BURST_OVERHEAD * -(-stream // MAX_BURST)
+    return DMA_LATENCY + LDC_HEADER_CYCLES + max(expand, bus)
+
+
+def stc_cycles(nonzero: np.ndarray, cols: int, axi_bytes: int) -> int:
+    """Cycles of an ``stc`` of rows of ``cols`` values whose chunks hold ``nonzero[r, k]``
+    non-zero values.  Its rows are read from the output cache as an ``st`` reads them
+    (:data:`ST_READ_CYCLES` per word); the compressed words leave while later chunks are
+    read, except the last chunk's mask and values, which go after it is read, and the words
+    of the last burst, which is issued once the stream has ended; then the header word.
+    Measured on the RTL: within a few cycles for sparse rows, up to ~10 % short for dense
+    rows of several chunks (where the output is the slower side)."""
+    if nonzero.size == 0:
+        return 1
+    n = nonzero.shape[0]
+    value_words = -(-nonzero // 8)
+    out = int((1 + value_words).sum())
+    last_burst = out - MAX_BURST * ((out - 1) // MAX_BURST)
+    read = int(np.ceil(n * -(-cols // 8) * ST_READ_CYCLES))
+    return STC_OVERHEAD + read + 1 + int(value_words[-1, -1]) + last_burst
+
+
 def fc_lane_cycles(row_cycles: np.ndarray, lanes: int) -> np.ndarray:
     """Sum per-(vector, row) cycles into per-lane cycles (row r runs on lane r % lanes)."""
     nvec, rows = row_cycles.shape

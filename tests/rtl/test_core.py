@@ -122,6 +122,28 @@ FAULTS = {
                   ErrorCode.STORE_BUS, 1),
     "range-st": (lambda p, x: p.emit("st", src=TEST_CORE.obuf_bytes - 8, ext=p.space("y", (64,)),
                                      cols=16), ErrorCode.RANGE, 1),
+    # compressed activations: alignment, ranges, malformed streams, bus errors
+    "align-stc": (lambda p, x: p.emit("stc", src=4, ext=p.space("y", (64,), align=8), cols=8),
+                  ErrorCode.ALIGN, 1),
+    "range-stc": (lambda p, x: p.emit("stc", src=TEST_CORE.obuf_bytes - 8,
+                                      ext=p.space("y", (64,), align=8), cols=16),
+                  ErrorCode.RANGE, 1),
+    "align-ldc": (lambda p, x: p.emit("ldc", buf="acc", dst=4, ext=x, cols=8), ErrorCode.ALIGN, 1),
+    "range-ldc": (lambda p, x: p.emit("ldc", buf="nbuf", dst=TEST_CORE.nbuf_bytes - 8, ext=x,
+                                      cols=16), ErrorCode.RANGE, 1),
+    "index-ldc-header": (lambda p, x: p.emit("ldc", buf="acc", dst=0, ext=x, cols=8),
+                         ErrorCode.INDEX, 1),
+    "index-ldc-short": (lambda p, x: p.emit("ldc", buf="nbuf", dst=0, cols=64, ext=p.data(
+        "s", np.frombuffer((8).to_bytes(8, "little") + bytes([255] * 8), np.uint8), align=8)),
+                        ErrorCode.INDEX, 1),
+    "load_bus-ldc": (lambda p, x: (p.emit("ldc", buf="acc", dst=0, cols=8, ext=p.data(
+        "s", np.frombuffer((16).to_bytes(8, "little") + bytes([1] + [0] * 7) + bytes([9] + [0] * 7),
+                           np.uint8), align=8)),
+                                   (p.image.region("s").addr + 8, p.image.region("s").addr + 16))[1],
+                     ErrorCode.LOAD_BUS, 1),
+    "store_bus-stc": (lambda p, x: (p.emit("stc", src=0, ext=p.space("y", (64,), align=8), cols=64),
+                                    (p.image.region("y").addr, p.image.region("y").addr + 8))[1],
+                      ErrorCode.STORE_BUS, 1),
     # no fault: an instruction with no work, and an illegal word after halt
     "empty-vred": (lambda p, x: p.emit("vred", mode="max", dst=3, src=5, n_o=0), ErrorCode.NONE, 0),
     "empty-ld": (lambda p, x: p.emit("ld", buf="wbuf", lane=9, ext=x, dst=1 << 19, cols=0),

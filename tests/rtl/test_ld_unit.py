@@ -3,6 +3,9 @@
 import random
 
 import numpy as np
+
+from snpu.rtl.microcode import op_codes
+from snpu.verif.isa import Unit
 import pytest
 
 from snpu.config import CoreConfig
@@ -117,7 +120,8 @@ def _run(c, ops, mem, rng, error_ranges=()):
     async def driver(ctx):
         for regs, args in ops:
             ctx.set(dut.regs, regs)
-            ctx.set(dut.args, args)
+            ctx.set(dut.op, op_codes(Unit.LD)["ld"])
+            ctx.set(dut.args.ld, args)
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)

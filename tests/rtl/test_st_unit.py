@@ -3,6 +3,9 @@
 import random
 
 import numpy as np
+
+from snpu.rtl.microcode import op_codes
+from snpu.verif.isa import Unit
 import pytest
 
 from snpu.config import CoreConfig
@@ -35,7 +38,8 @@ def _run(ops, obuf, mem, rng, error_ranges=()):
     async def driver(ctx):
         for regs, args in ops:
             ctx.set(dut.regs, regs)
-            ctx.set(dut.args, args)
+            ctx.set(dut.op, op_codes(Unit.ST)["st"])
+            ctx.set(dut.args.st, args)
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)

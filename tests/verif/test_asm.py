@@ -45,11 +45,11 @@ def test_source_features():
 
 BAD = [
     ("fcc a=1", "unknown mnemonic 'fcc'"),
-    ("ldc", "reserved in ISA v1"),
+    ("ldc buf=wbuf dst=0 ext=0 cols=8", "ldc: buf=wbuf is not one of nbuf, acc"),
     ("fc nbuf=0", "missing operand nidx"),
     ("halt x=1", "halt has no operand 'x'"),
     ("ld buf=nbuf ext=0 dst=0 cols=70000", "cols=70000 is outside 0..65535"),
-    ("ld buf=dram ext=0 dst=0 cols=1", "unknown name 'dram'"),
+    ("ld buf=dram ext=0 dst=0 cols=1", "ld: buf=dram is not one of nbuf, nidx"),
     ("ld buf=nbuf ext=0 dst=0 cols=1 wait=ld", "own unit LD"),
     ("ld buf=nbuf ext=0 dst=0 cols=1 wait=gpu", "unknown unit 'gpu'"),
     ("cfg reg=mx.bogus value=1", "unknown register 'mx.bogus'"),

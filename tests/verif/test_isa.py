@@ -51,7 +51,8 @@ def _w(op, **kw):
 ILLEGAL = [
     (0, "unknown opcode 0x00"),
     (0x3F, "unknown opcode 0x3f"),
-    (0x09, "reserved in ISA v1"),  # ldc
+    (_w("ldc", buf="acc", dst=0, ext=0, cols=1) & ~(7 << 16) | 2 << 16,  # ldc into wbuf
+     "buf=2 is not one of nbuf=0, acc=4"),
     (0x0A, "unknown opcode 0x0a"),
     (_w("ld", buf="nbuf", ext=0, dst=0, cols=1) | 7 << 16, "buf=7 is not one of"),
     (_w("ld", buf="nbuf", ext=0, dst=0, cols=1) | 1 << 6, "own unit LD"),

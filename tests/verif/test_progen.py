@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from snpu.config import CoreConfig
-from snpu.verif import golden, numerics, progen
+from snpu.verif import act_compress, golden, numerics, progen
 
 CFG = CoreConfig(lanes=4, nbuf_bytes=4096, nidx_bytes=1024, wbuf_bytes=4096, widx_bytes=2048,
                  acc_words=256, obuf_bytes=2048, param_rows=32)
@@ -125,3 +125,17 @@ def test_net_programs_move_data_through_local_memory(seed):
     res = _run(p)
     np.testing.assert_array_equal(p.image.read("y"), p.meta["x"])
     assert res.stats.net_bytes_sent == res.stats.net_bytes_received == p.meta["x"].size
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_compress_programs_round_trip(seed):
+    """stc writes the stream act_compress specifies; ldc expands it into acc and, with its
+    index, into nbuf, where fc reads every channel back through identity weights."""
+    p = progen.compress_program(np.random.default_rng(seed), CFG)
+    res = _run(p)
+    x = p.meta["x"]
+    np.testing.assert_array_equal(p.image.read("y"), x)
+    np.testing.assert_array_equal(p.image.read("z"), x)
+    stream = act_compress.encode_stream(x)
+    assert bytes(p.image.read("stream")[:len(stream)]) == stream
+    assert res.stats.dma_write_bytes >= len(stream)

@@ -1,0 +1,280 @@
+"""Compressed activations in hardware: the chunk compressor (``stc``) and expander (``ldc``).
+
+Both move the stream :func:`snpu.verif.act_compress.encode_stream` specifies: per chunk of
+64 values of a row, a 64-bit mask word of its non-zero values, then those values packed and
+zero-padded to whole words.  (The stream's length header is written and read by the ST and
+LD units around these blocks.)
+"""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from .bits import popcount
+from .realign import WORD
+
+#: a dense input word of a row: ``count`` valid bytes (1..8) from byte 0; ``last``: the
+#: row's last word
+DENSE = data.StructLayout({"data": 64, "count": 4, "last": 1})
+
+
+def _nonzero_bytes(m: Module, word: Value, count: Value, name: str) -> Value:
+    """Bit ``b``: byte ``b`` of ``word`` is non-zero and among the first ``count``."""
+    nz = Signal(8, name=name)
+    m.d.comb += nz.eq(Cat(*[(word.word_select(b, 8) != 0) & (b < count) for b in range(8)]))
+    return nz
+
+
+def _compact(m: Module, word: Value, keep: Value, name: str) -> Value:
+    """The bytes of ``word`` whose ``keep`` bit is set, moved to the low end in order (the
+    rest zero): byte ``i`` of the result is the byte with ``i`` kept bytes below it."""
+    out = Signal(64, name=name)
+    rank = [Signal(4, name=f"{name}_rank{b}") for b in range(8)]
+    for b in range(8):
+        m.d.comb += rank[b].eq(sum((keep[k] for k in range(b)), Const(0, 4)) if b else 0)
+    for i in range(8):
+        picks = [Mux(keep[b] & (rank[b] == i), word.word_select(b, 8), 0) for b in range(i, 8)]
+        acc = picks[0]
+        for p in picks[1:]:
+            acc = acc | p
+        m.d.comb += out.word_select(i, 8).eq(acc)
+    return out
+
+
+def _expand(m: Module, packed: Value, keep: Value, name: str) -> Value:
+    """The inverse of :func:`_compact`: byte ``b`` of the result is byte ``rank(b)`` of
+    ``packed`` where ``keep[b]`` is set (``rank``: kept bytes below ``b``), else zero."""
+    out = Signal(64, name=name)
+    for b in range(8):
+        rank = Signal(3, name=f"{name}_rank{b}")
+        m.d.comb += rank.eq(sum((keep[k] for k in range(b)), Const(0, 3)) if b else 0)
+        m.d.comb += out.word_select(b, 8).eq(Mux(keep[b], packed.word_select(rank, 8), 0))
+    return out
+
+
+class ChunkCompressor(wiring.Component):
+    """Dense row words in, the compressed stream's words out (``stc``).
+
+    Each input word's non-zero bytes (of its ``count`` valid ones) set 8 bits of the chunk's
+    mask and are packed, in order, into a byte packer that pushes whole value words into a
+    value queue; at a chunk's end (its 8th word, or the row's last) the packer's remainder is
+    pushed zero-padded and the mask goes to a header queue with the chunk's value-word count.
+    The output side sends a chunk's mask, then its value words, while the next chunk is
+    packed.
+
+    Throughput: one input word per cycle, plus one cycle at a chunk's end when its last word
+    leaves more than 8 packed bytes (the remainder is pushed a cycle later); one output word
+    per cycle.  Per chunk the slower of the two (:func:`snpu.verif.timing.stc_cycles`).
+
+    Members
+    -------
+    i : In(stream(DENSE))
+    o : Out(stream(64))
+    idle : Out(1)
+        Nothing accepted is still inside (the row words taken so far have all left).
+    """
+
+    i: In(stream.Signature(DENSE))
+    o: Out(stream.Signature(64))
+    idle: Out(1)
+
+    def __init__(self):
+        self._values = SyncFIFOBuffered(width=64, depth=18)
+        self._headers = SyncFIFOBuffered(width=64 + 4, depth=3)
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.values = values = self._values
+        m.submodules.headers = headers = self._headers
+
+        # ---- Packing side.
+        word_in_chunk = Signal(3)
+        mask = Signal(64)
+        value_words = Signal(4)   # value words of the chunk pushed so far
+        pend = Signal(56)         # packed bytes not yet a whole word
+        pend_n = Signal(3)
+        flushing = Signal()       # the chunk's remainder is pushed this cycle
+
+        nz = _nonzero_bytes(m, self.i.payload.data, self.i.payload.count, "nz")
+        packed = _compact(m, self.i.payload.data, nz, "packed")
+        k = Signal(4)
+        m.d.comb += k.eq(popcount(m, nz, "nz_count"))
+        merged = Signal(120)
+        m.d.comb += merged.eq(pend | (packed << (pend_n * 8)))
+        total = Signal(4)
+        m.d.comb += total.eq(pend_n + k)
+        chunk_end = self.i.payload.last | (word_in_chunk == 7)
+        full_mask = Signal(64)
+        m.d.comb += full_mask.eq(mask | (nz << (word_in_chunk * 8)))
+
+        m.d.comb += self.i.ready.eq(~flushing & values.w_rdy & headers.w_rdy)
+        take = self.i.valid & self.i.ready
+        with m.If(flushing):
+            with m.If(values.w_rdy & headers.w_rdy):
+                m.d.comb += [values.w_en.eq(1), values.w_data.eq(pend),
+                             headers.w_en.eq(1), headers.w_data.eq(Cat(mask, value_words + 1))]
+                m.d.sync += [flushing.eq(0), pend.eq(0), pend_n.eq(0), mask.eq(0),
+                             value_words.eq(0)]
+        with m.Elif(take):
+            m.d.sync += word_in_chunk.eq(Mux(chunk_end, 0, word_in_chunk + 1))
+            with m.If(~chunk_end):
+                m.d.sync += mask.eq(full_mask)
+                with m.If(total >= 8):
+                    m.d.comb += [values.w_en.eq(1), values.w_data.eq(merged[:64])]
+                    m.d.sync += [pend.eq(merged[64:]), pend_n.eq(total - 8),
+                                 value_words.eq(value_words + 1)]
+                with m.Else():
+                    m.d.sync += [pend.eq(merged[:56]), pend_n.eq(total)]
+            with m.Elif(total > 8):
+                # a whole word now, the remainder (zero-padded) and the mask next cycle
+                m.d.comb += [values.w_en.eq(1), values.w_data.eq(merged[:64])]
+                m.d.sync += [pend.eq(merged[64:]), pend_n.eq(total - 8), mask.eq(full_mask),
+                             value_words.eq(value_words + 1), flushing.eq(1)]
+            with m.Else():
+                m.d.comb += [values.w_en.eq(total != 0), values.w_data.eq(merged[:64]),
+                             headers.w_en.eq(1),
+                             headers.w_data.eq(Cat(full_mask, value_words + (total != 0)))]
+                m.d.sync += [pend.eq(0), pend_n.eq(0), mask.eq(0), value_words.eq(0)]
+
+        # ---- Output side: a chunk's mask, then its value words.
+        body_left = Signal(4)
+        with m.If(body_left == 0):
+            m.d.comb += [self.o.valid.eq(headers.r_rdy), self.o.payload.eq(headers.r_data[:64])]
+            with m.If(self.o.valid & self.o.ready):
+                m.d.comb += headers.r_en.eq(1)
+                m.d.sync += body_left.eq(headers.r_data[64:])
+        with m.Else():
+            m.d.comb += [self.o.valid.eq(values.r_rdy), self.o.payload.eq(values.r_data),
+                         values.r_en.eq(self.o.ready)]
+            with m.If(self.o.valid & self.o.ready):
+                m.d.sync += body_left.eq(body_left - 1)
+
+        m.d.comb += self.idle.eq((word_in_chunk == 0) & ~flushing & (body_left == 0) &
+                                 ~headers.r_rdy & ~values.r_rdy & (headers.level == 0) &
+                                 (values.level == 0))
+        return m
+
+
+class ChunkExpander(wiring.Component):
+    """The compressed stream's words in, dense row words out (``ldc``).
+
+    Started with the instruction's ``rows`` and ``cols``.  Per chunk: its mask word (one
+    cycle), then one dense word per cycle: word ``j`` takes ``popcount(mask byte j)`` bytes
+    from a 16-byte window that value words are shifted into as needed, and spreads them to
+    the mask's set bits (zeros elsewhere).  Bytes past the row's end are disabled in the
+    word's byte enables (their values are consumed and dropped); value words the chunk still
+    holds after its last dense word (mask bits past the row's end) are skipped.  Output words
+    carry the row's ``last`` flag, as the :class:`~.realign.Realigner`'s do, so the LD unit
+    writes them as it writes loaded rows.
+
+    Throughput: ``1 + ceil(width / 8)`` cycles per chunk of ``width`` values
+    (:func:`snpu.verif.timing.ldc_cycles`).
+
+    Members
+    -------
+    i : In(stream(64))
+    o : Out(stream(WORD))
+    start : In(1)
+        Begin an instruction of ``rows`` rows of ``cols`` values.
+    finished : Out(1)
+        Every row has been expanded and the last chunk's words taken (until the next
+        ``start``).
+    starving : Out(1)
+        It cannot go on without another stream word (the LD unit's check of a stream shorter
+        than its header says).
+    """
+
+    i: In(stream.Signature(64))
+    o: Out(stream.Signature(WORD))
+    start: In(1)
+    rows: In(12)
+    cols: In(16)
+    finished: Out(1)
+    starving: Out(1)
+
+    def elaborate(self, platform):
+        m = Module()
+        rows_left = Signal(12)
+        cols = Signal(16)
+        col = Signal(16)          # the row's values expanded so far (a multiple of 8)
+        mask = Signal(64)
+        byte = Signal(3)          # the chunk's dense word being made
+        value_left = Signal(4)    # value words of the chunk not yet taken
+        window = Signal(64)       # packed value bytes taken and not yet used
+        window_n = Signal(4)
+        head = Signal()           # waiting for a chunk's mask word
+        skipping = Signal()       # dropping the chunk's unused value words
+        busy = Signal()
+        m.d.comb += self.finished.eq(~busy)
+
+        with m.If(self.start):
+            m.d.sync += [rows_left.eq(self.rows), cols.eq(self.cols), col.eq(0),
+                         busy.eq((self.rows != 0) & (self.cols != 0)), head.eq(1),
+                         skipping.eq(0)]
+
+        # mask word -> the chunk's value words
+        count = Signal(7)
+        m.d.comb += count.eq(popcount(m, self.i.payload, "mask_count"))
+        left_in_row = Signal(16)
+        m.d.comb += left_in_row.eq(cols - col)
+        last_word_of_row = left_in_row <= 8
+        chunk_last = last_word_of_row | (byte == 7)
+
+        keep = Signal(8)
+        m.d.comb += keep.eq(mask.word_select(byte, 8))
+        need = Signal(4)
+        m.d.comb += need.eq(popcount(m, keep, "need"))
+        take_word = Signal()
+        m.d.comb += take_word.eq((window_n < need) & (value_left != 0))
+        merged = Signal(128)
+        m.d.comb += merged.eq(Mux(take_word, window | (self.i.payload << (window_n * 8)),
+                                  window))
+        have = Signal(5)
+        m.d.comb += have.eq(window_n + Mux(take_word, 8, 0))
+
+        dense = _expand(m, merged[:64], keep, "dense")
+        be = Signal(8)
+        m.d.comb += be.eq(Mux(last_word_of_row, (Const(1, 9) << left_in_row[:4]) - 1, 0xFF))
+        m.d.comb += [self.o.payload.data.eq(dense), self.o.payload.be.eq(be),
+                     self.o.payload.last.eq(last_word_of_row)]
+
+        with m.If(~busy | self.start):
+            pass  # idle, or (re)starting: nothing is taken or given
+        with m.Elif(head):
+            m.d.comb += self.i.ready.eq(1)
+            with m.If(self.i.valid):
+                m.d.sync += [mask.eq(self.i.payload), value_left.eq((count + 7) >> 3),
+                             byte.eq(0), window.eq(0), window_n.eq(0), head.eq(0)]
+        with m.Elif(skipping):
+            m.d.comb += self.i.ready.eq(1)
+            with m.If(self.i.valid):
+                m.d.sync += value_left.eq(value_left - 1)
+                with m.If(value_left == 1):
+                    m.d.sync += [skipping.eq(0), head.eq(rows_left != 0),
+                                 busy.eq(rows_left != 0)]
+        with m.Else():
+            enough = (have >= need) & (~take_word | self.i.valid)
+            m.d.comb += [self.o.valid.eq(enough),
+                         self.i.ready.eq(take_word & self.o.ready)]
+            with m.If(self.o.valid & self.o.ready):
+                shifted = merged >> (need * 8)
+                m.d.sync += [window.eq(shifted[:64]), window_n.eq(have - need),
+                             value_left.eq(value_left - take_word), byte.eq(byte + 1)]
+                with m.If(last_word_of_row):
+                    m.d.sync += [col.eq(0), rows_left.eq(rows_left - 1)]
+                with m.Else():
+                    m.d.sync += col.eq(col + 8)
+                with m.If(chunk_last):
+                    rest = value_left - take_word
+                    the_end = last_word_of_row & (rows_left == 1)
+                    with m.If(rest != 0):
+                        m.d.sync += skipping.eq(1)
+                    with m.Elif(the_end):
+                        m.d.sync += busy.eq(0)
+                    with m.Else():
+                        m.d.sync += head.eq(1)
+        m.d.comb += self.starving.eq(busy & ~self.start &
+                                     (head | skipping | (~head & ~skipping & take_word)))
+        return m
