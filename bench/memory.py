@@ -14,7 +14,9 @@ back, so skips cross host subgraphs):
   input that dies there, and ``arena_bytes``: the fast memory the unswapped plan takes
   (the arena's placement adds fragmentation);
 * ``smallest``: per strategy, the smallest budget any plan fits, as bytes and as a fraction
-  of the peak, and the golden cycles at that budget;
+  of the peak, and the golden cycles at that budget; for ``slack``, also the same plan with
+  the swapped maps moved dense (``--swap-compression off``: ``uncompressed_*``), the
+  default storing ReLU maps compressed (``stc`` / ``ldc``);
 * ``budgets``: at 1/2, 1/3 and 1/5 of the peak, per strategy, whether a plan fits and its
   slowdown in golden cycles against the program without a plan (every activation in a
   region of its own);
@@ -24,8 +26,8 @@ back, so skips cross host subgraphs):
 * ``compression``: the activations of one input (the int8 reference) in the
   compressed-activation format (:mod:`snpu.verif.act_compress`: per tensor the smallest
   of dense, or per pixel the non-zeros with a direct or a stride index), over dense bytes,
-  and each tensor's format; the swaps themselves are uncompressed today (no ``stc`` /
-  ``ldc`` in hardware yet).
+  and each tensor's format; ``stream_ratio``: the same in the hardware stream ``stc``
+  writes (a mask word per 64 values, values padded to words: what the swaps move).
 
 Far memory: the golden model's default (:class:`~snpu.verif.timing.FarMemory`: 40 cycles
 per read burst, two cycles per beat).  ``--quick``: the U-Nets only, at a small size.
@@ -89,10 +91,11 @@ def _compile(model, extra: dict, memory: MemoryOptions | None):
 
 def compression(c, x) -> dict:
     """Activations of one input (the int8 reference) in the compressed-activation format
-    (:mod:`snpu.verif.act_compress`, each tensor in its smallest format), each checked to
-    decode back to itself."""
+    (:mod:`snpu.verif.act_compress`, each tensor in its smallest software format, each
+    checked to decode back to itself; ``per_tensor``: format, its ratio, the hardware
+    stream's ratio), and in the hardware stream ``stc`` writes (``stream_ratio``)."""
     ints = int8_ref.run(c.graph, x, keep=True)
-    dense = packed = 0
+    dense = packed = streamed = 0
     per = {}
     for n in c.graph.nodes:
         if n.device != "core" or n.op in ("Concat", "Flatten", "Reshape", "Copy"):
@@ -107,9 +110,13 @@ def compression(c, x) -> dict:
         assert used == len(buf) and np.array_equal(back, rows), t
         dense += rows.size
         packed += len(buf)
-        per[t] = [fmt, round(len(buf) / rows.size, 3)]
+        stream = act_compress.stream_size(rows)
+        streamed += stream
+        per[t] = [fmt, round(len(buf) / rows.size, 3), round(stream / rows.size, 3)]
     return {"ratio": round(packed / dense, 4) if dense else 1.0, "dense_bytes": int(dense),
-            "compressed_bytes": int(packed), "per_tensor": per}
+            "compressed_bytes": int(packed),
+            "stream_ratio": round(streamed / dense, 4) if dense else 1.0,
+            "stream_bytes": int(streamed), "per_tensor": per}
 
 
 def bench_model(name: str, model, extra: dict) -> dict:
@@ -140,6 +147,15 @@ def bench_model(name: str, model, extra: dict) -> dict:
                      swapped=len(c.report["memory"]["swapped"]),
                      far_bytes=c.report["memory"]["far_bytes"],
                      compile_seconds=c.report["compile_seconds"])
+        if strategy == "slack" and entry["swapped"]:
+            # the same plan with the swapped maps moved dense (no stc / ldc)
+            off = _compile(model, extra, MemoryOptions(budget=smallest, strategy=strategy,
+                                                       compress="off"))
+            off_cycles = _cycles(off, x)
+            entry.update(compressed=sum(s["compressed"] for s in c.report["memory"]["swapped"]),
+                         uncompressed_cycles=off_cycles,
+                         uncompressed_slowdown=round(off_cycles / base - 1, 4),
+                         uncompressed_far_bytes=off.report["memory"]["far_bytes"])
         row["smallest"][strategy] = entry
         for k in FRACTIONS:
             budget = peak // k

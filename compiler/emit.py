@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 
 from snpu.config import CoreConfig
-from snpu.verif import isa
+from snpu.verif import act_compress, isa
 from snpu.verif.isa import IMPLEMENTED_UNITS, Instr, Unit
 from snpu.verif.program import Program
 
@@ -253,6 +253,30 @@ class Kernels(Emitter):
         e_lo, e_hi = span(ext, n3, rows, cols, self.p.reg("st.ext_stride3"), self.p.reg("st.ext_stride"))
         self.emit("st", [Access("obuf", s_lo, s_hi, False), Access("ext", e_lo, e_hi, True)],
                   src=src, ext=ext, n3=n3, rows=rows, cols=cols)
+
+    def stc(self, src: int, ext: int, cols: int, rows: int = 1, *, src_stride: int = 0) -> None:
+        """A compressed store of ``rows`` output-cache rows; the stream's footprint is its
+        bound (its length depends on the data)."""
+        if rows * cols == 0:
+            return
+        self.cfgs(st__src_stride=src_stride if rows > 1 else self.p.reg("st.src_stride"))
+        s_lo, s_hi = span(src, 1, rows, cols, 0, self.p.reg("st.src_stride"))
+        bound = act_compress.stream_bound(rows, cols)
+        self.emit("stc", [Access("obuf", s_lo, s_hi, False), Access("ext", ext, ext + bound, True)],
+                  src=src, ext=ext, rows=rows, cols=cols)
+
+    def ldc(self, buf: str, ext: int, dst: int, cols: int, rows: int = 1, *,
+            dst_stride: int = 0) -> None:
+        """Expand a compressed stream into acc, or into nbuf with its neuron index."""
+        if rows * cols == 0:
+            return
+        self.cfgs(ld__dst_stride=dst_stride if rows > 1 else self.p.reg("ld.dst_stride"))
+        d_lo, d_hi = span(dst, 1, rows, cols, 0, self.p.reg("ld.dst_stride"))
+        bound = act_compress.stream_bound(rows, cols)
+        acc = [Access("ext", ext, ext + bound, False), Access(buf, d_lo, d_hi, True)]
+        if buf == "nbuf":
+            acc.append(Access("nidx", d_lo // 8, -(-d_hi // 8), True))
+        self.emit("ldc", acc, buf=buf, dst=dst, ext=ext, rows=rows, cols=cols)
 
     def fc(self, *, nbuf: int, n_in: int, rows: int, acc: int, wbuf: int, widx: int,
            wbytes: int, ibytes: int, nvec: int = 1, nstride: int = 0, nfmt: int = 1,

@@ -31,7 +31,8 @@ import numpy as np
 
 from snpu.errors import CompileError
 from snpu.verif import layout as lanes_layout
-from snpu.verif import numerics, timing
+from snpu.config import CoreConfig
+from snpu.verif import act_compress, numerics, timing
 from snpu.verif.index import FORMAT_CODES
 
 from .emit import Kernels
@@ -709,3 +710,83 @@ def zero_halo(ctx: LayerContext, L: TensorLayout) -> int:
                     fill(I.addr(y, I.w - 1) + I.pixel, I.addr(y + 1, 0))
         fill(last, end)
     return stores
+
+
+# ---------------------------------------------------------------------------------------------
+# Compressed swaps (stc / ldc)
+# ---------------------------------------------------------------------------------------------
+
+
+def compressed_chunks(cfg: CoreConfig, c: int) -> list[tuple[int, int]]:
+    """Channel ranges a compressed swap moves separately: padded to whole words of 8 (the
+    stream units move words) and fitting half of the accumulators, the output cache and the
+    parameter memory, as :func:`_requantize_map` does."""
+    w = max(cfg.lanes, 8)
+    return _channel_chunks(c, w, min(cfg.acc_elems // 2, cfg.obuf_bytes // 2,
+                                     cfg.param_rows // 2 * cfg.lanes) // w * w)
+
+
+def _compressed_groups(cfg: CoreConfig, h: int, w: int, c: int, far: int = 0):
+    """How a compressed swap cuts an ``h x w x c`` map whose far storage starts at ``far``:
+    ``(c0, c1, pitch, [(y, x0, g, stream address), ...])`` per channel chunk
+    (:func:`compressed_chunks`; ``pitch``: the chunk's row pitch in acc and obuf), one
+    stream per pixel group, each at its bound after the one before (the same cut for the
+    swap-out, the swap-in and the reservation)."""
+    P = cfg.lanes
+    at = far
+    shape = TensorLayout(0, h, w, c, c, w * c)
+    for c0, c1 in compressed_chunks(cfg, c):
+        pitch = _r(c1 - c0, max(P, 8))
+        per = max(1, min(w, cfg.acc_elems // 2 // pitch, cfg.obuf_bytes // 2 // pitch, 4095))
+        groups = []
+        for y, x0, g in _pixel_groups(shape, per):
+            groups.append((y, x0, g, at))
+            at += act_compress.stream_bound(g, c1 - c0)
+        yield c0, c1, pitch, groups
+
+
+def compressed_bytes(cfg: CoreConfig, h: int, w: int, c: int) -> int:
+    """Far-memory bytes reserved for an ``h x w x c`` map swapped compressed: every
+    stream's bound (:func:`_compressed_groups`); the streams themselves take what the data
+    needs."""
+    return sum(act_compress.stream_bound(g, c1 - c0)
+               for c0, c1, _, groups in _compressed_groups(cfg, h, w, c)
+               for _, _, g, _ in groups)
+
+
+def compress_copy(ctx: LayerContext, X: TensorLayout, far: int) -> dict:
+    """The memory plan's swap-out, compressed: each pixel group of each channel chunk goes
+    through the accumulators and the output cache (identity requantisation) and is stored
+    as one ``stc`` stream at its slot of the far storage ``far``."""
+    k, P = ctx.k, ctx.cfg.lanes
+    streams = 0
+    for c0, c1, pitch, groups in _compressed_groups(ctx.cfg, X.h, X.w, X.c, far):
+        c = c1 - c0
+        row = ctx.load_params([(np.zeros(pitch), np.ones(pitch), np.zeros(pitch))])[0]
+        for y, x0, g, at in groups:
+            half = ctx.alternate()
+            ab, ob = half * ctx.acc_half, half * ctx.ob_half
+            k.ld("acc", X.addr(y, x0, c0), ab, c, g, ext_stride=X.pixel, dst_stride=pitch)
+            k.req(ob, ab, row, g, pitch // P, 0, src_stride=pitch, dst_stride=pitch)
+            k.stc(ob, at, c, g, src_stride=pitch)
+            streams += 1
+    return {"compressed_streams": streams}
+
+
+def expand_copy(ctx: LayerContext, far: int, Y: TensorLayout) -> dict:
+    """The memory plan's swap-in of a tensor :func:`compress_copy` stored at ``far``: each
+    stream is expanded into the accumulators (``ldc``), requantised by the identity and
+    stored dense into ``Y``."""
+    k, P = ctx.k, ctx.cfg.lanes
+    streams = 0
+    for c0, c1, pitch, groups in _compressed_groups(ctx.cfg, Y.h, Y.w, Y.c, far):
+        c = c1 - c0
+        row = ctx.load_params([(np.zeros(pitch), np.ones(pitch), np.zeros(pitch))])[0]
+        for y, x0, g, at in groups:
+            half = ctx.alternate()
+            ab, ob = half * ctx.acc_half, half * ctx.ob_half
+            k.ldc("acc", at, ab, c, g, dst_stride=pitch)
+            k.req(ob, ab, row, g, pitch // P, 0, src_stride=pitch, dst_stride=pitch)
+            k.st(ob, Y.addr(y, x0, c0), c, g, src_stride=pitch, ext_stride=Y.pixel)
+            streams += 1
+    return {"compressed_streams": streams}

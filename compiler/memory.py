@@ -15,7 +15,7 @@ viewed tensor.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -237,11 +237,14 @@ def storage(g: Graph) -> Storage:
 class Arena:
     """A memory plan's placement (:mod:`.passes.memory_budget`): ``offsets[t]``: root ``t``'s
     byte offset in the fast-memory arena (one region, tensors whose lifetimes do not overlap
-    share bytes); ``far``: roots that live in far memory; ``size``: the arena's bytes."""
+    share bytes); ``far``: roots that live in far memory; ``size``: the arena's bytes;
+    ``far_bytes``: the far bytes of roots stored compressed (their bound, which depends on
+    how the kernels cut them; the rest take their dense size)."""
 
     offsets: dict[str, int]
     far: list[str]
     size: int
+    far_bytes: dict[str, int] = field(default_factory=dict)
 
 
 def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0,
@@ -285,7 +288,7 @@ def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0,
             end = 0
             for t in arena.far:
                 far[t] = end
-                end += -(-st.size(g, t) // 64) * 64
+                end += -(-arena.far_bytes.get(t, st.size(g, t)) // 64) * 64
             region = image.alloc("act:far", max(end, 1), "far", "int8", (max(end, 1),), align=4096)
             base.update({t: region.addr + off for t, off in far.items()})
     for t in st.roots:

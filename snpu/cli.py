@@ -439,6 +439,11 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None, f
               "(the golden model and the RTL testbench's RAM run the artifact with it).")
 @click.option("--far-beat-cycles", type=click.IntRange(1, 15), default=2, show_default=True,
               help="Memory plan: cycles per 8-byte beat in far memory.")
+@click.option("--swap-compression", type=click.Choice(["relu", "all", "off"]), default="relu",
+              show_default=True,
+              help="Memory plan: which swapped tensors are stored compressed in far memory "
+                   "(stc / ldc: non-zero values and a mask per 64 values): those a ReLU wrote, "
+                   "all, or none.")
 @click.option("--memory-profile", type=click.Path(dir_okay=False), default=None,
               help="Plot the memory profile (bytes live before and after the plan) to this "
                    ".png (with --memory-budget).")
@@ -452,7 +457,7 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
              mesh: str, unusable: tuple, split: str, placement: str, batch: int,
              schedule_mode: str, split_threshold: int | None, memory_budget: int | None,
              swap_slack: float, swap_min_bytes: int, swap_max: int, far_latency: int,
-             far_beat_cycles: int, memory_profile: str | None,
+             far_beat_cycles: int, swap_compression: str, memory_profile: str | None,
              as_json: bool, force: bool, **params) -> None:
     """Compile an ONNX MODEL to ROM images and a memory image in OUTPUT.
 
@@ -490,6 +495,7 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
                           split_threshold=split_threshold,
                           memory=MemoryOptions(budget=memory_budget, th_tts=swap_slack,
                                                th_s=swap_min_bytes, n=swap_max,
+                                               compress=swap_compression,
                                                far=FarMemory(latency=far_latency,
                                                              beat_cycles=far_beat_cycles)))
     with _progress("compiling", -1) as tick:

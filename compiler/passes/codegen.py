@@ -162,6 +162,10 @@ def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None,
             return kernels.add(ctx, n, ins, Y, rows)
         if n.op == "Affine":
             return kernels.affine(ctx, n, X, Y, rows)
+        if n.op == "Copy" and n.meta.get("compressed"):  # a swap stored with stc / ldc
+            if n.meta["memory"] == "reduction":
+                return kernels.compress_copy(ctx, X, Y.base)
+            return kernels.expand_copy(ctx, X.base, Y)
         if n.op == "Copy":
             return kernels.copy(ctx, X, Y)
         raise CompileError(f"{n.where()}: no core kernel")

@@ -48,7 +48,8 @@ from snpu.verif import timing
 from snpu.verif.image import MemoryImage
 
 from ..ir import Graph, Node, Tensor
-from ..memory import Arena, allocate, storage
+from .. import kernels
+from ..memory import Arena, allocate, hwc, storage
 from .codegen import subgraph_units
 from .memory_plan import Flow, candidates, rewrite, timing_analysis
 from .schedule import KernelTimer
@@ -80,6 +81,14 @@ class MemoryOptions:
     #: TFLMS-style baseline: every tensor read at least d nodes after it is written)
     strategy: str = "slack"
     far: timing.FarMemory = timing.FarMemory()
+    #: which swapped tensors are stored compressed (``stc`` / ``ldc``): ``relu`` (those a
+    #: ReLU wrote: mostly zeros), ``all`` or ``off``
+    compress: str = "relu"
+
+
+#: the far bytes a compressed ReLU map is assumed to take per dense byte when the plan times
+#: its swaps (about half its values zero: 1/8 for the masks, the values, word padding)
+COMPRESSED_RATIO_GUESS = 0.7
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,7 +470,9 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
         _, _, tts = timing_analysis(flow)
         sets = _swap_sets(flow, ok, tts, options)
         tensors = list(dict.fromkeys(t for _, t in (sets[-1] if sets else [])))
-        restore = {t: _copy_cycles(flow.size[t], config, options.far) for t in tensors}
+        packed = _compressed(g, tensors, options)
+        restore = {t: _copy_cycles(flow.size[t] * (COMPRESSED_RATIO_GUESS if t in packed else 1),
+                                   config, options.far) for t in tensors}
         for chosen, prefetch in [(c, p) for c in sets for p in (True, False)]:
             new = rewrite(flow, chosen, gap=options.gap, restore_delay=restore,
                           prefetch=prefetch)
@@ -491,6 +502,10 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
                               f"{base.fast}; the smallest plan peaks at kernel {at!r} with "
                               f"{len(live)} tensors live, largest {top} bytes); give a budget "
                               f"of {best.fast} or more", best.fast)
+    packed = _compressed(g, [s["tensor"] for s in best.swapped], options)
+    for s in best.swapped:
+        s["compressed"] = s["tensor"] in packed
+    _mark_compressed(best.graph, best.arena, packed, config)
     out = allocate(best.graph, image, arena=best.arena)
     out.meta["memory"] = {
         "budget": budget, "fast_bytes_before": base.fast, "fast_bytes": best.fast,
@@ -498,13 +513,50 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
         "peak_before": max(base.profile, default=0),
         "peak_after": max(best.profile, default=0), "plans_tried": tried,
         "prefetch": best.prefetch,
-        "far_bytes": sum(storage(out).size(out, t) for t in best.arena.far),
+        "far_bytes": sum(best.arena.far_bytes.get(t, storage(out).size(out, t))
+                         for t in best.arena.far),
         "far_memory": {"latency": options.far.latency, "beat_cycles": options.far.beat_cycles},
         "swapped": best.swapped, "zero_halo": best.dirty,
         "in_place": sorted(best.graph.meta.get("inplace", {}).items()),
         "profile_before": base.profile, "profile_after": best.profile,
     }
     return out
+
+
+def _compressed(g: Graph, tensors, options: MemoryOptions) -> set[str]:
+    """The swapped ``tensors`` stored compressed under ``options.compress``: one image (the
+    kernels cut a batch's maps as one), written by a node that applies ReLU (``relu``) or
+    any (``all``)."""
+    if options.compress not in ("relu", "all", "off"):
+        raise CompileError(f"memory plan: compress={options.compress!r} is not relu, all or off")
+    if options.compress == "off":
+        return set()
+    made = g.producers()
+    out = set()
+    for t in tensors:
+        n = made.get(t)
+        if n is None or (g.tensor(t).shape and len(g.tensor(t).shape) == 4
+                         and g.tensor(t).shape[0] != 1):
+            continue
+        if options.compress == "all" or n.meta.get("relu"):
+            out.add(t)
+    return out
+
+
+def _mark_compressed(g: Graph, arena: Arena, packed: set[str], config: CoreConfig) -> None:
+    """Mark the reductions of ``packed`` tensors and the restorations of their far copies
+    ``compressed`` (code generation stores them with ``stc`` and loads them with ``ldc``)
+    and give each far copy its bound in ``arena.far_bytes``."""
+    far_of = {}
+    for n in g.nodes:
+        if n.op == "Copy" and n.meta.get("memory") == "reduction" and n.inputs[0] in packed:
+            n.meta = {**n.meta, "compressed": True}
+            far_of[n.outputs[0]] = n
+            h, w, c = hwc(g.tensor(n.outputs[0]).shape)
+            arena.far_bytes[n.outputs[0]] = kernels.compressed_bytes(config, h, w, c)
+    for n in g.nodes:
+        if n.op == "Copy" and n.meta.get("memory") == "restoration" and n.inputs[0] in far_of:
+            n.meta = {**n.meta, "compressed": True}
 
 
 def _swap_sets(flow: Flow, ok: set[str], tts: dict, options: MemoryOptions) -> list[list]:

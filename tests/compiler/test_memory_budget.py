@@ -285,3 +285,27 @@ def test_random_unets_and_branchy_networks_at_their_smallest_budget(seed):
     if seed % 2 == 0:
         assert c.report["memory"]["swapped"]
     _bit_exact(c, xs)
+
+
+def test_swaps_of_relu_maps_are_stored_compressed(unet_model, unet_unplanned):
+    """The plan stores a ReLU map it swaps compressed (stc, its far bytes reserved at the
+    streams' bound) and expands it on the way back (ldc); `off` and `all` choose otherwise;
+    all bit-exact, and the compressed plan moves fewer far bytes."""
+    from snpu.verif import isa
+
+    budget = int(unet_unplanned[0].report["memory"]["fast_bytes"] * 0.75)
+    runs = {}
+    for mode in ("relu", "off", "all"):
+        c, xs = _compile(unet_model, budget, (1, 8, 12, 12), n=1, memory={"compress": mode})
+        swapped = c.report["memory"]["swapped"]
+        assert swapped and all(s["compressed"] == (mode != "off") for s in swapped)
+        seg = next(s for s in c.graph.meta["segments"] if s["kind"] == "core")
+        ops = [isa.decode(w).op for w in c.rom(seg["rom"])]
+        assert (ops.count("stc") > 0) == (ops.count("ldc") > 0) == (mode != "off")
+        _bit_exact(c, xs)
+        r = runtime.run(c, {"x": xs[0]}, check_races=True)
+        runs[mode] = (r.core_cycles, c.report["memory"]["far_bytes"])
+    assert runs["relu"][1] > runs["off"][1]        # the reservation is the bound
+    assert runs["relu"][0] < runs["off"][0]        # fewer far bytes move
+    with pytest.raises(CompileError, match="compress='zip' is not relu, all or off"):
+        _compile(unet_model, budget, (1, 8, 12, 12), n=1, memory={"compress": "zip"})

@@ -172,8 +172,9 @@ def test_layers_larger_than_every_buffer_split_and_searched_on_the_rtl():
 def test_a_tight_memory_budget_on_the_rtl():
     """Issue 13: a U-Net-like model under a budget below its unplanned footprint: the arena
     shares bytes, halos on reused bytes are zeroed, long skips are swapped to far memory and
-    back by Copy kernels; bit-exact on the RTL, whose RAM makes the far region slower as
-    the golden model does (a slower far memory costs the RTL cycles too)."""
+    back by Copy kernels (ReLU maps compressed: stc out, ldc back); bit-exact on the RTL,
+    whose RAM makes the far region slower as the golden model does (a slower far memory
+    costs the RTL cycles too)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
     import unet
 
@@ -189,6 +190,7 @@ def test_a_tight_memory_budget_on_the_rtl():
     c = compile_model(m, CompileOptions(**opts, memory=MemoryOptions(budget=budget)))
     mem = c.report["memory"]
     assert mem["swapped"] and mem["zero_halo"] and mem["fast_bytes"] <= budget
+    assert any(s["compressed"] for s in mem["swapped"])
     _rtl_matches(c, xs)
     seg = next(s for s in c.graph.meta["segments"] if s["kind"] == "core")
     words, image = c.rom(seg["rom"]), c.image
