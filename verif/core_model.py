@@ -289,21 +289,29 @@ class Machine:
         np.bitwise_and.at(self.nidx, byte, ~one)
         np.bitwise_or.at(self.nidx, byte[bits], one[bits])
 
+    def _stream_rows(self, i: Instr, field: str, stride: str, size: int, what: str) -> np.ndarray:
+        """The on-chip row starts of an ``ldc`` / ``stc`` (``field``: its on-chip operand,
+        ``stride``: the register between rows), after the units' checks: the operand,
+        ``ext`` and the stride 8-aligned (``ALIGN``), every row inside ``size`` (``RANGE``)."""
+        step = self.regs[stride] if i.rows > 1 else 0
+        base = i.args[field]
+        if (base | i.ext | step) % 8:
+            raise ExecutionError(f"{i.op}: {field}={base}, ext=0x{i.ext:x} and {stride}={step} "
+                                 "must be multiples of 8 (the stream moves whole words)",
+                                 fault="ALIGN")
+        starts = base + np.arange(i.rows, dtype=np.int64) * step
+        if self._first_bad_row(starts, i.cols, size):
+            self._check_range(starts[:, None] + np.arange(i.cols), size, f"{i.op}: {what}",
+                              "RANGE")
+        return starts
+
     def _ldc(self, i: Instr) -> _Exec:
-        c, r = self.config, self.regs
+        c = self.config
         buf = "nbuf" if i.buf == isa.BUFFERS["nbuf"] else "acc"
         if i.rows * i.cols == 0:
             return _Exec(timing.ldc_cycles(np.zeros((0, 0), np.int64), 1, c.axi_bytes), [])
-        step = r["ld.dst_stride"] if i.rows > 1 else 0
-        if (i.dst | i.ext | step) % 8:
-            raise ExecutionError(f"ldc: dst={i.dst}, ext=0x{i.ext:x} and ld.dst_stride={step} "
-                                 "must be multiples of 8 (the stream moves whole words)",
-                                 fault="ALIGN")
         size = c.nbuf_bytes if buf == "nbuf" else c.acc_elems
-        starts = i.dst + np.arange(i.rows, dtype=np.int64) * step
-        if self._first_bad_row(starts, i.cols, size):
-            self._check_range(starts[:, None] + np.arange(i.cols), size,
-                              f"ldc: destination {buf}", "RANGE")
+        starts = self._stream_rows(i, "dst", "ld.dst_stride", size, f"destination {buf}")
         head, accesses = self._mem_read(i.ext + np.arange(act_compress.HEADER), "ldc",
                                         "LOAD_BUS")
         body = int(head.view("<u8")[0])
@@ -350,18 +358,10 @@ class Machine:
                                 axis=2)
 
     def _stc(self, i: Instr) -> _Exec:
-        c, r = self.config, self.regs
+        c = self.config
         if i.rows * i.cols == 0:
             return _Exec(timing.stc_cycles(np.zeros((0, 0), np.int64), 1, c.axi_bytes), [])
-        step = r["st.src_stride"] if i.rows > 1 else 0
-        if (i.src | i.ext | step) % 8:
-            raise ExecutionError(f"stc: src={i.src}, ext=0x{i.ext:x} and st.src_stride={step} "
-                                 "must be multiples of 8 (the stream moves whole words)",
-                                 fault="ALIGN")
-        starts = i.src + np.arange(i.rows, dtype=np.int64) * step
-        if self._first_bad_row(starts, i.cols, c.obuf_bytes):
-            self._check_range(starts[:, None] + np.arange(i.cols), c.obuf_bytes,
-                              "stc: source obuf", "RANGE")
+        starts = self._stream_rows(i, "src", "st.src_stride", c.obuf_bytes, "source obuf")
         src = (starts[:, None] + np.arange(i.cols)).reshape(-1)
         rows = self.obuf[src].view(np.int8).reshape(i.rows, i.cols)
         stream = np.frombuffer(act_compress.encode_stream(rows), np.uint8)
