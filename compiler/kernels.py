@@ -640,6 +640,26 @@ def copy(ctx: LayerContext, X: TensorLayout, Y: TensorLayout) -> dict:
     return _requantize_map(ctx, X, Y, np.zeros(X.c), np.ones(X.c), np.zeros(X.c), 0)
 
 
+def _load_pixels(k: Kernels, X: TensorLayout, y: int, x0: int, c0: int, c: int, g: int,
+                 acc: int, pitch: int) -> None:
+    """Channels ``[c0, c0 + c)`` of ``g`` pixels of ``X`` from ``(y, x0)`` into the
+    accumulators at ``acc``, ``pitch`` elements per pixel: one DMA row when both sides are
+    contiguous (every channel, no padding), else a row per pixel."""
+    if X.pixel == c == pitch:
+        k.ld("acc", X.addr(y, x0, c0), acc, g * c)
+    else:
+        k.ld("acc", X.addr(y, x0, c0), acc, c, g, ext_stride=X.pixel, dst_stride=pitch)
+
+
+def _store_pixels(k: Kernels, Y: TensorLayout, y: int, x0: int, c0: int, c: int, g: int,
+                  obuf: int, pitch: int) -> None:
+    """The inverse of :func:`_load_pixels`, from the output cache at ``obuf``."""
+    if Y.pixel == c == pitch:
+        k.st(obuf, Y.addr(y, x0, c0), g * c)
+    else:
+        k.st(obuf, Y.addr(y, x0, c0), c, g, src_stride=pitch, ext_stride=Y.pixel)
+
+
 def _requantize_map(ctx: LayerContext, X: TensorLayout, Y: TensorLayout, bias, mult, shift,
                     relu: int, rows: tuple[int, int] | None = None) -> dict:
     """``Y`` = ``X`` requantised per channel (``bias``, ``mult``, ``shift``, ``relu``), by
@@ -653,9 +673,9 @@ def _requantize_map(ctx: LayerContext, X: TensorLayout, Y: TensorLayout, bias, m
         for y, x0, g in _pixel_groups(X, per, rows):
             half = ctx.alternate()
             ab, ob = half * ctx.acc_half, half * ctx.ob_half
-            k.ld("acc", X.addr(y, x0, c0), ab, c, g, ext_stride=X.pixel, dst_stride=cp)
+            _load_pixels(k, X, y, x0, c0, c, g, ab, cp)
             k.req(ob, ab, row, g, cp // P, relu, src_stride=cp, dst_stride=cp)
-            k.st(ob, Y.addr(y, x0, c0), c, g, src_stride=cp, ext_stride=Y.pixel)
+            _store_pixels(k, Y, y, x0, c0, c, g, ob, cp)
     return {"channel_chunks": len(chunks)}
 
 
@@ -745,6 +765,18 @@ def _compressed_groups(cfg: CoreConfig, h: int, w: int, c: int, far: int = 0):
         yield c0, c1, pitch, groups
 
 
+def expected_stream_bytes(cfg: CoreConfig, h: int, w: int, c: int, density: float) -> float:
+    """The bytes the compressed swap of an ``h x w x c`` map is expected to write when a
+    fraction ``density`` of its values is non-zero: per chunk of 64 values a mask word,
+    the values, half a word of padding; a header per stream."""
+    total = 0.0
+    for c0, c1, _, groups in _compressed_groups(cfg, h, w, c):
+        chunks = -(-(c1 - c0) // act_compress.CHUNK)
+        total += h * w * chunks * (8 + density * (c1 - c0) / chunks + 4)
+        total += act_compress.HEADER * len(groups)
+    return total
+
+
 def compressed_bytes(cfg: CoreConfig, h: int, w: int, c: int) -> int:
     """Far-memory bytes reserved for an ``h x w x c`` map swapped compressed: every
     stream's bound (:func:`_compressed_groups`); the streams themselves take what the data
@@ -780,8 +812,7 @@ def compress_copy(ctx: LayerContext, X: TensorLayout, far: int) -> dict:
     k = ctx.k
     return _stream_copy(
         ctx, X.h, X.w, X.c, far,
-        lambda at, c0, c, g, y, x0, ab, pitch: k.ld("acc", X.addr(y, x0, c0), ab, c, g,
-                                                    ext_stride=X.pixel, dst_stride=pitch),
+        lambda at, c0, c, g, y, x0, ab, pitch: _load_pixels(k, X, y, x0, c0, c, g, ab, pitch),
         lambda at, c0, c, g, y, x0, ob, pitch: k.stc(ob, at, c, g, src_stride=pitch))
 
 
@@ -793,5 +824,4 @@ def expand_copy(ctx: LayerContext, far: int, Y: TensorLayout) -> dict:
     return _stream_copy(
         ctx, Y.h, Y.w, Y.c, far,
         lambda at, c0, c, g, y, x0, ab, pitch: k.ldc("acc", at, ab, c, g, dst_stride=pitch),
-        lambda at, c0, c, g, y, x0, ob, pitch: k.st(ob, Y.addr(y, x0, c0), c, g,
-                                                    src_stride=pitch, ext_stride=Y.pixel))
+        lambda at, c0, c, g, y, x0, ob, pitch: _store_pixels(k, Y, y, x0, c0, c, g, ob, pitch))

@@ -439,11 +439,11 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None, f
               "(the golden model and the RTL testbench's RAM run the artifact with it).")
 @click.option("--far-beat-cycles", type=click.IntRange(1, 15), default=2, show_default=True,
               help="Memory plan: cycles per 8-byte beat in far memory.")
-@click.option("--swap-compression", type=click.Choice(["relu", "all", "off"]), default="relu",
+@click.option("--swap-compression", type=click.Choice(["auto", "all", "off"]), default="auto",
               show_default=True,
               help="Memory plan: which swapped tensors are stored compressed in far memory "
-                   "(stc / ldc: non-zero values and a mask per 64 values): those a ReLU wrote, "
-                   "all, or none.")
+                   "(stc / ldc: non-zero values and a mask per 64 values): auto: maps a ReLU "
+                   "wrote whose measured density makes the stream smaller; all; or none.")
 @click.option("--memory-profile", type=click.Path(dir_okay=False), default=None,
               help="Plot the memory profile (bytes live before and after the plan) to this "
                    ".png (with --memory-budget).")

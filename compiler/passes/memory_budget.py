@@ -81,14 +81,17 @@ class MemoryOptions:
     #: TFLMS-style baseline: every tensor read at least d nodes after it is written)
     strategy: str = "slack"
     far: timing.FarMemory = timing.FarMemory()
-    #: which swapped tensors are stored compressed (``stc`` / ``ldc``): ``relu`` (those a
-    #: ReLU wrote: mostly zeros), ``all`` or ``off``
-    compress: str = "relu"
+    #: which swapped tensors are stored compressed (``stc`` / ``ldc``): ``auto`` (those a
+    #: ReLU wrote whose stream is expected to be smaller than the dense map), ``all`` or
+    #: ``off``
+    compress: str = "auto"
 
 
-#: the far bytes a compressed ReLU map is assumed to take per dense byte when the plan times
-#: its swaps (about half its values zero: 1/8 for the masks, the values, word padding)
-COMPRESSED_RATIO_GUESS = 0.7
+#: the non-zero fraction assumed for a ReLU map none of whose readers measured its density
+#: on the calibration inputs
+RELU_DENSITY_GUESS = 0.5
+#: ``auto`` compresses a map when its expected stream is below this fraction of its bytes
+COMPRESS_BELOW = 0.9
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,9 +473,9 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
         _, _, tts = timing_analysis(flow)
         sets = _swap_sets(flow, ok, tts, options)
         tensors = list(dict.fromkeys(t for _, t in (sets[-1] if sets else [])))
-        packed = _compressed(g, tensors, options)
-        restore = {t: _copy_cycles(flow.size[t] * (COMPRESSED_RATIO_GUESS if t in packed else 1),
-                                   config, options.far) for t in tensors}
+        packed = _compressed(g, tensors, options, config)
+        restore = {t: _copy_cycles(flow.size[t] * packed.get(t, 1.0), config, options.far)
+                   for t in tensors}
         for chosen, prefetch in [(c, p) for c in sets for p in (True, False)]:
             new = rewrite(flow, chosen, gap=options.gap, restore_delay=restore,
                           prefetch=prefetch)
@@ -502,9 +505,11 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
                               f"{base.fast}; the smallest plan peaks at kernel {at!r} with "
                               f"{len(live)} tensors live, largest {top} bytes); give a budget "
                               f"of {best.fast} or more", best.fast)
-    packed = _compressed(g, [s["tensor"] for s in best.swapped], options)
+    packed = _compressed(g, [s["tensor"] for s in best.swapped], options, config)
     for s in best.swapped:
         s["compressed"] = s["tensor"] in packed
+        if s["compressed"]:
+            s["expected_ratio"] = round(packed[s["tensor"]], 3)
     _mark_compressed(best.graph, best.arena, packed, config)
     out = allocate(best.graph, image, arena=best.arena)
     out.meta["memory"] = {
@@ -523,27 +528,39 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
     return out
 
 
-def _compressed(g: Graph, tensors, options: MemoryOptions) -> set[str]:
-    """The swapped ``tensors`` stored compressed under ``options.compress``: one image (the
-    kernels cut a batch's maps as one), written by a node that applies ReLU (``relu``) or
-    any (``all``)."""
-    if options.compress not in ("relu", "all", "off"):
-        raise CompileError(f"memory plan: compress={options.compress!r} is not relu, all or off")
+def _compressed(g: Graph, tensors, options: MemoryOptions,
+                config: CoreConfig) -> dict[str, float]:
+    """The swapped ``tensors`` stored compressed under ``options.compress``, each with the
+    fraction of its bytes its stream is expected to take.  Only maps of one image (the
+    kernels cut a batch's maps as one).  ``auto``: maps a ReLU wrote whose expected stream
+    is below :data:`COMPRESS_BELOW` of their bytes; ``all``: every one."""
+    if options.compress not in ("auto", "all", "off"):
+        raise CompileError(f"memory plan: compress={options.compress!r} is not auto, all or off")
     if options.compress == "off":
-        return set()
+        return {}
     made = g.producers()
-    out = set()
+    readers: dict[str, list[Node]] = {}
+    for n in g.nodes:
+        for i in n.inputs:
+            readers.setdefault(i, []).append(n)
+    out = {}
     for t in tensors:
         n = made.get(t)
-        if n is None or (g.tensor(t).shape and len(g.tensor(t).shape) == 4
-                         and g.tensor(t).shape[0] != 1):
+        shape = g.tensor(t).shape
+        if n is None or (shape and len(shape) == 4 and shape[0] != 1):
             continue
-        if options.compress == "all" or n.meta.get("relu"):
-            out.add(t)
+        measured = [r.meta["neurons"]["density"] for r in readers.get(t, [])
+                    if r.meta.get("neurons") and r.inputs[0] == t]
+        relu = bool(n.meta.get("relu"))
+        density = max(measured) if measured else (RELU_DENSITY_GUESS if relu else 1.0)
+        h, w, c = hwc(shape)
+        ratio = kernels.expected_stream_bytes(config, h, w, c, density) / max(1, h * w * c)
+        if options.compress == "all" or (relu and ratio < COMPRESS_BELOW):
+            out[t] = ratio
     return out
 
 
-def _mark_compressed(g: Graph, arena: Arena, packed: set[str], config: CoreConfig) -> None:
+def _mark_compressed(g: Graph, arena: Arena, packed, config: CoreConfig) -> None:
     """Mark the reductions of ``packed`` tensors and the restorations of their far copies
     ``compressed`` (code generation stores them with ``stc`` and loads them with ``ldc``)
     and give each far copy its bound in ``arena.far_bytes``."""

@@ -287,25 +287,38 @@ def test_random_unets_and_branchy_networks_at_their_smallest_budget(seed):
     _bit_exact(c, xs)
 
 
-def test_swaps_of_relu_maps_are_stored_compressed(unet_model, unet_unplanned):
-    """The plan stores a ReLU map it swaps compressed (stc, its far bytes reserved at the
-    streams' bound) and expands it on the way back (ldc); `off` and `all` choose otherwise;
-    all bit-exact, and the compressed plan moves fewer far bytes."""
+def test_swapped_relu_maps_are_stored_compressed_when_that_is_smaller(unet_model, unet_unplanned):
+    """`all` stores every swapped map compressed (stc out, ldc back; far bytes reserved at
+    the streams' bound); `auto` only ReLU maps whose stream is expected to be smaller: not
+    the 8-channel U-Net's (a mask word per 8 values), but a 64-channel one's, which then
+    moves fewer far bytes than the same plan dense; all bit-exact."""
     from snpu.verif import isa
 
-    budget = int(unet_unplanned[0].report["memory"]["fast_bytes"] * 0.75)
-    runs = {}
-    for mode in ("relu", "off", "all"):
-        c, xs = _compile(unet_model, budget, (1, 8, 12, 12), n=1, memory={"compress": mode})
-        swapped = c.report["memory"]["swapped"]
-        assert swapped and all(s["compressed"] == (mode != "off") for s in swapped)
+    def plan(m, budget, shape, mode):
+        c, xs = _compile(m, budget, shape, n=1, memory={"compress": mode})
         seg = next(s for s in c.graph.meta["segments"] if s["kind"] == "core")
         ops = [isa.decode(w).op for w in c.rom(seg["rom"])]
-        assert (ops.count("stc") > 0) == (ops.count("ldc") > 0) == (mode != "off")
         _bit_exact(c, xs)
         r = runtime.run(c, {"x": xs[0]}, check_races=True)
-        runs[mode] = (r.core_cycles, c.report["memory"]["far_bytes"])
-    assert runs["relu"][1] > runs["off"][1]        # the reservation is the bound
-    assert runs["relu"][0] < runs["off"][0]        # fewer far bytes move
-    with pytest.raises(CompileError, match="compress='zip' is not relu, all or off"):
-        _compile(unet_model, budget, (1, 8, 12, 12), n=1, memory={"compress": "zip"})
+        swapped = c.report["memory"]["swapped"]
+        assert swapped and (ops.count("stc") > 0) == (ops.count("ldc") > 0) == \
+            any(s["compressed"] for s in swapped)
+        return swapped, r.core_cycles, c.report["memory"]["far_bytes"]
+
+    budget = int(unet_unplanned[0].report["memory"]["fast_bytes"] * 0.75)
+    shape = (1, 8, 12, 12)
+    every, _, far_all = plan(unet_model, budget, shape, "all")
+    auto, _, far_auto = plan(unet_model, budget, shape, "auto")
+    assert all(s["compressed"] for s in every) and not any(s["compressed"] for s in auto)
+    assert far_all > far_auto  # the reservation is the bound
+    wide = unet.build(0, depth=3, channels=64, size=4)
+    free, _ = _compile(wide, 1 << 30, (1, 64, 4, 4), n=1)
+    budget = int(free.report["memory"]["fast_bytes"] * 0.8)
+    auto, cycles_auto, _ = plan(wide, budget, (1, 64, 4, 4), "auto")
+    off, cycles_off, _ = plan(wide, budget, (1, 64, 4, 4), "off")
+    assert all(s["compressed"] and s["expected_ratio"] < 0.9 for s in auto)
+    assert not any(s["compressed"] for s in off)
+    assert cycles_auto < cycles_off  # fewer far bytes move
+    with pytest.raises(CompileError, match="compress='zip' is not auto, all or off"):
+        _compile(unet_model, int(unet_unplanned[0].report["memory"]["fast_bytes"] * 0.75),
+                 shape, n=1, memory={"compress": "zip"})
