@@ -112,3 +112,24 @@ def test_expander_restores_the_rows(c, seed):
 
     simulate(dut, producer, consumer)
     np.testing.assert_array_equal(np.array(got).reshape(rows.shape), rows)
+
+
+def test_expander_starves_visibly_on_a_short_stream():
+    """A stream that ends inside a chunk leaves the expander waiting for a word: it says so
+    (the LD unit turns that into an INDEX fault instead of hanging) and never finishes."""
+    dut = ChunkExpander()
+    words = [(1 << 64) - 1]  # a mask of 64 values, none of its value words
+
+    async def bench(ctx):
+        ctx.set(dut.rows, 1)
+        ctx.set(dut.cols, 64)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        for w in words:
+            await stream_put(ctx, dut.i, w)
+        for _ in range(5):
+            await ctx.tick()
+        assert ctx.get(dut.starving) and not ctx.get(dut.finished)
+
+    simulate(dut, bench)
