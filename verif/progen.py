@@ -420,7 +420,8 @@ def compress_program(rng, cfg: CoreConfig, *, n=None, c=None, density=None,
     expanded into nbuf with its neuron index (``ldc buf=nbuf``), multiplied by identity
     weights in an ``fc`` reading the direct neuron index, requantised and stored to ``z``.
     So ``y == z == x``, the stream is :func:`~.act_compress.encode_stream` of ``x``, and
-    every channel's index bit and value is read back."""
+    every channel's index bit and value is read back.  Half the time the stream lives in
+    the core's local memory."""
     P = cfg.lanes
     c = c or int(rng.integers(1, min(200, cfg.param_rows * P, cfg.acc_elems // 3 - 8) + 1))
     density = float(rng.choice([0.0, 0.1, 0.4, 0.8, 1.0])) if density is None else density
@@ -436,7 +437,12 @@ def compress_program(rng, cfg: CoreConfig, *, n=None, c=None, density=None,
     x = sparse_int8(rng, (n, c), density)
     prm = numerics.pack_params(np.zeros(cw, np.int64), np.full(cw, 1 << 14), np.full(cw, 14))
     p.meta = {"kind": "compress", "x": x}
-    stream = p.space("stream", (act_compress.stream_bound(n, c),), "uint8", "scratch", align=8)
+    bound = act_compress.stream_bound(n, c)
+    if rng.random() < 0.5 and bound <= cfg.local_bytes:  # the stream in local memory
+        stream = isa.LOCAL_BASE + 8 * int(rng.integers(0, (cfg.local_bytes - bound) // 8 + 1))
+        p.meta["local_stream"] = stream - isa.LOCAL_BASE
+    else:
+        stream = p.space("stream", (bound,), "uint8", "scratch", align=8)
     y, z = p.space("y", (n, c)), p.space("z", (n, c))
     p.emit("ld", buf="param", ext=p.data("params", prm, "params"), dst=0, cols=prm.size)
     p.cfgs(ld__ext_stride=c, ld__dst_stride=cw)
