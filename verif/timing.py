@@ -38,6 +38,11 @@ ST_STALL = 0.35
 #: cycles a lane spends per row besides its chunks (rows follow each other without bubbles
 #: on the AND path; measured on the RTL, bench/datapath.py)
 FC_ROW_OVERHEAD = 0
+#: a (vector, row) on the bitmap path takes at least this many cycles: a row of one or two
+#: chunks with a pair or none (an identity matrix, a weight row pruned to one value) cannot
+#: go faster through the fetch / combine / compact pipeline (measured on the RTL: 3.2
+#: cycles per (vector, row) for 1-2 chunk rows of at most one pair, 4-lane core)
+FC_ROW_MIN = 3.2
 #: expanding a stride index into bitmap chunks (claim 9): a (vector, row) takes one cycle
 #: more than on the AND path, and at least this many (the converter's latency from a row's
 #: start to its first chunk is hidden behind the previous row only when that row is long;
@@ -223,10 +228,11 @@ def fc_lane_cycles(row_cycles: np.ndarray, lanes: int) -> np.ndarray:
 
 def fc_row_cycles_bitmap(chunk_pairs: np.ndarray, expand: bool = False) -> np.ndarray:
     """Cycles per (vector, row) when a lane scans chunks: one cycle per pair, at least one per
-    chunk.  ``chunk_pairs[v, r, c]`` is the pairs in chunk ``c``; ``expand``: one side's
+    chunk, at least :data:`FC_ROW_MIN` per row.  ``chunk_pairs[v, r, c]`` is the pairs in chunk ``c``; ``expand``: one side's
     stride index is expanded into chunks first (:data:`FC_EXPAND_ROW_MIN`)."""
     cycles = np.maximum(chunk_pairs, 1).sum(axis=-1) + FC_ROW_OVERHEAD
-    return np.maximum(cycles + 1, FC_EXPAND_ROW_MIN) if expand else cycles
+    return np.maximum(cycles + 1, FC_EXPAND_ROW_MIN) if expand else \
+        np.maximum(cycles, FC_ROW_MIN)
 
 
 def fc_row_cycles_merge(pairs: np.ndarray, n_entries: np.ndarray, w_entries: np.ndarray) -> np.ndarray:
