@@ -47,7 +47,7 @@ from snpu.compiler.passes.codegen import units  # noqa: E402
 from snpu.compiler.passes.schedule import ScheduleOptions, KernelTimer  # noqa: E402
 from snpu.compiler.pipeline import CompileOptions, compile_model  # noqa: E402
 from snpu.config import CoreConfig  # noqa: E402
-from snpu.verif import golden, layout  # noqa: E402
+from snpu.verif import act_compress, golden, layout, numerics, progen  # noqa: E402
 from snpu.verif.index import FORMAT_CODES as FMT  # noqa: E402
 from snpu.verif.program import Program  # noqa: E402
 from snpu.config import SMALL_CORE as TEST_CORE  # noqa: E402
@@ -81,6 +81,30 @@ def _instruction_cases(cfg: CoreConfig):
             return a
         return setup, lambda p, a: p.emit("st", src=0, ext=a + off, rows=rows, cols=cols)
 
+    def stc(rows, cols, density):
+        pitch = -(-cols // max(P, 8)) * max(P, 8)
+
+        def setup(p):  # the rows into the output cache: ld, identity req, then sync
+            x = progen.sparse_int8(np.random.default_rng(rows * cols), (rows, cols), density)
+            prm = numerics.pack_params(np.zeros(pitch, np.int64), np.ones(pitch, np.int64),
+                                       np.zeros(pitch, np.int64))
+            p.emit("ld", buf="param", ext=p.data("prm", prm, "params"), dst=0, cols=prm.size)
+            p.cfgs(ld__ext_stride=cols, ld__dst_stride=pitch, vx__src_stride=pitch,
+                   vx__dst_stride=pitch, st__src_stride=pitch)
+            p.emit("ld", buf="acc", ext=p.data("x", x), dst=0, rows=rows, cols=cols)
+            p.emit("sync")
+            p.emit("req", dst=0, src=0, param=0, n_o=rows, n_i=pitch // P)
+            p.emit("sync")
+            return p.space("y", (act_compress.stream_bound(rows, cols),), align=8)
+        return setup, lambda p, a: p.emit("stc", src=0, ext=a, rows=rows, cols=cols)
+
+    def ldc(rows, cols, density):
+        def setup(p):
+            x = progen.sparse_int8(np.random.default_rng(rows * cols), (rows, cols), density)
+            p.cfgs(ld__dst_stride=-(-cols // 8) * 8)
+            return p.data("s", np.frombuffer(act_compress.encode_stream(x), np.uint8), align=8)
+        return setup, lambda p, a: p.emit("ldc", buf="acc", dst=0, ext=a, rows=rows, cols=cols)
+
     def vx(op, n_o, n_i, k=(1, 1)):
         def setup(p):
             p.cfgs(vx__k1_stride=P * n_i, vx__k2_stride=P * n_i * k[0], vx__src_stride=P * n_i,
@@ -96,6 +120,10 @@ def _instruction_cases(cfg: CoreConfig):
         if rows * cols <= 2048:
             yield f"ld nbuf {rows}x{cols}{' unaligned' if off else ''}", *ld("nbuf", rows, cols, off)
             yield f"st {rows}x{cols}{' unaligned' if off else ''}", *st(rows, cols, off)
+    for rows, cols, density in ((1, 64, 0.3), (8, 64, 0.3), (8, 64, 1.0), (4, 120, 0.5),
+                                (16, 24, 0.3)):
+        yield f"stc {rows}x{cols} d={density}", *stc(rows, cols, density)
+        yield f"ldc acc {rows}x{cols} d={density}", *ldc(rows, cols, density)
     for n_o, n_i, k in ((1, 4, (3, 3)), (32, 1, (1, 1)), (8, 1, (9, 1))):
         yield f"vred {n_o}x{n_i} k={k[0]}x{k[1]}", *vx("vred", n_o, n_i, k)
     for n_o, n_i in ((16, 1), (4, 8)):
