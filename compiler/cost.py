@@ -82,8 +82,8 @@ class EstimatingMachine(Machine):
             lam = d * np.einsum("vkb,rkb->vrk", pc, kc)  # expected pairs per chunk
             expand = nfmt != wfmt and "stride" in (nfmt, wfmt)
             rows = (lam + np.exp(-lam)).sum(axis=2) + timing.FC_ROW_OVERHEAD
-            if expand:
-                rows = np.maximum(rows + 1, timing.FC_EXPAND_ROW_MIN)
+            rows = np.maximum(rows + 1, timing.FC_EXPAND_ROW_MIN) if expand else \
+                np.maximum(rows, timing.FC_ROW_MIN)
         cycles = timing.fc_lane_cycles(rows, c.lanes).max()
         return _Exec(int(round(cycles)) + timing.FC_PIPELINE, [])
 
