@@ -65,7 +65,9 @@ class ChunkCompressor(wiring.Component):
 
     Throughput: one input word per cycle, plus one cycle at a chunk's end when its last word
     leaves more than 8 packed bytes (the remainder is pushed a cycle later); one output word
-    per cycle.  Per chunk the slower of the two (:func:`snpu.verif.timing.stc_cycles`).
+    per cycle.  Latency: a chunk's words leave after its last input word (the mask goes
+    first).  In the ST unit the reader, not this block, sets the pace
+    (:func:`snpu.verif.timing.stc_cycles`).
 
     Members
     -------
