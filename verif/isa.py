@@ -255,6 +255,14 @@ def _f(name, width, doc, kind=_U, **kw) -> Field:
     return Field(name, width, doc, kind, **kw)
 
 
+#: the operands ``ldc`` and ``stc`` share: where the stream is and the rows it holds
+_STREAM_FIELDS = (
+    _f("ext", 32, "first byte of the compressed stream in external memory (8-aligned)",
+       hex=True),
+    _f("rows", 12, "rows", default=1),
+    _f("cols", 16, "values per row"),
+)
+
 OPCODES: tuple[Opcode, ...] = (
     Opcode("halt", 0x01, None, (), "Wait until every unit is idle, then stop the core (done).",
            "drain all queues; done <- 1"),
@@ -308,12 +316,10 @@ OPCODES: tuple[Opcode, ...] = (
         (_f("buf", 3, "destination buffer: nbuf (with its neuron index) or acc", "enum",
             enum=COMPRESSED_TARGETS),
          _f("dst", 20, "first row's destination (bytes; int32 elements for acc; 8-aligned)"),
-         _f("ext", 32, "first byte of the compressed stream in external memory (8-aligned)",
-            hex=True),
-         _f("rows", 12, "rows", default=1),
-         _f("cols", 16, "values per row")),
-        "Load activations kept in compressed form (the stream `stc` writes: per 64-value "
-        "chunk a mask word, then its non-zero values padded to a word) and expand them.  "
+         *_STREAM_FIELDS),
+        "Load activations kept in compressed form (the stream `stc` writes: a length header, "
+        "then per 64-value chunk a mask word and its non-zero values padded to a word) and "
+        "expand them, reading exactly the bytes the header counts.  "
         "Into nbuf the neuron index comes along: the nidx bits of the expanded bytes are set "
         "where a value is non-zero, so `fc` with the direct neuron index skips the zeros "
         "without a threshold pass.  dst, ext or ld.dst_stride (rows > 1) not 8-aligned is "
@@ -393,15 +399,13 @@ OPCODES: tuple[Opcode, ...] = (
     Opcode(
         "stc", 0x21, Unit.ST,
         (_f("src", 16, "first row in obuf (bytes, 8-aligned)"),
-         _f("ext", 32, "first byte of the compressed stream in external memory (8-aligned)",
-            hex=True),
-         _f("rows", 12, "rows", default=1),
-         _f("cols", 16, "values per row")),
+         *_STREAM_FIELDS),
         "Store activations in compressed form: each row of `cols` int8 values from the "
         "output cache is cut into chunks of 64; each chunk is written as a 64-bit mask of its "
         "non-zero values followed by those values, zero-padded to a whole word.  The "
-        "stream is contiguous from ext; its length depends on the data (at most "
-        "rows * (8*ceil(cols/64) + 8*ceil(cols/8)) bytes).  src, ext or st.src_stride "
+        "stream is contiguous from ext, a header word giving the bytes after it first; its "
+        "length depends on the data (at most 8 + rows * (8*ceil(cols/64) + 8*ceil(cols/8)) "
+        "bytes).  src, ext or st.src_stride "
         "(rows > 1) not 8-aligned is ALIGN; a row outside obuf is RANGE.",
         "E[ext ..] <- for r<rows: compress(obuf[src + r*st.src_stride .. +cols])",
     ),

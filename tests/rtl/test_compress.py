@@ -19,12 +19,18 @@ def _rows(seed, n, c):
         np.zeros((0, c), np.int8)
 
 
+def _shapes(test):
+    """Run ``test`` for rows of part of a word, a word, one chunk, a chunk and a bit, and
+    several chunks, two seeds each."""
+    return pytest.mark.parametrize("c", [1, 8, 13, 64, 70, 200])(
+        pytest.mark.parametrize("seed", range(2))(test))
+
+
 def _words(raw: bytes) -> list[int]:
     return [int.from_bytes(raw[k:k + 8], "little") for k in range(0, len(raw), 8)]
 
 
-@pytest.mark.parametrize("c", [1, 8, 13, 64, 70, 200])
-@pytest.mark.parametrize("seed", range(2))
+@_shapes
 @seeded
 def test_compressor_writes_the_stream(c, seed):
     rng = random.Random(seed)
@@ -73,8 +79,7 @@ def _with_ghosts(rows) -> bytes:
     return out
 
 
-@pytest.mark.parametrize("c", [1, 8, 13, 64, 70, 200])
-@pytest.mark.parametrize("seed", range(2))
+@_shapes
 @seeded
 def test_expander_restores_the_rows(c, seed):
     rng = random.Random(seed)
