@@ -786,21 +786,28 @@ def compressed_bytes(cfg: CoreConfig, h: int, w: int, c: int) -> int:
                for _, _, g, _ in groups)
 
 
-def _stream_copy(ctx: LayerContext, h: int, w: int, c: int, far: int, move_in, move_out) -> dict:
-    """The swap of an ``h x w x c`` map through its compressed far storage at ``far``: per
-    pixel group of each channel chunk (:func:`_compressed_groups`), ``move_in(at, c0, c,
-    g, y, x0, acc, pitch)`` fills the accumulators, an identity ``req`` moves them to the
-    output cache, and ``move_out(at, c0, c, g, y, x0, obuf, pitch)`` takes them away."""
+def _stream_copy(ctx: LayerContext, dense: TensorLayout, far: int, out: bool) -> dict:
+    """A swap between the map ``dense`` and its compressed far storage at ``far``, per pixel
+    group of each channel chunk (:func:`_compressed_groups`), through the accumulators and
+    an identity ``req`` into the output cache: ``out``: ``dense`` loaded, stored by ``stc``;
+    else expanded by ``ldc``, stored into ``dense``."""
     k, P = ctx.k, ctx.cfg.lanes
     streams = 0
-    for c0, c1, pitch, groups in _compressed_groups(ctx.cfg, h, w, c, far):
+    for c0, c1, pitch, groups in _compressed_groups(ctx.cfg, dense.h, dense.w, dense.c, far):
+        c = c1 - c0
         row = ctx.load_params([(np.zeros(pitch), np.ones(pitch), np.zeros(pitch))])[0]
         for y, x0, g, at in groups:
             half = ctx.alternate()
             ab, ob = half * ctx.acc_half, half * ctx.ob_half
-            move_in(at, c0, c1 - c0, g, y, x0, ab, pitch)
+            if out:
+                _load_pixels(k, dense, y, x0, c0, c, g, ab, pitch)
+            else:
+                k.ldc("acc", at, ab, c, g, dst_stride=pitch)
             k.req(ob, ab, row, g, pitch // P, 0, src_stride=pitch, dst_stride=pitch)
-            move_out(at, c0, c1 - c0, g, y, x0, ob, pitch)
+            if out:
+                k.stc(ob, at, c, g, src_stride=pitch)
+            else:
+                _store_pixels(k, dense, y, x0, c0, c, g, ob, pitch)
             streams += 1
     return {"compressed_streams": streams}
 
@@ -809,19 +816,11 @@ def compress_copy(ctx: LayerContext, X: TensorLayout, far: int) -> dict:
     """The memory plan's swap-out, compressed: each pixel group of each channel chunk goes
     through the accumulators and the output cache (identity requantisation) and is stored
     as one ``stc`` stream at its place in the far storage ``far``."""
-    k = ctx.k
-    return _stream_copy(
-        ctx, X.h, X.w, X.c, far,
-        lambda at, c0, c, g, y, x0, ab, pitch: _load_pixels(k, X, y, x0, c0, c, g, ab, pitch),
-        lambda at, c0, c, g, y, x0, ob, pitch: k.stc(ob, at, c, g, src_stride=pitch))
+    return _stream_copy(ctx, X, far, out=True)
 
 
 def expand_copy(ctx: LayerContext, far: int, Y: TensorLayout) -> dict:
     """The memory plan's swap-in of a map :func:`compress_copy` stored at ``far``: each
     stream is expanded into the accumulators (``ldc``), requantised by the identity and
     stored dense into ``Y``."""
-    k = ctx.k
-    return _stream_copy(
-        ctx, Y.h, Y.w, Y.c, far,
-        lambda at, c0, c, g, y, x0, ab, pitch: k.ldc("acc", at, ab, c, g, dst_stride=pitch),
-        lambda at, c0, c, g, y, x0, ob, pitch: _store_pixels(k, Y, y, x0, c0, c, g, ob, pitch))
+    return _stream_copy(ctx, Y, far, out=False)

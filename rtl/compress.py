@@ -26,13 +26,25 @@ def _nonzero_bytes(m: Module, word: Value, count: Value, name: str) -> Value:
     return nz
 
 
+def stream_misaligned(onchip: Value, ext: Value, rows: Value, stride: Value) -> Value:
+    """An ``ldc`` / ``stc`` the units refuse with ``ALIGN``: its on-chip operand, its stream
+    address or (with more than one row) the on-chip stride between rows not 8-aligned."""
+    return (onchip[:3] != 0) | (ext[:3] != 0) | ((rows > 1) & (stride[:3] != 0))
+
+
+def _ranks(m: Module, keep: Value, name: str) -> list[Signal]:
+    """Per byte ``b``: how many bytes below it ``keep`` keeps (a prefix popcount)."""
+    rank = [Signal(3, name=f"{name}_rank{b}") for b in range(8)]
+    for b in range(1, 8):
+        m.d.comb += rank[b].eq(sum((keep[k] for k in range(b)), Const(0, 3)))
+    return rank
+
+
 def _compact(m: Module, word: Value, keep: Value, name: str) -> Value:
     """The bytes of ``word`` whose ``keep`` bit is set, moved to the low end in order (the
     rest zero): byte ``i`` of the result is the byte with ``i`` kept bytes below it."""
     out = Signal(64, name=name)
-    rank = [Signal(4, name=f"{name}_rank{b}") for b in range(8)]
-    for b in range(8):
-        m.d.comb += rank[b].eq(sum((keep[k] for k in range(b)), Const(0, 4)) if b else 0)
+    rank = _ranks(m, keep, name)
     for i in range(8):
         picks = [Mux(keep[b] & (rank[b] == i), word.word_select(b, 8), 0) for b in range(i, 8)]
         acc = picks[0]
@@ -46,10 +58,9 @@ def _expand(m: Module, packed: Value, keep: Value, name: str) -> Value:
     """The inverse of :func:`_compact`: byte ``b`` of the result is byte ``rank(b)`` of
     ``packed`` where ``keep[b]`` is set (``rank``: kept bytes below ``b``), else zero."""
     out = Signal(64, name=name)
+    rank = _ranks(m, keep, name)
     for b in range(8):
-        rank = Signal(3, name=f"{name}_rank{b}")
-        m.d.comb += rank.eq(sum((keep[k] for k in range(b)), Const(0, 3)) if b else 0)
-        m.d.comb += out.word_select(b, 8).eq(Mux(keep[b], packed.word_select(rank, 8), 0))
+        m.d.comb += out.word_select(b, 8).eq(Mux(keep[b], packed.word_select(rank[b], 8), 0))
     return out
 
 

@@ -51,8 +51,8 @@ class Dispatcher(wiring.Component):
     values, a loop body of at least one word) comes predecoded with it
     (:class:`~.predecode.Predecoder`, run by the instruction cache as the line fills); here
     a ``loop`` is checked against where it runs: its body stays inside the ROM and its
-    enclosing body, at most :data:`~snpu.verif.isa.LOOP_DEPTH` deep.  Requesting a word at or past ``rom_words``
-    (no ``halt``) is illegal too.  An illegal word (or one whose fetch failed) stops
+    enclosing body, at most :data:`~snpu.verif.isa.LOOP_DEPTH` deep.  Requesting a word at
+    or past ``rom_words`` (no ``halt``) is illegal too.  An illegal word (or one whose fetch failed) stops
     dispatching with ``ILLEGAL`` (``FETCH``) and its ROM index.  ``sync`` waits until
     ``units_idle``; ``halt`` does the same and then raises ``halted``.
     """

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from snpu.config import CoreConfig
 from snpu.verif.isa import BUFFERS
 
-from .compress import ChunkExpander
+from .compress import ChunkExpander, stream_misaligned
 from .dma_reader import DmaReader
 from .matrix_unit import write_port_signature
 from .microcode import args_layout, op_codes, registers_layout
@@ -119,8 +119,8 @@ class LoadUnit(wiring.Component):
                          new.rows.eq(s.rows), new.cols.eq(s.cols)]
         with m.Else():
             m.d.comb += new.eq(self.args.ld)
-        new_misaligned = new_ldc & ((new.dst[:3] != 0) | (new.ext[:3] != 0) |
-                                    ((new.rows > 1) & (self.regs.dst_stride[:3] != 0)))
+        new_misaligned = new_ldc & stream_misaligned(new.dst, new.ext, new.rows,
+                                                     self.regs.dst_stride)
         a = Signal(self.args.ld.shape())
         r = Signal(self.regs.shape())
         compressed = Signal()
@@ -194,9 +194,8 @@ class LoadUnit(wiring.Component):
         # words: the header's word and the stream's (requested, arrived); `words_bound`: the
         # most the rows can take (checked against the header)
         fetch_header, fetch_body, fetch_wait = Signal(), Signal(), Signal()
-        words_bound = Signal(26)
-        chunks_per_row = Signal(11)
-        m.d.comb += chunks_per_row.eq((new.cols + 63) >> 6)
+        words_bound = Signal(26)  # from the latched operands: the multiply is off the start path
+        m.d.sync += words_bound.eq(a.rows * (((a.cols + 63) >> 6) + ((a.cols + 7) >> 3)))
         body_addr = Signal(32)
         body_left = Signal(26)    # stream bytes not yet requested, in words
         words_expected = Signal(27)
@@ -204,7 +203,6 @@ class LoadUnit(wiring.Component):
         with m.If(self.start):
             m.d.sync += [fetch_header.eq(new_ldc & ~empty & ~new_misaligned),
                          fetch_body.eq(0), fetch_wait.eq(0),
-                         words_bound.eq(new.rows * (chunks_per_row + ((new.cols + 7) >> 3))),
                          body_addr.eq(new.ext + 8), words_expected.eq(0), words_arrived.eq(0)]
         piece = Signal(10)  # words of the next body request (at most 512: 4 KiB)
         m.d.comb += piece.eq(Mux(body_left > 512, 512, body_left))

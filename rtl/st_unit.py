@@ -9,7 +9,7 @@ from snpu.config import CoreConfig
 from snpu.verif.isa import Unit
 
 from .axi import BOUNDARY, MAX_BURST, RESP_OKAY
-from .compress import ChunkCompressor
+from .compress import ChunkCompressor, stream_misaligned
 from .dma_reader import BEAT
 from .microcode import args_layout, op_codes, registers_layout
 from .realign import Realigner
@@ -85,8 +85,8 @@ class StoreUnit(wiring.Component):
                          new.cols.eq(s.cols)]
         with m.Else():
             m.d.comb += new.eq(self.args.st)
-        new_misaligned = new_stc & ((new.src[:3] != 0) | (new.ext[:3] != 0) |
-                                    ((new.rows > 1) & (self.regs.src_stride[:3] != 0)))
+        new_misaligned = new_stc & stream_misaligned(new.src, new.ext, new.rows,
+                                                     self.regs.src_stride)
         a = Signal(self.args.st.shape())
         r = Signal(self.regs.shape())
         compress = Signal()

@@ -178,14 +178,18 @@ def encode_stream(rows: np.ndarray) -> bytes:
     return len(out).to_bytes(HEADER, "little") + bytes(out)
 
 
+def chunk_nonzeros(rows: np.ndarray) -> np.ndarray:
+    """Non-zero values per chunk of the stream form of ``rows`` ``[n, c]``: ``[n, chunks]``
+    (what a stream's length and the units' timing depend on)."""
+    rows = _matrix(np.asarray(rows))
+    n, c = rows.shape
+    return np.count_nonzero(np.pad(rows, ((0, 0), (0, (-c) % CHUNK))).reshape(n, -1, CHUNK),
+                            axis=2)
+
+
 def stream_size(rows: np.ndarray) -> int:
     """Bytes of :func:`encode_stream` of ``rows`` (without encoding them)."""
-    rows = _matrix(np.asarray(rows, np.int8))
-    n, c = rows.shape
-    if n == 0 or c == 0:
-        return HEADER
-    pad = (-c) % CHUNK
-    k = np.count_nonzero(np.pad(rows, ((0, 0), (0, pad))).reshape(n, -1, CHUNK), axis=2)
+    k = chunk_nonzeros(rows)
     return HEADER + int((8 + 8 * -(-k // 8)).sum())
 
 

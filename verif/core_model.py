@@ -289,14 +289,15 @@ class Machine:
         np.bitwise_and.at(self.nidx, byte, ~one)
         np.bitwise_or.at(self.nidx, byte[bits], one[bits])
 
-    def _stream_rows(self, i: Instr, field: str, stride: str, size: int, what: str) -> np.ndarray:
-        """The on-chip row starts of an ``ldc`` / ``stc`` (``field``: its on-chip operand,
+    def _stream_rows(self, i: Instr, operand: str, stride: str, size: int,
+                     what: str) -> np.ndarray:
+        """The on-chip row starts of an ``ldc`` / ``stc`` (``operand``: its on-chip operand,
         ``stride``: the register between rows), after the units' checks: the operand,
         ``ext`` and the stride 8-aligned (``ALIGN``), every row inside ``size`` (``RANGE``)."""
         step = self.regs[stride] if i.rows > 1 else 0
-        base = i.args[field]
+        base = i.args[operand]
         if (base | i.ext | step) % 8:
-            raise ExecutionError(f"{i.op}: {field}={base}, ext=0x{i.ext:x} and {stride}={step} "
+            raise ExecutionError(f"{i.op}: {operand}={base}, ext=0x{i.ext:x} and {stride}={step} "
                                  "must be multiples of 8 (the stream moves whole words)",
                                  fault="ALIGN")
         starts = base + np.arange(i.rows, dtype=np.int64) * step
@@ -309,11 +310,10 @@ class Machine:
         c = self.config
         buf = "nbuf" if i.buf == isa.BUFFERS["nbuf"] else "acc"
         if i.rows * i.cols == 0:
-            return _Exec(timing.ldc_cycles(np.zeros((0, 0), np.int64), 1, c.axi_bytes), [])
+            return _Exec(timing.ldc_cycles(np.zeros((0, 0), np.int64), 1), [])
         size = c.nbuf_bytes if buf == "nbuf" else c.acc_elems
         starts = self._stream_rows(i, "dst", "ld.dst_stride", size, f"destination {buf}")
-        head, accesses = self._mem_read(i.ext + np.arange(act_compress.HEADER), "ldc",
-                                        "LOAD_BUS")
+        head, _ = self._mem_read(i.ext + np.arange(act_compress.HEADER), "ldc", "LOAD_BUS")
         body = int(head.view("<u8")[0])
         if body % 8 or body > act_compress.stream_bound(i.rows, i.cols) - act_compress.HEADER:
             raise ExecutionError(f"ldc: the stream header at 0x{i.ext:x} gives {body} bytes: "
@@ -338,8 +338,8 @@ class Machine:
         accesses.append(self._span(buf, dst, True))
         self.stats.dma_read_bytes += length
         beat = max(1, c.axi_bytes // c.lanes) if buf == "acc" else 1
-        nonzero = self._chunk_nonzeros(rows)
-        cycles = timing.ldc_cycles(nonzero, i.cols, c.axi_bytes, beat)
+        nonzero = act_compress.chunk_nonzeros(rows)
+        cycles = timing.ldc_cycles(nonzero, i.cols, beat)
         if self.far is not None:  # the header, then the bytes it counts
             cycles += self.far.extra(np.array([i.ext]), act_compress.HEADER, c.axi_bytes,
                                      write=False)
@@ -348,19 +348,10 @@ class Machine:
         return _Exec(cycles + self._bus_wait(np.array([i.ext]), length, 1, write=False),
                      accesses)
 
-    @staticmethod
-    def _chunk_nonzeros(rows: np.ndarray) -> np.ndarray:
-        """Non-zero values per chunk of the stream form of ``rows`` ``[n, c]``: ``[n,
-        chunks]`` (what the units' timing depends on)."""
-        n, cols = rows.shape
-        pad = (-cols) % act_compress.CHUNK
-        return np.count_nonzero(np.pad(rows, ((0, 0), (0, pad))).reshape(n, -1, act_compress.CHUNK),
-                                axis=2)
-
     def _stc(self, i: Instr) -> _Exec:
         c = self.config
         if i.rows * i.cols == 0:
-            return _Exec(timing.stc_cycles(np.zeros((0, 0), np.int64), 1, c.axi_bytes), [])
+            return _Exec(timing.stc_cycles(np.zeros((0, 0), np.int64), 1), [])
         starts = self._stream_rows(i, "src", "st.src_stride", c.obuf_bytes, "source obuf")
         src = (starts[:, None] + np.arange(i.cols)).reshape(-1)
         rows = self.obuf[src].view(np.int8).reshape(i.rows, i.cols)
@@ -368,7 +359,7 @@ class Machine:
         dst = i.ext + np.arange(stream.size, dtype=np.int64)
         accesses = self._mem_write(dst, stream, "stc", "STORE_BUS")
         self.stats.dma_write_bytes += int(stream.size)
-        cycles = timing.stc_cycles(self._chunk_nonzeros(rows), i.cols, c.axi_bytes)
+        cycles = timing.stc_cycles(act_compress.chunk_nonzeros(rows), i.cols)
         if self.far is not None:
             cycles += self.far.extra(np.array([i.ext]), stream.size, c.axi_bytes, write=True)
         return _Exec(cycles + self._bus_wait(np.array([i.ext]), stream.size, 1, write=True),

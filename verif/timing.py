@@ -183,7 +183,7 @@ def _chunk_words(cols: int, chunks: int) -> np.ndarray:
     return -(-width // 8)
 
 
-def ldc_cycles(nonzero: np.ndarray, cols: int, axi_bytes: int, beat_cycles: int = 1) -> int:
+def ldc_cycles(nonzero: np.ndarray, cols: int, beat_cycles: int = 1) -> int:
     """Cycles of an ``ldc`` of rows of ``cols`` values whose chunks hold ``nonzero[r, k]``
     non-zero values: the stream's header is read first (one memory round trip), then the
     bytes it counts in bursts; the expander takes a chunk's mask word in one cycle and writes
@@ -191,14 +191,14 @@ def ldc_cycles(nonzero: np.ndarray, cols: int, axi_bytes: int, beat_cycles: int 
     bus only for the bursts' overhead."""
     if nonzero.size == 0:
         return 1
-    words = _chunk_words(cols, nonzero.shape[1])[None, :]
-    expand = int(((1 + words * beat_cycles) * np.ones_like(nonzero)).sum())
+    words = _chunk_words(cols, nonzero.shape[1])
+    expand = int((1 + words * beat_cycles).sum()) * nonzero.shape[0]
     stream = int((1 + -(-nonzero // 8)).sum())
     bus = stream + LD_BURST_OVERHEAD * -(-stream // MAX_BURST)
     return DMA_LATENCY + LDC_HEADER_CYCLES + max(expand, bus)
 
 
-def stc_cycles(nonzero: np.ndarray, cols: int, axi_bytes: int) -> int:
+def stc_cycles(nonzero: np.ndarray, cols: int) -> int:
     """Cycles of an ``stc`` of rows of ``cols`` values whose chunks hold ``nonzero[r, k]``
     non-zero values.  Its rows are read from the output cache as an ``st`` reads them
     (:data:`ST_READ_CYCLES` per word); the compressed words leave while later chunks are
@@ -228,8 +228,9 @@ def fc_lane_cycles(row_cycles: np.ndarray, lanes: int) -> np.ndarray:
 
 def fc_row_cycles_bitmap(chunk_pairs: np.ndarray, expand: bool = False) -> np.ndarray:
     """Cycles per (vector, row) when a lane scans chunks: one cycle per pair, at least one per
-    chunk, at least :data:`FC_ROW_MIN` per row.  ``chunk_pairs[v, r, c]`` is the pairs in chunk ``c``; ``expand``: one side's
-    stride index is expanded into chunks first (:data:`FC_EXPAND_ROW_MIN`)."""
+    chunk, at least :data:`FC_ROW_MIN` per row.  ``chunk_pairs[v, r, c]`` is the pairs in
+    chunk ``c``; ``expand``: one side's stride index is expanded into chunks first
+    (:data:`FC_EXPAND_ROW_MIN`)."""
     cycles = np.maximum(chunk_pairs, 1).sum(axis=-1) + FC_ROW_OVERHEAD
     return np.maximum(cycles + 1, FC_EXPAND_ROW_MIN) if expand else \
         np.maximum(cycles, FC_ROW_MIN)

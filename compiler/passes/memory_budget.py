@@ -456,11 +456,14 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
     budget = options.budget
     if budget is not None and budget <= 0:
         raise CompileError(f"--memory-budget {budget}: must be a positive number of bytes")
+    if options.compress not in ("auto", "all", "off"):
+        raise CompileError(f"memory plan: compress={options.compress!r} is not auto, all or off")
     steps = _steps(g)
     plain = _place_plan(g.copy(), steps)  # no output in place, no swap
     base = _evaluate(g.copy(), steps)
     best = base
     tried = 0
+    packed: dict[str, float] = {}  # candidates stored compressed: expected stream / bytes
     if budget is not None and base.fast > budget:
         st = storage(g)  # tensors as written (no output shares its input's storage yet)
         timer = KernelTimer(g, config, scratch, dense)
@@ -505,8 +508,7 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
                               f"{base.fast}; the smallest plan peaks at kernel {at!r} with "
                               f"{len(live)} tensors live, largest {top} bytes); give a budget "
                               f"of {best.fast} or more", best.fast)
-    packed = _compressed(g, [s["tensor"] for s in best.swapped], options, config)
-    for s in best.swapped:
+    for s in best.swapped:  # every swapped tensor was a candidate
         s["compressed"] = s["tensor"] in packed
         if s["compressed"]:
             s["expected_ratio"] = round(packed[s["tensor"]], 3)
@@ -534,8 +536,6 @@ def _compressed(g: Graph, tensors, options: MemoryOptions,
     fraction of its bytes its stream is expected to take.  Only maps of one image (the
     kernels cut a batch's maps as one).  ``auto``: maps a ReLU wrote whose expected stream
     is below :data:`COMPRESS_BELOW` of their bytes; ``all``: every one."""
-    if options.compress not in ("auto", "all", "off"):
-        raise CompileError(f"memory plan: compress={options.compress!r} is not auto, all or off")
     if options.compress == "off":
         return {}
     made = g.producers()
@@ -564,15 +564,14 @@ def _mark_compressed(g: Graph, arena: Arena, packed, config: CoreConfig) -> None
     """Mark the reductions of ``packed`` tensors and the restorations of their far copies
     ``compressed`` (code generation stores them with ``stc`` and loads them with ``ldc``)
     and give each far copy its bound in ``arena.far_bytes``."""
-    far_of = {}
     for n in g.nodes:
         if n.op == "Copy" and n.meta.get("memory") == "reduction" and n.inputs[0] in packed:
             n.meta = {**n.meta, "compressed": True}
-            far_of[n.outputs[0]] = n
             h, w, c = hwc(g.tensor(n.outputs[0]).shape)
             arena.far_bytes[n.outputs[0]] = kernels.compressed_bytes(config, h, w, c)
     for n in g.nodes:
-        if n.op == "Copy" and n.meta.get("memory") == "restoration" and n.inputs[0] in far_of:
+        if n.op == "Copy" and n.meta.get("memory") == "restoration" and \
+                n.inputs[0] in arena.far_bytes:
             n.meta = {**n.meta, "compressed": True}
 
 
