@@ -43,8 +43,9 @@ class LayerShape:
     cin: int
     kept: np.ndarray     #: [rows] weights kept per row
     neuron_density: float
-    input_shared: bool   #: the input is read from shared memory (not local memory)
-    output_shared: bool  #: a row split's output goes to shared memory
+    in_bytes: int        #: the input map's bytes
+    out_bytes: int       #: the output map's bytes
+    local_budget: int    #: bytes of a core's local memory one map may take
 
 
 def matrix_shape(g, n, local_budget: int) -> LayerShape:
@@ -60,16 +61,16 @@ def matrix_shape(g, n, local_budget: int) -> LayerShape:
     else:
         kh = kw = oh = ow = 1
         cin = w.shape[1]
-    in_bytes = int(np.prod(x))
-    out_bytes = int(np.prod(y))
     return LayerShape(w.shape[0], w.shape[1], oh, ow, kh, kw, cin, kept, dens,
-                      in_bytes > local_budget, out_bytes > local_budget)
+                      int(np.prod(x)), int(np.prod(y)), local_budget)
 
 
 def part_cycles(s: LayerShape, cfg: CoreConfig, rows: tuple[int, int],
-                channels: tuple[int, int], out_shared: bool) -> tuple[float, float]:
+                channels: tuple[int, int], in_shared: bool,
+                out_shared: bool) -> tuple[float, float]:
     """(matrix-unit cycles, shared-memory bytes) of the part computing output rows ``rows``
-    and output channels ``channels``."""
+    and output channels ``channels``; ``in_shared`` / ``out_shared``: its input / output
+    map is in shared memory (not in local memory)."""
     P = cfg.lanes
     c0, c1 = channels
     R = c1 - c0
@@ -93,7 +94,7 @@ def part_cycles(s: LayerShape, cfg: CoreConfig, rows: tuple[int, int],
         s.cin, s.kh, s.kw, nb_half))
     reloads = 1 if chunks == 1 else groups
     shared = weight_bytes * reloads
-    if s.input_shared:
+    if in_shared:
         shared += pix * s.k
     if out_shared:
         shared += pix * R
@@ -104,13 +105,17 @@ def split_cycles(s: LayerShape, cfg: CoreConfig, kind: str,
                  ranges: list[tuple[int, int]]) -> float:
     """Estimated cycles of the layer split into ``ranges`` of ``kind`` (rows / channels)."""
     bus = cfg.axi_data_bits // 8
-    # a channel slice of a feature map is not contiguous: it goes to shared memory
-    out_shared = s.output_shared or (kind == "channels" and s.oh * s.ow > 1)
-    parts = [part_cycles(s, cfg, r, (0, s.rows), out_shared) if kind == "rows"
-             else part_cycles(s, cfg, (0, s.oh), r, out_shared) for r in ranges]
+    k = len(ranges)
+    # a core keeps its window of a map in local memory (a row block of it when split by
+    # rows) when that fits; a channel slice of a feature map is not contiguous: it goes to
+    # shared memory
+    share = k if kind == "rows" else 1
+    in_shared = s.in_bytes / share > s.local_budget
+    out_shared = (s.out_bytes / share > s.local_budget) or (kind == "channels" and s.oh * s.ow > 1)
+    parts = [part_cycles(s, cfg, r, (0, s.rows), in_shared, out_shared) if kind == "rows"
+             else part_cycles(s, cfg, (0, s.oh), r, in_shared, out_shared) for r in ranges]
     slowest = max(max(mx, b / bus) for mx, b in parts)
     port = sum(b for _, b in parts) / bus
-    k = len(ranges)
     out_bytes = s.oh * s.ow * s.rows
     if kind == "channels" and k > 1:
         # all-gather of the output: over the network when it stays local (fc outputs), else
@@ -120,5 +125,6 @@ def split_cycles(s: LayerShape, cfg: CoreConfig, kind: str,
         else:
             gather = 2 * out_bytes / bus
         return max(slowest, port) + gather
-    halo = (s.kh - 1) * s.ow * s.rows * (k - 1) / LINK_BYTES if k > 1 else 0.0
+    # halo rows: every core sends its neighbours theirs at once, over different links
+    halo = (s.kh - 1) * s.ow * s.rows / LINK_BYTES if k > 1 else 0.0
     return max(slowest, port) + halo

@@ -335,12 +335,16 @@ class Kernels(Emitter):
     # The array's NET unit: addresses here are absolute (``isa.LOCAL_BASE + offset``), so
     # footprints share the "ext" address space with LD / ST and the emitter orders them.
     def send(self, x: int, y: int, src: int, dst: int, nbytes: int, tag: int, *,
-             after: tuple[tuple[int, int], ...] = ()) -> None:
+             after: tuple[tuple[int, int], ...] = (),
+             freed: tuple[tuple[int, int], ...] = ()) -> None:
         """Remote write of local bytes [src, src+nbytes) to core (x, y) at ``dst``, adding to
         its arrival counter ``tag``.  ``after``: further address ranges whose writes must
-        be complete before the send starts (a flag for data left in shared memory)."""
-        acc = [Access("ext", src, src + nbytes, False)] + [Access("ext", lo, hi, False)
-                                                           for lo, hi in after]
+        be complete before the send starts (a flag for data left in shared memory);
+        ``freed``: ranges whose reads and writes must be complete (a flag telling another
+        core that it may write there), and that later accesses must not pass."""
+        acc = ([Access("ext", src, src + nbytes, False)]
+               + [Access("ext", lo, hi, False) for lo, hi in after]
+               + [Access("ext", lo, hi, True) for lo, hi in freed])
         self.emit("send", acc, x=x, y=y, src=src - isa.LOCAL_BASE, dst=dst - isa.LOCAL_BASE,
                   bytes=nbytes, tag=tag)
 

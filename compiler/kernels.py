@@ -679,15 +679,26 @@ def _requantize_map(ctx: LayerContext, X: TensorLayout, Y: TensorLayout, bias, m
     return {"channel_chunks": len(chunks)}
 
 
-def zero_halo(ctx: LayerContext, L: TensorLayout) -> int:
+def zero_halo(ctx: LayerContext, L: TensorLayout, window: tuple[int, int] | None = None,
+              own: list[tuple[int, int]] = ()) -> int:
     """Write zeros over the halo of ``L`` (every image of a batch): a tensor whose memory
-    held another tensor before (the memory plan's arena) gets the zero border its
-    convolutions read.  A block of zeros is made in the output cache once (``req`` with
-    multiplier 0 of whatever the accumulators hold) and stored over the border: the rows
-    above and below, and the pixels between one row's end and the next one's start.
-    Returns the stores emitted."""
+    held another tensor before (the memory plan's arena, a tiled array's local memory)
+    gets the zero border its convolutions read.  A block of zeros is made in the output
+    cache once (``req`` with multiplier 0 of whatever the accumulators hold) and stored over
+    the border: the rows above and below, and the pixels between one row's end and the
+    next one's start.  With ``window`` (rows ``[a, b)``, the first halo row is ``-pad_h``)
+    only the halo rows inside it and the halo pixels of the rows in ``own`` are written: a
+    core's window of a tensor in local memory, whose other rows arrive from the cores that
+    make them, halo pixels included.  Returns the stores emitted."""
     k, P = ctx.k, ctx.cfg.lanes
     if not (L.pad_h or L.pad_w):
+        return 0
+    if window is None:
+        spans = [s for b in range(L.n) for s in _halo_spans(
+            L.at(b) if L.n > 1 else L, (-L.pad_h, L.h + L.pad_h), [(0, L.h)])]
+    else:
+        spans = _halo_spans(L, window, own)
+    if not spans:
         return 0
     words = max(1, min(ctx.acc_half, ctx.ob_half, 4095 * P) // P)
     z = words * P  # bytes of zeros in the block
@@ -711,25 +722,53 @@ def zero_halo(ctx: LayerContext, L: TensorLayout) -> int:
             k.st(ob, lo, hi - lo, 1)
             stores += 1
 
-    for b in range(L.n):
-        I = L.at(b) if L.n > 1 else L
-        frame = I.padded()
-        start, end = frame.base, frame.base + frame.h * frame.row
-        first, last = I.addr(0, 0), I.addr(I.h - 1, I.w - 1) + I.c
-        fill(start, first)
-        gap = I.row - I.w * I.pixel  # from a row's last pixel to the next row's first
-        if I.h > 1 and gap:
-            if gap <= z:
-                for r0 in range(0, I.h - 1, 4095):
-                    r = min(4095, I.h - 1 - r0)
-                    k.st(ob, I.addr(r0, I.w - 1) + I.pixel, gap, r, src_stride=0,
-                         ext_stride=I.row)
-                    stores += 1
-            else:
-                for y in range(I.h - 1):
-                    fill(I.addr(y, I.w - 1) + I.pixel, I.addr(y + 1, 0))
-        fill(last, end)
+    for start, n, count, stride in spans:
+        if count == 1:
+            fill(start, start + n)
+        elif n <= z:
+            for r0 in range(0, count, 4095):
+                k.st(ob, start + r0 * stride, n, min(4095, count - r0), src_stride=0,
+                     ext_stride=stride)
+                stores += 1
+        else:
+            for y in range(count):
+                fill(start + y * stride, start + y * stride + n)
     return stores
+
+
+def _halo_spans(I: TensorLayout, window: tuple[int, int],
+                own: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
+    """The halo bytes of one image ``I`` to zero (see :func:`zero_halo`), as (first byte,
+    bytes, count, stride) spans in address order, touching spans merged."""
+    a, b = window
+
+    def R(y: int) -> int:  # first byte of row y, its left halo pixels included
+        return I.base - I.pad_w * I.pixel + y * I.row
+
+    gap = I.row - I.w * I.pixel  # from a row's last pixel to the next row's first
+    raw = []
+    if a < 0:
+        raw.append((R(a), R(min(0, b)) - R(a), 1, 0))
+    for lo, hi in sorted(own):
+        lo, hi = max(lo, a, 0), min(hi, b, I.h)
+        if lo >= hi:
+            continue
+        raw.append((R(lo), I.addr(lo, 0) - R(lo), 1, 0))
+        if hi - 1 > lo and gap:
+            raw.append((I.addr(lo, I.w - 1) + I.pixel, gap, hi - 1 - lo, I.row))
+        end = I.addr(hi - 1, I.w - 1) + I.pixel
+        raw.append((end, R(hi) - end, 1, 0))
+    if b > I.h:
+        raw.append((R(max(I.h, a)), R(b) - R(max(I.h, a)), 1, 0))
+    spans: list[tuple[int, int, int, int]] = []
+    for s in raw:
+        if s[1] <= 0:
+            continue
+        if spans and spans[-1][2] == 1 and s[2] == 1 and spans[-1][0] + spans[-1][1] == s[0]:
+            spans[-1] = (spans[-1][0], spans[-1][1] + s[1], 1, 0)
+        else:
+            spans.append(s)
+    return spans
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,17 +25,12 @@ from snpu.verif.image import MemoryImage
 from snpu.verif import isa
 
 from .ir import Graph
+from .windows import windows
 
 
-def _local_size(g: Graph, t: str, halo: dict) -> int:
-    h, w, c = hwc(g.tensor(t).shape)
-    ph, pw = halo.get(t, (0, 0))
-    return (h + 2 * ph) * (-(-((w + 2 * pw) * c) // 8) * 8)
-
-
-def _local_tensors(g: Graph, storage: list[str], halo: dict, parent: dict,
-                   local_bytes: int) -> dict[str, int]:
-    """Tensors that go to local memory, with their offsets (see :func:`allocate`)."""
+def _local_tensors(g: Graph, st: "Storage", local_bytes: int) -> tuple[dict[str, int], int]:
+    """Tensors that go to local memory, with their offsets (see :func:`allocate`), and the
+    bytes of local memory they use at most (flags included)."""
     seg = {n: k for k, sg in enumerate(g.meta.get("subgraphs", [])) for n in sg["nodes"]}
     prod = g.producers()
     users: dict[str, list] = {}
@@ -43,29 +38,82 @@ def _local_tensors(g: Graph, storage: list[str], halo: dict, parent: dict,
         for i in n.inputs:
             if i and not g.tensor(i).is_const:
                 users.setdefault(view_source(g, i), []).append(n)
-    concat_roots = {r for r in (p for p, _ in parent.values())}
+    order = {n.name: k for k, n in enumerate(g.nodes)}
+    writers: dict[str, list] = {}  # root -> the core layers writing it (slices, in place)
+    readers: dict[str, list] = {}  # root -> the layers reading it (or a slice or view of it)
+    for n in g.nodes:
+        if n.device == "core" and n.op not in ("Concat", "Flatten", "Reshape"):
+            writers.setdefault(st.root.get(n.outputs[0]), []).append(n)
+        for i in n.inputs:
+            if i and not g.tensor(i).is_const:
+                readers.setdefault(st.root.get(i, i), []).append(n)
     candidates = []
-    for t in storage:
+    for t in st.roots:
         p = prod.get(t)
-        if (p is None or p.device != "core" or t in g.outputs or t in concat_roots
-                or not users.get(t) or batch_size(g.tensor(t).shape) != 1):
+        if (p is None or p.device != "core" or t in g.outputs or not users.get(t)
+                or batch_size(g.tensor(t).shape) != 1):
             continue
         h, w, _ = hwc(g.tensor(t).shape)
-        if (p.meta.get("split") or {}).get("kind") == "channels" and h * w > 1:
+        ws = writers.get(t, [])
+        if any((x.meta.get("split") or {}).get("kind") == "channels" and (h * w > 1 or t in st.halo)
+               for x in ws):
             continue  # channel slices of a map are not contiguous: shared memory
-        us = users[t]
+        if p.op == "Concat" and not _concat_local(ws, readers.get(t, []), order):
+            continue
+        us = users[t] + readers.get(t, [])
         if any(u.device != "core" or seg.get(u.name) != seg.get(p.name) for u in us):
             continue
         if any(u.op in ("Flatten", "Reshape") and u.outputs[0] in g.outputs for u in us):
             continue
         candidates.append(t)
-    out, off = {}, FLAG_BYTES
+    # each core keeps the rows its parts touch; every core's copy starts at the same offset
+    win = windows(g, st.root, st.halo, set(candidates))
+    live: dict[str, list[int]] = {}
+    for k, n in enumerate(g.nodes):
+        for t in [*n.inputs, *n.outputs]:
+            r = st.root.get(t) if t else None
+            if r in win:
+                span = live.setdefault(r, [k, k])
+                span[1] = k
+    placed: list[tuple[int, int, int, int]] = []  # (offset, bytes, first node, last node)
+    out = {}
     for t in candidates:  # program order: early layers (usually the largest maps) first
-        size = _local_size(g, t, halo)
+        if not win[t]:
+            continue
+        row = _local_row(g, t, st.halo)
+        size = -(-max(b - a for a, b in win[t].values()) * row // 64) * 64
+        first, last = live[t]
+        off = FLAG_BYTES
+        for o, n, f, l in sorted(x for x in placed if not (x[3] < first or last < x[2])):
+            if off + size <= o:
+                break
+            off = max(off, o + n)
         if off + size <= local_bytes:
             out[t] = off
-            off += -(-size // 64) * 64
-    return out
+            placed.append((off, size, first, last))
+    return out, max([FLAG_BYTES] + [o + n for o, n, _, _ in placed])
+
+
+def _concat_local(writers: list, readers: list, order: dict[str, int]) -> bool:
+    """Can a concatenation live in local memory?  Its slices' producers must split alike
+    (each core makes the same rows of every slice, and sends whole rows once the last slice
+    is made: :class:`.passes.codegen_mesh.TransferPlan`), and nothing may read it, or a
+    slice of it, before its last slice is made."""
+    if not writers:
+        return False
+    parts = [tuple(w.meta.get("parts") or ()) for w in writers]
+    if any(p != parts[0] or not p for p in parts) or parts[0][0].kind not in ("rows", "whole"):
+        return False
+    last = max(order[w.name] for w in writers)
+    return all(order[r.name] > last for r in readers)
+
+
+def _local_row(g: Graph, t: str, halo: dict) -> int:
+    """Bytes of one row of ``t`` in local memory: halo pixels included, padded to 8 bytes
+    (row blocks move by remote writes, which start 8-aligned)."""
+    _, w, c = hwc(g.tensor(t).shape)
+    pw = halo.get(t, (0, 0))[1]
+    return -(-((w + 2 * pw) * c) // 8) * 8
 
 
 @dataclass
@@ -258,23 +306,30 @@ def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0,
     ``act:arena`` at those offsets, and the roots in ``arena.far`` share the far-memory
     region ``act:far`` (region kind ``far``: slower, :class:`~snpu.verif.timing.FarMemory`).
 
-    ``local_bytes`` > 0 (a tiled array): a tensor produced and consumed only inside one core
-    subgraph, that is no slice of a concatenation, lives in the cores' *local* memories
-    instead, at the same address in every core (``isa.LOCAL_BASE + offset``; rows padded to
-    8 bytes so that row blocks move by remote writes), in program order while they have
-    room; ``graph.meta["local"]`` lists them.  Maps written by a channel-split layer stay
-    in shared memory (a channel slice of a map is not contiguous).  The rest stays in shared external memory."""
+    ``local_bytes`` > 0 (a tiled array): a tensor produced and consumed only inside one
+    core subgraph lives in the cores' *local* memories instead (rows padded to 8 bytes so
+    that row blocks move by remote writes).  Each core keeps its window of it (the rows its
+    parts touch, :func:`.windows.windows`) from the same offset
+    (``isa.LOCAL_BASE + offset``; the layout here is a window starting at the first halo
+    row, :class:`.passes.codegen_mesh.LocalCopies` moves it per core).  Offsets are first
+    fit over the tensors' lifetimes, in program order, while local memory has room;
+    ``graph.meta["local"]`` lists the tensors, ``graph.meta["local_offsets"]`` their
+    offsets.  Maps written by a channel-split layer stay in shared memory (a channel slice
+    of a map is not contiguous), and so do concatenations whose slices split differently
+    or are read before the last one is made.  The rest stays in shared external memory."""
     g = graph.copy()
     st = storage(g)
     halo, parent = st.halo, st.parent
     layouts: dict[str, TensorLayout] = {}
-    local = _local_tensors(g, st.roots, halo, parent, local_bytes) if local_bytes else {}
+    local, peak = _local_tensors(g, st, local_bytes) if local_bytes else ({}, 0)
     for t, off in local.items():
         h, w, c = hwc(g.tensor(t).shape)
         ph, pw = halo.get(t, (0, 0))
-        row = -(-((w + 2 * pw) * c) // 8) * 8
+        row = _local_row(g, t, halo)
         layouts[t] = TensorLayout(isa.LOCAL_BASE + off + ph * row + pw * c, h, w, c, c, row, ph, pw)
     g.meta["local"] = sorted(local)
+    g.meta["local_offsets"] = dict(local)
+    g.meta["local_peak_bytes"] = peak
     #: every tensor -> the tensor whose storage holds it (through views and concatenations)
     g.meta["storage_root"] = st.root
     base: dict[str, int] = {}

@@ -230,7 +230,8 @@ def _report(g: Graph, options: CompileOptions, timings: dict, total: float) -> d
         **({"schedule": g.meta["schedule"]} if "schedule" in g.meta else {}),
         **({"split": g.meta["split"]} if "split" in g.meta else {}),
         **({"memory": g.meta["memory"]} if "memory" in g.meta else {}),
-        **({"mesh": {**g.meta["mesh"], "local_tensors": g.meta.get("local", [])}}
+        **({"mesh": {**g.meta["mesh"], "local_tensors": g.meta.get("local", []),
+                          "local_peak_bytes": g.meta.get("local_peak_bytes", 0)}}
            if "mesh" in g.meta else {}),
         "options": {"density": options.density, "group_size": options.group_size,
                     "random_weights": options.random_weights, "dense": options.dense,

@@ -4,11 +4,14 @@ Every core subgraph becomes one ROM per core of the mesh.  Each core runs, in th
 order, its part of every layer (:mod:`.parallelize`) with the single-core kernels, and the
 data its parts need from other cores moves over the network:
 
-* **Local tensors** (``graph.meta["local"]``: in every core's local memory at the same
-  address).  After computing its part, a core ``send`` s the bytes another core's parts will
-  read (a row block, clipped to the rows the consumer's kernels and halos need, or a channel
-  block) straight into that core's copy; the consumer ``recv`` s them before its first
-  kernel that reads them.  Activations never leave the array.
+* **Local tensors** (``graph.meta["local"]``: each core keeps its window of rows,
+  :class:`LocalCopies`).  After computing its part, a core ``send`` s the bytes another
+  core's parts will read (a row block, clipped to the rows the consumer's kernels and
+  halos need, or a channel block) straight into that core's copy; the consumer ``recv`` s
+  them before its first kernel that reads them.  Activations never leave the array.
+  Local bytes are reused once a tensor is dead: a remote write over a dead tensor's bytes
+  waits for the receiver's *credit* (a flag sent after its last read of them), and a
+  core zeroes the halo of its window of a tensor whose bytes another tensor used.
 * **Shared tensors** (external memory: concatenations, tensors the host or a later segment
   reads, tensors local memory has no room for).  The producer's stores go to shared memory;
   then it sends an 8-byte *flag* (to the consumer's flag slot for this producer, at local
@@ -21,13 +24,15 @@ in order (XY routing), so a ``recv`` of ``n`` bytes on tag ``a`` is satisfied by
 next ``n`` bytes core ``a`` sent: a core receives the transfers of each source in the order
 they were sent (receiving earlier ones first when a later one is needed first).  Every core
 emits its work in one global (topological) order and every ``recv`` follows its ``send`` in
-that order, and sends never wait for the receiver, so the array cannot deadlock; the
+that order (a credit's send is emitted where its sender is in that order), so the array
+cannot deadlock; the
 emitter's tokens order the NET unit against the core's own loads and stores (footprints in
 one address space).  The golden model checks both.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -43,6 +48,7 @@ from ..emit import Kernels
 from ..ir import Graph
 from ..memory import TensorLayout
 from .codegen import emit_layer
+from ..windows import windows
 from .parallelize import VIEW_OPS, Part, input_rows
 from .reroll import reroll
 
@@ -74,13 +80,14 @@ def codegen_mesh(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bo
     nodes = {n.name: n for n in g.nodes}
     root = g.meta["storage_root"]
     coords = [(x, y) for y in range(h) for x in range(w)]
+    copies = LocalCopies(g, layouts, local)
     segments, layer = [], 0
     for sg in g.meta["subgraphs"]:
         if sg["device"] == "host":
             segments.append({"kind": "host", "nodes": list(sg["nodes"])})
             continue
         k = len(segments)
-        seg = _Segment(g, config, image, k, coords, w, layouts, local, root, set(sg["nodes"]),
+        seg = _Segment(g, config, image, k, coords, w, layouts, copies, root, set(sg["nodes"]),
                        loops)
         stats: dict[str, dict] = {}
         for name in sg["nodes"]:
@@ -88,14 +95,16 @@ def codegen_mesh(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bo
             if n.op in VIEW_OPS:
                 continue
             for part in n.meta["parts"]:
+                name = f"{k}:{n.name}@{part.core[0]}_{part.core[1]}"
+                seg.prepare(n, part, layer, name, dense)
                 seg.receive_inputs(n, part)
-                ctx = kernels.LayerContext(seg.em[part.core], layer, f"{k}:{n.name}@{part.core[0]}_{part.core[1]}",
+                ctx = kernels.LayerContext(seg.em[part.core], layer, name,
                                            dense, n.meta.get("neurons"), shared=seg.shared)
                 if part.kind == "batch":  # whole layer, image by image
                     for b in range(part.lo, part.hi):
                         st = emit_layer(ctx, g, n, layouts, image=b)
                 else:
-                    st = emit_layer(ctx, g, n, layouts, part)
+                    st = emit_layer(ctx, g, n, seg.layouts[part.core], part)
                 stats.setdefault(n.name, {**st, "split": n.meta["split"],
                                           "parts": [p.to_dict() for p in n.meta["parts"]]})
                 seg.send_output(n, part)
@@ -113,6 +122,8 @@ class TransferPlan:
         self.g, self.layouts, self.local, self.root = g, layouts, local, root
         self.writers: dict[str, list] = {}  # storage root -> nodes of the subgraph writing it
         self.readers: dict[str, list] = {}  # storage root -> (node, input index) reading it
+        #: concatenations: in local memory, whole rows move once their last slice is made
+        self.concats = {root[n.outputs[0]] for n in g.nodes if n.op == "Concat"}
         for n in g.nodes:
             if n.device != "core" or n.name not in names or n.op in VIEW_OPS:
                 continue
@@ -128,6 +139,8 @@ class TransferPlan:
         Y = self.layouts[n.outputs[0]]
         if part.kind == "batch":
             return self._batch_sends(r, L, part)
+        if r in self.local and r in self.concats and n is not self.writers[r][-1]:
+            return []  # the last slice's producer sends the whole rows
         need: dict[Coord, tuple[int, int]] = {}
         for c, idx in self.readers.get(r, []):
             for cp in c.meta["parts"]:
@@ -174,14 +187,71 @@ class TransferPlan:
                 for dst, (a, b) in sorted(need.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
 
 
+class LocalCopies:
+    """Where each core keeps its copy of every local tensor: only its *window*, the rows its
+    parts write or read (:func:`..windows.windows`), from the tensor's local-memory
+    offset on (the same in every core; :func:`..memory.allocate` sizes it for the largest
+    window).  A core addresses its copy with the tensor's layout moved by
+    :meth:`shift`, so kernels and transfers use row numbers of the whole tensor."""
+
+    def __init__(self, g: Graph, layouts: dict[str, TensorLayout], local: set[str]):
+        self.root, self.layouts = g.meta["storage_root"], layouts
+        halo = {r: (layouts[r].pad_h, layouts[r].pad_w) for r in local}
+        self.win = windows(g, self.root, halo, set(local))
+        #: rows each core's parts write, per local tensor (their halo pixels are its to zero)
+        self.own: dict[str, dict[Coord, list[tuple[int, int]]]] = {r: {} for r in local}
+        for n in g.nodes:
+            r = self.root.get(n.outputs[0]) if n.outputs else None
+            if r in self.own and "parts" in n.meta and n.op not in VIEW_OPS:
+                for p in n.meta["parts"]:
+                    rows = (p.lo, p.hi) if p.kind == "rows" else (0, layouts[r].h)
+                    self.own[r].setdefault(p.core, []).append(rows)
+        self.regions: dict[Coord, list[tuple[int, int, str]]] = {}
+        for r, cores in self.win.items():
+            for xy in cores:
+                self.regions.setdefault(xy, []).append((*self.region(r, xy), r))
+
+    def shift(self, r: str, xy: Coord) -> int:
+        """Bytes to add to an address of local tensor ``r`` on core ``xy``."""
+        w = self.win.get(r, {}).get(xy)
+        L = self.layouts.get(r)
+        return 0 if w is None else -(w[0] + L.pad_h) * L.row
+
+    def region(self, r: str, xy: Coord) -> tuple[int, int]:
+        """The bytes [lo, hi) core ``xy``'s copy of ``r`` occupies."""
+        a, b = self.win[r][xy]
+        L = self.layouts[r]
+        lo = L.base - L.pad_w * L.pixel - L.pad_h * L.row
+        return lo, lo + (b - a) * L.row
+
+    def layouts_of(self, xy: Coord) -> dict[str, TensorLayout]:
+        """Every tensor's layout as core ``xy`` addresses it."""
+        out = dict(self.layouts)
+        for t, L in self.layouts.items():
+            s = self.shift(self.root.get(t, t), xy)
+            if s:
+                out[t] = dataclasses.replace(L, base=L.base + s)
+        return out
+
+    def overlapping(self, xy: Coord, lo: int, hi: int, other_than: str) -> list[str]:
+        """Local tensors other than ``other_than`` whose copies on ``xy`` overlap [lo, hi)."""
+        return [r for a, b, r in self.regions.get(xy, ()) if r != other_than and a < hi and lo < b]
+
+
 class _Segment:
     """One core subgraph's programs (one per core) and the transfers between them."""
 
-    def __init__(self, g, config, image, k, coords, width, layouts, local, root, names,
-                 loops: bool):
+    def __init__(self, g, config, image, k, coords, width, layouts, copies: LocalCopies, root,
+                 names, loops: bool):
         self.g, self.k, self.coords, self.width = g, k, coords, width
-        self.plan = TransferPlan(g, names, layouts, local, root)
+        self.copies = copies
+        self.plan = TransferPlan(g, names, layouts, set(copies.win), root)
+        self.layouts = {xy: copies.layouts_of(xy) for xy in coords}
         self.root = root
+        #: local tensors each core has touched, in emission order; (sender, receiver, tensor)
+        #: pairs whose credit was sent (the receiver's copy of tensor is dead: reuse is safe)
+        self.touched: dict[Coord, set[str]] = {xy: set() for xy in coords}
+        self.credited: set[tuple[Coord, Coord, str]] = set()
         self.progs = {xy: Program(config, image=image, rom_name=f"rom:{k}:{xy[0]}_{xy[1]}")
                       for xy in coords}
         self.em = {xy: Kernels(p, net=True, loops=loops) for xy, p in self.progs.items()}
@@ -194,6 +264,20 @@ class _Segment:
         return xy[0] + xy[1] * self.width
 
     # -------------------------------------------------------------------------------------
+    def prepare(self, n, part: Part, layer: int, name: str, dense: bool) -> None:
+        """Before ``part`` of ``n``: a local tensor it is the first on its core to touch gets
+        the zero halo of that core's window when its bytes are shared with another tensor."""
+        xy, c = part.core, self.copies
+        for t in [*n.inputs, n.outputs[0]]:
+            r = self.root.get(t) if t else None
+            if r not in c.win or xy not in c.win[r] or r in self.touched[xy]:
+                continue
+            self.touched[xy].add(r)
+            L = self.layouts[xy][r]
+            if (L.pad_h or L.pad_w) and c.overlapping(xy, *c.region(r, xy), r):
+                ctx = kernels.LayerContext(self.em[xy], layer, f"{name}:halo:{r}", dense)
+                kernels.zero_halo(ctx, L, c.win[r][xy], c.own[r].get(xy, []))
+
     def send_output(self, n, part: Part) -> None:
         """After ``part`` of ``n``: send what other cores' parts will read of it."""
         for tr in self.plan.sends(n, part):
@@ -206,13 +290,36 @@ class _Segment:
             em.send(*tr.dst, slot, slot, FLAG, self.tag(tr.src), after=tuple(tr.ranges))
             self.noc["flags"] += 1
             self.noc["sends"] += 1
+        if tr.runs:
+            shift = self.copies.shift(tr.tensor, tr.dst)
+            lo = tr.runs[0][0] + shift
+            hi = tr.runs[-1][0] + tr.runs[-1][1] + shift
+            for old in self.copies.overlapping(tr.dst, lo, hi, tr.tensor):
+                if old in self.touched[tr.dst] and (tr.src, tr.dst, old) not in self.credited:
+                    self._credit(tr.dst, tr.src, old)
         for addr, size in tr.runs:
-            em.send(*tr.dst, addr, addr, size, self.tag(tr.src))
+            em.send(*tr.dst, addr + self.copies.shift(tr.tensor, tr.src),
+                    addr + self.copies.shift(tr.tensor, tr.dst), size, self.tag(tr.src))
             self.noc["data_bytes"] += size
             self.noc["hop_bytes"] += size * hops
             self.noc["sends"] += 1
         self.queues.setdefault((tr.src, tr.dst), deque()).append(tr)
         self.sent[(tr.tensor, tr.src, tr.dst)] = tr
+
+    def _credit(self, owner: Coord, writer: Coord, old: str) -> None:
+        """``owner`` tells ``writer`` (a flag, sent once ``owner``'s copy of the dead tensor
+        ``old`` has been read for the last time) that it may write over those bytes; the
+        writer waits for it before its remote write."""
+        slot = isa.LOCAL_BASE + 8 * self.tag(owner)
+        self.em[owner].send(*writer, slot, slot, FLAG, self.tag(owner),
+                            freed=(self.copies.region(old, owner),))
+        self.noc["flags"] += 1
+        self.noc["sends"] += 1
+        self.noc["credits"] = self.noc.get("credits", 0) + 1
+        tr = Transfer(f"credit:{old}", owner, writer, [], flag=True)
+        self.queues.setdefault((owner, writer), deque()).append(tr)
+        self.credited.add((writer, owner, old))
+        self._receive(tr)
 
     def receive_inputs(self, n, part: Part) -> None:
         """Before ``part`` of ``n``: receive every transfer of its inputs from other cores."""
@@ -237,7 +344,7 @@ class _Segment:
                 slot = isa.LOCAL_BASE + 8 * tag
                 em.recv(tag, slot, FLAG, covers=tuple(t.ranges))
             for addr, size in t.runs:
-                em.recv(tag, addr, size)
+                em.recv(tag, addr + self.copies.shift(t.tensor, t.dst), size)
             if t is tr:
                 return
 

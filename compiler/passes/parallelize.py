@@ -32,7 +32,7 @@ from snpu.verif import isa
 
 from ..array_cost import matrix_shape, split_cycles
 from ..ir import Graph, Node
-from ..ops import pool_geometry
+from ..windows import VIEW_OPS, input_rows  # noqa: F401  (re-exported)
 
 Coord = tuple[int, int]
 
@@ -40,7 +40,6 @@ MATRIX_OPS = ("Conv", "Gemm", "MatMul")
 #: a split other than the aligned default must be estimated this much faster
 ALIGN_GAIN = 0.95
 ROW_SPLIT_OPS = ("Conv", "MaxPool", "AveragePool", "Add", "Sum", "Affine")
-VIEW_OPS = ("Concat", "Flatten", "Reshape")
 
 
 @dataclass(frozen=True)
@@ -103,6 +102,22 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
         raise CompileError(f"--unusable leaves no core of the {w}x{h} mesh")
     unit = max(8, config.lanes)
     turn = 0  # the core that takes the next whole layer
+    # a map's row blocks (for the next layer to line up with): keyed by the concatenation a
+    # tensor is a slice of, or the tensor (through views)
+    concat_of = {i: n.outputs[0] for n in g.nodes if n.op == "Concat" for i in n.inputs}
+    prod = g.producers()
+
+    def key(t: str) -> str:
+        while True:
+            p = prod.get(t)
+            if t in concat_of:
+                t = concat_of[t]
+            elif p is not None and p.op in ("Flatten", "Reshape"):
+                t = p.inputs[0]
+            else:
+                return t
+
+    row_blocks: dict[str, list[tuple[int, int]]] = {}
     for n in g.nodes:
         if n.device != "core" or n.op in VIEW_OPS:
             continue
@@ -115,7 +130,14 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             why = f"batch (N) of {y[0]} images in blocks" + (
                 f"; {y[0]} images use {len(ranges)} of {len(cores)} cores" if len(ranges) < len(cores) else "")
         elif n.op in MATRIX_OPS and "q" in n.meta and split == "auto":
-            kind, ranges, why = _cheapest(g, n, config, len(cores), unit)
+            sibling = row_blocks.get(key(n.outputs[0])) if n.outputs[0] in concat_of else None
+            if sibling is not None and n.op == "Conv" and sibling[-1][1] == _out_rows(g, n):
+                # a concatenation's slices split alike: each core then holds whole rows
+                kind, ranges = "rows", sibling
+                why = f"spatial rows (H) x{len(ranges)}, like the other slices of its concatenation"
+            else:
+                kind, ranges, why = _cheapest(g, n, config, len(cores), unit,
+                                              row_blocks.get(key(n.inputs[0])))
         elif n.op in MATRIX_OPS and (split == "channels" or n.op != "Conv"):
             f = n.meta["q"]["w"].shape[0] if "q" in n.meta else g.tensor(n.outputs[0]).shape[1]
             ranges = blocks(f, len(cores), unit)
@@ -141,6 +163,8 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             start = 0
         parts = [Part(cores[(start + i) % len(cores)], kind, lo, hi)
                  for i, (lo, hi) in enumerate(ranges)]
+        if kind == "rows":
+            row_blocks.setdefault(key(n.outputs[0]), ranges)
         n.meta["parts"] = parts
         n.meta["split"] = {"kind": kind, "cores": len(parts), "why": why}
         if kind == "channels" and n.op == "Conv":
@@ -149,10 +173,13 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
     return g
 
 
-def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int,
-              unit: int) -> tuple[str, list[tuple[int, int]], str]:
+def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int, unit: int,
+              input_blocks: list[tuple[int, int]] | None = None
+              ) -> tuple[str, list[tuple[int, int]], str]:
     """The split of a Conv / Gemm / MatMul the cost model (:mod:`..array_cost`) finds
-    fastest: output rows (convolutions) or output channels over 1..``ncores`` cores."""
+    fastest: output rows (convolutions) or output channels over 1..``ncores`` cores.
+    ``input_blocks``: the row blocks its input map was made in (the split that lines up
+    with them is the default, which another split must clearly beat)."""
     s = matrix_shape(g, n, config.local_bytes // 4)
     tried = {}
     for kind in (("rows", "channels") if n.op == "Conv" and s.oh > 1 else ("channels",)):
@@ -164,6 +191,9 @@ def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int,
     # the default keeps layers aligned (rows over every core: only halos move between
     # layers); another split must be clearly faster to pay for the data it moves
     default = max(tried, key=lambda key: (key[0] == ("rows" if n.op == "Conv" else "channels"), key[1]))
+    x = g.tensor(n.inputs[0]).shape
+    if input_blocks and len(x) == 4 and x[2] == s.oh and ("rows", len(input_blocks)) in tried:
+        default = ("rows", len(input_blocks))  # the same row blocks as its input
     choice = min(tried, key=lambda key: tried[key][0])
     if tried[choice][0] > ALIGN_GAIN * tried[default][0]:
         choice = default
@@ -177,20 +207,3 @@ def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int,
 def _out_rows(g: Graph, n: Node) -> int:
     shape = g.tensor(n.outputs[0]).shape
     return shape[2] if len(shape) == 4 else 1
-
-
-def input_rows(g: Graph, n: Node, part: Part, index: int = 0) -> tuple[int, int]:
-    """The rows of input ``index`` that ``part`` of ``n`` reads (clipped to the tensor)."""
-    shape = g.tensor(n.inputs[index]).shape
-    rows = shape[2] if len(shape) == 4 else 1
-    if part.kind != "rows":
-        return 0, rows
-    if n.op == "Conv":
-        kh, _, sh, _, pads, *_ = n.meta["geometry"]
-    elif n.op in ("MaxPool", "AveragePool"):
-        kh, _, sh, _, pads, _, _ = pool_geometry(n, shape)
-    else:
-        return part.lo, part.hi
-    lo = part.lo * sh - pads[0]
-    hi = (part.hi - 1) * sh - pads[0] + kh
-    return max(0, lo), min(rows, hi)

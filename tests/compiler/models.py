@@ -61,6 +61,39 @@ def tiny_cnn(seed: int = 0) -> onnx.ModelProto:
                   inits, "tiny_cnn")
 
 
+def fire_cnn(seed: int = 0, size: int = 16) -> onnx.ModelProto:
+    """A stem convolution and two squeezenet fire modules (squeeze 1x1 -> expand 1x1 and
+    expand 3x3 -> concatenation), then global pooling: padded convolutions reading
+    concatenations, many maps alive one after another.  Input ``x`` [1, 3, size, size],
+    output ``y`` [1, 16, 1, 1]."""
+    rng = np.random.default_rng(seed)
+    n = rng.standard_normal
+    H = helper.make_node
+    inits, nodes, cur, cin = [], [], "x", 3
+    inits.append(_const("w0", n((8, 3, 3, 3)) * 0.3))
+    nodes += [H("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1], name="stem"),
+              H("Relu", ["c0"], ["r0"], name="stem_relu")]
+    cur, cin = "r0", 8
+    for k in range(2):
+        inits += [_const(f"s{k}", n((4, cin, 1, 1)) * 0.4), _const(f"e1_{k}", n((8, 4, 1, 1)) * 0.4),
+                  _const(f"e3_{k}", n((8, 4, 3, 3)) * 0.3)]
+        nodes += [H("Conv", [cur, f"s{k}"], [f"sq{k}"], name=f"squeeze{k}"),
+                  H("Relu", [f"sq{k}"], [f"sr{k}"], name=f"squeeze_relu{k}"),
+                  H("Conv", [f"sr{k}", f"e1_{k}"], [f"a{k}"], name=f"expand1_{k}"),
+                  H("Relu", [f"a{k}"], [f"ar{k}"], name=f"expand1_relu{k}"),
+                  H("Conv", [f"sr{k}", f"e3_{k}"], [f"b{k}"], pads=[1, 1, 1, 1], name=f"expand3_{k}"),
+                  H("Relu", [f"b{k}"], [f"br{k}"], name=f"expand3_relu{k}"),
+                  H("Concat", [f"ar{k}", f"br{k}"], [f"cat{k}"], axis=1, name=f"concat{k}")]
+        cur, cin = f"cat{k}", 16
+    inits.append(_const("w9", n((16, 16, 3, 3)) * 0.2))
+    nodes += [H("Conv", [cur, "w9"], ["c9"], pads=[1, 1, 1, 1], name="head"),
+              H("Relu", ["c9"], ["r9"], name="head_relu"),
+              H("GlobalAveragePool", ["r9"], ["y"], name="gap")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 1, 1])],
+                  inits, "fire_cnn")
+
+
 def tiny_mlp(seed: int = 0, sizes=(48, 96, 40, 10)) -> onnx.ModelProto:
     """MatMul + Add (bias) + ReLU layers; wide enough that layers are tiled on TEST_CORE."""
     rng = np.random.default_rng(seed)
