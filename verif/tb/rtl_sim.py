@@ -284,8 +284,9 @@ def run_many(jobs: list, config: CoreConfig | None = None, *, memory: str = "hdl
     mesh = tuple(mesh)
     coords = [(x, y) for y in range(mesh[1]) for x in range(mesh[0])]
     size = max(j.runs()[1].size for j in jobs)
-    # arrays: at least 256 KiB, so that small programs share one build per configuration
-    mem_bytes = 1 << max(16 if mesh == (1, 1) else 18, (size - 1).bit_length())
+    # at least 256 KiB, so that small programs share one build per configuration (each
+    # memory size is a Verilator build of its own: minutes on a fresh clone)
+    mem_bytes = 1 << max(18, (size - 1).bit_length())
     wave_format = waves_format(waves) if waves else None
     bdir = build(config, memory, mem_bytes, waves=wave_format, mesh=mesh)
     sim = os.environ.get("SNPU_SIM", "verilator")
