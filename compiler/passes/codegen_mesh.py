@@ -11,7 +11,7 @@ data its parts need from other cores moves over the network:
   them before its first kernel that reads them.  Activations never leave the array.
   Local bytes are reused once a tensor is dead: a remote write over a dead tensor's bytes
   waits for the receiver's *credit* (a flag sent after its last read of them), and a
-  core zeroes the halo of its window of a tensor whose bytes another tensor used.
+  core zeroes the halo of its window of a tensor whose bytes held another tensor before.
 * **Shared tensors** (external memory: concatenations, tensors the host or a later segment
   reads, tensors local memory has no room for).  The producer's stores go to shared memory;
   then it sends an 8-byte *flag* (to the consumer's flag slot for this producer, at local
@@ -266,7 +266,9 @@ class _Segment:
     # -------------------------------------------------------------------------------------
     def prepare(self, n, part: Part, layer: int, name: str, dense: bool) -> None:
         """Before ``part`` of ``n``: a local tensor it is the first on its core to touch gets
-        the zero halo of that core's window when its bytes are shared with another tensor."""
+        the zero halo of that core's window when its bytes held another tensor before (every
+        array segment starts with its local memories zeroed, as the golden model and the
+        testbench run it)."""
         xy, c = part.core, self.copies
         for t in [*n.inputs, n.outputs[0]]:
             r = self.root.get(t) if t else None
@@ -274,7 +276,8 @@ class _Segment:
                 continue
             self.touched[xy].add(r)
             L = self.layouts[xy][r]
-            if (L.pad_h or L.pad_w) and c.overlapping(xy, *c.region(r, xy), r):
+            if (L.pad_h or L.pad_w) and any(o in self.touched[xy]
+                                             for o in c.overlapping(xy, *c.region(r, xy), r)):
                 ctx = kernels.LayerContext(self.em[xy], layer, f"{name}:halo:{r}", dense)
                 kernels.zero_halo(ctx, L, c.win[r][xy], c.own[r].get(xy, []))
 

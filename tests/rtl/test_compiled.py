@@ -12,7 +12,7 @@ from snpu.compiler.passes.neurons import NeuronOptions
 from snpu.compiler.pipeline import CompileOptions, compile_model
 from snpu.config import CoreConfig
 
-from ..compiler.models import TEST_CORE, inputs, tiny_cnn
+from ..compiler.models import TEST_CORE, fire_cnn, inputs, tiny_cnn
 
 pytestmark = pytest.mark.rtl
 
@@ -60,6 +60,17 @@ def test_digits_cnn_on_a_2x2_array_on_the_rtl():
     assert seg["device"] == "array" and seg["network"]["flits"] > 0
     one = compile_model(DIGITS / "digits_cnn.onnx", CompileOptions(config=TEST_CORE, calibration=calib))
     assert rtl[0].core_cycles < 0.75 * runtime.run_batch(one, xs[:1])[0].core_cycles
+
+
+def test_local_windows_credits_and_concatenations_on_a_2x2_array_on_the_rtl():
+    """Fire modules on the RTL array: each core keeps its window of every map, bytes of dead
+    maps are reused behind credits (with zeroed halos), both concatenations stay local."""
+    m = fire_cnn(seed=2, size=12)
+    c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.6, mesh=(2, 2)))
+    g = c.graph
+    assert {g.meta["storage_root"][f"cat{k}"] for k in range(2)} <= set(g.meta["local"])
+    assert c.segments[0]["noc"].get("credits", 0) > 0
+    _rtl_matches(c, inputs(m, 2))
 
 
 @pytest.mark.parametrize("dense", [False, True], ids=["sparse", "dense_mode"])
