@@ -5,7 +5,10 @@ each way of splitting costs (output rows or output channels, over 1..N cores) an
 cheapest.  A part's time is the larger of its matrix-unit time and its share of the shared
 external-memory port; the layer's time is the slowest part, or the port's total traffic
 when that is larger (every core's loads go through one AXI port), plus the network time of
-the all-gather that a channel split needs.  The per-row matrix-unit cost is the golden
+the all-gather that a channel split needs and of the halo rows (sent by every core at once).
+A map is read from or written to local memory, not the port, when a core's share of it
+(its row block in a rows split, all of it otherwise) fits ``local_budget``: each core keeps
+only its window of a local map (:func:`..memory.allocate`).  The per-row matrix-unit cost is the golden
 model's own estimate (:func:`snpu.verif.timing.fc_row_cycles_estimate`) at the layer's
 weight and neuron densities; the constants come from :mod:`snpu.verif.timing`, the golden
 model's calibration table.
