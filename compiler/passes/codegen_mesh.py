@@ -206,6 +206,7 @@ class LocalCopies:
                 for p in n.meta["parts"]:
                     rows = (p.lo, p.hi) if p.kind == "rows" else (0, layouts[r].h)
                     self.own[r].setdefault(p.core, []).append(rows)
+        self._layouts_of: dict[Coord, dict[str, TensorLayout]] = {}
         self.regions: dict[Coord, list[tuple[int, int, str]]] = {}
         for r, cores in self.win.items():
             for xy in cores:
@@ -225,13 +226,15 @@ class LocalCopies:
         return lo, lo + (b - a) * L.row
 
     def layouts_of(self, xy: Coord) -> dict[str, TensorLayout]:
-        """Every tensor's layout as core ``xy`` addresses it."""
-        out = dict(self.layouts)
-        for t, L in self.layouts.items():
-            s = self.shift(self.root.get(t, t), xy)
-            if s:
-                out[t] = dataclasses.replace(L, base=L.base + s)
-        return out
+        """Every tensor's layout as core ``xy`` addresses it (made once per core)."""
+        if xy not in self._layouts_of:
+            out = dict(self.layouts)
+            for t, L in self.layouts.items():
+                s = self.shift(self.root.get(t, t), xy)
+                if s:
+                    out[t] = dataclasses.replace(L, base=L.base + s)
+            self._layouts_of[xy] = out
+        return self._layouts_of[xy]
 
     def overlapping(self, xy: Coord, lo: int, hi: int, other_than: str) -> list[str]:
         """Local tensors other than ``other_than`` whose copies on ``xy`` overlap [lo, hi)."""
