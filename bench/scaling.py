@@ -9,7 +9,8 @@
   default 16-lane core) compiled for 1, 4 (2x2) and 16 (4x4) cores; cycles of one input to
   the last core's halt, speedup and parallel efficiency (speedup / cores), against a naive
   mapping in the same run (every matrix layer split by output channels over every core,
-  row-major placement).  Also the activation bytes over the network, the DRAM bytes
+  row-major placement), and against the same array with one external-memory port for all
+  cores (``--memory-ports 1``; the default is one per column).  Also the activation bytes over the network, the DRAM bytes
   (loads, stores, instruction fetch) and the hop traffic of the mapper's placement against
   row-major.
 * **RTL** (cocotb + Verilator): the digits CNN (``examples/digits``) on one core and on a
@@ -62,6 +63,7 @@ def _one(source, options: CompileOptions, x) -> dict:
         out["mx_utilisation_mean"] = round(float(np.mean(busy)), 3)
         pl = c.report["mesh"]["placement"]
         out["hop_bytes"], out["hop_bytes_row_major"] = pl["hop_bytes"], pl["hop_bytes_row_major"]
+        out["memory_ports"] = c.report["mesh"]["memory_ports"]
         out["noc_bytes"] = sum(s["noc"]["data_bytes"] for s in c.segments if "noc" in s)
         kinds: dict[str, int] = {}
         for layer in c.report["layers"]:
@@ -84,13 +86,15 @@ def scaling(models, meshes) -> dict:
         for mesh in meshes:
             n = mesh[0] * mesh[1]
             key = f"{mesh[0]}x{mesh[1]}"
-            for variant, extra in (("", {}), (" naive", {"split": "channels", "placement": "row-major"})):
+            for variant, extra in (("", {}), (" one port", {"memory_ports": 1}),
+                                   (" naive", {"split": "channels", "placement": "row-major"})):
                 r = _one(src, CompileOptions(density=0.5, random_weights=0, mesh=mesh, **extra), x)
                 r["speedup"] = round(one["cycles"] / r["cycles"], 3)
                 r["parallel_efficiency"] = round(r["speedup"] / n, 3)
                 rows[key + variant] = r
             rows[key]["gain_over_naive"] = round(rows[key + " naive"]["cycles"] / rows[key]["cycles"], 3)
-            print(f"{name} {key}: {rows[key]['speedup']}x (naive {rows[key + ' naive']['speedup']}x)",
+            print(f"{name} {key}: {rows[key]['speedup']}x (one port "
+                  f"{rows[key + ' one port']['speedup']}x, naive {rows[key + ' naive']['speedup']}x)",
                   file=sys.stderr)
         res[name] = rows
     return res

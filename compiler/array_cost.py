@@ -3,8 +3,9 @@
 :mod:`.passes.parallelize` asks it, for every convolution and fully connected layer, what
 each way of splitting costs (output rows or output channels, over 1..N cores) and keeps the
 cheapest.  A part's time is the larger of its matrix-unit time and its share of the shared
-external-memory port; the layer's time is the slowest part, or the port's total traffic
-when that is larger (every core's loads go through one AXI port), plus the network time of
+external-memory port; the layer's time is the slowest part, or the busiest port's traffic
+when that is larger (the cores of a group of columns share one AXI port; a split's traffic
+is spread evenly over the ports its cores reach), plus the network time of
 the all-gather that a channel split needs and of the halo rows (sent by every core at once).
 A map is read from or written to local memory, not the port, when a core's share of it
 (its row block in a rows split, all of it otherwise) fits ``local_budget``: each core keeps
@@ -105,8 +106,9 @@ def part_cycles(s: LayerShape, cfg: CoreConfig, rows: tuple[int, int],
 
 
 def split_cycles(s: LayerShape, cfg: CoreConfig, kind: str,
-                 ranges: list[tuple[int, int]]) -> float:
-    """Estimated cycles of the layer split into ``ranges`` of ``kind`` (rows / channels)."""
+                 ranges: list[tuple[int, int]], ports: int = 1) -> float:
+    """Estimated cycles of the layer split into ``ranges`` of ``kind`` (rows / channels)
+    when its cores reach ``ports`` external-memory ports (their traffic spread evenly)."""
     bus = cfg.axi_data_bits // 8
     k = len(ranges)
     # a core keeps its window of a map in local memory (a row block of it when split by
@@ -118,7 +120,8 @@ def split_cycles(s: LayerShape, cfg: CoreConfig, kind: str,
     parts = [part_cycles(s, cfg, r, (0, s.rows), in_shared, out_shared) if kind == "rows"
              else part_cycles(s, cfg, (0, s.oh), r, in_shared, out_shared) for r in ranges]
     slowest = max(max(mx, b / bus) for mx, b in parts)
-    port = sum(b for _, b in parts) / bus
+    # the busiest port carries its share of the cores' traffic
+    port = sum(b for _, b in parts) / bus * -(-k // max(1, min(ports, k))) / k
     out_bytes = s.oh * s.ow * s.rows
     if kind == "channels" and k > 1:
         # all-gather of the output: over the network when it stays local (fc outputs), else

@@ -81,6 +81,8 @@ class CompileOptions:
     loops: bool = True                   #: re-roll programs into hardware loops
     mesh: tuple[int, int] = (1, 1)       #: (width, height) of the tiled array
     unusable: tuple[tuple[int, int], ...] = ()  #: cores of the mesh not to use
+    #: the array's external-memory ports (None: one per mesh column)
+    memory_ports: int | None = None
     split: str = "auto"                  #: array: auto (cost model) / rows / channels
     placement: str = "mapper"            #: array: mapper (seed 003) / row-major
     batch: int = 1                       #: the value of symbolic (dynamic) input dimensions
@@ -119,7 +121,8 @@ def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> 
     if options.array:
         passes += [
             ("parallelize", lambda g: parallelize(g, tuple(options.mesh), options.config,
-                                                  tuple(options.unusable), options.split)),
+                                                  tuple(options.unusable), options.split,
+                                                  options.memory_ports)),
             ("allocate", lambda g: allocate(g, image, options.config.local_bytes)),
             ("place_parts", lambda g: place_parts(g, method=options.placement)),
             ("codegen", lambda g: codegen_mesh(g, options.config, image, options.dense,

@@ -240,6 +240,7 @@ def _run_array(compiled: Compiled, k: int, seg: dict, images: list, sim: str,
     Returns per image: cycles (to the last core's halt), MAC pairs, per-core cycles and
     utilisation (busy cycles of the matrix unit / array cycles), NoC flits."""
     mesh = tuple(seg["mesh"])
+    ports = seg.get("memory_ports")  # None (older artifacts): one per column
     roms = {}
     for key, region in seg["roms"].items():
         x, y = (int(v) for v in key.split("_"))
@@ -251,7 +252,8 @@ def _run_array(compiled: Compiled, k: int, seg: dict, images: list, sim: str,
         for image in images:
             protect = [(r.addr, r.end) for r in image.regions.values() if r.kind == "rom"]
             res = run_mesh({xy: w for xy, (w, _) in roms.items()}, image.data, compiled.config,
-                           mesh=mesh, protect=protect, check_races=check_races)
+                           mesh=mesh, protect=protect, check_races=check_races,
+                           memory_ports=ports)
             image.data[:] = res.ext
             cores = {_core_key(xy): {"cycles": c.stats.cycles, "mac_pairs": c.stats.mac_pairs,
                                      "mx_busy": c.stats.busy["MX"],
@@ -266,8 +268,10 @@ def _run_array(compiled: Compiled, k: int, seg: dict, images: list, sim: str,
         return out
     from snpu.verif.tb import rtl_sim
 
-    results = rtl_sim.run_many([rtl_sim.ArrayJob(roms, im, mesh) for im in images],
-                               compiled.config, mesh=mesh, **(rtl_options or {}))
+    results = rtl_sim.run_many([rtl_sim.ArrayJob(roms, im, mesh, memory_ports=ports)
+                                for im in images],
+                               compiled.config, mesh=mesh, memory_ports=ports,
+                               **(rtl_options or {}))
     for i, (image, r) in enumerate(zip(images, results)):
         if not r.ok:
             bad = {c: (v["error"], v["error_pc"]) for c, v in r.cores.items() if v["error"] != "NONE"}

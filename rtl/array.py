@@ -1,11 +1,12 @@
 """The tiled array: a ``width x height`` mesh of cores, one router each, and the AXI4
-interconnect to the shared external memory."""
+interconnects to the shared external memory (one port per group of columns)."""
 
 from amaranth import *
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from snpu.config import CoreConfig
+from snpu.config import CoreConfig, memory_port
+from snpu.config import memory_ports as _memory_ports
 from .axi import ID_BITS, AxiSignature
 from .axi_interconnect import AxiInterconnect
 from .core import COUNTERS, Core, core_signature
@@ -19,8 +20,11 @@ from .status import ErrorCode
 class Array(wiring.Component):
     """``width x height`` cores (same configuration) on a :class:`~.mesh.RouterMesh`: core
     (x, y) sits at column x, row y (north is y + 1) on its router's local port.
-    Every core's AXI master goes through an :class:`~.axi_interconnect.AxiInterconnect` to
-    the one external-memory port ``axi`` (its ID carries the core's index).
+    The external memory has ``memory_ports`` AXI4 ports ``axi[p]`` (default: one per mesh
+    column; :func:`snpu.config.memory_ports`), all onto the same memory.  The cores of
+    column ``x`` use port :func:`snpu.config.memory_port` ``(x, width, memory_ports)``
+    through that port's :class:`~.axi_interconnect.AxiInterconnect` (the ID's upper bits
+    carry the core's index within its port's group, row-major).
 
     Control/status: pulse ``start`` with each core's ``rom_base`` / ``rom_words`` (all
     cores start in the same cycle: no packet can arrive at a core before its start
@@ -38,15 +42,21 @@ class Array(wiring.Component):
     """
 
     def __init__(self, config: CoreConfig | None = None, width: int = 2, height: int = 2, *,
-                 core_module: str | None = None):
+                 core_module: str | None = None, memory_ports: int | None = None):
         self.config = config or CoreConfig()
         self.width, self.height = width, height
+        self.ports = ports = _memory_ports((width, height), memory_ports)
         n = width * height
+        #: port -> the core indices (row-major) it serves, in its interconnect's order
+        self.port_cores = [[core_index(x, y, width) for y in range(height) for x in range(width)
+                            if memory_port(x, width, ports) == p] for p in range(ports)]
         # the cores, or (instantiating a Verilog module) just their interfaces
         self.cores = [Core(self.config) if core_module is None
                       else core_signature().create(path=(f"core{k}",)) for k in range(n)]
         self.network = RouterMesh(width, height)
-        self.interconnect = AxiInterconnect(n)
+        index_bits = max(1, (max(len(g) for g in self.port_cores) - 1).bit_length())
+        self.interconnects = [AxiInterconnect(len(g), index_bits=index_bits)
+                              for g in self.port_cores]
         self.core_module = core_module
         super().__init__({
             "start": In(1),
@@ -58,15 +68,18 @@ class Array(wiring.Component):
             "error_pc": Out(data.ArrayLayout(PC_BITS, n)),
             "counters": Out(data.ArrayLayout(data.ArrayLayout(64, len(COUNTERS)), n)),
             "router_flits": Out(data.ArrayLayout(data.ArrayLayout(32, PORTS), n)),
-            "axi": Out(AxiSignature(ID_BITS + self.interconnect.index_bits)),
+            "axi": Out(AxiSignature(ID_BITS + index_bits)).array(ports),
         })
 
     def elaborate(self, platform):
         m = Module()
         w, h = self.width, self.height
-        m.submodules.interconnect = ic = self.interconnect
         m.submodules.network = net = self.network
-        wiring.connect(m, ic.m, wiring.flipped(self.axi))
+        port_of = {}  # core index -> (interconnect, its slave index)
+        for p, (ic, group) in enumerate(zip(self.interconnects, self.port_cores)):
+            m.submodules[f"interconnect{p}"] = ic
+            wiring.connect(m, ic.m, wiring.flipped(self.axi[p]))
+            port_of.update({k: (ic, j) for j, k in enumerate(group)})
         dones, faults, busy = [], [], []
         for y in range(h):
             for x in range(w):
@@ -82,7 +95,8 @@ class Array(wiring.Component):
                              self.counters[k].eq(core.counters)]
                 for p in range(PORTS):
                     m.d.comb += self.router_flits[k][p].eq(net.flits[k][p])
-                wiring.connect(m, core.axi, ic.s[k])
+                ic, j = port_of[k]
+                wiring.connect(m, core.axi, ic.s[j])
                 wiring.connect(m, core.noc_out, net.inject[k])
                 wiring.connect(m, net.eject[k], core.noc_in)
                 dones.append(core.done)
@@ -104,12 +118,14 @@ def _instance(module: str, iface) -> Instance:
     return Instance(module, **ports)
 
 
-def array_verilog(config: CoreConfig, width: int, height: int, name: str = "snpu_array") -> str:
+def array_verilog(config: CoreConfig, width: int, height: int, name: str = "snpu_array",
+                  memory_ports: int | None = None) -> str:
     """Verilog of a ``width x height`` array: the core's module (``<name>_core``) once,
     then the array module ``name`` instantiating it ``width * height`` times.  Much smaller
     (and quicker for Verilator) than elaborating every copy of the core."""
     from amaranth.back import verilog
 
     core = verilog.convert(Core(config), name=f"{name}_core")
-    top = verilog.convert(Array(config, width, height, core_module=f"{name}_core"), name=name)
+    top = verilog.convert(Array(config, width, height, core_module=f"{name}_core",
+                                memory_ports=memory_ports), name=name)
     return core + "\n" + top

@@ -1,4 +1,4 @@
-"""AXI4 interconnect: the cores of the array share one external-memory port."""
+"""AXI4 interconnect: a group of the array's cores share one external-memory port."""
 
 from amaranth import *
 from amaranth.lib import wiring
@@ -62,14 +62,18 @@ class AxiInterconnect(wiring.Component):
     s : In(AxiSignature()).array(n)
         The masters' ports.
     m : Out(AxiSignature(ID_BITS + index bits))
-        The shared port.
+        The shared port (``index_bits``: at least enough for ``n``; more to give several
+        interconnects the same ID width).
     """
 
-    def __init__(self, n: int, *, write_depth: int = 4):
+    def __init__(self, n: int, *, write_depth: int = 4, index_bits: int | None = None):
         if n < 1:
             raise ValueError(f"an interconnect needs at least one master, got {n}")
         self.n = n
-        self.index_bits = max(1, (n - 1).bit_length())
+        need = max(1, (n - 1).bit_length())
+        if index_bits is not None and index_bits < need:
+            raise ValueError(f"{n} masters need {need} index bits, got {index_bits}")
+        self.index_bits = need if index_bits is None else index_bits
         self._ar = _RoundRobin(n)
         self._aw = _RoundRobin(n)
         self._worder = SyncFIFOBuffered(width=self.index_bits, depth=write_depth)
@@ -92,7 +96,7 @@ class AxiInterconnect(wiring.Component):
         m.d.comb += [ar.requests.eq(Cat(s[k].arvalid for k in range(n))),
                      ar.hold.eq(bus.arvalid & ~bus.arready),
                      bus.arvalid.eq(ar.valid & pick("arvalid", ar.grant)),
-                     bus.arid.eq(Cat(pick("arid", ar.grant), ar.grant[:self.index_bits]))]
+                     bus.arid.eq(Cat(pick("arid", ar.grant), ar.grant))]
         for f in _AR:
             m.d.comb += getattr(bus, f).eq(pick(f, ar.grant))
         for k in range(n):
@@ -110,7 +114,7 @@ class AxiInterconnect(wiring.Component):
         m.d.comb += [aw.requests.eq(Mux(worder.w_rdy, Cat(s[k].awvalid for k in range(n)), 0)),
                      aw.hold.eq(bus.awvalid & ~bus.awready),
                      bus.awvalid.eq(aw.valid & pick("awvalid", aw.grant) & worder.w_rdy),
-                     bus.awid.eq(Cat(pick("awid", aw.grant), aw.grant[:self.index_bits])),
+                     bus.awid.eq(Cat(pick("awid", aw.grant), aw.grant)),
                      worder.w_en.eq(bus.awvalid & bus.awready),
                      worder.w_data.eq(aw.grant)]
         for f in _AW:

@@ -331,13 +331,17 @@ def _save_sim_outputs(outdir: Path, image) -> None:
 @click.option("--name", default=None,
               help="Top module name (default snpu_core, or snpu_array with --mesh).")
 @click.option("--mesh", default=None, metavar="WxH",
-              help="A tiled array of WxH cores with routers and the AXI4 interconnect "
+              help="A tiled array of WxH cores with routers and the AXI4 interconnects "
                    "(the core's module is emitted once, as <name>_core).")
+@click.option("--memory-ports", type=int, default=None, metavar="N",
+              help="With --mesh: external-memory AXI4 ports axi__<p>__*, 1..width (default: "
+                   "one per column).")
 @_force_option
-def verilog(core: str | None, output: str, name: str | None, mesh: str | None, force: bool,
-            **params) -> None:
+def verilog(core: str | None, output: str, name: str | None, mesh: str | None,
+            memory_ports: int | None, force: bool, **params) -> None:
     """Write standalone Verilog of one core (AXI4 master, control/status ports), or with
-    --mesh of a tiled array of cores (one shared AXI4 master port)."""
+    --mesh of a tiled array of cores (AXI4 master ports to the shared memory, one per
+    group of columns)."""
     from .fileio import atomic_write
 
     size = None
@@ -345,6 +349,14 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None, f
         from .verif.mesh_program import parse_mesh
 
         size = parse_mesh(mesh)
+        from .config import memory_ports as check_ports
+
+        try:
+            memory_ports = check_ports(size, memory_ports)
+        except SnpuError as e:
+            raise SnpuError(f"--memory-ports {memory_ports}: {e}") from None
+    elif memory_ports is not None:
+        raise SnpuError("--memory-ports: only with --mesh (one core has one AXI4 port)")
     name = _verilog_name(name or ("snpu_array" if size else "snpu_core"))
     _output(output, "Verilog file", inputs=[core], force=force)
     cfg = _load_config(core, **params)
@@ -352,7 +364,7 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None, f
         if size:
             from .rtl.array import array_verilog
 
-            text = array_verilog(cfg, *size, name=name)
+            text = array_verilog(cfg, *size, name=name, memory_ports=memory_ports)
         else:
             from amaranth.back import verilog as amaranth_verilog
 
@@ -360,7 +372,8 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None, f
 
             text = amaranth_verilog.convert(Core(cfg), name=name)
     atomic_write(output, text)
-    what = f"{size[0]}x{size[1]} array of cores ({name}_core)" if size else "one core"
+    what = (f"{size[0]}x{size[1]} array of cores ({name}_core), {memory_ports} memory port(s)"
+            if size else "one core")
     click.echo(f"{output}: module {name}, {what}, {cfg.lanes} lanes, {len(text) // 1024} KiB")
 
 
@@ -407,6 +420,9 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None, f
                    "moved core to core with send/recv); 1x1 is the single core.")
 @click.option("--unusable", multiple=True, metavar="X,Y",
               help="A core of the mesh not to use (repeatable); the layers go to the others.")
+@click.option("--memory-ports", type=int, default=None, metavar="N",
+              help="Array: external-memory (AXI4) ports, 1..width; the cores of a group of "
+                   "columns share one.  Default: one per mesh column.")
 @click.option("--split", type=click.Choice(["auto", "rows", "channels"]), default="auto",
               show_default=True, help="Array: how matrix layers split across cores: the cost "
               "model's choice, or always output rows / output channels.")
@@ -454,8 +470,8 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
              keep_dense: tuple, force_host: tuple, random_weights: int | None,
              calibration: str | None, calibration_count: int, dense: bool,
              neuron_threshold: int, neuron_groups: int, t3: int, t4: int, mixed_path: str,
-             mesh: str, unusable: tuple, split: str, placement: str, batch: int,
-             schedule_mode: str, split_threshold: int | None, memory_budget: int | None,
+             mesh: str, unusable: tuple, memory_ports: int | None, split: str,
+             placement: str, batch: int, schedule_mode: str, split_threshold: int | None, memory_budget: int | None,
              swap_slack: float, swap_min_bytes: int, swap_max: int, far_latency: int,
              far_beat_cycles: int, swap_compression: str, memory_profile: str | None,
              as_json: bool, force: bool, **params) -> None:
@@ -474,6 +490,13 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
 
     size = parse_mesh(mesh)
     broken = tuple(_parse_core(u, size) for u in unusable)
+    if memory_ports is not None:
+        from .config import memory_ports as check_ports
+
+        try:
+            check_ports(size, memory_ports)
+        except SnpuError as e:
+            raise SnpuError(f"--memory-ports {memory_ports}: {e}") from None
     _output(output, "compiled model", inputs=[model, core, calibration], force=force)
     if memory_profile:
         if memory_budget is None:
@@ -490,7 +513,8 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
                           calibration=calib, calibration_count=calibration_count,
                           force_host=force_host, dense=dense,
                           neurons=NeuronOptions(neuron_threshold, neuron_groups, t3, t4, mixed_path),
-                          mesh=size, unusable=broken, split=split, placement=placement,
+                          mesh=size, unusable=broken, memory_ports=memory_ports,
+                          split=split, placement=placement,
                           batch=batch, schedule=ScheduleOptions(mode=schedule_mode),
                           split_threshold=split_threshold,
                           memory=MemoryOptions(budget=memory_budget, th_tts=swap_slack,
@@ -689,7 +713,9 @@ def _print_compile(r: dict, output: str) -> None:
         w, h = r["mesh"]["shape"]
         noc = [s["noc"] for s in r["segments"] if "noc" in s]
         pl = r["mesh"]["placement"]
-        click.echo(f"array {w}x{h} ({len(r['mesh']['cores'])} cores used, placement: "
+        ports = r["mesh"].get("memory_ports", w)
+        click.echo(f"array {w}x{h} ({len(r['mesh']['cores'])} cores used, {ports} memory "
+                   f"port{'s' if ports > 1 else ''}, placement: "
                    f"{pl['method']}; byte-hops {pl['hop_bytes']} vs {pl['hop_bytes_row_major']} "
                    f"row-major): {sum(n['data_bytes'] for n in noc)} activation "
                    f"bytes over the NoC, "

@@ -158,3 +158,23 @@ class CoreConfig:
 #: one the RTL tests, the fast regressions and the calibration benchmarks build
 SMALL_CORE = CoreConfig(lanes=4, nbuf_bytes=4096, nidx_bytes=1024, wbuf_bytes=4096,
                         widx_bytes=2048, acc_words=256, obuf_bytes=2048, param_rows=32)
+
+
+# The tiled array's external-memory ports ------------------------------------------------
+def memory_ports(mesh: tuple[int, int], ports: int | None = None) -> int:
+    """The number of external-memory ports of a ``mesh = (width, height)`` array: ``ports``,
+    or by default one per mesh column (a memory channel at the foot of every column, the
+    way the array scales its memory bandwidth with its width).  1 .. width."""
+    width = int(mesh[0])
+    if ports is None:
+        return width
+    if not 1 <= int(ports) <= width:
+        raise ConfigError(f"memory ports: {ports!r} must be in 1..{width} (the mesh's width: "
+                          "each port serves whole columns)")
+    return int(ports)
+
+
+def memory_port(x: int, width: int, ports: int) -> int:
+    """The external-memory port that the cores of mesh column ``x`` use: columns are dealt
+    to the ports in contiguous groups, as equal as possible."""
+    return x * ports // width

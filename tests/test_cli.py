@@ -227,13 +227,25 @@ def test_compile_and_run_on_a_2x2_array(cli, tiny_model):
     r = cli("compile", d / "tiny.onnx", "-o", d / "arr", "--core", d / "core.json",
             "--density", "0.5", "--mesh", "2x2", "--unusable", "1,1")
     assert r.exit_code == 0, r.output
-    assert "array 2x2 (3 cores used" in r.output and "conv1: rows over 3 core(s)" in r.output
+    assert "array 2x2 (3 cores used, 2 memory ports" in r.output
+    assert "conv1: rows over 3 core(s)" in r.output
     assert sorted(p.name for p in (d / "arr").glob("seg0_*.hex")) == [
         "seg0_0_0.hex", "seg0_0_1.hex", "seg0_1_0.hex", "seg0_1_1.hex"]
     r = cli("run", d / "arr", "--count", "2", "--no-onnxruntime")
     assert r.exit_code == 0, r.output
     assert "int8 reference: 2 of 2 bit-exact" in r.output
     assert "array segment 0 (first input)" in r.output and "MX utilisation per core" in r.output
+
+
+def test_memory_ports_out_of_range_is_one_line(tiny_model, tmp_path):
+    d = tiny_model
+    r = CliRunner().invoke(main, ["compile", str(d / "tiny.onnx"), "-o", str(d / "b"),
+                                  "--mesh", "2x2", "--memory-ports", "3"])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+    assert "--memory-ports 3" in r.output and "1..2" in r.output
+    assert not (d / "b").exists()
+    r = CliRunner().invoke(main, ["verilog", "--memory-ports", "2", "-o", str(tmp_path / "a.v")])
+    assert r.exit_code == 1 and "only with --mesh" in r.output
 
 
 def test_compile_errors_are_one_line(tiny_model):

@@ -25,7 +25,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from snpu.config import CoreConfig
+from snpu.config import CoreConfig, memory_port
+from snpu.config import memory_ports as memory_ports_of
 from snpu.errors import ExecutionError
 
 from . import act_compress, timing
@@ -123,19 +124,24 @@ def run_mesh(roms: Mapping[Coord, Sequence[int]], ext: np.ndarray,
              progress: Callable[[int], None] | None = None,
              bus_error: tuple[int, int] | None = None,
              far: timing.FarMemory | None = None,
-             local: Mapping[Coord, np.ndarray] | None = None) -> MeshResult:
+             local: Mapping[Coord, np.ndarray] | None = None,
+             memory_ports: int | None = None) -> MeshResult:
     """Run one ROM per core of a ``mesh = (width, height)`` array (cores without a ROM stay
-    idle) against the shared external memory ``ext`` (copied).  ``local`` gives cores'
+    idle) against the shared external memory ``ext`` (copied), reached through
+    ``memory_ports`` ports (default one per column: :func:`snpu.config.memory_ports`), each
+    a :class:`~.timing.SharedBus` of its own shared by its columns' cores.  ``local`` gives cores'
     initial local memories; ``far``: the slower range of external memory (timing).  Errors are :class:`~snpu.errors.ExecutionError` naming the
     core."""
     config = config or CoreConfig()
     w, h = mesh
     shared = np.array(ext, dtype=np.uint8, copy=True)
     cores: dict[Coord, Scheduler] = {}
-    bus = timing.SharedBus()  # one external-memory port for the whole array
+    ports = memory_ports_of(mesh, memory_ports)
+    buses = [timing.SharedBus() for _ in range(ports)]  # the external-memory ports
     for xy, words in roms.items():
         if not (0 <= xy[0] < w and 0 <= xy[1] < h):
             raise ExecutionError(f"core {xy} is outside the {w} x {h} mesh")
+        bus = buses[memory_port(xy[0], w, ports)]
         m = Machine(config, shared, protect, bus_error, coords=xy, mesh=mesh, bus=bus, far=far)
         if local is not None and xy in local:
             m.local[:] = local[xy]

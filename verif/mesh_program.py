@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from snpu.config import CoreConfig
+from snpu.config import CoreConfig, memory_ports
 from snpu.errors import ImageError, SnpuError
 from snpu.fileio import atomic_write
 
@@ -63,6 +63,9 @@ class MeshProgram:
     image: MemoryImage
     roms: dict[Coord, list[int]] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)  #: what a generator records for a reference
+    #: the array's external-memory ports (``None``: one per column,
+    #: :func:`snpu.config.memory_ports`)
+    memory_ports: int | None = None
 
     @classmethod
     def new(cls, config: CoreConfig, mesh: Coord, mem_bytes: int = 1 << 18) -> "MeshProgram":
@@ -114,7 +117,8 @@ class MeshProgram:
 
         img = self.placed()
         protect = [(r.addr, r.end) for r in img.regions.values() if r.kind == "rom"]
-        return run_mesh(self.roms, img.data, self.config, mesh=self.mesh, protect=protect, **kw)
+        return run_mesh(self.roms, img.data, self.config, mesh=self.mesh, protect=protect,
+                        memory_ports=self.memory_ports, **kw)
 
     # Files ---------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
@@ -145,6 +149,7 @@ class MeshProgram:
         self.image.save(d / "memory.bin")
         manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION,
                     "mesh": list(self.mesh), "config": self.config.to_dict(),
+                    "memory_ports": memory_ports(self.mesh, self.memory_ports),
                     "image": "memory.bin", "cores": cores}
         atomic_write(d / "manifest.json", json.dumps(manifest, indent=1) + "\n")
 
@@ -172,10 +177,14 @@ class MeshProgram:
         try:
             mesh = parse_mesh(f"{mesh[0]}x{mesh[1]}")
             config = CoreConfig.from_dict(man.get("config") or {})
+            ports = man.get("memory_ports")
+            if ports is not None and (not isinstance(ports, int) or isinstance(ports, bool)):
+                raise ImageError(f"field 'memory_ports' must be an integer, got {ports!r}")
+            ports = memory_ports(mesh, ports)
         except SnpuError as e:
             raise ImageError(f"{path}: {e}") from None
         image = MemoryImage.load(path.parent / str(man.get("image", "memory.bin")))
-        prog = cls(config, mesh, image)
+        prog = cls(config, mesh, image, memory_ports=ports)
         entries = man.get("cores")
         if not isinstance(entries, list):
             raise ImageError(f"{path}: field 'cores' must be a list")

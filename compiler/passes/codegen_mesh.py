@@ -109,7 +109,8 @@ def codegen_mesh(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bo
                                           "parts": [p.to_dict() for p in n.meta["parts"]]})
                 seg.send_output(n, part)
             layer += 1
-        segments.append(seg.finish(sg["nodes"], stats, loops))
+        segments.append({**seg.finish(sg["nodes"], stats, loops),
+                         "memory_ports": g.meta["mesh"].get("memory_ports", w)})
     g.meta["segments"] = segments
     return g
 

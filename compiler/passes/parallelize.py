@@ -5,7 +5,9 @@ computes a share of it, and ``node.meta["split"]`` (what the report says: the ki
 number of cores and why).  The split follows seed 002's rules (``docs/compiler.md``):
 
 * **rows** - convolutions, pooling, element-wise sums and affine layers: each core computes
-  a block of output rows (the spatial H split) for every channel.  Its input rows (the block
+  a block of output rows (the spatial H split) for every channel.  The slices of a
+  concatenation split alike (the first slice chooses for all of them, by their summed
+  cost), so each core holds whole rows of it.  Its input rows (the block
   plus the kernel's halo) come from the cores that produced them; the weights are read by
   every core from shared memory.  A block of whole rows is one contiguous range of the
   channels-last layout, so it moves as one remote write.
@@ -26,7 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from snpu.config import CoreConfig
+from snpu.config import CoreConfig, memory_port
+from snpu.config import memory_ports as ports_of
 from snpu.errors import CompileError
 from snpu.verif import isa
 
@@ -84,8 +87,10 @@ SPLITS = ("auto", "rows", "channels")
 
 
 def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
-                unusable: tuple[Coord, ...] = (), split: str = "auto") -> Graph:
-    """Give every core node its parts on the usable cores of a ``mesh = (width, height)``.
+                unusable: tuple[Coord, ...] = (), split: str = "auto",
+                memory_ports: int | None = None) -> Graph:
+    """Give every core node its parts on the usable cores of a ``mesh = (width, height)``
+    whose external memory has ``memory_ports`` ports (default one per column).
     ``split``: how matrix layers split: ``auto`` (the cost model), or always by output
     ``rows`` (convolutions; fc layers by channels) or always by output ``channels`` (every
     core on every layer: the naive baseline)."""
@@ -100,6 +105,9 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
     cores = [(x, y) for y in range(h) for x in range(w) if (x, y) not in set(unusable)]
     if not cores:
         raise CompileError(f"--unusable leaves no core of the {w}x{h} mesh")
+    ports = ports_of(mesh, memory_ports)
+    # the ports the first k cores (row-major, as parts are dealt) reach
+    reach = [len({memory_port(x, w, ports) for x, _ in cores[:k]}) for k in range(len(cores) + 1)]
     unit = max(8, config.lanes)
     turn = 0  # the core that takes the next whole layer
     # a map's row blocks (for the next layer to line up with): keyed by the concatenation a
@@ -136,8 +144,14 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
                 kind, ranges = "rows", sibling
                 why = f"spatial rows (H) x{len(ranges)}, like the other slices of its concatenation"
             else:
+                # the first slice of a concatenation chooses for its siblings too (they
+                # take its row blocks): the split that is cheapest for all of them
+                siblings = [m for m in _slice_producers(g, prod, n, concat_of)
+                            if m is not n and m.op == "Conv" and "q" in m.meta
+                            and _out_rows(g, m) == _out_rows(g, n)]
                 kind, ranges, why = _cheapest(g, n, config, len(cores), unit,
-                                              row_blocks.get(key(n.inputs[0])))
+                                              row_blocks.get(key(n.inputs[0])), reach,
+                                              siblings)
         elif n.op in MATRIX_OPS and (split == "channels" or n.op != "Conv"):
             f = n.meta["q"]["w"].shape[0] if "q" in n.meta else g.tensor(n.outputs[0]).shape[1]
             ranges = blocks(f, len(cores), unit)
@@ -169,25 +183,38 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
         n.meta["split"] = {"kind": kind, "cores": len(parts), "why": why}
         if kind == "channels" and n.op == "Conv":
             n.meta["split"]["output"] = "shared memory (a channel slice of a map is not contiguous)"
-    g.meta["mesh"] = {"shape": [w, h], "cores": [list(c) for c in cores]}
+    g.meta["mesh"] = {"shape": [w, h], "cores": [list(c) for c in cores],
+                      "memory_ports": ports}
     return g
 
 
 def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int, unit: int,
-              input_blocks: list[tuple[int, int]] | None = None
+              input_blocks: list[tuple[int, int]] | None = None,
+              reach: list[int] | None = None, siblings: list[Node] = ()
               ) -> tuple[str, list[tuple[int, int]], str]:
     """The split of a Conv / Gemm / MatMul the cost model (:mod:`..array_cost`) finds
     fastest: output rows (convolutions) or output channels over 1..``ncores`` cores.
     ``input_blocks``: the row blocks its input map was made in (the split that lines up
-    with them is the default, which another split must clearly beat)."""
+    with them is the default, which another split must clearly beat).  ``reach[k]``: the
+    external-memory ports that k cores share (default one).  ``siblings``: the other slices
+    of a concatenation ``n``'s output is the first slice of, which will take ``n``'s row
+    blocks: a rows split is estimated for all of them together."""
     s = matrix_shape(g, n, config.local_bytes // 4)
+    others = [matrix_shape(g, m, config.local_bytes // 4) for m in siblings]
+    # split other than by rows, the siblings choose for themselves
+    alone = sum(min(split_cycles(o, config, kind, r, reach[len(r)] if reach else 1)
+                    for kind, r in _candidates(o, ncores, unit)) for o in others)
     tried = {}
     for kind in (("rows", "channels") if n.op == "Conv" and s.oh > 1 else ("channels",)):
         for k in range(1, ncores + 1):
             ranges = blocks(s.oh, k) if kind == "rows" else blocks(s.rows, k, unit)
             if len(ranges) < k:
                 break
-            tried[(kind, k)] = (split_cycles(s, config, kind, ranges), ranges)
+            ports = reach[k] if reach else 1
+            est = split_cycles(s, config, kind, ranges, ports)
+            est += (sum(split_cycles(o, config, kind, ranges, ports) for o in others)
+                    if kind == "rows" else alone)
+            tried[(kind, k)] = (est, ranges)
     # the default keeps layers aligned (rows over every core: only halos move between
     # layers); another split must be clearly faster to pay for the data it moves
     default = max(tried, key=lambda key: (key[0] == ("rows" if n.op == "Conv" else "channels"), key[1]))
@@ -202,6 +229,25 @@ def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int, unit: int,
     why = (f"cost model: {kind} x{len(ranges)} ~{round(est)} cycles"
            + "".join(f"; {name} ~{round(v)}" for v, name in others))
     return kind, ranges, why
+
+
+def _candidates(s, ncores: int, unit: int) -> list[tuple[str, list[tuple[int, int]]]]:
+    """The splits of a convolution of shape ``s`` over 1..``ncores`` cores."""
+    out = []
+    for kind in ("rows", "channels"):
+        for k in range(1, ncores + 1):
+            ranges = blocks(s.oh, k) if kind == "rows" else blocks(s.rows, k, unit)
+            if len(ranges) < k:
+                break
+            out.append((kind, ranges))
+    return out
+
+
+def _slice_producers(g: Graph, prod: dict, n: Node, concat_of: dict) -> list[Node]:
+    """The nodes that make the slices of the concatenation ``n``'s output is a slice of."""
+    cat = next((c for c in g.nodes if c.op == "Concat" and c.outputs[0] == concat_of.get(n.outputs[0])),
+               None)
+    return [prod[i] for i in cat.inputs if i in prod] if cat is not None else []
 
 
 def _out_rows(g: Graph, n: Node) -> int:

@@ -193,3 +193,23 @@ def test_a_batch_is_split_by_images_across_the_array(mesh):
     for a, b in zip(r1, ra):
         np.testing.assert_array_equal(a.outputs_int8["y"], b.outputs_int8["y"])
     assert ra[0].core_cycles < 0.6 * r1[0].core_cycles
+
+
+def test_memory_ports_are_recorded_and_run_on_the_golden_array(tmp_path):
+    """A 4x1 array with one external-memory port per column (the default) against the same
+    array with one port for all: the artifact records the ports, ``snpu run`` uses them,
+    both are bit-exact, and the four-port array is not slower."""
+    m = fire_cnn()
+    xs = inputs(m, 1)
+    cycles = {}
+    for ports in (None, 1):
+        c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.6, mesh=(4, 1),
+                                            memory_ports=ports))
+        want = 4 if ports is None else 1
+        assert c.report["mesh"]["memory_ports"] == want
+        assert all(s["memory_ports"] == want for s in c.segments if "roms" in s)
+        c.save(tmp_path / f"p{want}")
+        cycles[want] = _run(Compiled.load(tmp_path / f"p{want}"), xs)[0].core_cycles
+    assert cycles[4] <= cycles[1]
+    with pytest.raises(Exception, match="memory ports: 5 must be in 1..4"):
+        compile_model(m, CompileOptions(config=TEST_CORE, mesh=(4, 1), memory_ports=5))

@@ -146,12 +146,15 @@ def _stable_monitor(bus, channel, fields):
     return monitor
 
 
-@pytest.mark.parametrize("n", [1, 2, 4])
+@pytest.mark.parametrize("n, index_bits", [(1, None), (2, None), (4, None), (3, 3)])
 @pytest.mark.parametrize("seed", range(2))
 @seeded
-def test_random_traffic(n, seed):
+def test_random_traffic(n, index_bits, seed):
+    """``index_bits`` wider than ``n`` needs: an array's port groups share one ID width."""
     rng = random.Random(seed * 31 + n)
-    dut = AxiInterconnect(n)
+    dut = AxiInterconnect(n, index_bits=index_bits)
+    if index_bits is not None:
+        assert dut.m.signature.id_bits == ID_BITS + index_bits
     mem = bytearray(rng.getrandbits(8) for _ in range(16 * REGION))
     initial = bytes(mem)
     slave = AxiMemory(dut.m, mem, rng, idle=0.3)
@@ -172,6 +175,11 @@ def test_random_traffic(n, seed):
             assert mem[a] == m.written.get(a, initial[a]), f"master {m.k}: byte {a:#x}"
         lo = m.read_base()
         assert mem[lo:lo + REGION] == initial[lo:lo + REGION]
+
+
+def test_index_bits_must_cover_the_masters():
+    with pytest.raises(ValueError, match="5 masters need 3 index bits, got 2"):
+        AxiInterconnect(5, index_bits=2)
 
 
 def test_saturating_masters_share_evenly():

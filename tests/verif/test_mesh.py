@@ -162,6 +162,8 @@ def _manifest(tmp_path):
     (lambda m: m["cores"][0].update(sha256="0" * 64), "do not match the manifest's sha256"),
     (lambda m: m["cores"][0].update(rom="missing.hex"), "no such ROM image"),
     (lambda m: m["config"].update(lanes=3), "lanes"),
+    (lambda m: m.update(memory_ports=3), r"memory ports: 3 must be in 1..2"),
+    (lambda m: m.update(memory_ports="2"), "field 'memory_ports' must be an integer"),
 ])
 def test_bad_manifests_are_named(tmp_path, edit, match):
     path, man = _manifest(tmp_path)
@@ -191,3 +193,46 @@ def test_idle_cores_halt():
     assert all(mp.roms[xy] for xy in mp.coords)
     res = mp.run_golden()
     assert set(res.cores) == set(mp.coords)
+
+
+def _loads(mesh, ports, nbytes=8192):
+    """Every core of ``mesh`` loads (its own) ``nbytes`` into nbuf: cycles of the array."""
+    mp = MeshProgram.new(CFG, mesh, 1 << 17)
+    for k, xy in enumerate(mp.coords):
+        src = mp.image.alloc(f"src{k}", nbytes, "input").addr
+        p = mp.core(xy)
+        for off in range(0, nbytes, CFG.nbuf_bytes):
+            p.emit("ld", buf="nbuf", ext=src + off, dst=0, cols=min(CFG.nbuf_bytes, nbytes - off))
+    mp.finish()
+    mp.memory_ports = ports
+    return mp.run_golden().cycles
+
+
+def test_memory_ports_serve_their_columns_in_parallel():
+    # a 4x1 array: one port serves all four cores' loads one after the other, four ports
+    # (one per column) serve them at once, two ports two columns each
+    one, two, four = (_loads((4, 1), p) for p in (1, 2, 4))
+    beats = 4 * 8192 // CFG.axi_bytes
+    assert one >= beats and four < one / 3 and two < one / 1.8 and two > four * 1.5
+    # the default is one port per column
+    assert _loads((4, 1), None) == four
+    # a column's cores share their port: 1x4 has one column
+    assert _loads((1, 4), None) >= beats
+
+
+def test_memory_port_of_a_column():
+    from snpu.config import memory_port, memory_ports
+
+    assert [memory_port(x, 4, 2) for x in range(4)] == [0, 0, 1, 1]
+    assert [memory_port(x, 3, 2) for x in range(3)] == [0, 0, 1]
+    assert memory_ports((3, 2)) == 3 and memory_ports((3, 2), 1) == 1
+    with pytest.raises(SnpuError, match="must be in 1..3"):
+        memory_ports((3, 2), 4)
+
+
+def test_saved_program_keeps_its_memory_ports(tmp_path):
+    mp = meshgen.mesh_program(np.random.default_rng(1), CFG, (2, 2), "all_to_all")
+    mp.memory_ports = 1
+    back = MeshProgram.load(mp.save(tmp_path / "p"))
+    assert back.memory_ports == 1
+    assert back.run_golden().cycles == mp.run_golden().cycles

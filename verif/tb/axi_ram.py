@@ -35,9 +35,12 @@ class _Lfsr(Elaboratable):
 
 
 class AxiRam(wiring.Component):
-    """An AXI4 slave RAM of ``size`` bytes (64-bit data, INCR bursts, write strobes).
+    """An AXI4 slave RAM of ``size`` bytes (64-bit data, INCR bursts, write strobes) with
+    ``ports`` independent AXI4 slave ports ``axi[p]`` onto the same memory (a multi-channel
+    memory: each port has its own queues and serves a beat per cycle; two ports writing the
+    same word in one cycle is undefined, and the golden model reports it as a race first).
 
-    Up to four read bursts are queued and streamed back to back; the write channel takes one
+    On each port up to four read bursts are queued and streamed back to back; the write channel takes one
     burst at a time.  With ``stall_rate = r`` every handshake is held off with probability
     ``r / 256`` per cycle (pseudo-random), so the core sees back-pressure on every channel.
     Addresses in ``[err_lo, err_hi)`` answer SLVERR; addresses beyond ``size`` DECERR.
@@ -47,17 +50,17 @@ class AxiRam(wiring.Component):
     cycles (0 or 1: full speed).
     """
 
-    def __init__(self, size: int, id_bits: int = 1):
+    def __init__(self, size: int, id_bits: int = 1, ports: int = 1):
         if size % 8 or size & (size - 1):
             raise ValueError(f"size must be a power of two, got {size}")
+        if ports < 1:
+            raise ValueError(f"an AXI RAM needs at least one port, got {ports}")
         self._size = size
         self._id_bits = id_bits
+        self.ports = ports
         self.mem = Memory(shape=64, depth=size // 8, init=[])
-        self._ar = SyncFIFOBuffered(width=40, depth=4)
-        self._rdata = SyncFIFOBuffered(width=67, depth=8)
-        self._lfsrs = [_Lfsr(seed) for seed in (0xACE1, 0x1D2C, 0xBEEF, 0x7A31, 0x0F0F)]
         super().__init__({
-            "axi": In(AxiSignature(id_bits)),
+            "axi": In(AxiSignature(id_bits)).array(ports),
             "stall_rate": In(8),
             "err_lo": In(32),
             "err_hi": In(32),
@@ -73,15 +76,25 @@ class AxiRam(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        bus = self.axi
-        m.submodules.mem = mem = self.mem
-        m.submodules.ar = arq = self._ar
-        m.submodules.rdata = rq = self._rdata
+        m.submodules.mem = self.mem
+        for p in range(self.ports):
+            self._port(m, p)
+        return m
+
+    def _port(self, m: Module, p: int) -> None:
+        """Port ``p``'s queues and state machines (submodules suffixed with ``p`` after the
+        first port, so a one-port RAM keeps its names)."""
+        bus = self.axi[p]
+        mem = self.mem
+        sfx = "" if p == 0 else f"_{p}"
+        m.submodules[f"ar{sfx}"] = arq = SyncFIFOBuffered(width=40, depth=4)
+        m.submodules[f"rdata{sfx}"] = rq = SyncFIFOBuffered(width=67, depth=8)
         stall = []
-        for k, l in enumerate(self._lfsrs):
-            m.submodules[f"lfsr{k}"] = l
-            m.d.comb += l.rate.eq(self.stall_rate)
-            stall.append(l.stall)
+        for k, seed in enumerate((0xACE1, 0x1D2C, 0xBEEF, 0x7A31, 0x0F0F)):
+            lfsr = _Lfsr((seed + 0x3C5 * p) & 0xFFFF or 1)
+            m.submodules[f"lfsr{k}{sfx}"] = lfsr
+            m.d.comb += lfsr.rate.eq(self.stall_rate)
+            stall.append(lfsr.stall)
         st_ar, st_r, st_aw, st_w, st_b = stall
 
         # ---- Reads: queue bursts, read one word per cycle into the data queue.
@@ -125,7 +138,7 @@ class AxiRam(wiring.Component):
                      rq.r_en.eq(bus.rvalid & bus.rready)]
         # echo the burst's id: bursts are answered in order, so a small id queue suffices
         idq = SyncFIFOBuffered(width=self._id_bits, depth=8)
-        m.submodules.idq = idq
+        m.submodules[f"idq{sfx}"] = idq
         m.d.comb += [idq.w_en.eq(bus.arvalid & bus.arready), idq.w_data.eq(bus.arid),
                      bus.rid.eq(idq.r_data), idq.r_en.eq(bus.rvalid & bus.rready & bus.rlast)]
 
@@ -134,7 +147,7 @@ class AxiRam(wiring.Component):
         w_addr = Signal(32)
         w_err = Signal(2)
         w_id = Signal(self._id_bits)
-        with m.FSM():
+        with m.FSM(name=f"write{sfx}"):
             with m.State("ADDR"):
                 m.d.comb += bus.awready.eq(~st_aw)
                 with m.If(bus.awvalid & bus.awready):
@@ -161,28 +174,32 @@ class AxiRam(wiring.Component):
                 m.d.comb += [bus.bvalid.eq(~st_b), bus.bresp.eq(w_err), bus.bid.eq(w_id)]
                 with m.If(bus.bvalid & bus.bready):
                     m.next = "ADDR"
-        return m
 
 
 class SimTop(wiring.Component):
     """The tiled array (:class:`~snpu.rtl.array.Array`, ``mesh = (width, height)``; a
     single core is the 1 x 1 array) as the cocotb testbench drives it.
 
-    ``memory = "hdl"``: the array's AXI port talks to an :class:`AxiRam` of ``mem_bytes``
-    inside the design (``stall_rate``, ``err_lo``/``err_hi`` drive its back-pressure and
-    error range).  ``memory = "axiram"``: the AXI port is brought out as ``axi__*`` ports
-    for cocotbext-axi.  ``core_module``: the cores are instances of this Verilog module
+    ``memory = "hdl"``: the array's AXI ports (``memory_ports``, default one per column)
+    talk to an :class:`AxiRam` of ``mem_bytes`` with as many ports inside the design
+    (``stall_rate``, ``err_lo``/``err_hi`` drive its back-pressure and error range).
+    ``memory = "axiram"``: the AXI port (one) is brought out as ``axi__*`` ports for
+    cocotbext-axi.  ``core_module``: the cores are instances of this Verilog module
     (see :func:`~snpu.rtl.array.array_verilog`).
     """
 
     def __init__(self, config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20,
-                 mesh: tuple[int, int] = (1, 1), core_module: str | None = None):
+                 mesh: tuple[int, int] = (1, 1), core_module: str | None = None,
+                 memory_ports: int | None = None):
         if memory not in ("hdl", "axiram"):
             raise ValueError(f"memory must be 'hdl' or 'axiram', got {memory!r}")
-        self.array = Array(config, *mesh, core_module=core_module)
+        self.array = Array(config, *mesh, core_module=core_module, memory_ports=memory_ports)
+        if memory == "axiram" and self.array.ports != 1:
+            raise ValueError(f"memory 'axiram' drives one AXI port; this array has "
+                             f"{self.array.ports}")
         self.memory = memory
-        id_bits = self.array.axi.signature.id_bits
-        self.ram = AxiRam(mem_bytes, id_bits) if memory == "hdl" else None
+        id_bits = self.array.axi[0].signature.id_bits
+        self.ram = AxiRam(mem_bytes, id_bits, self.array.ports) if memory == "hdl" else None
         ports = {name: member for name, member in self.array.signature.members.items()
                  if name != "axi"}
         if memory == "hdl":
@@ -206,18 +223,19 @@ class SimTop(wiring.Component):
                 m.d.comb += getattr(self, name).eq(getattr(array, name))
         if self.ram is not None:
             m.submodules.ram = ram = self.ram
-            wiring.connect(m, array.axi, ram.axi)
+            for p in range(self.array.ports):
+                wiring.connect(m, array.axi[p], ram.axi[p])
             m.d.comb += [ram.stall_rate.eq(self.stall_rate), ram.err_lo.eq(self.err_lo),
                          ram.err_hi.eq(self.err_hi), ram.far_lo.eq(self.far_lo),
                          ram.far_hi.eq(self.far_hi), ram.far_latency.eq(self.far_latency),
                          ram.far_beat.eq(self.far_beat)]
         else:
-            wiring.connect(m, array.axi, wiring.flipped(self.axi))
+            wiring.connect(m, array.axi[0], wiring.flipped(self.axi))
         return m
 
 
 def sim_verilog(config: CoreConfig, memory: str, mem_bytes: int, mesh: tuple[int, int],
-                name: str) -> str:
+                name: str, memory_ports: int | None = None) -> str:
     """Verilog of the simulation top ``name``: the core's module once (``<name>_core``),
     the array and the memory around it."""
     from amaranth.back import verilog
@@ -225,6 +243,6 @@ def sim_verilog(config: CoreConfig, memory: str, mem_bytes: int, mesh: tuple[int
     from snpu.rtl.core import Core
 
     core = verilog.convert(Core(config), name=f"{name}_core")
-    top = verilog.convert(SimTop(config, memory, mem_bytes, mesh, core_module=f"{name}_core"),
-                          name=name)
+    top = verilog.convert(SimTop(config, memory, mem_bytes, mesh, core_module=f"{name}_core",
+                                 memory_ports=memory_ports), name=name)
     return core + "\n" + top

@@ -336,6 +336,7 @@ class Testbench:
             protect = [(r.addr, r.end) for r in image.regions.values() if r.kind == "rom"]
             try:
                 model = run_mesh(roms, image.data, self.config, mesh=self.mesh,
+                                 memory_ports=self.job.get("memory_ports"),
                                  protect=protect, local=initial_local,
                                  bus_error=tuple(error_range) if error_range else None,
                                  far=far)

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from snpu.config import CoreConfig
+from snpu.config import memory_ports as ports_of
 from snpu.errors import SnpuError
 from snpu.fileio import atomic_write
 
@@ -83,7 +84,7 @@ def _verilator_env() -> dict:
 
 
 def _source_hash(config: CoreConfig, memory: str, mem_bytes: int, waves: str | None,
-                 sim: str, mesh: tuple[int, int]) -> str:
+                 sim: str, mesh: tuple[int, int], ports: int) -> str:
     h = hashlib.sha256()
     # what the Verilog depends on: the RTL, the ISA tables it is generated from, and the
     # simulation top
@@ -92,7 +93,7 @@ def _source_hash(config: CoreConfig, memory: str, mem_bytes: int, waves: str | N
         [HERE / "axi_ram.py", HERE / "rtl_sim.py"]
     for p in files:
         h.update(p.name.encode() + p.read_bytes())
-    h.update(json.dumps([config.to_dict(), memory, mem_bytes, waves, sim, list(mesh)],
+    h.update(json.dumps([config.to_dict(), memory, mem_bytes, waves, sim, list(mesh), ports],
                         sort_keys=True).encode())
     return h.hexdigest()[:16]
 
@@ -121,9 +122,11 @@ def waves_format(path: str | os.PathLike) -> str:
 
 
 def build(config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20,
-          waves: str | None = None, mesh: tuple[int, int] = (1, 1)) -> Path:
-    """Build (or reuse) the simulator for this configuration and mesh (``waves``:
-    ``"vcd"`` or ``"fst"`` to record waveforms); returns its build directory.  The core's
+          waves: str | None = None, mesh: tuple[int, int] = (1, 1),
+          memory_ports: int | None = None) -> Path:
+    """Build (or reuse) the simulator for this configuration, mesh and number of memory
+    ports (``None``: one per column) (``waves``: ``"vcd"`` or ``"fst"`` to record
+    waveforms); returns its build directory.  The core's
     Verilog module is emitted once and instantiated per tile, so Verilator compiles it
     once whatever the mesh."""
     from cocotb_tools.runner import get_runner
@@ -131,14 +134,16 @@ def build(config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20,
     from .axi_ram import sim_verilog
 
     sim = os.environ.get("SNPU_SIM", "verilator")
-    key = _source_hash(config, memory, mem_bytes, waves, sim, mesh)
-    bdir = CACHE / f"{sim}-{memory}-{mesh[0]}x{mesh[1]}-{key}"
+    ports = ports_of(mesh, memory_ports)
+    key = _source_hash(config, memory, mem_bytes, waves, sim, mesh, ports)
+    bdir = CACHE / f"{sim}-{memory}-{mesh[0]}x{mesh[1]}p{ports}-{key}"
     if (bdir / "built").exists():
         return bdir
     if sim == "verilator":
         _verilator_env()
     bdir.mkdir(parents=True, exist_ok=True)
-    (bdir / f"{TOP}.v").write_text(sim_verilog(config, memory, mem_bytes, tuple(mesh), TOP))
+    (bdir / f"{TOP}.v").write_text(sim_verilog(config, memory, mem_bytes, tuple(mesh), TOP,
+                                               ports))
     runner = get_runner(sim)
     args = []
     if sim == "verilator":
@@ -188,7 +193,7 @@ def run_mesh(program, *, budget_cycles: int | None = None, **options) -> RtlResu
     """Run a :class:`~snpu.verif.mesh_program.MeshProgram` on the RTL array of its mesh
     and configuration (options as for :func:`run_many`)."""
     return run_many([MeshJob(program, budget_cycles)], program.config, mesh=program.mesh,
-                    **options)[0]
+                    memory_ports=program.memory_ports, **options)[0]
 
 
 @dataclass
@@ -236,6 +241,7 @@ class ArrayJob:
     image: MemoryImage
     mesh: tuple[int, int]
     budget_cycles: int | None = None
+    memory_ports: int | None = None
 
     def runs(self) -> tuple[dict, MemoryImage]:
         return self.roms, self.image
@@ -245,13 +251,15 @@ class ArrayJob:
 
         protect = [(r.addr, r.end) for r in self.image.regions.values() if r.kind == "rom"]
         return run_mesh({xy: w for xy, (w, _) in self.roms.items()}, self.image.data, config,
-                        mesh=self.mesh, protect=protect, check_races=False).cycles
+                        mesh=self.mesh, protect=protect, check_races=False,
+                        memory_ports=self.memory_ports).cycles
 
 
 def run_many(jobs: list, config: CoreConfig | None = None, *, memory: str = "hdl",
              stall: float = 0.0, seed: int = 0, waves: str | None = None, check: bool = True,
              error_range: tuple[int, int] | None = None,
-             mesh: tuple[int, int] = (1, 1), far: dict | None = None) -> list[RtlResult]:
+             mesh: tuple[int, int] = (1, 1), far: dict | None = None,
+             memory_ports: int | None = None) -> list[RtlResult]:
     """Run several jobs (:class:`Job` on a 1 x 1 mesh, or :class:`MeshJob` of ``mesh``), one
     after the other, in one simulator process (the array is reset between them).  Much
     faster than separate :func:`run` calls for many small runs.
@@ -271,6 +279,8 @@ def run_many(jobs: list, config: CoreConfig | None = None, *, memory: str = "hdl
     error_range:
         ``(lo, hi)``: external addresses that answer SLVERR (``hdl`` memory only; for fault
         injection tests).
+    memory_ports:
+        The array's external-memory ports (default: one per mesh column).
     far:
         ``{"latency": ..., "beat_cycles": ...}``: each image's ``far`` regions are slower
         memory (:class:`~snpu.verif.timing.FarMemory`; ``hdl`` memory only); default: the
@@ -288,7 +298,8 @@ def run_many(jobs: list, config: CoreConfig | None = None, *, memory: str = "hdl
     # memory size is a Verilator build of its own: minutes on a fresh clone)
     mem_bytes = 1 << max(18, (size - 1).bit_length())
     wave_format = waves_format(waves) if waves else None
-    bdir = build(config, memory, mem_bytes, waves=wave_format, mesh=mesh)
+    ports = ports_of(mesh, memory_ports)
+    bdir = build(config, memory, mem_bytes, waves=wave_format, mesh=mesh, memory_ports=ports)
     sim = os.environ.get("SNPU_SIM", "verilator")
     env = _verilator_env() if sim == "verilator" else dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="snpu-rtl-") as tmp:
@@ -316,6 +327,7 @@ def run_many(jobs: list, config: CoreConfig | None = None, *, memory: str = "hdl
             runs.append({"roms": roms, "rom_regions": regions, "mem": str(tmp / f"mem{k}.bin"),
                          "budget_cycles": budget, "result": str(tmp / f"result{k}.json")})
         job = {"runs": runs, "config": config.to_dict(), "memory": memory, "mesh": list(mesh),
+               "memory_ports": ports,
                "mem_bytes": mem_bytes, "stall": stall, "seed": seed, "check": check,
                "error_range": list(error_range) if error_range else None,
                "far": dict(far) if far is not None else {}}
