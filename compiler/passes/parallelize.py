@@ -42,6 +42,8 @@ Coord = tuple[int, int]
 MATRIX_OPS = ("Conv", "Gemm", "MatMul")
 #: a split other than the aligned default must be estimated this much faster
 ALIGN_GAIN = 0.95
+#: a map counts as local (cost model) when a core's part of it fits this share of local memory
+LOCAL_SHARE = 4
 ROW_SPLIT_OPS = ("Conv", "MaxPool", "AveragePool", "Add", "Sum", "Affine")
 
 
@@ -199,22 +201,20 @@ def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int, unit: int,
     external-memory ports that k cores share (default one).  ``siblings``: the other slices
     of a concatenation ``n``'s output is the first slice of, which will take ``n``'s row
     blocks: a rows split is estimated for all of them together."""
-    s = matrix_shape(g, n, config.local_bytes // 4)
-    others = [matrix_shape(g, m, config.local_bytes // 4) for m in siblings]
+    s = matrix_shape(g, n, config.local_bytes // LOCAL_SHARE)
+    others = [matrix_shape(g, m, config.local_bytes // LOCAL_SHARE) for m in siblings]
     # split other than by rows, the siblings choose for themselves
     alone = sum(min(split_cycles(o, config, kind, r, reach[len(r)] if reach else 1)
-                    for kind, r in _candidates(o, ncores, unit)) for o in others)
+                    for kind, r in _candidates(o, ncores, unit, ("rows", "channels")))
+                for o in others)
     tried = {}
-    for kind in (("rows", "channels") if n.op == "Conv" and s.oh > 1 else ("channels",)):
-        for k in range(1, ncores + 1):
-            ranges = blocks(s.oh, k) if kind == "rows" else blocks(s.rows, k, unit)
-            if len(ranges) < k:
-                break
-            ports = reach[k] if reach else 1
-            est = split_cycles(s, config, kind, ranges, ports)
-            est += (sum(split_cycles(o, config, kind, ranges, ports) for o in others)
-                    if kind == "rows" else alone)
-            tried[(kind, k)] = (est, ranges)
+    kinds = ("rows", "channels") if n.op == "Conv" and s.oh > 1 else ("channels",)
+    for kind, ranges in _candidates(s, ncores, unit, kinds):
+        ports = reach[len(ranges)] if reach else 1
+        est = split_cycles(s, config, kind, ranges, ports)
+        est += (sum(split_cycles(o, config, kind, ranges, ports) for o in others)
+                if kind == "rows" else alone)
+        tried[(kind, len(ranges))] = (est, ranges)
     # the default keeps layers aligned (rows over every core: only halos move between
     # layers); another split must be clearly faster to pay for the data it moves
     default = max(tried, key=lambda key: (key[0] == ("rows" if n.op == "Conv" else "channels"), key[1]))
@@ -231,10 +231,12 @@ def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int, unit: int,
     return kind, ranges, why
 
 
-def _candidates(s, ncores: int, unit: int) -> list[tuple[str, list[tuple[int, int]]]]:
-    """The splits of a convolution of shape ``s`` over 1..``ncores`` cores."""
+def _candidates(s, ncores: int, unit: int, kinds: tuple[str, ...]
+                ) -> list[tuple[str, list[tuple[int, int]]]]:
+    """The splits of ``kinds`` (output rows / channels in blocks of ``unit``) of a layer of
+    shape ``s`` over 1..``ncores`` cores."""
     out = []
-    for kind in ("rows", "channels"):
+    for kind in kinds:
         for k in range(1, ncores + 1):
             ranges = blocks(s.oh, k) if kind == "rows" else blocks(s.rows, k, unit)
             if len(ranges) < k:
