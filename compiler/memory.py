@@ -60,7 +60,9 @@ def _local_tensors(g: Graph, st: "Storage", local_bytes: int) -> tuple[dict[str,
             continue  # channel slices of a map are not contiguous: shared memory
         if p.op == "Concat" and not _concat_local(ws, readers.get(t, []), order):
             continue
-        us = users[t] + readers.get(t, [])
+        # every reader and writer (a concatenation's slices too) in the producer's core
+        # subgraph: local memories do not outlive an array segment
+        us = users[t] + readers.get(t, []) + ws
         if any(u.device != "core" or seg.get(u.name) != seg.get(p.name) for u in us):
             continue
         if any(u.op in ("Flatten", "Reshape") and u.outputs[0] in g.outputs for u in us):

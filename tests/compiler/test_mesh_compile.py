@@ -213,3 +213,18 @@ def test_memory_ports_are_recorded_and_run_on_the_golden_array(tmp_path):
     assert cycles[4] <= cycles[1]
     with pytest.raises(Exception, match="memory ports: 5 must be in 1..4"):
         compile_model(m, CompileOptions(config=TEST_CORE, mesh=(4, 1), memory_ports=5))
+
+
+def test_a_concatenation_made_in_two_segments_is_not_local():
+    """A concatenation whose slices are made by different segments (here one on the host)
+    cannot live in local memory, which does not outlive an array segment; before, its
+    slices were written to local addresses by one segment and read as garbage by the next
+    (on shufflenet at 2x2: two wrong outputs, no error)."""
+    m = fire_cnn()
+    c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.6, mesh=(2, 2),
+                                        force_host=("expand3_0",)))
+    assert [s["nodes"] for s in c.segments][:2] == [["stem", "squeeze0", "expand1_0"], ["expand3_0"]]
+    root = c.graph.meta["storage_root"]
+    assert root["cat0"] not in c.graph.meta["local"]
+    assert root["cat1"] in c.graph.meta["local"]  # made inside one segment: still local
+    _run(c, inputs(m, 2))
