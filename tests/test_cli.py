@@ -237,6 +237,20 @@ def test_compile_and_run_on_a_2x2_array(cli, tiny_model):
     assert "array segment 0 (first input)" in r.output and "MX utilisation per core" in r.output
 
 
+def test_verilog_of_an_array_with_a_memory_port_per_column(tmp_path):
+    """`snpu verilog --mesh 2x1 --memory-ports 2`: the array module with ports axi__0__* and
+    axi__1__* (one interconnect each), the core's module once."""
+    out = tmp_path / "a.v"
+    r = CliRunner().invoke(main, ["verilog", "--mesh", "2x1", "--lanes", "1", "--nbuf-bytes", "256",
+                                  "--memory-ports", "2", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "2 memory port(s)" in r.output
+    text = out.read_text()
+    assert text.count("module snpu_array_core(") == 1
+    header = text[text.index("module snpu_array("):].split(";", 1)[0]
+    assert "axi__0__araddr" in header and "axi__1__araddr" in header and "axi__2__" not in header
+
+
 def test_memory_ports_out_of_range_is_one_line(tiny_model, tmp_path):
     d = tiny_model
     r = CliRunner().invoke(main, ["compile", str(d / "tiny.onnx"), "-o", str(d / "b"),
