@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from snpu.config import CoreConfig, memory_port
 from snpu.config import memory_ports as _memory_ports
 from .axi import ID_BITS, AxiSignature
-from .axi_interconnect import AxiInterconnect
+from .axi_interconnect import AxiInterconnect, index_bits_for
 from .core import COUNTERS, Core, core_signature
 from .mesh import RouterMesh
 from .mesh import node_index as core_index
@@ -54,7 +54,7 @@ class Array(wiring.Component):
         self.cores = [Core(self.config) if core_module is None
                       else core_signature().create(path=(f"core{k}",)) for k in range(n)]
         self.network = RouterMesh(width, height)
-        index_bits = max(1, (max(len(g) for g in self.port_cores) - 1).bit_length())
+        index_bits = index_bits_for(max(len(g) for g in self.port_cores))
         self.interconnects = [AxiInterconnect(len(g), index_bits=index_bits)
                               for g in self.port_cores]
         self.core_module = core_module

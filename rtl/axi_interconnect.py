@@ -43,6 +43,11 @@ class _RoundRobin(Elaboratable):
         return m
 
 
+def index_bits_for(n: int) -> int:
+    """ID bits an interconnect of ``n`` masters adds to carry the master's index."""
+    return max(1, (n - 1).bit_length())
+
+
 class AxiInterconnect(wiring.Component):
     """``n`` AXI4 masters (``s[k]``, each with ``ID_BITS`` IDs) onto one slave port ``m``.
 
@@ -70,7 +75,7 @@ class AxiInterconnect(wiring.Component):
         if n < 1:
             raise ValueError(f"an interconnect needs at least one master, got {n}")
         self.n = n
-        need = max(1, (n - 1).bit_length())
+        need = index_bits_for(n)
         if index_bits is not None and index_bits < need:
             raise ValueError(f"{n} masters need {need} index bits, got {index_bits}")
         self.index_bits = need if index_bits is None else index_bits

@@ -324,6 +324,16 @@ def _save_sim_outputs(outdir: Path, image) -> None:
         raise
 
 
+def _memory_ports(size: tuple[int, int], value: int | None) -> int:
+    """``--memory-ports`` of a mesh checked (default: one per column)."""
+    from .config import memory_ports
+
+    try:
+        return memory_ports(size, value)
+    except SnpuError as e:
+        raise SnpuError(f"--memory-ports {value}: {e}") from None
+
+
 @main.command()
 @_config_options
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
@@ -349,12 +359,7 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None,
         from .verif.mesh_program import parse_mesh
 
         size = parse_mesh(mesh)
-        from .config import memory_ports as check_ports
-
-        try:
-            memory_ports = check_ports(size, memory_ports)
-        except SnpuError as e:
-            raise SnpuError(f"--memory-ports {memory_ports}: {e}") from None
+        memory_ports = _memory_ports(size, memory_ports)
     elif memory_ports is not None:
         raise SnpuError("--memory-ports: only with --mesh (one core has one AXI4 port)")
     name = _verilog_name(name or ("snpu_array" if size else "snpu_core"))
@@ -471,7 +476,8 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
              calibration: str | None, calibration_count: int, dense: bool,
              neuron_threshold: int, neuron_groups: int, t3: int, t4: int, mixed_path: str,
              mesh: str, unusable: tuple, memory_ports: int | None, split: str,
-             placement: str, batch: int, schedule_mode: str, split_threshold: int | None, memory_budget: int | None,
+             placement: str, batch: int, schedule_mode: str, split_threshold: int | None,
+             memory_budget: int | None,
              swap_slack: float, swap_min_bytes: int, swap_max: int, far_latency: int,
              far_beat_cycles: int, swap_compression: str, memory_profile: str | None,
              as_json: bool, force: bool, **params) -> None:
@@ -491,12 +497,7 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
     size = parse_mesh(mesh)
     broken = tuple(_parse_core(u, size) for u in unusable)
     if memory_ports is not None:
-        from .config import memory_ports as check_ports
-
-        try:
-            check_ports(size, memory_ports)
-        except SnpuError as e:
-            raise SnpuError(f"--memory-ports {memory_ports}: {e}") from None
+        _memory_ports(size, memory_ports)  # a bad value fails before any output is made
     _output(output, "compiled model", inputs=[model, core, calibration], force=force)
     if memory_profile:
         if memory_budget is None:

@@ -115,6 +115,7 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
     # a map's row blocks (for the next layer to line up with): keyed by the concatenation a
     # tensor is a slice of, or the tensor (through views)
     concat_of = {i: n.outputs[0] for n in g.nodes if n.op == "Concat" for i in n.inputs}
+    slices = {n.outputs[0]: n.inputs for n in g.nodes if n.op == "Concat"}
     prod = g.producers()
 
     def key(t: str) -> str:
@@ -148,12 +149,11 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             else:
                 # the first slice of a concatenation chooses for its siblings too (they
                 # take its row blocks): the split that is cheapest for all of them
-                siblings = [m for m in _slice_producers(g, prod, n, concat_of)
-                            if m is not n and m.op == "Conv" and "q" in m.meta
+                siblings = [m for m in (prod.get(i) for i in slices.get(concat_of.get(n.outputs[0]), ()))
+                            if m is not None and m is not n and m.op == "Conv" and "q" in m.meta
                             and _out_rows(g, m) == _out_rows(g, n)]
-                kind, ranges, why = _cheapest(g, n, config, len(cores), unit,
-                                              row_blocks.get(key(n.inputs[0])), reach,
-                                              siblings)
+                kind, ranges, why = _cheapest(g, n, config, len(cores), unit, reach,
+                                              row_blocks.get(key(n.inputs[0])), siblings)
         elif n.op in MATRIX_OPS and (split == "channels" or n.op != "Conv"):
             f = n.meta["q"]["w"].shape[0] if "q" in n.meta else g.tensor(n.outputs[0]).shape[1]
             ranges = blocks(f, len(cores), unit)
@@ -191,26 +191,26 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
 
 
 def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int, unit: int,
-              input_blocks: list[tuple[int, int]] | None = None,
-              reach: list[int] | None = None, siblings: list[Node] = ()
+              reach: list[int], input_blocks: list[tuple[int, int]] | None = None,
+              siblings: list[Node] = ()
               ) -> tuple[str, list[tuple[int, int]], str]:
     """The split of a Conv / Gemm / MatMul the cost model (:mod:`..array_cost`) finds
     fastest: output rows (convolutions) or output channels over 1..``ncores`` cores.
     ``input_blocks``: the row blocks its input map was made in (the split that lines up
     with them is the default, which another split must clearly beat).  ``reach[k]``: the
-    external-memory ports that k cores share (default one).  ``siblings``: the other slices
+    external-memory ports that k cores share.  ``siblings``: the other slices
     of a concatenation ``n``'s output is the first slice of, which will take ``n``'s row
     blocks: a rows split is estimated for all of them together."""
     s = matrix_shape(g, n, config.local_bytes // LOCAL_SHARE)
     others = [matrix_shape(g, m, config.local_bytes // LOCAL_SHARE) for m in siblings]
     # split other than by rows, the siblings choose for themselves
-    alone = sum(min(split_cycles(o, config, kind, r, reach[len(r)] if reach else 1)
+    alone = sum(min(split_cycles(o, config, kind, r, reach[len(r)])
                     for kind, r in _candidates(o, ncores, unit, ("rows", "channels")))
                 for o in others)
     tried = {}
     kinds = ("rows", "channels") if n.op == "Conv" and s.oh > 1 else ("channels",)
     for kind, ranges in _candidates(s, ncores, unit, kinds):
-        ports = reach[len(ranges)] if reach else 1
+        ports = reach[len(ranges)]
         est = split_cycles(s, config, kind, ranges, ports)
         est += (sum(split_cycles(o, config, kind, ranges, ports) for o in others)
                 if kind == "rows" else alone)
@@ -243,13 +243,6 @@ def _candidates(s, ncores: int, unit: int, kinds: tuple[str, ...]
                 break
             out.append((kind, ranges))
     return out
-
-
-def _slice_producers(g: Graph, prod: dict, n: Node, concat_of: dict) -> list[Node]:
-    """The nodes that make the slices of the concatenation ``n``'s output is a slice of."""
-    cat = next((c for c in g.nodes if c.op == "Concat" and c.outputs[0] == concat_of.get(n.outputs[0])),
-               None)
-    return [prod[i] for i in cat.inputs if i in prod] if cat is not None else []
 
 
 def _out_rows(g: Graph, n: Node) -> int:
