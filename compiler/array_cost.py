@@ -107,10 +107,16 @@ def part_cycles(s: LayerShape, cfg: CoreConfig, rows: tuple[int, int],
 
 def split_cycles(s: LayerShape, cfg: CoreConfig, kind: str,
                  ranges: list[tuple[int, int]], ports: int = 1) -> float:
-    """Estimated cycles of the layer split into ``ranges`` of ``kind`` (rows / channels)
-    when its cores reach ``ports`` external-memory ports (their traffic spread evenly)."""
+    """Estimated cycles of the layer split into ``ranges`` of ``kind`` (rows / pixels in
+    raster order / channels) when its cores reach ``ports`` external-memory ports (their
+    traffic spread evenly)."""
     bus = cfg.axi_data_bits // 8
     k = len(ranges)
+    # a block of pixels costs its share of rows; its input window spans one row more
+    extra = 0
+    if kind == "pixels":
+        kind, ranges = "rows", [(a / s.ow, b / s.ow) for a, b in ranges]
+        extra = 1
     # a core keeps its window of a map in local memory (a row block of it when split by
     # rows) when that fits; a channel slice of a feature map is not contiguous: it goes to
     # shared memory
@@ -132,5 +138,5 @@ def split_cycles(s: LayerShape, cfg: CoreConfig, kind: str,
             gather = 2 * out_bytes / bus
         return max(slowest, port) + gather
     # halo rows: every core sends its neighbours theirs at once, over different links
-    halo = (s.kh - 1) * s.ow * s.rows / LINK_BYTES if k > 1 else 0.0
+    halo = (s.kh - 1 + extra) * s.ow * s.rows / LINK_BYTES if k > 1 else 0.0
     return max(slowest, port) + halo

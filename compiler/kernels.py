@@ -299,10 +299,12 @@ def conv_channel_chunk(cin: int, kh: int, kw: int, nb_half: int, group: int = 1)
 
 
 def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
-         rows: tuple[int, int] | None = None, channels: tuple[int, int] | None = None) -> dict:
+         rows: tuple[int, int] | None = None, channels: tuple[int, int] | None = None,
+         cols: tuple[int, int] | None = None) -> dict:
     """Convolution; a core's share of a layer split across an array: ``rows``, only output
-    rows [r0, r1); ``channels``, only output channels [c0, c1) (only that slice of the
-    weights is stored and loaded)."""
+    rows [r0, r1) (``cols``: the first from column x0, the last up to x1: a block of
+    pixels, :func:`row_spans`); ``channels``, only output channels [c0, c1) (only that
+    slice of the weights is stored and loaded)."""
     k, P = ctx.k, ctx.cfg.lanes
     q = node.meta["q"]
     kh, kw, sh, sw, pads, _, _, oh, ow = node.meta["geometry"]
@@ -337,10 +339,10 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
         G = max(1, min(ow, ctx.nb_half // kmax, ctx.acc_half // Rp, ctx.ob_half // Rp, 4095))
         # one chunk: the tile's weights stay in the banks; several: reloaded per pixel group
         whalves = [tiles.load(t, 0, ctx.alternate("w"))] if len(cchunks) == 1 else [None] * len(cchunks)
-        def row(oy: int) -> None:
+        def row(oy: int, xa: int = 0, xb: int = ow) -> None:
             iy0 = oy * sh - pads[0]
-            for ox0 in range(0, ow, G):
-                g = min(G, ow - ox0)
+            for ox0 in range(xa, xb, G):
+                g = min(G, xb - ox0)
                 half = ctx.alternate()
                 nb, ab, ob = half * ctx.nb_half, half * ctx.acc_half, half * ctx.ob_half
                 for j, (c0, c1) in enumerate(cchunks):
@@ -369,10 +371,27 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
         # so that the ping-pong halves come back to where they started)
         groups = -(-ow // G)
         period = 1 if groups % 2 == 0 and (len(cchunks) == 1 or groups * len(cchunks) % 2 == 0) else 2
-        loop_rows(ctx, rows, period, row)
+        spans = row_spans(rows, cols, ow)
+        head = [s for s in spans[:1] if s[1:] != (0, ow)]
+        tail = [s for s in spans[len(head):][-1:] if s[1:] != (0, ow)]
+        for span in head:
+            row(*span)
+        loop_rows(ctx, (rows[0] + len(head), rows[1] - len(tail)), period, row)
+        for span in tail:
+            row(*span)
     return {"format": fmt, "density": float(np.count_nonzero(w)) / w.size,
             "weight_tiles": len(tiles.tiles), "channel_chunks": len(cchunks),
             **ctx.neuron_report(), **mixed_report}
+
+
+def row_spans(rows: tuple[int, int], cols: tuple[int, int] | None,
+              width: int) -> list[tuple[int, int, int]]:
+    """``(y, x0, x1)``: the output pixels of each row of ``rows`` a kernel computes, for a
+    map ``width`` pixels wide: whole rows, but the first starts at ``cols[0]`` and the last
+    ends before ``cols[1]`` (a core's block of pixels in raster order)."""
+    r0, r1 = rows
+    a, b = cols or (0, width)
+    return [(y, a if y == r0 else 0, b if y == r1 - 1 else width) for y in range(r0, r1)]
 
 
 def loop_rows(ctx: LayerContext, rows: tuple[int, int], period: int,
@@ -457,8 +476,9 @@ def _load_vector(ctx: LayerContext, X: TensorLayout, e0: int, e1: int, dst: int)
 
 
 def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
-         rows: tuple[int, int] | None = None) -> dict:
-    """Max / average pooling; ``rows``: only output rows [r0, r1)."""
+         rows: tuple[int, int] | None = None, cols: tuple[int, int] | None = None) -> dict:
+    """Max / average pooling; ``rows``: only output rows [r0, r1) (``cols``: of the first
+    and the last, only from / up to these columns: :func:`row_spans`)."""
     from .ops import pool_geometry
 
     k, P = ctx.k, ctx.cfg.lanes
@@ -491,11 +511,11 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
     for c0 in range(0, c, cc):
         n = min(cc, c - c0)
         ncp = _r(n, P)
-        for oy in range(*out_rows):
+        for oy, oxa, oxb in row_spans(out_rows, cols, ow):
             iy0 = oy * sh - pads[0]
             ya, yb = max(0, iy0), min(X.h, iy0 + kh)
-            for ox0 in range(0, ow, G):
-                g = min(G, ow - ox0)
+            for ox0 in range(oxa, oxb, G):
+                g = min(G, oxb - ox0)
                 half = ctx.alternate()
                 ab, ob = half * ctx.acc_half, half * ctx.ob_half
                 xa = max(0, ox0 * sw - pads[1])
@@ -584,10 +604,13 @@ def global_pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> di
     return {"channel_chunk": cc, "tiles": len(tiles)}
 
 
-def _pixel_groups(X: TensorLayout, per: int, rows: tuple[int, int] | None = None):
-    for y in range(*(rows or (0, X.h))):
-        for x0 in range(0, X.w, per):
-            yield y, x0, min(per, X.w - x0)
+def _pixel_groups(X: TensorLayout, per: int, rows: tuple[int, int] | None = None,
+                  cols: tuple[int, int] | None = None):
+    """``(y, x0, pixels)`` of groups of at most ``per`` pixels covering ``rows`` of ``X``
+    (with ``cols``, as :func:`row_spans`)."""
+    for y, a, b in row_spans(rows or (0, X.h), cols, X.w):
+        for x0 in range(a, b, per):
+            yield y, x0, min(per, b - x0)
 
 
 def _channel_chunks(c: int, P: int, words_budget: int) -> list[tuple[int, int]]:
@@ -597,8 +620,9 @@ def _channel_chunks(c: int, P: int, words_budget: int) -> list[tuple[int, int]]:
 
 
 def add(ctx: LayerContext, node, inputs: list[TensorLayout], Y: TensorLayout,
-        rows: tuple[int, int] | None = None) -> dict:
-    """Element-wise sum of 2+ tensors; ``rows``: only rows [r0, r1)."""
+        rows: tuple[int, int] | None = None, cols: tuple[int, int] | None = None) -> dict:
+    """Element-wise sum of 2+ tensors; ``rows``: only rows [r0, r1) (``cols``: as
+    :func:`row_spans`)."""
     k, P = ctx.k, ctx.cfg.lanes
     q = node.meta["q"]
     X = inputs[0]
@@ -610,7 +634,7 @@ def add(ctx: LayerContext, node, inputs: list[TensorLayout], Y: TensorLayout,
     for c0, c1 in chunks:
         c, cp = c1 - c0, _r(c1 - c0, P)
         per = max(1, min(X.w, ctx.acc_half // (regions * cp), ctx.ob_half // cp, 4095))
-        for y, x0, g in _pixel_groups(X, per, rows):
+        for y, x0, g in _pixel_groups(X, per, rows, cols):
             half = ctx.alternate()
             ab, ob = half * ctx.acc_half, half * ctx.ob_half
             regs = [ab + i * g * cp for i in range(regions)]
@@ -628,10 +652,12 @@ def add(ctx: LayerContext, node, inputs: list[TensorLayout], Y: TensorLayout,
 
 
 def affine(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
-           rows: tuple[int, int] | None = None) -> dict:
-    """Per-channel scale and offset (folded BatchNormalization); ``rows``: only rows [r0, r1)."""
+           rows: tuple[int, int] | None = None, cols: tuple[int, int] | None = None) -> dict:
+    """Per-channel scale and offset (folded BatchNormalization); ``rows``: only rows [r0, r1)
+    (``cols``: as :func:`row_spans`)."""
     q = node.meta["q"]
-    return _requantize_map(ctx, X, Y, q["bias"], q["mult"], q["shift"], int(q["relu"]), rows)
+    return _requantize_map(ctx, X, Y, q["bias"], q["mult"], q["shift"], int(q["relu"]), rows,
+                           cols)
 
 
 def copy(ctx: LayerContext, X: TensorLayout, Y: TensorLayout) -> dict:
@@ -661,16 +687,18 @@ def _store_pixels(k: Kernels, Y: TensorLayout, y: int, x0: int, c0: int, c: int,
 
 
 def _requantize_map(ctx: LayerContext, X: TensorLayout, Y: TensorLayout, bias, mult, shift,
-                    relu: int, rows: tuple[int, int] | None = None) -> dict:
+                    relu: int, rows: tuple[int, int] | None = None,
+                    cols: tuple[int, int] | None = None) -> dict:
     """``Y`` = ``X`` requantised per channel (``bias``, ``mult``, ``shift``, ``relu``), by
-    channel chunks and pixel groups through the accumulators; ``rows``: only [r0, r1)."""
+    channel chunks and pixel groups through the accumulators; ``rows``: only [r0, r1)
+    (``cols``: as :func:`row_spans`)."""
     k, P = ctx.k, ctx.cfg.lanes
     chunks = _channel_chunks(X.c, P, min(ctx.acc_half, ctx.ob_half, ctx.param_half * P))
     for c0, c1 in chunks:
         c, cp = c1 - c0, _r(c1 - c0, P)
         row = ctx.load_params([(bias[c0:c1], mult[c0:c1], shift[c0:c1])])[0]
         per = max(1, min(X.w, ctx.acc_half // cp, ctx.ob_half // cp, 4095))
-        for y, x0, g in _pixel_groups(X, per, rows):
+        for y, x0, g in _pixel_groups(X, per, rows, cols):
             half = ctx.alternate()
             ab, ob = half * ctx.acc_half, half * ctx.ob_half
             _load_pixels(k, X, y, x0, c0, c, g, ab, cp)

@@ -133,6 +133,7 @@ def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None,
     X = layout(view_source(g, n.inputs[0]))
     Y = layout(n.outputs[0])
     rows = part.rows if part is not None else None
+    cols = part.cols if part is not None else None
     channels = part.channels if part is not None else None
     if channels is not None and n.op not in ("Conv", "Gemm", "MatMul"):
         # a channel piece of a per-channel layer is the layer on channel views
@@ -149,19 +150,19 @@ def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None,
         ins = [layout(view_source(g, i)) for i in n.inputs]
     try:
         if n.op == "Conv":
-            return kernels.conv(ctx, n, X, Y, rows, channels)
+            return kernels.conv(ctx, n, X, Y, rows, channels, cols)
         if n.op in ("Gemm", "MatMul"):
             return kernels.fc(ctx, n, X, Y, channels)
         if n.op == "AveragePool" and _whole_map(n, X) and rows is None:
             return kernels.global_pool(ctx, n, X, Y)  # the same sum and divisor
         if n.op in ("MaxPool", "AveragePool"):
-            return kernels.pool(ctx, n, X, Y, rows)
+            return kernels.pool(ctx, n, X, Y, rows, cols)
         if n.op == "GlobalAveragePool":
             return kernels.global_pool(ctx, n, X, Y)
         if n.op in ("Add", "Sum"):
-            return kernels.add(ctx, n, ins, Y, rows)
+            return kernels.add(ctx, n, ins, Y, rows, cols)
         if n.op == "Affine":
-            return kernels.affine(ctx, n, X, Y, rows)
+            return kernels.affine(ctx, n, X, Y, rows, cols)
         if n.op == "Copy" and n.meta.get("compressed"):  # a swap stored with stc / ldc
             if n.meta["memory"] == "reduction":
                 return kernels.compress_copy(ctx, X, Y.base)

@@ -151,6 +151,7 @@ class TransferPlan:
                 old = need.get(cp.core)
                 need[cp.core] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
         made_lo, made_hi = (part.lo, part.hi) if part.kind == "rows" else (0, L.h)
+        made = part.pixels(L.w) if part.kind == "rows" else (0, L.h * L.w)
         out = []
         for dst, (lo, hi) in sorted(need.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             ra, rb = max(lo, made_lo), min(hi, made_hi)
@@ -159,16 +160,44 @@ class TransferPlan:
             row0 = L.base - L.pad_w * L.pixel  # first byte of row 0, horizontal halo included
             if r in self.local:
                 if part.kind == "channels":
-                    start, size = Y.base + part.lo, part.hi - part.lo
+                    spans = [(Y.base + part.lo, part.hi - part.lo)]
                 else:
-                    start, size = row0 + ra * L.row, (rb - ra) * L.row
-                runs = [(a, min(MAX_SEND, start + size - a)) for a in range(start, start + size, MAX_SEND)]
+                    spans = self._pixel_spans(r, L, max(made[0], lo * L.w), min(made[1], hi * L.w))
+                runs = [(a, min(MAX_SEND, start + size - a))
+                        for start, size in spans for a in range(start, start + size, MAX_SEND)]
                 out.append(Transfer(r, part.core, dst, runs))
             else:
                 out.append(Transfer(r, part.core, dst, [], [(row0 + ra * L.row, row0 + rb * L.row)],
                                     flag=True))
         return out
 
+
+    def _pixel_spans(self, r: str, L: TensorLayout, p0: int, p1: int) -> list[tuple[int, int]]:
+        """(first byte, bytes) of pixels [p0, p1) (raster order) of local tensor ``r``: a
+        row made whole by one part moves with its halo pixels, a row shared by two parts
+        (:attr:`comade`) moves its own pixels only (every core that keeps it zeroes its
+        halo pixels itself: :class:`LocalCopies`)."""
+        out: list[tuple[int, int]] = []
+        shared = self.comade(r)
+        for y in range(p0 // L.w, -(-p1 // L.w)):
+            a, b = max(p0, y * L.w) - y * L.w, min(p1, (y + 1) * L.w) - y * L.w
+            if (a, b) == (0, L.w) and y not in shared:
+                start, size = L.base - L.pad_w * L.pixel + y * L.row, L.row
+            else:
+                start, size = L.addr(y, a), (b - a) * L.pixel
+                if start % 8:
+                    raise CompileError(f"internal: pixels of {r!r} start at 0x{start:x}, not "
+                                       "8-aligned (a remote write's start must be)")
+            if out and out[-1][0] + out[-1][1] == start:
+                out[-1] = (out[-1][0], out[-1][1] + size)
+            else:
+                out.append((start, size))
+        return out
+
+    def comade(self, r: str) -> set[int]:
+        """The rows of storage root ``r`` that two parts make between them (blocks of pixels
+        that start or end mid-row)."""
+        return comade_rows(self.writers.get(r, ()), self.layouts[r].w)
 
     def _batch_sends(self, r: str, L: TensorLayout, part: Part) -> list[Transfer]:
         """A batch part's images other cores read (only when their blocks differ): a flag
@@ -188,6 +217,20 @@ class TransferPlan:
                 for dst, (a, b) in sorted(need.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
 
 
+def comade_rows(writers, width: int) -> set[int]:
+    """The rows of a map ``width`` pixels wide that the parts of ``writers`` (nodes) share:
+    the first and last rows of blocks of pixels that start or end mid-row."""
+    out = set()
+    for n in writers:
+        for p in n.meta.get("parts", ()):
+            if p.kind == "rows" and p.cols is not None:
+                if p.cols[0] > 0:
+                    out.add(p.lo)
+                if p.cols[1] < width:
+                    out.add(p.hi - 1)
+    return out
+
+
 class LocalCopies:
     """Where each core keeps its copy of every local tensor: only its *window*, the rows its
     parts write or read (:func:`..windows.windows`), from the tensor's local-memory
@@ -199,14 +242,22 @@ class LocalCopies:
         self.root, self.layouts = g.meta["storage_root"], layouts
         halo = {r: (layouts[r].pad_h, layouts[r].pad_w) for r in local}
         self.win = windows(g, self.root, halo, set(local))
-        #: rows each core's parts write, per local tensor (their halo pixels are its to zero)
+        #: rows each core's parts write, per local tensor (their halo pixels are its to
+        #: zero), and the rows two parts share in its window (no one sends their halo pixels)
         self.own: dict[str, dict[Coord, list[tuple[int, int]]]] = {r: {} for r in local}
+        writers: dict[str, list] = {}
         for n in g.nodes:
             r = self.root.get(n.outputs[0]) if n.outputs else None
             if r in self.own and "parts" in n.meta and n.op not in VIEW_OPS:
+                writers.setdefault(r, []).append(n)
                 for p in n.meta["parts"]:
                     rows = (p.lo, p.hi) if p.kind == "rows" else (0, layouts[r].h)
                     self.own[r].setdefault(p.core, []).append(rows)
+        for r, ws in writers.items():
+            for y in comade_rows(ws, layouts[r].w):
+                for xy, (a, b) in self.win.get(r, {}).items():
+                    if a <= y < b:
+                        self.own[r].setdefault(xy, []).append((y, y + 1))
         self._layouts_of: dict[Coord, dict[str, TensorLayout]] = {}
         self.regions: dict[Coord, list[tuple[int, int, str]]] = {}
         for r, cores in self.win.items():

@@ -11,6 +11,12 @@ number of cores and why).  The split follows seed 002's rules (``docs/compiler.m
   plus the kernel's halo) come from the cores that produced them; the weights are read by
   every core from shared memory.  A block of whole rows is one contiguous range of the
   channels-last layout, so it moves as one remote write.
+* **pixels** - a convolution whose rows do not share out evenly over every core: each core
+  computes a block of output pixels in raster order (:func:`pixel_part`: whole rows but
+  the first and last, which it shares with its neighbours), so the blocks differ by one
+  pixel at most.  Maps whose channels are not a multiple of 8 do not split this way (a
+  shared row's pixels move as remote writes, which start 8-aligned).  Element-wise layers
+  take their input's blocks.
 * **channels** - fully connected layers: each core computes a block of output channels and
   holds only that slice of the weights; the outputs are exchanged.  Blocks are multiples of
   ``max(8, lanes)`` channels (remote writes start 8-aligned).
@@ -20,8 +26,8 @@ number of cores and why).  The split follows seed 002's rules (``docs/compiler.m
   runs on one core; the cores take such layers in turn.
 
 A layer smaller than the array uses fewer cores (a row block or a channel block per core at
-least) and the report says so.  Cores are numbered row-major over the usable cores; the
-placement of parts onto physical cores is the identity (row-major) in this version.
+least) and the report says so.  Cores are numbered row-major over the usable cores (virtual
+cores): :mod:`.place_parts` then places them onto the physical cores.
 """
 
 from __future__ import annotations
@@ -51,12 +57,18 @@ ROW_SPLIT_OPS = ("Conv", "MaxPool", "AveragePool", "Add", "Sum", "Affine")
 class Part:
     """A core's share of a layer: output rows (``kind == "rows"``), output channels
     (``"channels"``), images of a batch (``"batch"``) or all of it (``"whole"``,
-    ``lo``/``hi`` the rows) in [lo, hi)."""
+    ``lo``/``hi`` the rows) in [lo, hi).
+
+    A rows part may be a block of *pixels* in raster order: ``cols = (x0, x1)`` says its
+    first row starts at column ``x0`` and its last row ends before column ``x1`` (rows
+    ``lo`` and ``hi - 1`` are then shared with the neighbouring parts).  ``None``: whole
+    rows."""
 
     core: Coord
     kind: str
     lo: int
     hi: int
+    cols: tuple[int, int] | None = None
 
     @property
     def rows(self) -> tuple[int, int] | None:
@@ -68,8 +80,25 @@ class Part:
         """Output channels [lo, hi) of a ``channels`` part."""
         return (self.lo, self.hi) if self.kind == "channels" else None
 
+    def pixels(self, width: int) -> tuple[int, int]:
+        """The output pixels [p0, p1) of a rows part, in raster order of a map ``width``
+        pixels wide."""
+        x0, x1 = self.cols or (0, width)
+        return self.lo * width + x0, (self.hi - 1) * width + x1
+
     def to_dict(self) -> dict:
-        return {"core": list(self.core), "kind": self.kind, "range": [self.lo, self.hi]}
+        d = {"core": list(self.core), "kind": self.kind, "range": [self.lo, self.hi]}
+        if self.cols is not None:
+            d["cols"] = list(self.cols)
+        return d
+
+
+def pixel_part(core: Coord, p0: int, p1: int, width: int) -> Part:
+    """The rows part computing output pixels [p0, p1) (raster order) of a map ``width``
+    pixels wide; whole rows when both ends fall on a row boundary."""
+    lo, hi = p0 // width, -(-p1 // width)
+    cols = (p0 - lo * width, p1 - (hi - 1) * width)
+    return Part(core, "rows", lo, hi, None if cols == (0, width) else cols)
 
 
 def blocks(n: int, k: int, unit: int = 1) -> list[tuple[int, int]]:
@@ -128,6 +157,7 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             else:
                 return t
 
+    # the pixel blocks (raster order) a map was made in, whole rows or not
     row_blocks: dict[str, list[tuple[int, int]]] = {}
     for n in g.nodes:
         if n.device != "core" or n.op in VIEW_OPS:
@@ -142,18 +172,19 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
                 f"; {y[0]} images use {len(ranges)} of {len(cores)} cores" if len(ranges) < len(cores) else "")
         elif n.op in MATRIX_OPS and "q" in n.meta and split == "auto":
             sibling = row_blocks.get(key(n.outputs[0])) if n.outputs[0] in concat_of else None
-            if sibling is not None and n.op == "Conv" and sibling[-1][1] == _out_rows(g, n):
+            if sibling is not None and n.op == "Conv" and sibling[-1][1] == _out_pixels(g, n):
                 # a concatenation's slices split alike: each core then holds whole rows
-                kind, ranges = "rows", sibling
-                why = f"spatial rows (H) x{len(ranges)}, like the other slices of its concatenation"
+                kind, ranges = "pixels", sibling
+                why = f"spatial blocks x{len(ranges)}, like the other slices of its concatenation"
             else:
                 # the first slice of a concatenation chooses for its siblings too (they
                 # take its row blocks): the split that is cheapest for all of them
                 siblings = [m for m in (prod.get(i) for i in slices.get(concat_of.get(n.outputs[0]), ()))
                             if m is not None and m is not n and m.op == "Conv" and "q" in m.meta
-                            and _out_rows(g, m) == _out_rows(g, n)]
+                            and _out_pixels(g, m) == _out_pixels(g, n)]
                 kind, ranges, why = _cheapest(g, n, config, len(cores), unit, reach,
-                                              row_blocks.get(key(n.inputs[0])), siblings)
+                                              row_blocks.get(key(n.inputs[0])), siblings,
+                                              _pixel_aligned(g, key(n.outputs[0])))
         elif n.op in MATRIX_OPS and (split == "channels" or n.op != "Conv"):
             f = n.meta["q"]["w"].shape[0] if "q" in n.meta else g.tensor(n.outputs[0]).shape[1]
             ranges = blocks(f, len(cores), unit)
@@ -162,25 +193,39 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
                 why += f"; {f} outputs use {len(ranges)} of {len(cores)} cores"
         elif n.op in ROW_SPLIT_OPS:
             oh = _out_rows(g, n)
-            ranges = blocks(oh, len(cores))
-            kind = "rows"
-            why = "spatial rows (H)" + (": every core reads the weights" if n.op == "Conv" else "")
-            if len(ranges) < len(cores):
-                why += f"; {oh} output rows use {len(ranges)} of {len(cores)} cores"
+            same = row_blocks.get(key(n.inputs[0]))
+            if (n.op in ("Add", "Sum", "Affine") and same is not None
+                    and same[-1][1] == _out_pixels(g, n)):
+                # element-wise: the blocks its input was made in (nothing moves)
+                kind, ranges = "pixels", same
+                why = f"spatial blocks x{len(ranges)}, like its input"
+            else:
+                ranges = blocks(oh, len(cores))
+                kind = "rows"
+                why = "spatial rows (H)" + (": every core reads the weights" if n.op == "Conv" else "")
+                if len(ranges) < len(cores):
+                    why += f"; {oh} output rows use {len(ranges)} of {len(cores)} cores"
         else:
             oh = _out_rows(g, n)
             ranges = [(0, oh)]
             kind, why = "whole", f"{n.op} reduces over H and W: one core"
+        if kind == "rows":  # row blocks as pixel blocks
+            ow = _out_pixels(g, n) // _out_rows(g, n)
+            kind, ranges = "pixels", [(lo * ow, hi * ow) for lo, hi in ranges]
         if len(ranges) == 1 and kind != "batch":
             start = turn
             turn = (turn + 1) % len(cores)
-            kind = "whole"
+            kind, ranges = "whole", [(0, _out_rows(g, n))]
         else:
             start = 0
-        parts = [Part(cores[(start + i) % len(cores)], kind, lo, hi)
-                 for i, (lo, hi) in enumerate(ranges)]
-        if kind == "rows":
+        if kind == "pixels":
             row_blocks.setdefault(key(n.outputs[0]), ranges)
+            ow = _out_pixels(g, n) // _out_rows(g, n)
+            parts = [pixel_part(cores[i], p0, p1, ow) for i, (p0, p1) in enumerate(ranges)]
+            kind = "pixels" if any(p.cols for p in parts) else "rows"
+        else:
+            parts = [Part(cores[(start + i) % len(cores)], kind, lo, hi)
+                     for i, (lo, hi) in enumerate(ranges)]
         n.meta["parts"] = parts
         n.meta["split"] = {"kind": kind, "cores": len(parts), "why": why}
         if kind == "channels" and n.op == "Conv":
@@ -192,35 +237,39 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
 
 def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int, unit: int,
               reach: list[int], input_blocks: list[tuple[int, int]] | None = None,
-              siblings: list[Node] = ()
+              siblings: list[Node] = (), pixels: bool = False
               ) -> tuple[str, list[tuple[int, int]], str]:
     """The split of a Conv / Gemm / MatMul the cost model (:mod:`..array_cost`) finds
-    fastest: output rows (convolutions) or output channels over 1..``ncores`` cores.
-    ``input_blocks``: the row blocks its input map was made in (the split that lines up
-    with them is the default, which another split must clearly beat).  ``reach[k]``: the
-    external-memory ports that k cores share.  ``siblings``: the other slices
-    of a concatenation ``n``'s output is the first slice of, which will take ``n``'s row
-    blocks: a rows split is estimated for all of them together."""
+    fastest: output rows or blocks of output pixels (convolutions) or output channels over
+    1..``ncores`` cores.  ``input_blocks``: the pixel blocks its input map was made in (the
+    split that lines up with them is the default, which another split must clearly beat).
+    ``reach[k]``: the external-memory ports that k cores share.  ``siblings``: the other
+    slices of a concatenation ``n``'s output is the first slice of, which will take ``n``'s
+    blocks: a spatial split is estimated for all of them together.  ``pixels``: blocks
+    that start or end mid-row are allowed (their pixels move as 8-aligned runs)."""
     s = matrix_shape(g, n, config.local_bytes // LOCAL_SHARE)
     others = [matrix_shape(g, m, config.local_bytes // LOCAL_SHARE) for m in siblings]
+    spatial = ("rows", "pixels") if pixels else ("rows",)
     # split other than by rows, the siblings choose for themselves
     alone = sum(min(split_cycles(o, config, kind, r, reach[len(r)])
-                    for kind, r in _candidates(o, ncores, unit, ("rows", "channels")))
+                    for kind, r in _candidates(o, ncores, unit, (*spatial, "channels")))
                 for o in others)
     tried = {}
-    kinds = ("rows", "channels") if n.op == "Conv" and s.oh > 1 else ("channels",)
+    kinds = (*spatial, "channels") if n.op == "Conv" and s.oh > 1 else ("channels",)
     for kind, ranges in _candidates(s, ncores, unit, kinds):
         ports = reach[len(ranges)]
         est = split_cycles(s, config, kind, ranges, ports)
         est += (sum(split_cycles(o, config, kind, ranges, ports) for o in others)
-                if kind == "rows" else alone)
+                if kind != "channels" else alone)
         tried[(kind, len(ranges))] = (est, ranges)
     # the default keeps layers aligned (rows over every core: only halos move between
     # layers); another split must be clearly faster to pay for the data it moves
     default = max(tried, key=lambda key: (key[0] == ("rows" if n.op == "Conv" else "channels"), key[1]))
     x = g.tensor(n.inputs[0]).shape
-    if input_blocks and len(x) == 4 and x[2] == s.oh and ("rows", len(input_blocks)) in tried:
-        default = ("rows", len(input_blocks))  # the same row blocks as its input
+    if input_blocks and len(x) == 4 and x[2] * x[3] == s.oh * s.ow:
+        for key, (_, ranges) in tried.items():  # the same blocks as its input
+            if _as_pixels(key[0], ranges, s.ow) == input_blocks:
+                default = key
     choice = min(tried, key=lambda key: tried[key][0])
     if tried[choice][0] > ALIGN_GAIN * tried[default][0]:
         choice = default
@@ -233,16 +282,41 @@ def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int, unit: int,
 
 def _candidates(s, ncores: int, unit: int, kinds: tuple[str, ...]
                 ) -> list[tuple[str, list[tuple[int, int]]]]:
-    """The splits of ``kinds`` (output rows / channels in blocks of ``unit``) of a layer of
-    shape ``s`` over 1..``ncores`` cores."""
+    """The splits of ``kinds`` (output rows, output pixels in raster order, output channels
+    in blocks of ``unit``) of a layer of shape ``s`` over 1..``ncores`` cores.  A pixels
+    split is tried only where whole rows cannot share the map out evenly."""
     out = []
     for kind in kinds:
         for k in range(1, ncores + 1):
-            ranges = blocks(s.oh, k) if kind == "rows" else blocks(s.rows, k, unit)
+            if kind == "pixels":
+                if s.oh % k == 0 or k < ncores:
+                    continue
+                ranges = blocks(s.oh * s.ow, k)
+            else:
+                ranges = blocks(s.oh, k) if kind == "rows" else blocks(s.rows, k, unit)
             if len(ranges) < k:
                 break
             out.append((kind, ranges))
     return out
+
+
+def _as_pixels(kind: str, ranges: list[tuple[int, int]], width: int) -> list[tuple[int, int]] | None:
+    """A spatial split's blocks as pixel ranges (``None`` for a channels split)."""
+    if kind == "rows":
+        return [(lo * width, hi * width) for lo, hi in ranges]
+    return ranges if kind == "pixels" else None
+
+
+def _pixel_aligned(g: Graph, root: str) -> bool:
+    """Can a map stored in ``root`` be split into blocks of pixels?  Each pixel of it must
+    start 8-aligned (remote writes do), so its channels are a multiple of 8."""
+    shape = g.tensor(root).shape
+    return len(shape) == 4 and shape[1] % 8 == 0
+
+
+def _out_pixels(g: Graph, n: Node) -> int:
+    shape = g.tensor(n.outputs[0]).shape
+    return shape[2] * shape[3] if len(shape) == 4 else 1
 
 
 def _out_rows(g: Graph, n: Node) -> int:

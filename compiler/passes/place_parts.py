@@ -14,6 +14,8 @@ cores.  ``graph.meta["mesh"]["placement"]`` records both hop traffics.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from snpu.errors import CompileError
@@ -23,7 +25,7 @@ from ..mapping.force import force_refine, hop_traffic
 from ..mapping.place import place
 from ..mapping.topology import from_edges
 from .codegen_mesh import TransferPlan
-from .parallelize import VIEW_OPS, Part
+from .parallelize import VIEW_OPS
 
 
 def traffic(g: Graph) -> dict[tuple[tuple[int, int], tuple[int, int]], int]:
@@ -75,7 +77,7 @@ def place_parts(graph: Graph, seed: int = 0, method: str = "mapper") -> Graph:
     physical = {c: (tuple(int(v) for v in pos[i]) if keep else c) for i, c in enumerate(cores)}
     for n in g.nodes:
         if "parts" in n.meta:
-            n.meta["parts"] = [Part(physical[p.core], p.kind, p.lo, p.hi) for p in n.meta["parts"]]
+            n.meta["parts"] = [dataclasses.replace(p, core=physical[p.core]) for p in n.meta["parts"]]
     g.meta["mesh"] = {**g.meta["mesh"], "placement": {
         "method": "seed-003 mapper: recursive bisection + force-directed swaps" if keep
         else "row-major" + (" (the mapper found no lower hop traffic)" if method == "mapper" else ""),

@@ -61,6 +61,11 @@ class Piece:
     channels: tuple[int, int] | None = None
     rows: tuple[int, int] | None = None
 
+    @property
+    def cols(self) -> None:
+        """Pieces are whole rows (an array's :class:`~.parallelize.Part` may start mid-row)."""
+        return None
+
     def to_dict(self) -> dict:
         return {k: list(v) for k, v in (("images", self.images), ("channels", self.channels),
                                         ("rows", self.rows)) if v is not None}

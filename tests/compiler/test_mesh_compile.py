@@ -39,6 +39,63 @@ def test_blocks_cover_the_range_on_unit_boundaries():
         assert all(b[i][1] == b[i + 1][0] for i in range(len(b) - 1))
 
 
+def test_pixel_parts_and_row_spans():
+    from snpu.compiler.kernels import row_spans
+    from snpu.compiler.passes.parallelize import pixel_part
+
+    p = pixel_part((1, 0), 10, 30, 13)          # pixels 10..29 of a 13-wide map
+    assert (p.lo, p.hi, p.cols) == (0, 3, (10, 4)) and p.pixels(13) == (10, 30)
+    assert row_spans((p.lo, p.hi), p.cols, 13) == [(0, 10, 13), (1, 0, 13), (2, 0, 4)]
+    whole = pixel_part((0, 0), 26, 52, 13)      # rows 2 and 3 exactly
+    assert (whole.lo, whole.hi, whole.cols) == (2, 4, None)
+    assert row_spans((2, 4), None, 13) == [(2, 0, 13), (3, 0, 13)]
+    one = pixel_part((0, 0), 15, 20, 13)        # inside one row
+    assert (one.lo, one.hi, one.cols) == (1, 2, (2, 7))
+    assert row_spans((1, 2), one.cols, 13) == [(1, 2, 7)]
+    assert one.to_dict() == {"core": [0, 0], "kind": "rows", "range": [1, 2], "cols": [2, 7]}
+
+
+@pytest.mark.parametrize("mesh,local_bytes", [((2, 2), 4096), ((2, 2), 65536), ((3, 1), 65536)])
+def test_blocks_of_pixels_share_out_maps_whose_rows_do_not_divide(mesh, local_bytes):
+    """13 rows on 4 cores, 16 on 3: convolutions split into blocks of pixels in raster
+    order, whose first and last rows two cores share; those rows move without their halo
+    pixels (each core that keeps them zeroes those itself).  Maps with channels that are not
+    a multiple of 8 (the squeeze layers) keep whole rows.  Races and deadlocks are checked,
+    the result is the single core's, bit for bit."""
+    from snpu.compiler.passes.codegen_mesh import comade_rows
+
+    size = 13 if mesh == (2, 2) else 16
+    m = fire_cnn(seed=2, size=size)
+    cfg = dataclasses.replace(TEST_CORE, local_bytes=local_bytes)
+    c = compile_model(m, CompileOptions(config=cfg, density=0.6, mesh=mesh))
+    g = c.graph
+    cores = mesh[0] * mesh[1]
+    pixel_layers = 0
+    for n in g.nodes:
+        parts = n.meta.get("parts", [])
+        if len(parts) < 2 or parts[0].kind != "rows":
+            continue
+        w = g.tensor(n.outputs[0]).shape[3]
+        spans = [p.pixels(w) for p in parts]
+        # the blocks tile the map: contiguous, in order, every pixel once
+        assert spans[0][0] == 0 and spans[-1][1] == size * size
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+        if any(p.cols for p in parts):
+            pixel_layers += 1
+            assert len(parts) == cores and g.tensor(n.outputs[0]).shape[1] % 8 == 0
+            assert max(b - a for a, b in spans) - min(b - a for a, b in spans) <= 1
+            assert comade_rows([n], w)
+        if n.name.startswith("squeeze"):  # 4 channels: whole rows
+            assert not any(p.cols for p in parts)
+    assert pixel_layers >= 4
+    assert {g.meta["storage_root"][f"cat{k}"] for k in range(2)} <= set(g.meta["local"])
+    xs = inputs(m, 2)
+    reps = _run(c, xs)
+    single = runtime.run_batch(compile_model(m, CompileOptions(config=cfg, density=0.6)), xs)
+    for r, s in zip(reps, single):
+        np.testing.assert_array_equal(r.outputs_int8["y"], s.outputs_int8["y"])
+
+
 @pytest.mark.parametrize("mesh,extra", [
     ((2, 2), {}),
     ((3, 1), {}),

@@ -64,10 +64,12 @@ def test_digits_cnn_on_a_2x2_array_on_the_rtl():
 
 def test_local_windows_credits_and_concatenations_on_a_2x2_array_on_the_rtl():
     """Fire modules on the RTL array: each core keeps its window of every map, bytes of dead
-    maps are reused behind credits (with zeroed halos), both concatenations stay local."""
-    m = fire_cnn(seed=2, size=12)
+    maps are reused behind credits (with zeroed halos), both concatenations stay local; the
+    13-row maps are split into blocks of pixels (rows two cores share)."""
+    m = fire_cnn(seed=2, size=13)
     c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.6, mesh=(2, 2)))
     g = c.graph
+    assert any(p.cols for n in g.nodes for p in n.meta.get("parts", []))
     assert {g.meta["storage_root"][f"cat{k}"] for k in range(2)} <= set(g.meta["local"])
     assert c.segments[0]["noc"].get("credits", 0) > 0
     _rtl_matches(c, inputs(m, 2))
