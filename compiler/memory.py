@@ -50,8 +50,9 @@ def _local_tensors(g: Graph, st: "Storage", local_bytes: int) -> tuple[dict[str,
     candidates = []
     for t in st.roots:
         p = prod.get(t)
-        if (p is None or p.device != "core" or t in g.outputs or not users.get(t)
-                or batch_size(g.tensor(t).shape) != 1):
+        if p is None or p.device != "core" or t in g.outputs or not users.get(t):
+            continue
+        if batch_size(g.tensor(t).shape) != 1 and not _one_image_per_core(writers.get(t, [])):
             continue
         h, w, _ = hwc(g.tensor(t).shape)
         ws = writers.get(t, [])
@@ -94,6 +95,14 @@ def _local_tensors(g: Graph, st: "Storage", local_bytes: int) -> tuple[dict[str,
             out[t] = off
             placed.append((off, size, first, last))
     return out, max([FLAG_BYTES] + [o + n for o, n, _, _ in placed])
+
+
+def _one_image_per_core(writers: list) -> bool:
+    """Is every part of these layers one image's (a batch smaller than the array, each image
+    on its own cores)?  Each core then keeps a window of its image only, and the local
+    layout is one image's."""
+    parts = [p for w in writers for p in w.meta.get("parts") or ()]
+    return bool(parts) and all(p.image is not None for p in parts)
 
 
 def _concat_local(writers: list, readers: list, order: dict[str, int]) -> bool:

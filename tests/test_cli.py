@@ -237,6 +237,27 @@ def test_compile_and_run_on_a_2x2_array(cli, tiny_model):
     assert "array segment 0 (first input)" in r.output and "MX utilisation per core" in r.output
 
 
+@pytest.mark.parametrize("split", ["auto", "images"])
+def test_a_small_batch_on_an_array(cli, tmp_path, split):
+    """`--batch 2 --mesh 2x2`: each image on its own two cores (the default), or on one core
+    each (`--split images`, two idle); `snpu run` bit-exact either way."""
+    import onnx
+
+    from tests.compiler.every_model import build
+
+    onnx.save(build("dynamic_batch"), str(tmp_path / "m.onnx"))
+    r = cli("compile", tmp_path / "m.onnx", "-o", tmp_path / "b", "--batch", "2",
+            "--mesh", "2x2", "--split", split)
+    assert r.exit_code == 0, r.output
+    assert "c1: " + ("rows over 4 core(s)" if split == "auto" else "batch over 2 core(s)") in r.output
+    report = json.loads((tmp_path / "b" / "report.json").read_text())
+    conv = next(layer for layer in report["layers"] if layer.get("node") == "c1")
+    assert conv["split"].get("images") == (2 if split == "auto" else None), conv["split"]
+    r = cli("run", tmp_path / "b", "--count", "2", "--no-onnxruntime")
+    assert r.exit_code == 0, r.output
+    assert "int8 reference: 2 of 2 bit-exact" in r.output
+
+
 def test_verilog_of_an_array_with_a_memory_port_per_column(tmp_path):
     """`snpu verilog --mesh 2x1 --memory-ports 2`: the array module with ports axi__0__* and
     axi__1__* (one interconnect each), the core's module once."""

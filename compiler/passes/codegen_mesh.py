@@ -104,7 +104,7 @@ def codegen_mesh(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bo
                     for b in range(part.lo, part.hi):
                         st = emit_layer(ctx, g, n, layouts, image=b)
                 else:
-                    st = emit_layer(ctx, g, n, seg.layouts[part.core], part)
+                    st = emit_layer(ctx, g, n, seg.layouts[part.core], part, image=part.image or 0)
                 stats.setdefault(n.name, {**st, "split": n.meta["split"],
                                           "parts": [p.to_dict() for p in n.meta["parts"]]})
                 seg.send_output(n, part)
@@ -140,12 +140,14 @@ class TransferPlan:
         Y = self.layouts[n.outputs[0]]
         if part.kind == "batch":
             return self._batch_sends(r, L, part)
+        if part.image is not None and L.n > 1:  # one image of a batch in shared memory
+            L, Y = L.at(part.image), Y.at(part.image)
         if r in self.local and r in self.concats and n is not self.writers[r][-1]:
             return []  # the last slice's producer sends the whole rows
         need: dict[Coord, tuple[int, int]] = {}
         for c, idx in self.readers.get(r, []):
             for cp in c.meta["parts"]:
-                if cp.core == part.core:
+                if cp.core == part.core or cp.image != part.image:
                     continue
                 lo, hi = input_rows(self.g, c, cp, idx) if cp.kind == "rows" else (0, L.h)
                 old = need.get(cp.core)

@@ -20,8 +20,12 @@ number of cores and why).  The split follows seed 002's rules (``docs/compiler.m
 * **channels** - fully connected layers: each core computes a block of output channels and
   holds only that slice of the weights; the outputs are exchanged.  Blocks are multiples of
   ``max(8, lanes)`` channels (remote writes start 8-aligned).
-* **batch** - any layer of a batch (N > 1): each core runs the whole layer on its block of
-  images; every layer uses the same blocks, so activations stay where they are made.
+* **batch** - any layer of a batch at least as large as the array: each core runs the
+  whole layer on its block of images; every layer uses the same blocks, so activations
+  stay where they are made.  A smaller batch gives each image its own group of cores (the
+  same groups in every layer; :attr:`Part.image`) and splits each layer over a group as it
+  would split one image over the array, so no core idles; each core then keeps only its
+  image's windows of the maps in local memory.
 * **whole** - a layer that reduces over H and W (global pooling) or is too small to split
   runs on one core; the cores take such layers in turn.
 
@@ -32,6 +36,7 @@ cores): :mod:`.place_parts` then places them onto the physical cores.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from snpu.config import CoreConfig, memory_port
@@ -69,6 +74,9 @@ class Part:
     lo: int
     hi: int
     cols: tuple[int, int] | None = None
+    #: the image of a batch this part works on (a batch smaller than the array: each image
+    #: on its own group of cores); ``None``: a single image, or a ``batch`` part's images
+    image: int | None = None
 
     @property
     def rows(self) -> tuple[int, int] | None:
@@ -90,6 +98,8 @@ class Part:
         d = {"core": list(self.core), "kind": self.kind, "range": [self.lo, self.hi]}
         if self.cols is not None:
             d["cols"] = list(self.cols)
+        if self.image is not None:
+            d["image"] = self.image
         return d
 
 
@@ -114,7 +124,7 @@ def blocks(n: int, k: int, unit: int = 1) -> list[tuple[int, int]]:
     return out
 
 
-SPLITS = ("auto", "rows", "channels")
+SPLITS = ("auto", "rows", "channels", "images")
 
 
 def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
@@ -124,7 +134,9 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
     whose external memory has ``memory_ports`` ports (default one per column).
     ``split``: how matrix layers split: ``auto`` (the cost model), or always by output
     ``rows`` (convolutions; fc layers by channels) or always by output ``channels`` (every
-    core on every layer: the naive baseline)."""
+    core on every layer: the naive baseline); ``images``: as ``auto``, but a batch smaller
+    than the array is split by images only (one core per image, the rest idle: the
+    data-parallel baseline)."""
     if split not in SPLITS:
         raise CompileError(f"split {split!r}: one of {', '.join(SPLITS)}")
     g = graph.copy()
@@ -137,10 +149,7 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
     if not cores:
         raise CompileError(f"--unusable leaves no core of the {w}x{h} mesh")
     ports = ports_of(mesh, memory_ports)
-    # the ports the first k cores (row-major, as parts are dealt) reach
-    reach = [len({memory_port(x, w, ports) for x, _ in cores[:k]}) for k in range(len(cores) + 1)]
     unit = max(8, config.lanes)
-    turn = 0  # the core that takes the next whole layer
     # a map's row blocks (for the next layer to line up with): keyed by the concatenation a
     # tensor is a slice of, or the tensor (through views)
     concat_of = {i: n.outputs[0] for n in g.nodes if n.op == "Concat" for i in n.inputs}
@@ -157,21 +166,18 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             else:
                 return t
 
-    # the pixel blocks (raster order) a map was made in, whole rows or not
-    row_blocks: dict[str, list[tuple[int, int]]] = {}
-    for n in g.nodes:
-        if n.device != "core" or n.op in VIEW_OPS:
-            continue
-        y = g.tensor(n.outputs[0]).shape
-        if y is not None and len(y) in (2, 4) and y[0] != 1:
-            # a batch: data parallel, each core whole layers on its block of images (the
-            # same blocks in every layer, so no activation moves between cores)
-            ranges = blocks(y[0], len(cores))
-            kind = "batch"
-            why = f"batch (N) of {y[0]} images in blocks" + (
-                f"; {y[0]} images use {len(ranges)} of {len(cores)} cores" if len(ranges) < len(cores) else "")
-        elif n.op in MATRIX_OPS and "q" in n.meta and split == "auto":
-            sibling = row_blocks.get(key(n.outputs[0])) if n.outputs[0] in concat_of else None
+    # the pixel blocks (raster order) a map was made in, whole rows or not, per group of
+    # cores (the array, or one image's cores in a small batch)
+    row_blocks: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    turns: dict[tuple[Coord, ...], int] = {}  # per group: the core that takes the next whole layer
+
+    def split_on(n: Node, group: list[Coord]) -> tuple[str, list[Part], str]:
+        """``n``'s split over the cores of ``group`` (one image's worth of work)."""
+        k = len(group)
+        reach = [len({memory_port(x, w, ports) for x, _ in group[:j]}) for j in range(k + 1)]
+        blocks_of = lambda t: row_blocks.get((key(t), k))  # noqa: E731
+        if n.op in MATRIX_OPS and "q" in n.meta and split in ("auto", "images"):
+            sibling = blocks_of(n.outputs[0]) if n.outputs[0] in concat_of else None
             if sibling is not None and n.op == "Conv" and sibling[-1][1] == _out_pixels(g, n):
                 # a concatenation's slices split alike: each core then holds whole rows
                 kind, ranges = "pixels", sibling
@@ -182,52 +188,74 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
                 siblings = [m for m in (prod.get(i) for i in slices.get(concat_of.get(n.outputs[0]), ()))
                             if m is not None and m is not n and m.op == "Conv" and "q" in m.meta
                             and _out_pixels(g, m) == _out_pixels(g, n)]
-                kind, ranges, why = _cheapest(g, n, config, len(cores), unit, reach,
-                                              row_blocks.get(key(n.inputs[0])), siblings,
+                kind, ranges, why = _cheapest(g, n, config, k, unit, reach,
+                                              blocks_of(n.inputs[0]), siblings,
                                               _pixel_aligned(g, key(n.outputs[0])))
         elif n.op in MATRIX_OPS and (split == "channels" or n.op != "Conv"):
             f = n.meta["q"]["w"].shape[0] if "q" in n.meta else g.tensor(n.outputs[0]).shape[1]
-            ranges = blocks(f, len(cores), unit)
+            ranges = blocks(f, k, unit)
             kind, why = "channels", f"output channels in blocks of {unit} (--split {split})"
-            if len(ranges) < len(cores):
-                why += f"; {f} outputs use {len(ranges)} of {len(cores)} cores"
+            if len(ranges) < k:
+                why += f"; {f} outputs use {len(ranges)} of {k} cores"
         elif n.op in ROW_SPLIT_OPS:
             oh = _out_rows(g, n)
-            same = row_blocks.get(key(n.inputs[0]))
+            same = blocks_of(n.inputs[0])
             if (n.op in ("Add", "Sum", "Affine") and same is not None
                     and same[-1][1] == _out_pixels(g, n)):
                 # element-wise: the blocks its input was made in (nothing moves)
                 kind, ranges = "pixels", same
                 why = f"spatial blocks x{len(ranges)}, like its input"
             else:
-                ranges = blocks(oh, len(cores))
+                ranges = blocks(oh, k)
                 kind = "rows"
                 why = "spatial rows (H)" + (": every core reads the weights" if n.op == "Conv" else "")
-                if len(ranges) < len(cores):
-                    why += f"; {oh} output rows use {len(ranges)} of {len(cores)} cores"
+                if len(ranges) < k:
+                    why += f"; {oh} output rows use {len(ranges)} of {k} cores"
         else:
-            oh = _out_rows(g, n)
-            ranges = [(0, oh)]
-            kind, why = "whole", f"{n.op} reduces over H and W: one core"
+            kind, ranges = "whole", [(0, _out_rows(g, n))]
+            why = f"{n.op} reduces over H and W: one core"
         if kind == "rows":  # row blocks as pixel blocks
             ow = _out_pixels(g, n) // _out_rows(g, n)
             kind, ranges = "pixels", [(lo * ow, hi * ow) for lo, hi in ranges]
-        if len(ranges) == 1 and kind != "batch":
-            start = turn
-            turn = (turn + 1) % len(cores)
-            kind, ranges = "whole", [(0, _out_rows(g, n))]
-        else:
-            start = 0
+        if len(ranges) == 1:
+            at = turns.get(tuple(group), 0)
+            turns[tuple(group)] = (at + 1) % k
+            return "whole", [Part(group[at], "whole", 0, _out_rows(g, n))], why
         if kind == "pixels":
-            row_blocks.setdefault(key(n.outputs[0]), ranges)
+            row_blocks.setdefault((key(n.outputs[0]), k), ranges)
             ow = _out_pixels(g, n) // _out_rows(g, n)
-            parts = [pixel_part(cores[i], p0, p1, ow) for i, (p0, p1) in enumerate(ranges)]
-            kind = "pixels" if any(p.cols for p in parts) else "rows"
+            parts = [pixel_part(group[i], p0, p1, ow) for i, (p0, p1) in enumerate(ranges)]
+            return ("pixels" if any(p.cols for p in parts) else "rows"), parts, why
+        return kind, [Part(group[i], kind, lo, hi) for i, (lo, hi) in enumerate(ranges)], why
+
+    for n in g.nodes:
+        if n.device != "core" or n.op in VIEW_OPS:
+            continue
+        y = g.tensor(n.outputs[0]).shape
+        images = y[0] if y is not None and len(y) in (2, 4) else 1
+        extra = {}
+        if images >= len(cores) or (images > 1 and split == "images"):
+            # a batch: data parallel, each core whole layers on its block of images (the
+            # same blocks in every layer, so no activation moves between cores)
+            ranges = blocks(images, len(cores))
+            kind, parts = "batch", [Part(cores[i], "batch", lo, hi) for i, (lo, hi) in enumerate(ranges)]
+            why = f"batch (N) of {images} images in blocks"
+        elif images > 1:
+            # a batch smaller than the array: each image gets a group of cores (the same
+            # groups in every layer) and is split across them as one image would be
+            groups = [cores[a:b] for a, b in blocks(len(cores), images)]
+            parts = []
+            for b, group in enumerate(groups):  # the last group is the largest
+                kind, ps, why = split_on(n, group)
+                parts += [dataclasses.replace(p, image=b) for p in ps]
+            sizes = sorted({len(group) for group in groups})
+            why = (f"batch (N) of {images} images, each on its own "
+                   f"{'-'.join(map(str, sizes))} cores: {why}")
+            extra = {"images": images}
         else:
-            parts = [Part(cores[(start + i) % len(cores)], kind, lo, hi)
-                     for i, (lo, hi) in enumerate(ranges)]
+            kind, parts, why = split_on(n, cores)
         n.meta["parts"] = parts
-        n.meta["split"] = {"kind": kind, "cores": len(parts), "why": why}
+        n.meta["split"] = {"kind": kind, "cores": len(parts), "why": why, **extra}
         if kind == "channels" and n.op == "Conv":
             n.meta["split"]["output"] = "shared memory (a channel slice of a map is not contiguous)"
     g.meta["mesh"] = {"shape": [w, h], "cores": [list(c) for c in cores],

@@ -234,22 +234,54 @@ def test_local_memory_too_small_falls_back_to_shared_memory():
     _run(c, inputs(m, 1))
 
 
-@pytest.mark.parametrize("mesh", [(2, 2), (3, 1)])
-def test_a_batch_is_split_by_images_across_the_array(mesh):
-    """Seed 002's batch (N) split: each core runs whole layers on its block of images; the
-    race and deadlock checks pass, the result is the single core's, and the array is faster."""
+def _batch_cnn_runs(mesh):
     from .every_model import build
 
     m = build("batch_cnn")
     xs = [np.random.default_rng(k).standard_normal((3, 3, 8, 8)).astype(np.float32) for k in range(2)]
     one = compile_model(m, CompileOptions(config=TEST_CORE))
     arr = compile_model(m, CompileOptions(config=TEST_CORE, mesh=mesh))
-    splits = {n.name: n.meta["split"] for n in arr.graph.nodes if "split" in n.meta}
-    assert splits and all(s["kind"] == "batch" and s["cores"] == 3 for s in splits.values())
     r1, ra = _run(one, xs), _run(arr, xs)
     for a, b in zip(r1, ra):
         np.testing.assert_array_equal(a.outputs_int8["y"], b.outputs_int8["y"])
-    assert ra[0].core_cycles < 0.6 * r1[0].core_cycles
+    return arr, r1[0].core_cycles, ra[0].core_cycles
+
+
+def test_a_batch_is_split_by_images_across_the_array():
+    """Seed 002's batch (N) split, 3 images on 3 cores: each core runs whole layers on its
+    block of images; the race and deadlock checks pass, the result is the single core's,
+    and the array is faster."""
+    arr, one, cycles = _batch_cnn_runs((3, 1))
+    splits = {n.name: n.meta["split"] for n in arr.graph.nodes if "split" in n.meta}
+    assert splits and all(s["kind"] == "batch" and s["cores"] == 3 for s in splits.values())
+    assert cycles < 0.6 * one
+
+
+@pytest.mark.parametrize("mesh", [(3, 3), (2, 2)])
+def test_a_batch_smaller_than_the_array_gives_each_image_its_own_cores(mesh):
+    """3 images on 9 cores: each image on its own 3 cores, every layer split over them as a
+    single image's would be (on 4 cores: groups of 1, 1 and 2).  A core works on one image
+    only, so the maps stay in local memory; nothing moves between groups; races and
+    deadlocks checked, bit-exact with the single core, and 9 cores beat 3 (the batch split)."""
+    from snpu.compiler.passes.place_parts import traffic
+
+    arr, one, cycles = _batch_cnn_runs(mesh)
+    g = arr.graph
+    groups: dict[int, set] = {}
+    for n in g.nodes:
+        for p in n.meta.get("parts", []):
+            assert p.image is not None and p.to_dict()["image"] == p.image
+            groups.setdefault(p.image, set()).add(p.core)
+    assert sorted(groups) == [0, 1, 2]
+    assert sum(len(c) for c in groups.values()) == mesh[0] * mesh[1]   # disjoint, all cores
+    assert set(g.meta["local"])                                        # maps in local memory
+    flows = traffic(g)
+    assert flows and all(any({a, b} <= c for c in groups.values()) for a, b in flows)
+    assert any(n.meta["split"].get("images") == 3 for n in g.nodes if "split" in n.meta)
+    if mesh == (3, 3):
+        assert {len(c) for c in groups.values()} == {3}
+        _, _, batch_split = _batch_cnn_runs((3, 1))
+        assert cycles < 0.7 * batch_split
 
 
 def test_memory_ports_are_recorded_and_run_on_the_golden_array(tmp_path):

@@ -133,16 +133,26 @@ def test_ordinary_models_on_the_rtl(name):
     _rtl_matches(c, xs)
 
 
-def test_a_batch_split_across_a_2x2_array_on_the_rtl():
-    """A batch of 3 on a 2x2 array: each core runs whole layers on its block of images
-    (data parallel, no activation moves); bit-exact on the RTL array."""
+@pytest.mark.parametrize("images", [4, 3])
+def test_a_batch_split_across_a_2x2_array_on_the_rtl(images):
+    """A batch of 4 on a 2x2 array: each core runs whole layers on its image (data parallel,
+    no activation moves).  A batch of 3: each image on its own cores (1, 1 and 2), the
+    two-core group splitting every layer with its maps in local memory.  Bit-exact on the
+    RTL array."""
     from ..compiler import every_model
 
     m = every_model.build("batch_cnn")
+    for vi in (m.graph.input[0], m.graph.output[0]):
+        vi.type.tensor_type.shape.dim[0].dim_value = images
     rng = np.random.default_rng(4)
-    xs = [rng.standard_normal((3, 3, 8, 8)).astype(np.float32) for _ in range(2)]
+    xs = [rng.standard_normal((images, 3, 8, 8)).astype(np.float32) for _ in range(2)]
     c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5, mesh=(2, 2)))
-    assert all(n.meta["split"]["kind"] == "batch" for n in c.graph.nodes if "split" in n.meta)
+    parts = [p for n in c.graph.nodes for p in n.meta.get("parts", [])]
+    if images == 4:
+        assert all(n.meta["split"]["kind"] == "batch" for n in c.graph.nodes if "split" in n.meta)
+    else:
+        assert {p.image for p in parts} == {0, 1, 2} and c.graph.meta["local"]
+        assert any(p.kind == "rows" for p in parts)
     rtl = _rtl_matches(c, xs)
     assert rtl[0].segments[0]["device"] == "array"
 
