@@ -13,6 +13,9 @@
   cores (``--memory-ports 1``; the default is one per column).  Also the activation bytes over the network, the DRAM bytes
   (loads, stores, instruction fetch) and the hop traffic of the mapper's placement against
   row-major.
+* **Small batch** (golden model): squeezenet with a batch of 4 on 16 cores (4x4): each image
+  on its own 4 cores (the default) against one core per image (``--split images``, the
+  data-parallel split: 12 cores idle), and against one core running the batch.
 * **RTL** (cocotb + Verilator): the digits CNN (``examples/digits``) on one core and on a
   2x2 array: cycles, bit-exactness against the int8 reference, NoC flits.
 
@@ -100,6 +103,35 @@ def scaling(models, meshes) -> dict:
     return res
 
 
+def _batched(name: str, images: int) -> onnx.ModelProto:
+    """Zoo model ``name`` with a batch of ``images`` (its input and output's first dimension)."""
+    m = onnx.load(str(ZOO / f"light_{name}.onnx"))
+    inits = {i.name for i in m.graph.initializer}
+    inp = next(i for i in m.graph.input if i.name not in inits)
+    for vi in (inp, m.graph.output[0]):
+        vi.type.tensor_type.shape.dim[0].dim_value = images
+    return m
+
+
+def small_batch(name: str = "squeezenet", images: int = 4, mesh=(4, 4)) -> dict:
+    m = _batched(name, images)
+    shape = [d.dim_value for d in next(i for i in m.graph.input if i.name not in
+                                       {t.name for t in m.graph.initializer}).type.tensor_type.shape.dim]
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    key = f"{mesh[0]}x{mesh[1]}"
+    out = {"model": name, "images": images,
+           "1x1": _one(m, CompileOptions(density=0.5, random_weights=0), x)}
+    for variant, split in (("", "auto"), (" images", "images")):
+        r = _one(m, CompileOptions(density=0.5, random_weights=0, mesh=mesh, split=split), x)
+        r["speedup"] = round(out["1x1"]["cycles"] / r["cycles"], 3)
+        r["parallel_efficiency"] = round(r["speedup"] / (mesh[0] * mesh[1]), 3)
+        out[key + variant] = r
+    out["gain_over_images_only"] = round(out[key + " images"]["cycles"] / out[key]["cycles"], 3)
+    print(f"{name} batch {images} {key}: {out[key]['speedup']}x (one core per image "
+          f"{out[key + ' images']['speedup']}x)", file=sys.stderr)
+    return out
+
+
 def rtl_digits() -> dict:
     cfg = CoreConfig.from_dict(json.loads((DIGITS / "core.json").read_text()))
     src = DIGITS / "digits_cnn.onnx"
@@ -137,6 +169,8 @@ def main() -> None:
     out = {"benchmark": "compiling onto the tiled array", "provenance": provenance()}
     t0 = time.time()
     out["scaling"] = scaling(models, meshes)
+    if not args.quick:
+        out["small_batch"] = small_batch()
     if not args.skip_rtl:
         out["rtl_digits"] = rtl_digits()
     out["seconds"] = round(time.time() - t0)

@@ -51,6 +51,12 @@ BUFFER_USERS = {
     "local": (Unit.LD, Unit.ST, Unit.NET),
 }
 _UNIT = [Unit(u) for u in range(NU)]
+#: a buffer's history records beyond which one unit's records of nearby ranges (at most
+#: ``HISTORY_GAP`` bytes apart) are merged (a unit that never learns of the others, such as
+#: an idle network unit, would otherwise keep every record: emission time grows with the
+#: square of the program)
+HISTORY_CAP = 64
+HISTORY_GAP = 1024
 
 
 class Emitter:
@@ -189,11 +195,37 @@ class Emitter:
         self._after(u, [])
 
     def _prune(self) -> None:
-        """Drop history records every other unit that could touch their buffer knows."""
+        """Drop history records every other unit that could touch their buffer knows; where
+        more than ``HISTORY_CAP`` remain, merge each unit's records of nearby ranges."""
         for buf, recs in self.history.items():
             users = [int(x) for x in self.users.get(buf, _UNIT)]
             known = [min(self.clock[x][v] for x in users if x != v) for v in range(NU)]
-            self.history[buf] = [r for r in recs if r[1] > known[r[0]]]
+            recs = [r for r in recs if r[1] > known[r[0]]]
+            self.history[buf] = _coalesce(recs) if len(recs) > HISTORY_CAP else recs
+
+
+def _coalesce(recs: list[tuple]) -> list[tuple]:
+    """One record per unit, write flag and run of ranges at most ``HISTORY_GAP`` bytes
+    apart: the union range with the newest instruction's count.  As safe as dropping a
+    subsumed record (a conflict waits for the unit's latest instruction anyway; a unit's
+    instructions finish in order); at worst an access falling in a gap waits needlessly."""
+    out, groups = [], {}
+    for r in recs:
+        groups.setdefault((r[0], r[4]), []).append(r)
+    for (u, w), rs in groups.items():
+        rs.sort(key=lambda r: r[2])
+        cur = list(rs[0])
+        for r in rs[1:]:
+            if r[2] <= cur[3] + HISTORY_GAP:
+                cur[3] = max(cur[3], r[3])
+                if r[1] > cur[1]:
+                    cur[1], cur[5] = r[1], r[5]
+            else:
+                out.append(tuple(cur))
+                cur = list(r)
+        out.append(tuple(cur))
+    out.sort(key=lambda r: r[1])
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -196,3 +196,27 @@ def test_copies_beside_an_emitted_loop_are_taken_in():
         out = reroll(prog)
         assert same_stream(out, prog)
         assert len(out) == 4 and out[0].args["count"] == head.args["count"] + 2
+
+
+def test_an_idle_network_unit_keeps_the_emitters_history_bounded():
+    """A core of an array whose network unit stays idle (a batch split by images) never
+    learns that the other units' accesses are done, so their records of external memory
+    used to pile up (emission time grew with the square of the program).  Past
+    ``HISTORY_CAP`` records, each unit's records of nearby ranges merge into one (the
+    newest instruction's count): the history stays small and the program stays exact."""
+    from snpu.compiler.emit import HISTORY_CAP, HISTORY_GAP, _coalesce
+
+    recs = [(1, k + 1, 100 * k, 100 * k + 90, True, k) for k in range(10)]   # stores, 10 B apart
+    recs += [(0, 5, 50_000, 50_100, False, 3)]                               # a load far away
+    merged = _coalesce(recs)
+    assert (1, 10, 0, 990, True, 9) in merged and (0, 5, 50_000, 50_100, False, 3) in merged
+    assert len(merged) == 2
+    far = [(1, 1, 0, 8, True, 0), (1, 2, 8 + HISTORY_GAP + 1, 9 + HISTORY_GAP + 8, True, 1)]
+    assert _coalesce(far) == far                                              # too far apart
+
+    em = Kernels(Program(TEST_CORE, image=MemoryImage(1 << 20)), net=True)
+    for k in range(4 * HISTORY_CAP):                # loads and stores of separate rows
+        em.ld("acc", 0x1000 + 512 * k, 0, 64)
+        em.st(0, 0x40000 + 512 * k, 64)
+    # pruned every 128 instructions: at most the cap plus what came since (not all 512)
+    assert max(len(r) for r in em.history.values()) <= HISTORY_CAP + 128
