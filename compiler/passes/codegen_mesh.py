@@ -125,6 +125,7 @@ class TransferPlan:
         self.readers: dict[str, list] = {}  # storage root -> (node, input index) reading it
         #: concatenations: in local memory, whole rows move once their last slice is made
         self.concats = {root[n.outputs[0]] for n in g.nodes if n.op == "Concat"}
+        self._comade: dict[str, set[int]] = {}
         for n in g.nodes:
             if n.device != "core" or n.name not in names or n.op in VIEW_OPS:
                 continue
@@ -198,8 +199,10 @@ class TransferPlan:
 
     def comade(self, r: str) -> set[int]:
         """The rows of storage root ``r`` that two parts make between them (blocks of pixels
-        that start or end mid-row)."""
-        return comade_rows(self.writers.get(r, ()), self.layouts[r].w)
+        that start or end mid-row), found once per root."""
+        if r not in self._comade:
+            self._comade[r] = comade_rows(self.writers.get(r, ()), self.layouts[r].w)
+        return self._comade[r]
 
     def _batch_sends(self, r: str, L: TensorLayout, part: Part) -> list[Transfer]:
         """A batch part's images other cores read (only when their blocks differ): a flag

@@ -170,11 +170,15 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
     # cores (the array, or one image's cores in a small batch)
     row_blocks: dict[tuple[str, int], list[tuple[int, int]]] = {}
     turns: dict[tuple[Coord, ...], int] = {}  # per group: the core that takes the next whole layer
+    reaches: dict[tuple[Coord, ...], list[int]] = {}  # per group: the ports its first j cores reach
 
     def split_on(n: Node, group: list[Coord]) -> tuple[str, list[Part], str]:
         """``n``'s split over the cores of ``group`` (one image's worth of work)."""
         k = len(group)
-        reach = [len({memory_port(x, w, ports) for x, _ in group[:j]}) for j in range(k + 1)]
+        reach = reaches.get(tuple(group))
+        if reach is None:
+            reach = reaches[tuple(group)] = [len({memory_port(x, w, ports) for x, _ in group[:j]})
+                                             for j in range(k + 1)]
         blocks_of = lambda t: row_blocks.get((key(t), k))  # noqa: E731
         if n.op in MATRIX_OPS and "q" in n.meta and split in ("auto", "images"):
             sibling = blocks_of(n.outputs[0]) if n.outputs[0] in concat_of else None
@@ -214,16 +218,15 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
         else:
             kind, ranges = "whole", [(0, _out_rows(g, n))]
             why = f"{n.op} reduces over H and W: one core"
+        ow = _out_pixels(g, n) // _out_rows(g, n)
         if kind == "rows":  # row blocks as pixel blocks
-            ow = _out_pixels(g, n) // _out_rows(g, n)
-            kind, ranges = "pixels", [(lo * ow, hi * ow) for lo, hi in ranges]
+            kind, ranges = "pixels", _as_pixels("rows", ranges, ow)
         if len(ranges) == 1:
             at = turns.get(tuple(group), 0)
             turns[tuple(group)] = (at + 1) % k
             return "whole", [Part(group[at], "whole", 0, _out_rows(g, n))], why
         if kind == "pixels":
             row_blocks.setdefault((key(n.outputs[0]), k), ranges)
-            ow = _out_pixels(g, n) // _out_rows(g, n)
             parts = [pixel_part(group[i], p0, p1, ow) for i, (p0, p1) in enumerate(ranges)]
             return ("pixels" if any(p.cols for p in parts) else "rows"), parts, why
         return kind, [Part(group[i], kind, lo, hi) for i, (lo, hi) in enumerate(ranges)], why
