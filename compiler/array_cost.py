@@ -108,10 +108,12 @@ def part_cycles(s: LayerShape, cfg: CoreConfig, rows: tuple[int, int],
 def split_cycles(s: LayerShape, cfg: CoreConfig, kind: str,
                  ranges: list[tuple[int, int]], ports: int = 1) -> float:
     """Estimated cycles of the layer split into ``ranges`` of ``kind`` (rows / pixels in
-    raster order / channels) when its cores reach ``ports`` external-memory ports (their
-    traffic spread evenly)."""
+    raster order / channels; ``tiles``: ``(r0, r1, c0, c1)`` blocks of rows and channels)
+    when its cores reach ``ports`` external-memory ports (their traffic spread evenly)."""
     bus = cfg.axi_data_bits // 8
     k = len(ranges)
+    if kind == "tiles":
+        return _tile_cycles(s, cfg, ranges, ports)
     # a block of pixels costs its share of rows; its input window spans one row more
     extra = 0
     if kind == "pixels":
@@ -140,3 +142,20 @@ def split_cycles(s: LayerShape, cfg: CoreConfig, kind: str,
     # halo rows: every core sends its neighbours theirs at once, over different links
     halo = (s.kh - 1 + extra) * s.ow * s.rows / LINK_BYTES if k > 1 else 0.0
     return max(slowest, port) + halo
+
+
+def _tile_cycles(s: LayerShape, cfg: CoreConfig, tiles: list[tuple[int, int, int, int]],
+                 ports: int) -> float:
+    """Estimated cycles of a convolution split into blocks of rows x channels: each core
+    reads its rows' input window and its channels' weights; the output goes to shared
+    memory (a tile is not contiguous) and the next layer reads it back from there."""
+    bus = cfg.axi_data_bits // 8
+    k = len(tiles)
+    row_blocks = len({(a, b) for a, b, _, _ in tiles})
+    in_shared = s.in_bytes / row_blocks > s.local_budget
+    parts = [part_cycles(s, cfg, (a, b), (c0, c1), in_shared, True) for a, b, c0, c1 in tiles]
+    slowest = max(max(mx, b / bus) for mx, b in parts)
+    reach = max(1, min(ports, k))
+    port = sum(b for _, b in parts) / bus * -(-k // reach) / k
+    # the next layer reads the output back from shared memory, over the ports
+    return max(slowest, port) + s.oh * s.ow * s.rows / bus / reach

@@ -56,8 +56,8 @@ def _local_tensors(g: Graph, st: "Storage", local_bytes: int) -> tuple[dict[str,
             continue
         h, w, _ = hwc(g.tensor(t).shape)
         ws = writers.get(t, [])
-        if any((x.meta.get("split") or {}).get("kind") == "channels" and (h * w > 1 or t in st.halo)
-               for x in ws):
+        if any((x.meta.get("split") or {}).get("kind") in ("channels", "tiles")
+               and (h * w > 1 or t in st.halo) for x in ws):
             continue  # channel slices of a map are not contiguous: shared memory
         if p.op == "Concat" and not _concat_local(ws, readers.get(t, []), order):
             continue

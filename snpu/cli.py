@@ -428,11 +428,12 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None,
 @click.option("--memory-ports", type=int, default=None, metavar="N",
               help="Array: external-memory (AXI4) ports, 1..width; the cores of a group of "
                    "columns share one.  Default: one per mesh column.")
-@click.option("--split", type=click.Choice(["auto", "rows", "channels", "images"]),
+@click.option("--split", type=click.Choice(["auto", "rows", "channels", "tiles", "images"]),
               default="auto", show_default=True,
               help="Array: how matrix layers split across cores: the cost model's choice, or "
-              "always output rows / output channels; 'images': a batch smaller than the array "
-              "by images only (one core per image).")
+              "always output rows / output channels / tiles of rows x channels (convolutions "
+              "that have at least 2 rows and 2 channel blocks); 'images': a batch smaller "
+              "than the array by images only (one core per image).")
 @click.option("--placement", type=click.Choice(["mapper", "row-major"]), default="mapper",
               show_default=True, help="Array: place the parts with the seed-003 mapper, or "
               "row-major.")

@@ -67,7 +67,8 @@ class Part:
     A rows part may be a block of *pixels* in raster order: ``cols = (x0, x1)`` says its
     first row starts at column ``x0`` and its last row ends before column ``x1`` (rows
     ``lo`` and ``hi - 1`` are then shared with the neighbouring parts).  ``None``: whole
-    rows."""
+    rows.  A rows part may also compute only output channels ``ch = (c0, c1)``: a *tile*
+    of a convolution split both ways (its output goes to shared memory)."""
 
     core: Coord
     kind: str
@@ -77,6 +78,8 @@ class Part:
     #: the image of a batch this part works on (a batch smaller than the array: each image
     #: on its own group of cores); ``None``: a single image, or a ``batch`` part's images
     image: int | None = None
+    #: output channels [c0, c1) of a tile (a rows part of a rows x channels split)
+    ch: tuple[int, int] | None = None
 
     @property
     def rows(self) -> tuple[int, int] | None:
@@ -85,8 +88,8 @@ class Part:
 
     @property
     def channels(self) -> tuple[int, int] | None:
-        """Output channels [lo, hi) of a ``channels`` part."""
-        return (self.lo, self.hi) if self.kind == "channels" else None
+        """Output channels [lo, hi) of a ``channels`` part (or of a tile)."""
+        return (self.lo, self.hi) if self.kind == "channels" else self.ch
 
     def pixels(self, width: int) -> tuple[int, int]:
         """The output pixels [p0, p1) of a rows part, in raster order of a map ``width``
@@ -100,6 +103,8 @@ class Part:
             d["cols"] = list(self.cols)
         if self.image is not None:
             d["image"] = self.image
+        if self.ch is not None:
+            d["channels"] = list(self.ch)
         return d
 
 
@@ -124,7 +129,7 @@ def blocks(n: int, k: int, unit: int = 1) -> list[tuple[int, int]]:
     return out
 
 
-SPLITS = ("auto", "rows", "channels", "images")
+SPLITS = ("auto", "rows", "channels", "tiles", "images")
 
 
 def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
@@ -134,7 +139,8 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
     whose external memory has ``memory_ports`` ports (default one per column).
     ``split``: how matrix layers split: ``auto`` (the cost model), or always by output
     ``rows`` (convolutions; fc layers by channels) or always by output ``channels`` (every
-    core on every layer: the naive baseline); ``images``: as ``auto``, but a batch smaller
+    core on every layer: the naive baseline) or ``tiles`` (convolutions in blocks of rows x
+    channels, the cost model's best tiling; the rest as ``auto``); ``images``: as ``auto``, but a batch smaller
     than the array is split by images only (one core per image, the rest idle: the
     data-parallel baseline)."""
     if split not in SPLITS:
@@ -180,9 +186,12 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             reach = reaches[tuple(group)] = [len({memory_port(x, w, ports) for x, _ in group[:j]})
                                              for j in range(k + 1)]
         blocks_of = lambda t: row_blocks.get((key(t), k))  # noqa: E731
-        if n.op in MATRIX_OPS and "q" in n.meta and split in ("auto", "images"):
+        if n.op in MATRIX_OPS and "q" in n.meta and split in ("auto", "images", "tiles"):
             sibling = blocks_of(n.outputs[0]) if n.outputs[0] in concat_of else None
-            if sibling is not None and n.op == "Conv" and sibling[-1][1] == _out_pixels(g, n):
+            tiles = split == "tiles" and n.op == "Conv"
+            if tiles and _tilings(_out_rows(g, n), n.meta["q"]["w"].shape[0], k, unit):
+                kind, ranges, why = _cheapest(g, n, config, k, unit, reach, only="tiles")
+            elif sibling is not None and n.op == "Conv" and sibling[-1][1] == _out_pixels(g, n):
                 # a concatenation's slices split alike: each core then holds whole rows
                 kind, ranges = "pixels", sibling
                 why = f"spatial blocks x{len(ranges)}, like the other slices of its concatenation"
@@ -225,6 +234,9 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             at = turns.get(tuple(group), 0)
             turns[tuple(group)] = (at + 1) % k
             return "whole", [Part(group[at], "whole", 0, _out_rows(g, n))], why
+        if kind == "tiles":
+            return kind, [Part(group[i], "rows", r0, r1, ch=(c0, c1))
+                          for i, (r0, r1, c0, c1) in enumerate(ranges)], why
         if kind == "pixels":
             row_blocks.setdefault((key(n.outputs[0]), k), ranges)
             parts = [pixel_part(group[i], p0, p1, ow) for i, (p0, p1) in enumerate(ranges)]
@@ -259,7 +271,7 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             kind, parts, why = split_on(n, cores)
         n.meta["parts"] = parts
         n.meta["split"] = {"kind": kind, "cores": len(parts), "why": why, **extra}
-        if kind == "channels" and n.op == "Conv":
+        if kind in ("channels", "tiles") and n.op == "Conv":
             n.meta["split"]["output"] = "shared memory (a channel slice of a map is not contiguous)"
     g.meta["mesh"] = {"shape": [w, h], "cores": [list(c) for c in cores],
                       "memory_ports": ports}
@@ -268,7 +280,7 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
 
 def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int, unit: int,
               reach: list[int], input_blocks: list[tuple[int, int]] | None = None,
-              siblings: list[Node] = (), pixels: bool = False
+              siblings: list[Node] = (), pixels: bool = False, only: str | None = None
               ) -> tuple[str, list[tuple[int, int]], str]:
     """The split of a Conv / Gemm / MatMul the cost model (:mod:`..array_cost`) finds
     fastest: output rows or blocks of output pixels (convolutions) or output channels over
@@ -277,22 +289,26 @@ def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int, unit: int,
     ``reach[k]``: the external-memory ports that k cores share.  ``siblings``: the other
     slices of a concatenation ``n``'s output is the first slice of, which will take ``n``'s
     blocks: a spatial split is estimated for all of them together.  ``pixels``: blocks
-    that start or end mid-row are allowed (their pixels move as 8-aligned runs)."""
+    that start or end mid-row are allowed (their pixels move as 8-aligned runs).  ``only``:
+    the cheapest split of this kind (``--split tiles``)."""
     s = matrix_shape(g, n, config.local_bytes // LOCAL_SHARE)
     others = [matrix_shape(g, m, config.local_bytes // LOCAL_SHARE) for m in siblings]
     spatial = ("rows", "pixels") if pixels else ("rows",)
     # split other than by rows, the siblings choose for themselves
     alone = sum(min(split_cycles(o, config, kind, r, reach[len(r)])
-                    for kind, r in _candidates(o, ncores, unit, (*spatial, "channels")))
+                    for kind, r in _candidates(o, ncores, unit, (*spatial, "channels", "tiles")))
                 for o in others)
     tried = {}
-    kinds = (*spatial, "channels") if n.op == "Conv" and s.oh > 1 else ("channels",)
+    kinds = (*spatial, "channels", "tiles") if n.op == "Conv" and s.oh > 1 else ("channels",)
+    if only is not None:
+        kinds = (only,)
     for kind, ranges in _candidates(s, ncores, unit, kinds):
         ports = reach[len(ranges)]
         est = split_cycles(s, config, kind, ranges, ports)
         est += (sum(split_cycles(o, config, kind, ranges, ports) for o in others)
-                if kind != "channels" else alone)
-        tried[(kind, len(ranges))] = (est, ranges)
+                if kind in ("rows", "pixels") else alone)
+        if est < tried.get((kind, len(ranges)), (float("inf"),))[0]:
+            tried[(kind, len(ranges))] = (est, ranges)
     # the default keeps layers aligned (rows over every core: only halos move between
     # layers); another split must be clearly faster to pay for the data it moves
     default = max(tried, key=lambda key: (key[0] == ("rows" if n.op == "Conv" else "channels"), key[1]))
@@ -302,11 +318,11 @@ def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int, unit: int,
             if _as_pixels(key[0], ranges, s.ow) == input_blocks:
                 default = key
     choice = min(tried, key=lambda key: tried[key][0])
-    if tried[choice][0] > ALIGN_GAIN * tried[default][0]:
+    if only is None and tried[choice][0] > ALIGN_GAIN * tried[default][0]:
         choice = default
     (kind, _), (est, ranges) = choice, tried[choice]
-    others = sorted((v[0], f"{key[0]} x{key[1]}") for key, v in tried.items() if key != choice)[:2]
-    why = (f"cost model: {kind} x{len(ranges)} ~{round(est)} cycles"
+    others = sorted((v[0], _name(key[0], v[1])) for key, v in tried.items() if key != choice)[:2]
+    why = (f"cost model: {_name(kind, ranges)} ~{round(est)} cycles"
            + "".join(f"; {name} ~{round(v)}" for v, name in others))
     return kind, ranges, why
 
@@ -318,6 +334,9 @@ def _candidates(s, ncores: int, unit: int, kinds: tuple[str, ...]
     split is tried only where whole rows cannot share the map out evenly."""
     out = []
     for kind in kinds:
+        if kind == "tiles":
+            out += _tilings(s.oh, s.rows, ncores, unit)
+            continue
         for k in range(1, ncores + 1):
             if kind == "pixels":
                 if s.oh % k == 0 or k < ncores:
@@ -329,6 +348,31 @@ def _candidates(s, ncores: int, unit: int, kinds: tuple[str, ...]
                 break
             out.append((kind, ranges))
     return out
+
+
+def _tilings(oh: int, channels: int, ncores: int, unit: int
+             ) -> list[tuple[str, list[tuple[int, int, int, int]]]]:
+    """Splits of a convolution with ``oh`` output rows and ``channels`` output channels
+    into ``a`` blocks of rows x ``b`` blocks of channels (multiples of ``unit``; ``a, b >=
+    2``, ``a * b <= ncores``): each core computes one tile ``(r0, r1, c0, c1)``, row
+    block by row block."""
+    out = []
+    for a in range(2, min(oh, ncores // 2) + 1):
+        rows = blocks(oh, a)
+        for b in range(2, ncores // a + 1):
+            chans = blocks(channels, b, unit)
+            if len(chans) < b:
+                break
+            out.append(("tiles", [(r0, r1, c0, c1) for r0, r1 in rows for c0, c1 in chans]))
+    return out
+
+
+def _name(kind: str, ranges: list) -> str:
+    """How the report names a split: ``rows x13``, ``tiles 4x4`` (row x channel blocks)."""
+    if kind == "tiles":
+        b = len({r[2:] for r in ranges})
+        return f"tiles {len(ranges) // b}x{b}"
+    return f"{kind} x{len(ranges)}"
 
 
 def _as_pixels(kind: str, ranges: list[tuple[int, int]], width: int) -> list[tuple[int, int]] | None:

@@ -140,6 +140,49 @@ def test_every_split_kind_is_bit_exact_on_the_array(mesh, extra):
             assert [i.op for i in decode_rom(words)] == ["halt"]
 
 
+@pytest.mark.parametrize("mesh,unusable", [((2, 2), ()), ((3, 3), ((2, 2),)), ((3, 1), ())])
+def test_tiles_of_rows_and_channels_are_bit_exact(mesh, unusable):
+    """``--split tiles``: every convolution with two blocks of output channels (the 16-channel
+    expand and head layers of fire_cnn) splits into blocks of rows x channels, one per core:
+    each core loads only its channels' weights and its rows' input window; the tiles go to
+    shared memory behind flags.  Fewer than 4 cores: no tiling, the auto split.  Bit-exact with the single core, races checked."""
+    m = fire_cnn(seed=3)
+    opts = dict(config=TEST_CORE, density=0.5, mesh=mesh, unusable=unusable, split="tiles")
+    c = compile_model(m, CompileOptions(**opts))
+    g = c.graph
+    tiled = [n for n in g.nodes if n.meta.get("split", {}).get("kind") == "tiles"]
+    ncores = mesh[0] * mesh[1] - len(unusable)
+    # 3 cores hold no 2 x 2 tiles: the layers split as --split auto would
+    assert {n.name for n in tiled} >= ({"head"} if ncores >= 4 else set())
+    assert tiled or ncores < 4
+    for n in tiled:  # the tiles cover the output once: blocks of rows x channels
+        parts = n.meta["parts"]
+        oc, oh = g.tensor(n.outputs[0]).shape[1:3]
+        assert 4 <= len(parts) <= ncores and len({p.core for p in parts}) == len(parts)
+        assert all(p.kind == "rows" and p.ch is not None for p in parts)
+        assert sum((p.hi - p.lo) * (p.ch[1] - p.ch[0]) for p in parts) == oc * oh
+        assert len({(p.lo, p.hi) for p in parts}) >= 2 and len({p.ch for p in parts}) >= 2
+        assert all(p.ch[0] % max(8, TEST_CORE.lanes) == 0 for p in parts)
+        assert g.meta["storage_root"][n.outputs[0]] not in g.meta["local"]
+        assert n.meta["split"]["why"].startswith("cost model: tiles ")
+        assert parts[0].to_dict()["channels"] == list(parts[0].ch)
+    xs = inputs(m, 2)
+    reps = _run(c, xs)
+    single = runtime.run_batch(compile_model(m, CompileOptions(config=TEST_CORE, density=0.5)), xs)
+    for r, s in zip(reps, single):
+        np.testing.assert_array_equal(r.outputs_int8["y"], s.outputs_int8["y"])
+
+
+def test_tilings_are_blocks_of_rows_times_blocks_of_channels():
+    from snpu.compiler.passes.parallelize import _tilings
+
+    shapes = {len(t): t for _, t in _tilings(13, 64, 16, 8)}
+    assert set(shapes) >= {4, 8, 16} and max(shapes) <= 16
+    t16 = [t for _, t in _tilings(13, 64, 16, 8) if len(t) == 16]
+    assert any(len({r[:2] for r in t}) == 4 for t in t16)   # 4 row blocks x 4 channel blocks
+    assert _tilings(1, 64, 16, 8) == [] and _tilings(13, 8, 16, 8) == []  # 1 row, 1 block
+
+
 def test_mlp_channel_split_and_array_speedup():
     m = tiny_mlp()
     single = compile_model(m, CompileOptions(config=TEST_CORE, density=0.4))

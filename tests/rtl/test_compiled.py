@@ -75,6 +75,17 @@ def test_local_windows_credits_and_concatenations_on_a_2x2_array_on_the_rtl():
     _rtl_matches(c, inputs(m, 2))
 
 
+def test_tiles_of_rows_and_channels_on_a_2x2_array_on_the_rtl():
+    """``--split tiles`` on the RTL array: the 16-channel head layer of fire_cnn splits into 2x2
+    blocks of rows x channels, each core storing its tile into shared memory between the
+    other cores' tiles; the readers wait for every writer's flag."""
+    m = fire_cnn(seed=4, size=10)
+    c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5, mesh=(2, 2), split="tiles"))
+    tiled = [n for n in c.graph.nodes if n.meta.get("split", {}).get("kind") == "tiles"]
+    assert [n.name for n in tiled] == ["head"] and len(tiled[0].meta["parts"]) == 4
+    _rtl_matches(c, inputs(m, 1))
+
+
 @pytest.mark.parametrize("dense", [False, True], ids=["sparse", "dense_mode"])
 def test_every_core_operator_on_the_rtl(dense):
     """tiny_cnn: conv (grouped, 1x1), max / average / global pooling, residual add, concat,
