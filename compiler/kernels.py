@@ -78,18 +78,26 @@ class LayerContext:
         #: the ping-pong halves continue from the previous kernel of the program (its last
         #: tile's half is still busy when this kernel's first tile starts)
         self._toggles: dict[str, int] = k.__dict__.setdefault("_toggles", {})
+        #: read-only data this core keeps in its local memory (throughput mode: a pipeline
+        #: stage's weights), by content: its local address
+        self.resident: dict = {}
 
     def data(self, tag: str, array: np.ndarray, kind: str = "weights", align: int = 8) -> int:
+        """The address of ``array`` (weights, indices, parameter rows) in memory: placed in
+        the image (once per content when the cores share it), or its copy in this core's
+        local memory when it is :attr:`resident`."""
         a = np.ascontiguousarray(array)
         key = None
-        if self.shared is not None:
-            key = (kind, a.dtype.str, a.shape, align, hashlib.sha1(a.tobytes()).digest())
-            if key in self.shared:
+        if self.shared is not None or self.resident:
+            key = data_key(a, kind, align)
+            if key in self.resident:
+                return self.resident[key]
+            if self.shared is not None and key in self.shared:
                 return self.shared[key]
         region = self.image.alloc(f"{self.name}:{tag}", max(a.nbytes, 1), kind, a.dtype.str,
                                   a.shape, align=align)
         self.image.write(region.name, a)
-        if key is not None:
+        if key is not None and self.shared is not None:
             self.shared[key] = region.addr
         return region.addr
 
@@ -151,6 +159,11 @@ class LayerContext:
         """0 / 1: the next half of ``resource`` (ping-pong)."""
         self._toggles[resource] = self._toggles.get(resource, 1) ^ 1
         return self._toggles[resource]
+
+
+def data_key(a: np.ndarray, kind: str, align: int) -> tuple:
+    """What identifies a blob of read-only data (:meth:`LayerContext.data`): its content."""
+    return (kind, a.dtype.str, a.shape, align, hashlib.sha1(a.tobytes()).digest())
 
 
 class WeightTiles:

@@ -83,7 +83,7 @@ class CompileOptions:
     unusable: tuple[tuple[int, int], ...] = ()  #: cores of the mesh not to use
     #: the array's external-memory ports (None: one per mesh column)
     memory_ports: int | None = None
-    split: str = "auto"                  #: array: auto (cost model) / rows / channels / tiles / images
+    split: str = "auto"                  #: array: auto (cost model) / rows / channels / tiles / images / pipeline
     placement: str = "mapper"            #: array: mapper (seed 003) / row-major
     batch: int = 1                       #: the value of symbolic (dynamic) input dimensions
     schedule: ScheduleOptions = field(default_factory=ScheduleOptions)  #: program order

@@ -428,12 +428,15 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None,
 @click.option("--memory-ports", type=int, default=None, metavar="N",
               help="Array: external-memory (AXI4) ports, 1..width; the cores of a group of "
                    "columns share one.  Default: one per mesh column.")
-@click.option("--split", type=click.Choice(["auto", "rows", "channels", "tiles", "images"]),
+@click.option("--split", type=click.Choice(["auto", "rows", "channels", "tiles", "images",
+                                           "pipeline"]),
               default="auto", show_default=True,
               help="Array: how matrix layers split across cores: the cost model's choice, or "
               "always output rows / output channels / tiles of rows x channels (convolutions "
               "that have at least 2 rows and 2 channel blocks); 'images': a batch smaller "
-              "than the array by images only (one core per image).")
+              "than the array by images only (one core per image); 'pipeline': a batch "
+              "(--batch N) as a stream of inputs through one stage of layers per core "
+              "(throughput mode).")
 @click.option("--placement", type=click.Choice(["mapper", "row-major"]), default="mapper",
               show_default=True, help="Array: place the parts with the seed-003 mapper, or "
               "row-major.")
@@ -725,6 +728,12 @@ def _print_compile(r: dict, output: str) -> None:
                    f"bytes over the NoC, "
                    f"{sum(n['flags'] for n in noc)} flags; {len(r['mesh']['local_tensors'])} "
                    "tensors in local memory")
+        tp = r["mesh"].get("throughput")
+        if tp:
+            click.echo(f"a stream of {tp['images']} images: {tp['chosen']} (estimates: pipeline "
+                       f"of {tp['stages']} stages x {tp['cores_per_stage']} core(s) "
+                       f"~{tp['cycles_estimate']} cycles, data parallel "
+                       f"~{tp['data_parallel_estimate']})")
         for layer in r["layers"]:
             if layer.get("split"):
                 sp = layer["split"]

@@ -237,10 +237,11 @@ def test_compile_and_run_on_a_2x2_array(cli, tiny_model):
     assert "array segment 0 (first input)" in r.output and "MX utilisation per core" in r.output
 
 
-@pytest.mark.parametrize("split", ["auto", "images"])
+@pytest.mark.parametrize("split", ["auto", "images", "pipeline"])
 def test_a_small_batch_on_an_array(cli, tmp_path, split):
     """`--batch 2 --mesh 2x2`: each image on its own two cores (the default), or on one core
-    each (`--split images`, two idle); `snpu run` bit-exact either way."""
+    each (`--split images`, two idle), or through a pipeline of stages (`--split pipeline`);
+    `snpu run` bit-exact every way."""
     import onnx
 
     from tests.compiler.every_model import build
@@ -249,10 +250,14 @@ def test_a_small_batch_on_an_array(cli, tmp_path, split):
     r = cli("compile", tmp_path / "m.onnx", "-o", tmp_path / "b", "--batch", "2",
             "--mesh", "2x2", "--split", split)
     assert r.exit_code == 0, r.output
-    assert "c1: " + ("rows over 4 core(s)" if split == "auto" else "batch over 2 core(s)") in r.output
     report = json.loads((tmp_path / "b" / "report.json").read_text())
     conv = next(layer for layer in report["layers"] if layer.get("node") == "c1")
-    assert conv["split"].get("images") == (2 if split == "auto" else None), conv["split"]
+    if split == "pipeline":
+        assert "c1: pipeline over" in r.output and "a stream of 2 images: pipeline" in r.output
+        assert conv["split"]["stage"] == 0 and report["mesh"]["pipeline"]["images"] == 2
+    else:
+        assert "c1: " + ("rows over 4 core(s)" if split == "auto" else "batch over 2 core(s)") in r.output
+        assert conv["split"].get("images") == (2 if split == "auto" else None), conv["split"]
     r = cli("run", tmp_path / "b", "--count", "2", "--no-onnxruntime")
     assert r.exit_code == 0, r.output
     assert "int8 reference: 2 of 2 bit-exact" in r.output

@@ -36,6 +36,8 @@ import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from snpu.config import CoreConfig
 from snpu.errors import CompileError
 from snpu.verif import isa
@@ -81,6 +83,7 @@ def codegen_mesh(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bo
     root = g.meta["storage_root"]
     coords = [(x, y) for y in range(h) for x in range(w)]
     copies = LocalCopies(g, layouts, local)
+    pipeline = bool(g.meta["mesh"].get("pipeline"))
     segments, layer = [], 0
     for sg in g.meta["subgraphs"]:
         if sg["device"] == "host":
@@ -90,16 +93,16 @@ def codegen_mesh(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bo
         seg = _Segment(g, config, image, k, coords, w, layouts, copies, root, set(sg["nodes"]),
                        loops)
         stats: dict[str, dict] = {}
-        for name in sg["nodes"]:
-            n = nodes[name]
-            if n.op in VIEW_OPS:
-                continue
-            for part in n.meta["parts"]:
-                name = f"{k}:{n.name}@{part.core[0]}_{part.core[1]}"
+        for n, parts, suffix in _rounds([nodes[name] for name in sg["nodes"]], g):
+            for part in parts:
+                name = f"{k}:{n.name}@{part.core[0]}_{part.core[1]}{suffix}"
                 seg.prepare(n, part, layer, name, dense)
+                if pipeline and part.image == 0:
+                    seg.keep_resident(n, part, layer, name, dense)
                 seg.receive_inputs(n, part)
                 ctx = kernels.LayerContext(seg.em[part.core], layer, name,
                                            dense, n.meta.get("neurons"), shared=seg.shared)
+                ctx.resident = seg.resident[part.core]
                 if part.kind == "batch":  # whole layer, image by image
                     for b in range(part.lo, part.hi):
                         st = emit_layer(ctx, g, n, layouts, image=b)
@@ -113,6 +116,19 @@ def codegen_mesh(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bo
                          "memory_ports": g.meta["mesh"].get("memory_ports", w)})
     g.meta["segments"] = segments
     return g
+
+
+def _rounds(nodes: list, g: Graph):
+    """(node, parts, name suffix) in emission order: each layer once with all its parts;
+    in throughput mode (``--split pipeline``) image by image, every layer of image ``b``
+    (its part narrowed to that image) before any of image ``b + 1``, so that each stage's
+    core runs image ``b + 1`` while the next stage runs image ``b``."""
+    work = [n for n in nodes if n.op not in VIEW_OPS]
+    pipeline = g.meta["mesh"].get("pipeline")
+    if not pipeline:
+        return [(n, n.meta["parts"], "") for n in work]
+    return [(n, [dataclasses.replace(p, image=b) for p in n.meta["parts"]], f"#{b}")
+            for b in range(pipeline["images"]) for n in work]
 
 
 class TransferPlan:
@@ -148,8 +164,8 @@ class TransferPlan:
         need: dict[Coord, tuple[int, int]] = {}
         for c, idx in self.readers.get(r, []):
             for cp in c.meta["parts"]:
-                if cp.core == part.core or cp.image != part.image:
-                    continue
+                if cp.core == part.core or (cp.image is not None and cp.image != part.image):
+                    continue  # (throughput mode: the parts are every image's, in turn)
                 lo, hi = input_rows(self.g, c, cp, idx) if cp.kind == "rows" else (0, L.h)
                 old = need.get(cp.core)
                 need[cp.core] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
@@ -316,6 +332,13 @@ class _Segment:
                       for xy in coords}
         self.em = {xy: Kernels(p, net=True, loops=loops) for xy, p in self.progs.items()}
         self.shared: dict = {}
+        self.config = config
+        #: throughput mode: per core, the read-only data it keeps in local memory (content
+        #: key -> local address), and the first free byte of its local memory
+        self.resident: dict[Coord, dict] = {xy: {} for xy in coords}
+        first_free = -(-max(g.meta.get("local_peak_bytes", 0), FLAG * isa.NET_TAGS) // 64) * 64
+        self.local_free = {xy: first_free for xy in coords}
+        self.resident_bytes = 0
         self.queues: dict[tuple[Coord, Coord], deque[Transfer]] = {}
         self.sent: dict[tuple[str, Coord, Coord], Transfer] = {}
         self.noc = {"data_bytes": 0, "flags": 0, "hop_bytes": 0, "sends": 0}
@@ -340,6 +363,44 @@ class _Segment:
                                              for o in c.overlapping(xy, *c.region(r, xy), r)):
                 ctx = kernels.LayerContext(self.em[xy], layer, f"{name}:halo:{r}", dense)
                 kernels.zero_halo(ctx, L, c.win[r][xy], c.own[r].get(xy, []))
+
+    def keep_resident(self, n, part: Part, layer: int, name: str, dense: bool) -> None:
+        """Throughput mode (a pipeline stage runs every image of a stream): before a layer's
+        first image, copy its weights, indices and parameter rows from shared memory into
+        the core's local memory while there is room, so that every image loads them from
+        there and not through the shared memory port.  The layer is emitted once into a
+        scratch program to learn what it reads; each blob then goes through the
+        accumulators into local memory (:func:`.kernels.copy`)."""
+        xy = part.core
+        scratch = Program(self.config, image=MemoryImage(1 << 16, growable=True))
+        dry = kernels.LayerContext(Kernels(scratch, net=True, loops=False), layer, name, dense,
+                                   n.meta.get("neurons"))
+        blobs, place = [], dry.data
+
+        def record(tag, array, kind="weights", align=8):
+            blobs.append((tag, np.ascontiguousarray(array), kind, align))
+            return place(tag, array, kind, align)
+
+        dry.data = record
+        emit_layer(dry, self.g, n, self.layouts[xy], part, image=0)
+        ctx = kernels.LayerContext(self.em[xy], layer, f"{name}:resident", dense,
+                                   shared=self.shared)
+        keep = self.resident[xy]
+        for j, (tag, a, kind, align) in enumerate(blobs):
+            key = kernels.data_key(a, kind, align)
+            if key in keep:
+                continue
+            size = -(-max(a.nbytes, 1) // 8) * 8
+            at = -(-self.local_free[xy] // max(8, align)) * max(8, align)
+            if at + size > self.config.local_bytes:
+                continue
+            src = ctx.data(f"{j}:{tag}", a, kind, align)
+            pitch = next(c for c in (64, 32, 16, 8) if size % c == 0)
+            X = TensorLayout(src, 1, size // pitch, pitch, pitch, size)
+            kernels.copy(ctx, X, dataclasses.replace(X, base=isa.LOCAL_BASE + at))
+            keep[key] = isa.LOCAL_BASE + at
+            self.local_free[xy] = at + size
+            self.resident_bytes += size
 
     def send_output(self, n, part: Part) -> None:
         """After ``part`` of ``n``: send what other cores' parts will read of it."""
@@ -429,4 +490,5 @@ class _Segment:
         return {"kind": "core", "mesh": [self.width, len(self.coords) // self.width],
                 "roms": roms, "nodes": list(names), "instructions": sum(counts.values()),
                 "instructions_per_core": counts, "dispatched_instructions": dispatched,
-                "token_nops": nops, "noc": dict(self.noc), "layers": stats}
+                "token_nops": nops, "noc": dict(self.noc), "layers": stats,
+                **({"resident_bytes": self.resident_bytes} if self.resident_bytes else {})}

@@ -26,6 +26,13 @@ number of cores and why).  The split follows seed 002's rules (``docs/compiler.m
   same groups in every layer; :attr:`Part.image`) and splits each layer over a group as it
   would split one image over the array, so no core idles; each core then keeps only its
   image's windows of the maps in local memory.
+* **tiles** - a convolution whose weights load the ports (small maps, many channels): a
+  block of output rows x a block of output channels per core (:attr:`Part.ch`); each core
+  loads only its channels' weights; the output goes to shared memory.
+* **pipeline** (``--split pipeline``, throughput mode) - a batch is a stream of inputs: the
+  layers form contiguous stages, one per core, and each stage runs every image in turn
+  (:func:`pipeline_stages`); code generation emits image by image so that the stages
+  overlap.
 * **whole** - a layer that reduces over H and W (global pooling) or is too small to split
   runs on one core; the cores take such layers in turn.
 
@@ -39,12 +46,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
+
 from snpu.config import CoreConfig, memory_port
 from snpu.config import memory_ports as ports_of
 from snpu.errors import CompileError
 from snpu.verif import isa
 
-from ..array_cost import matrix_shape, split_cycles
+from ..array_cost import matrix_shape, part_cycles, split_cycles
 from ..ir import Graph, Node
 from ..windows import VIEW_OPS, input_rows  # noqa: F401  (re-exported)
 
@@ -55,6 +64,9 @@ MATRIX_OPS = ("Conv", "Gemm", "MatMul")
 ALIGN_GAIN = 0.95
 #: a map counts as local (cost model) when a core's part of it fits this share of local memory
 LOCAL_SHARE = 4
+#: a batch runs as a pipeline of stages (auto) when that is estimated this much faster than
+#: the data-parallel split
+PIPELINE_GAIN = 0.9
 ROW_SPLIT_OPS = ("Conv", "MaxPool", "AveragePool", "Add", "Sum", "Affine")
 
 
@@ -129,7 +141,7 @@ def blocks(n: int, k: int, unit: int = 1) -> list[tuple[int, int]]:
     return out
 
 
-SPLITS = ("auto", "rows", "channels", "tiles", "images")
+SPLITS = ("auto", "rows", "channels", "tiles", "images", "pipeline")
 
 
 def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
@@ -142,7 +154,11 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
     core on every layer: the naive baseline) or ``tiles`` (convolutions in blocks of rows x
     channels, the cost model's best tiling; the rest as ``auto``); ``images``: as ``auto``, but a batch smaller
     than the array is split by images only (one core per image, the rest idle: the
-    data-parallel baseline)."""
+    data-parallel baseline); ``pipeline``: a batch is a stream of inputs through a pipeline
+    of layers (throughput mode): the layers in program order form one contiguous *stage*
+    per core, balanced by the cost model, each stage runs every image in turn, and image
+    ``b`` of stage ``s`` overlaps image ``b + 1`` of stage ``s - 1``
+    (:func:`pipeline_stages`)."""
     if split not in SPLITS:
         raise CompileError(f"split {split!r}: one of {', '.join(SPLITS)}")
     g = graph.copy()
@@ -186,7 +202,7 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             reach = reaches[tuple(group)] = [len({memory_port(x, w, ports) for x, _ in group[:j]})
                                              for j in range(k + 1)]
         blocks_of = lambda t: row_blocks.get((key(t), k))  # noqa: E731
-        if n.op in MATRIX_OPS and "q" in n.meta and split in ("auto", "images", "tiles"):
+        if n.op in MATRIX_OPS and "q" in n.meta and split in ("auto", "images", "tiles", "pipeline"):
             sibling = blocks_of(n.outputs[0]) if n.outputs[0] in concat_of else None
             tiles = split == "tiles" and n.op == "Conv"
             if tiles and _tilings(_out_rows(g, n), n.meta["q"]["w"].shape[0], k, unit):
@@ -243,13 +259,37 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             return ("pixels" if any(p.cols for p in parts) else "rows"), parts, why
         return kind, [Part(group[i], kind, lo, hi) for i, (lo, hi) in enumerate(ranges)], why
 
+    pipeline, throughput = None, {}
+    layers = [n for n in g.nodes if n.device == "core" and n.op not in VIEW_OPS]
+    images = max([_images(g, n) for n in layers], default=0)
+    if split == "pipeline" and layers and images < 2:
+        raise CompileError(f"{layers[0].where()}: --split pipeline runs a stream of inputs "
+                           f"through the layers: give it a batch of at least 2 (--batch N), "
+                           f"not {images}")
+    if split in ("pipeline", "auto") and layers and images > 1 and len(cores) > 1:
+        # throughput mode: a pipeline of stages, or (auto) whichever the cost model expects
+        # to be faster, a pipeline or the data-parallel split
+        stage_of, stage_cores, info = pipeline_stages(g, cores, config, images, w, ports)
+        chosen = split == "pipeline" or (info["cycles_estimate"]
+                                         < PIPELINE_GAIN * info["data_parallel_estimate"])
+        throughput = {"chosen": "pipeline" if chosen else "data parallel", **info}
+        if chosen:
+            pipeline = info
     for n in g.nodes:
         if n.device != "core" or n.op in VIEW_OPS:
             continue
-        y = g.tensor(n.outputs[0]).shape
-        images = y[0] if y is not None and len(y) in (2, 4) else 1
+        images = _images(g, n)
         extra = {}
-        if images >= len(cores) or (images > 1 and split == "images"):
+        if pipeline is not None:
+            # throughput mode: the layer's stage's cores split it as one image, and run
+            # the images in turn (codegen emits image by image)
+            s = stage_of[n.name]
+            within, parts, why = split_on(n, stage_cores[s])
+            kind = "pipeline"
+            why = (f"pipeline stage {s + 1} of {pipeline['stages']} "
+                   f"({len(stage_cores[s])} cores), {images} images in turn: {why}")
+            extra = {"stage": s, "within": within}
+        elif images >= len(cores) or (images > 1 and split == "images"):
             # a batch: data parallel, each core whole layers on its block of images (the
             # same blocks in every layer, so no activation moves between cores)
             ranges = blocks(images, len(cores))
@@ -274,8 +314,15 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
         if kind in ("channels", "tiles") and n.op == "Conv":
             n.meta["split"]["output"] = "shared memory (a channel slice of a map is not contiguous)"
     g.meta["mesh"] = {"shape": [w, h], "cores": [list(c) for c in cores],
-                      "memory_ports": ports}
+                      "memory_ports": ports, **({"pipeline": pipeline} if pipeline else {}),
+                      **({"throughput": throughput} if throughput else {})}
     return g
+
+
+def _images(g: Graph, n: Node) -> int:
+    """The batch ``n``'s output has (1 unless it is a map or a matrix)."""
+    y = g.tensor(n.outputs[0]).shape
+    return y[0] if y is not None and len(y) in (2, 4) else 1
 
 
 def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int, unit: int,
@@ -397,3 +444,135 @@ def _out_pixels(g: Graph, n: Node) -> int:
 def _out_rows(g: Graph, n: Node) -> int:
     shape = g.tensor(n.outputs[0]).shape
     return shape[2] if len(shape) == 4 else 1
+
+
+@dataclass(frozen=True)
+class LayerEstimate:
+    """The cost model's view of one image of a layer on ``k`` cores, its maps in shared
+    memory (throughput mode)."""
+
+    cycles: float             #: weights loaded from shared memory
+    cycles_resident: float    #: weights in the cores' local memories
+    weights: float            #: weight bytes (indices, parameters) one core keeps
+    traffic: float            #: shared-memory bytes, weights loaded from there
+    traffic_resident: float   #: shared-memory bytes, weights resident
+
+
+def layer_estimate(g: Graph, n: Node, config: CoreConfig, k: int = 1,
+                   ports: int = 1) -> LayerEstimate:
+    """One image of layer ``n`` on ``k`` cores that reach ``ports`` memory ports: a
+    convolution split by rows, a matrix layer by output channels (each part the larger of
+    its matrix-unit time and its port time, the layer its slowest part or the ports' share
+    of its traffic, :func:`..array_cost.part_cycles`); any other layer moves its input and
+    output maps over the ports."""
+    bus = config.axi_data_bits // 8
+    if n.op in MATRIX_OPS and "q" in n.meta:
+        s = matrix_shape(g, n, 0)
+        if n.op == "Conv" and s.oh > 1:
+            shares = [(r, (0, s.rows)) for r in blocks(s.oh, k)]
+        else:
+            shares = [((0, s.oh), c) for c in blocks(s.rows, k, max(8, config.lanes))]
+        parts = [(*part_cycles(s, config, r, c, True, True), part_cycles(s, config, r, c, False, False)[1])
+                 for r, c in shares]
+
+        def time(resident: bool) -> tuple[float, float]:
+            # resident weights still take the core's load time (local memory is no
+            # wider than the bus) but no longer cross the shared ports
+            slowest = max(max(mx, b / bus) for mx, b, _ in parts)
+            moved = sum(b - (w if resident else 0) for _, b, w in parts)
+            return max(slowest, moved / bus / min(ports, len(parts))), moved
+
+        (c, t), (cr, tr) = time(False), time(True)
+        return LayerEstimate(c, cr, max(w for _, _, w in parts), t, tr)
+    size = lambda t: int(np.prod(g.tensor(t).shape[1:]))  # noqa: E731  (one image)
+    moved = sum(size(t) for t in [*n.inputs, *n.outputs] if t and not g.tensor(t).is_const)
+    c = moved / bus / max(1, min(k, _out_rows(g, n), ports))
+    return LayerEstimate(c, c, 0.0, moved, moved)
+
+
+def _bottleneck_cut(cost, n: int, stages: int) -> tuple[float, list[tuple[int, int]]]:
+    """Items ``0..n-1`` (in order) cut into at most ``stages`` contiguous runs whose
+    largest ``cost(a, b)`` (of the run [a, b); it must grow with the run) is the least:
+    (that cost, the runs); the fewest runs that reach it."""
+    k = min(stages, n)
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(k + 1)]
+    cut = [[0] * (n + 1) for _ in range(k + 1)]
+    best[0][0] = 0.0
+    for j in range(1, k + 1):
+        prev, row, cj = best[j - 1], best[j], cut[j]
+        for i in range(j, n + 1):
+            for m in range(i - 1, j - 2, -1):
+                here = cost(m, i)
+                if here >= row[i]:
+                    break  # earlier cuts only make this run longer
+                v = max(prev[m], here)
+                if v < row[i]:
+                    row[i], cj[i] = v, m
+    j = min(range(1, k + 1), key=lambda j: (best[j][n], j))
+    runs, i = [], n
+    for jj in range(j, 0, -1):
+        runs.append((cut[jj][i], i))
+        i = cut[jj][i]
+    return best[j][n], runs[::-1]
+
+
+def pipeline_stages(g: Graph, cores: list[Coord], config: CoreConfig, images: int,
+                    width: int, ports: int) -> tuple[dict[str, int], list[list[Coord]], dict]:
+    """Throughput mode: the core layers in program order cut into contiguous *stages*, each
+    on its own group of ``k`` cores (every layer of a stage split over its group as
+    :func:`parallelize` splits one image over an array of ``k``).  A stage whose weights
+    fit its cores' local memories keeps them there (:meth:`.codegen_mesh._Segment.keep_resident`)
+    and loads none through the ports.  For every group size ``k`` a dynamic programme cuts
+    the layers so that the pipeline's step (its slowest stage, :func:`layer_estimate`) is
+    the least; the step is at least the ports' share of every stage's traffic, and the
+    group size whose ``images`` take the fewest estimated cycles,
+    ``(images + stages - 1) x step``, wins.  Returns node name -> stage, the stages' cores
+    and what the report says (with the estimate of the data-parallel split for
+    comparison)."""
+    layers = [n for n in g.nodes if n.device == "core" and n.op not in VIEW_OPS]
+    bus = config.axi_data_bits // 8
+    room = config.local_bytes - 8 * isa.NET_TAGS
+    best = None
+    for k in range(1, len(cores) // 2 + 1):
+        groups = [cores[i * k:(i + 1) * k] for i in range(len(cores) // k)]
+        reach = len({memory_port(x, width, ports) for x, _ in groups[0]})
+        est = [layer_estimate(g, n, config, k, reach) for n in layers]
+        pre = {f: np.concatenate([[0.0], np.cumsum([getattr(e, f) for e in est])]).tolist()
+               for f in ("cycles", "cycles_resident", "weights", "traffic", "traffic_resident")}
+
+        def resident(a: int, b: int) -> bool:
+            return pre["weights"][b] - pre["weights"][a] <= room
+
+        def cost(a: int, b: int) -> float:
+            f = "cycles_resident" if resident(a, b) else "cycles"
+            return pre[f][b] - pre[f][a]
+
+        step, runs = _bottleneck_cut(cost, len(layers), len(groups))
+        moved = sum(pre[f][b] - pre[f][a] for a, b in runs
+                    for f in ["traffic_resident" if resident(a, b) else "traffic"])
+        step = max(step, moved / bus / ports)
+        total = (images + len(runs) - 1) * step
+        if best is None or total < best[0]:
+            best = (total, k, step, runs, groups, sum(resident(a, b) for a, b in runs))
+    total, k, step, runs, groups, kept = best
+    stage = {n.name: s for s, (a, b) in enumerate(runs) for n in layers[a:b]}
+    info = {"images": images, "stages": len(runs), "cores_per_stage": k,
+            "stages_with_resident_weights": kept, "step_estimate": round(step),
+            "cycles_estimate": round(total),
+            "data_parallel_estimate": round(data_parallel_cycles(layers, g, config, len(cores),
+                                                                 images, width, ports, cores))}
+    return stage, groups[:len(runs)], info
+
+
+def data_parallel_cycles(layers: list[Node], g: Graph, config: CoreConfig, ncores: int,
+                         images: int, width: int, ports: int, cores: list[Coord]) -> float:
+    """The cost model's cycles of ``images`` without a pipeline: a batch at least as large
+    as the array split by images (each core whole layers), a smaller one with each image on
+    its own ``ncores // images`` cores; at least the ports' share of the traffic."""
+    bus = config.axi_data_bits // 8
+    k = max(1, ncores // images)
+    reach = len({memory_port(x, width, ports) for x, _ in cores[:k]})
+    est = [layer_estimate(g, n, config, k, reach) for n in layers]
+    rounds = -(-images // ncores) if k == 1 else 1
+    return max(rounds * sum(e.cycles for e in est), images * sum(e.traffic for e in est) / bus / ports)

@@ -2,6 +2,7 @@
 send / recv, every run bit-exact with the single core and the int8 reference on the golden
 model (which also checks the cross-core synchronisation: races and deadlocks)."""
 
+import copy
 import dataclasses
 from pathlib import Path
 
@@ -325,6 +326,63 @@ def test_a_batch_smaller_than_the_array_gives_each_image_its_own_cores(mesh):
         assert {len(c) for c in groups.values()} == {3}
         _, _, batch_split = _batch_cnn_runs((3, 1))
         assert cycles < 0.7 * batch_split
+
+
+def _with_batch(m, images: int):
+    """``m`` with its input's and output's first dimension set to ``images``."""
+    m = copy.deepcopy(m)
+    for vi in (m.graph.input[0], m.graph.output[0]):
+        vi.type.tensor_type.shape.dim[0].dim_value = images
+    return m
+
+
+@pytest.mark.parametrize("mesh,images,local_bytes", [((2, 2), 4, None), ((3, 1), 2, None),
+                                                     ((2, 2), 3, 1024)])
+def test_a_pipeline_of_layers_runs_a_stream_of_inputs(mesh, images, local_bytes):
+    """``--split pipeline`` (throughput mode): the layers in program order form contiguous
+    stages, each on its own group of cores that splits every layer of the stage as one
+    image over an array that size; every stage runs all the images, image by image, so the
+    stages overlap, and keeps its weights in local memory (as many as fit: with 1 KiB some
+    stay in shared memory); races and deadlocks checked, bit-exact with the single core,
+    faster than it."""
+    from snpu.compiler.passes.parallelize import VIEW_OPS
+
+    m = _with_batch(tiny_cnn(seed=1), images)
+    cfg = dataclasses.replace(TEST_CORE, local_bytes=local_bytes or TEST_CORE.local_bytes)
+    opts = dict(config=cfg, density=0.5)
+    arr = compile_model(m, CompileOptions(**opts, mesh=mesh, split="pipeline"))
+    layers = [n for n in arr.graph.nodes if n.device == "core" and n.op not in VIEW_OPS]
+    stages = [n.meta["split"]["stage"] for n in layers]
+    assert stages == sorted(stages) and len(set(stages)) > 1          # contiguous, in order
+    info = arr.graph.meta["mesh"]["pipeline"]
+    assert info["images"] == images and info["stages"] == len(set(stages))
+    cores: dict[int, set] = {}
+    for n in layers:
+        assert n.meta["split"]["kind"] == "pipeline"
+        assert all(p.kind != "batch" and p.image is None for p in n.meta["parts"])
+        cores.setdefault(n.meta["split"]["stage"], set()).update(p.core for p in n.meta["parts"])
+    assert all(len(c) <= info["cores_per_stage"] for c in cores.values())
+    every = [c for group in cores.values() for c in group]
+    assert len(every) == len(set(every))                               # disjoint groups
+    kept = arr.segments[0]["resident_bytes"]
+    assert 0 < kept <= len(every) * cfg.local_bytes
+    if local_bytes:  # only some of the weights fit
+        roomy = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5, mesh=mesh,
+                                                split="pipeline"))
+        assert kept < roomy.segments[0]["resident_bytes"]
+    xs = [np.random.default_rng(k).standard_normal((images, 3, 12, 12)).astype(np.float32)
+          for k in range(2)]
+    one = compile_model(m, CompileOptions(**opts))
+    r1, ra = _run(one, xs), _run(arr, xs)
+    for a, b in zip(r1, ra):
+        for o in a.outputs_int8:
+            np.testing.assert_array_equal(a.outputs_int8[o], b.outputs_int8[o])
+    assert ra[0].core_cycles < r1[0].core_cycles
+
+
+def test_a_pipeline_needs_a_stream():
+    with pytest.raises(CompileError, match="pipeline .* batch of at least 2"):
+        compile_model(tiny_cnn(), CompileOptions(config=TEST_CORE, mesh=(2, 2), split="pipeline"))
 
 
 def test_memory_ports_are_recorded_and_run_on_the_golden_array(tmp_path):

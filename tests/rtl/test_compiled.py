@@ -168,6 +168,21 @@ def test_a_batch_split_across_a_2x2_array_on_the_rtl(images):
     assert rtl[0].segments[0]["device"] == "array"
 
 
+def test_a_pipeline_of_layers_on_a_2x2_array_on_the_rtl():
+    """``--split pipeline`` on the RTL array: a stream of 3 images through stages of layers,
+    one core each, image by image; each stage copies its weights, indices and parameter
+    rows into its local memory before its first image and loads them from there."""
+    from ..compiler import every_model
+
+    m = every_model.build("batch_cnn")
+    xs = [np.random.default_rng(5).standard_normal((3, 3, 8, 8)).astype(np.float32)]
+    c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5, mesh=(2, 2),
+                                        split="pipeline"))
+    assert {n.meta["split"]["kind"] for n in c.graph.nodes if "split" in n.meta} == {"pipeline"}
+    assert c.segments[0]["resident_bytes"] > 0
+    _rtl_matches(c, xs)
+
+
 def test_layers_larger_than_every_buffer_split_and_searched_on_the_rtl():
     """Issue 12: layers whose operands exceed the core's on-chip memory become pieces
     (rows of a convolution, channels of a pooling), the order search interleaves the
