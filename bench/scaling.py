@@ -16,6 +16,9 @@
 * **Small batch** (golden model): squeezenet with a batch of 4 on 16 cores (4x4): each image
   on its own 4 cores (the default) against one core per image (``--split images``, the
   data-parallel split: 12 cores idle), and against one core running the batch.
+* **Throughput mode** (golden model): a stream of 32 inputs through the digits MLP and a
+  256-wide MLP on 2x2: a pipeline of stages with resident weights (``--split pipeline``)
+  against the data-parallel split (``--split images``), and what ``--split auto`` chose.
 * **RTL** (cocotb + Verilator): the digits CNN (``examples/digits``) on one core and on a
   2x2 array: cycles, bit-exactness against the int8 reference, NoC flits.
 
@@ -132,6 +135,59 @@ def small_batch(name: str = "squeezenet", images: int = 4, mesh=(4, 4)) -> dict:
     return out
 
 
+def _mlp(sizes=(256, 256, 256, 256, 10), images: int = 32, seed: int = 0) -> onnx.ModelProto:
+    """A stream of ``images`` through a ReLU MLP of ``sizes`` (random weights)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    nodes, inits, cur = [], [], "x"
+    for k, (a, b) in enumerate(zip(sizes, sizes[1:])):
+        w = (rng.standard_normal((b, a)) * np.sqrt(2 / a)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{k}"))
+        nodes.append(helper.make_node("Gemm", [cur, f"w{k}"], [f"h{k}"], transB=1))
+        cur = f"h{k}"
+        if k < len(sizes) - 2:
+            nodes.append(helper.make_node("Relu", [cur], [f"r{k}"]))
+            cur = f"r{k}"
+    nodes.append(helper.make_node("Identity", [cur], ["y"]))
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [images, sizes[0]])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [images, sizes[-1]])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def throughput(images: int = 32, mesh=(2, 2)) -> dict:
+    """A stream of inputs (a batch) in throughput mode: the pipeline of stages
+    (``--split pipeline``) against the data-parallel split (``--split images``) and what
+    ``--split auto`` chooses, on the digits MLP (its own core) and a 256-wide MLP (the
+    default core)."""
+    cfg = CoreConfig.from_dict(json.loads((DIGITS / "core.json").read_text()))
+    digits = onnx.load(str(DIGITS / "digits_mlp.onnx"))
+    for vi in (digits.graph.input[0], digits.graph.output[0]):
+        vi.type.tensor_type.shape.dim[0].dim_value = images
+    out = {}
+    for name, m, config in (("digits_mlp", digits, cfg), ("mlp_256x3", _mlp(images=images), CoreConfig())):
+        shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        base = dict(config=config, density=0.5)
+        row = {"images": images, "1x1": _one(m, CompileOptions(**base), x)}
+        key = f"{mesh[0]}x{mesh[1]}"
+        for split in ("images", "pipeline", "auto"):
+            c = compile_model(m, CompileOptions(**base, mesh=mesh, split=split))
+            r = _one(m, CompileOptions(**base, mesh=mesh, split=split), x)
+            r["speedup"] = round(row["1x1"]["cycles"] / r["cycles"], 3)
+            r["throughput"] = c.report["mesh"].get("throughput")
+            r["resident_bytes"] = sum(s.get("resident_bytes", 0) for s in c.segments)
+            row[f"{key} {split}"] = r
+        row["pipeline_over_data_parallel"] = round(row[f"{key} images"]["cycles"]
+                                                   / row[f"{key} pipeline"]["cycles"], 3)
+        row["auto_chose"] = row[f"{key} auto"]["throughput"]["chosen"]
+        print(f"{name} stream of {images} on {key}: pipeline {row[f'{key} pipeline']['speedup']}x, "
+              f"data parallel {row[f'{key} images']['speedup']}x one core; auto: "
+              f"{row['auto_chose']}", file=sys.stderr)
+        out[name] = row
+    return out
+
+
 def rtl_digits() -> dict:
     cfg = CoreConfig.from_dict(json.loads((DIGITS / "core.json").read_text()))
     src = DIGITS / "digits_cnn.onnx"
@@ -171,6 +227,7 @@ def main() -> None:
     out["scaling"] = scaling(models, meshes)
     if not args.quick:
         out["small_batch"] = small_batch()
+        out["throughput"] = throughput()
     if not args.skip_rtl:
         out["rtl_digits"] = rtl_digits()
     out["seconds"] = round(time.time() - t0)

@@ -50,6 +50,9 @@ class LayerShape:
     in_bytes: int        #: the input map's bytes
     out_bytes: int       #: the output map's bytes
     local_budget: int    #: bytes of a core's local memory one map may take
+    #: the input map is in shared memory whatever the split (its producer's channel or
+    #: tile split stored it there)
+    in_shared: bool = False
 
 
 def matrix_shape(g, n, local_budget: int) -> LayerShape:
@@ -123,7 +126,7 @@ def split_cycles(s: LayerShape, cfg: CoreConfig, kind: str,
     # rows) when that fits; a channel slice of a feature map is not contiguous: it goes to
     # shared memory
     share = k if kind == "rows" else 1
-    in_shared = s.in_bytes / share > s.local_budget
+    in_shared = s.in_shared or s.in_bytes / share > s.local_budget
     out_shared = (s.out_bytes / share > s.local_budget) or (kind == "channels" and s.oh * s.ow > 1)
     parts = [part_cycles(s, cfg, r, (0, s.rows), in_shared, out_shared) if kind == "rows"
              else part_cycles(s, cfg, (0, s.oh), r, in_shared, out_shared) for r in ranges]
@@ -152,7 +155,7 @@ def _tile_cycles(s: LayerShape, cfg: CoreConfig, tiles: list[tuple[int, int, int
     bus = cfg.axi_data_bits // 8
     k = len(tiles)
     row_blocks = len({(a, b) for a, b, _, _ in tiles})
-    in_shared = s.in_bytes / row_blocks > s.local_budget
+    in_shared = s.in_shared or s.in_bytes / row_blocks > s.local_budget
     parts = [part_cycles(s, cfg, (a, b), (c0, c1), in_shared, True) for a, b, c0, c1 in tiles]
     slowest = max(max(mx, b / bus) for mx, b in parts)
     reach = max(1, min(ports, k))

@@ -51,7 +51,7 @@ import numpy as np
 from snpu.config import CoreConfig, memory_port
 from snpu.config import memory_ports as ports_of
 from snpu.errors import CompileError
-from snpu.verif import isa
+from snpu.verif import isa, timing
 
 from ..array_cost import matrix_shape, part_cycles, split_cycles
 from ..ir import Graph, Node
@@ -67,6 +67,14 @@ LOCAL_SHARE = 4
 #: a batch runs as a pipeline of stages (auto) when that is estimated this much faster than
 #: the data-parallel split
 PIPELINE_GAIN = 0.9
+#: throughput mode: the latency a layer adds per image beyond its throughput (its first
+#: load, matrix and requantisation pipelines and last store, each once at its start and
+#: its end), and a stage's hand-over of an image to the next (the last store, the flag
+#: over the network, its receipt, the next stage's first load)
+LAYER_LATENCY = 2 * (timing.DMA_LATENCY + timing.FC_PIPELINE + timing.REQ_PIPELINE
+                     + timing.ST_LATENCY)
+HANDOVER = (timing.ST_LATENCY + timing.NET_SEND_OVERHEAD + 2 * timing.HOP_CYCLES
+            + timing.RECV_CYCLES + timing.DMA_LATENCY)
 ROW_SPLIT_OPS = ("Conv", "MaxPool", "AveragePool", "Add", "Sum", "Affine")
 
 
@@ -194,6 +202,14 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
     turns: dict[tuple[Coord, ...], int] = {}  # per group: the core that takes the next whole layer
     reaches: dict[tuple[Coord, ...], list[int]] = {}  # per group: the ports its first j cores reach
 
+    def shared_map(t: str) -> bool:
+        """Is map ``t`` in shared memory whatever its readers do: is it (or a slice of the
+        concatenation it is) made by a channel or tile split?"""
+        r = key(t)
+        made = [prod.get(i) for i in slices.get(r, [r])]
+        return any(m is not None and (m.meta.get("split") or {}).get("kind") in ("channels", "tiles")
+                   and _out_pixels(g, m) > 1 for m in made)
+
     def split_on(n: Node, group: list[Coord]) -> tuple[str, list[Part], str]:
         """``n``'s split over the cores of ``group`` (one image's worth of work)."""
         k = len(group)
@@ -219,7 +235,8 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
                             and _out_pixels(g, m) == _out_pixels(g, n)]
                 kind, ranges, why = _cheapest(g, n, config, k, unit, reach,
                                               blocks_of(n.inputs[0]), siblings,
-                                              _pixel_aligned(g, key(n.outputs[0])))
+                                              _pixel_aligned(g, key(n.outputs[0])),
+                                              input_shared=shared_map(n.inputs[0]))
         elif n.op in MATRIX_OPS and (split == "channels" or n.op != "Conv"):
             f = n.meta["q"]["w"].shape[0] if "q" in n.meta else g.tensor(n.outputs[0]).shape[1]
             ranges = blocks(f, k, unit)
@@ -327,8 +344,8 @@ def _images(g: Graph, n: Node) -> int:
 
 def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int, unit: int,
               reach: list[int], input_blocks: list[tuple[int, int]] | None = None,
-              siblings: list[Node] = (), pixels: bool = False, only: str | None = None
-              ) -> tuple[str, list[tuple[int, int]], str]:
+              siblings: list[Node] = (), pixels: bool = False, only: str | None = None,
+              input_shared: bool = False) -> tuple[str, list[tuple[int, int]], str]:
     """The split of a Conv / Gemm / MatMul the cost model (:mod:`..array_cost`) finds
     fastest: output rows or blocks of output pixels (convolutions) or output channels over
     1..``ncores`` cores.  ``input_blocks``: the pixel blocks its input map was made in (the
@@ -337,9 +354,13 @@ def _cheapest(g: Graph, n: Node, config: CoreConfig, ncores: int, unit: int,
     slices of a concatenation ``n``'s output is the first slice of, which will take ``n``'s
     blocks: a spatial split is estimated for all of them together.  ``pixels``: blocks
     that start or end mid-row are allowed (their pixels move as 8-aligned runs).  ``only``:
-    the cheapest split of this kind (``--split tiles``)."""
+    the cheapest split of this kind (``--split tiles``).  ``input_shared``: the input map
+    is in shared memory whatever the split (and so are the siblings')."""
     s = matrix_shape(g, n, config.local_bytes // LOCAL_SHARE)
     others = [matrix_shape(g, m, config.local_bytes // LOCAL_SHARE) for m in siblings]
+    if input_shared:
+        s = dataclasses.replace(s, in_shared=True)
+        others = [dataclasses.replace(o, in_shared=True) for o in others]
     spatial = ("rows", "pixels") if pixels else ("rows",)
     # split other than by rows, the siblings choose for themselves
     alone = sum(min(split_cycles(o, config, kind, r, reach[len(r)])
@@ -546,7 +567,7 @@ def pipeline_stages(g: Graph, cores: list[Coord], config: CoreConfig, images: in
 
         def cost(a: int, b: int) -> float:
             f = "cycles_resident" if resident(a, b) else "cycles"
-            return pre[f][b] - pre[f][a]
+            return pre[f][b] - pre[f][a] + (b - a) * LAYER_LATENCY + HANDOVER
 
         step, runs = _bottleneck_cut(cost, len(layers), len(groups))
         moved = sum(pre[f][b] - pre[f][a] for a, b in runs
@@ -575,4 +596,5 @@ def data_parallel_cycles(layers: list[Node], g: Graph, config: CoreConfig, ncore
     reach = len({memory_port(x, width, ports) for x, _ in cores[:k]})
     est = [layer_estimate(g, n, config, k, reach) for n in layers]
     rounds = -(-images // ncores) if k == 1 else 1
-    return max(rounds * sum(e.cycles for e in est), images * sum(e.traffic for e in est) / bus / ports)
+    one = sum(e.cycles for e in est) + len(est) * LAYER_LATENCY
+    return max(rounds * one, images * sum(e.traffic for e in est) / bus / ports)
