@@ -64,7 +64,10 @@ def _one(source, options: CompileOptions, x) -> dict:
     if arrays:
         out["noc_flits"] = sum(s["network"]["flits"] for s in arrays)
         out["noc_flit_hops"] = sum(s["network"]["hop_flits"] for s in arrays)
+        # every core's loads, stores and fetches (local memory included)
         out["dram_bytes"] = sum(v["dram_bytes"] for s in arrays for v in s["cores"].values())
+        # what crossed the external-memory ports (local memory excluded)
+        out["port_bytes"] = sum(sum(s.get("port_bytes", ())) for s in arrays)
         busy = [v["mx_busy"] / max(1, s["cycles"]) for s in arrays for v in s["cores"].values()]
         out["mx_utilisation_mean"] = round(float(np.mean(busy)), 3)
         pl = c.report["mesh"]["placement"]

@@ -264,7 +264,10 @@ def _run_array(compiled: Compiled, k: int, seg: dict, images: list, sim: str,
             out.append({"cycles": res.cycles,
                         "pairs": sum(c.stats.mac_pairs for c in res.cores.values()),
                         "dense_pairs": sum(c.stats.dense_pairs for c in res.cores.values()),
-                        "cores": cores, "network": res.network})
+                        "cores": cores, "network": res.network,
+                        # bytes through the external-memory ports (local memory excluded)
+                        "port_bytes": [(r + wr) * compiled.config.axi_data_bits // 8
+                                       for r, wr in res.port_beats]})
         return out
     from snpu.verif.tb import rtl_sim
 

@@ -757,8 +757,10 @@ def _print_run(r: dict) -> None:
         net = s.get("network") or {}
         click.echo(f"array segment {s['segment']} (first input): {cyc} cycles to the last core's "
                    f"halt; MX utilisation per core {util}; NoC {net.get('flits', 0)} flits "
-                   f"({net.get('hop_flits', 0)} flit-hops); DRAM "
-                   f"{sum(v.get('dram_bytes', 0) for v in s['cores'].values())} bytes")
+                   f"({net.get('hop_flits', 0)} flit-hops); loads, stores and fetches "
+                   f"{sum(v.get('dram_bytes', 0) for v in s['cores'].values())} bytes"
+                   + (f" ({sum(s['port_bytes'])} through the memory ports)"
+                      if s.get("port_bytes") else ""))
     dev = r.get("device_seconds_per_input") or {}
     if dev:
         mode = "pipelined across core and host" if r["dispatch"].get("pipelined") else "segment by segment"

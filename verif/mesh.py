@@ -112,6 +112,8 @@ class MeshResult:
     cores: dict[Coord, CoreResult]
     cycles: int                     #: until the last core halted
     network: dict
+    #: beats (read, write) each external-memory port carried (local memory not included)
+    port_beats: list[tuple[int, int]] = field(default_factory=list)
 
     def local(self, xy: Coord) -> np.ndarray:
         return self.cores[xy].machine.local
@@ -180,7 +182,8 @@ def run_mesh(roms: Mapping[Coord, Sequence[int]], ext: np.ndarray,
     for s in cores.values():
         s.finish()
     return MeshResult(shared, {xy: CoreResult(s.m, s.m.stats, s.trace) for xy, s in cores.items()},
-                      max((s.time for s in cores.values()), default=0), net.stats())
+                      max((s.time for s in cores.values()), default=0), net.stats(),
+                      [(b.read_beats, b.write_beats) for b in buses])
 
 
 def _on(xy: Coord, e: ExecutionError, n: int) -> ExecutionError:

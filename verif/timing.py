@@ -274,14 +274,18 @@ class SharedBus:
 
     read_free: int = 0
     write_free: int = 0
+    read_beats: int = 0    #: beats read so far (a port's traffic)
+    write_beats: int = 0
 
     def read(self, t: int, beats: int) -> int:
         """Reserve ``beats`` read beats wanted from time ``t``; returns when they start."""
         start = max(t, self.read_free)
         self.read_free = start + beats
+        self.read_beats += beats
         return start
 
     def write(self, t: int, beats: int) -> int:
         start = max(t, self.write_free)
         self.write_free = start + beats
+        self.write_beats += beats
         return start

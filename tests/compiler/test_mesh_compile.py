@@ -391,7 +391,7 @@ def test_memory_ports_are_recorded_and_run_on_the_golden_array(tmp_path):
     both are bit-exact, and the four-port array is not slower."""
     m = fire_cnn()
     xs = inputs(m, 1)
-    cycles = {}
+    cycles, moved = {}, {}
     for ports in (None, 1):
         c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.6, mesh=(4, 1),
                                             memory_ports=ports))
@@ -399,8 +399,14 @@ def test_memory_ports_are_recorded_and_run_on_the_golden_array(tmp_path):
         assert c.report["mesh"]["memory_ports"] == want
         assert all(s["memory_ports"] == want for s in c.segments if "roms" in s)
         c.save(tmp_path / f"p{want}")
-        cycles[want] = _run(Compiled.load(tmp_path / f"p{want}"), xs)[0].core_cycles
-    assert cycles[4] <= cycles[1]
+        rep = _run(Compiled.load(tmp_path / f"p{want}"), xs)[0]
+        cycles[want] = rep.core_cycles
+        # the bytes each port carried (the golden model's count; local memory excluded)
+        arrays = [s for s in rep.segments if s["device"] == "array"]
+        assert arrays and all(len(s["port_bytes"]) == want for s in arrays)
+        moved[want] = sum(sum(s["port_bytes"]) for s in arrays)
+        assert 0 < moved[want] < sum(v["dram_bytes"] for s in arrays for v in s["cores"].values())
+    assert cycles[4] <= cycles[1] and moved[4] == moved[1]
     with pytest.raises(Exception, match="memory ports: 5 must be in 1..4"):
         compile_model(m, CompileOptions(config=TEST_CORE, mesh=(4, 1), memory_ports=5))
 
