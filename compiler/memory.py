@@ -25,7 +25,7 @@ from snpu.verif.image import MemoryImage
 from snpu.verif import isa
 
 from .ir import Graph
-from .windows import windows
+from .windows import SHARED_OUTPUT_SPLITS, windows
 
 
 def _local_tensors(g: Graph, st: "Storage", local_bytes: int) -> tuple[dict[str, int], int]:
@@ -56,7 +56,7 @@ def _local_tensors(g: Graph, st: "Storage", local_bytes: int) -> tuple[dict[str,
             continue
         h, w, _ = hwc(g.tensor(t).shape)
         ws = writers.get(t, [])
-        if any((x.meta.get("split") or {}).get("kind") in ("channels", "tiles")
+        if any((x.meta.get("split") or {}).get("kind") in SHARED_OUTPUT_SPLITS
                and (h * w > 1 or t in st.halo) for x in ws):
             continue  # channel slices of a map are not contiguous: shared memory
         if p.op == "Concat" and not _concat_local(ws, readers.get(t, []), order):

@@ -15,6 +15,9 @@ from .ops import pool_geometry
 Coord = tuple[int, int]
 #: core nodes that only describe a layout (no kernel, no parts)
 VIEW_OPS = ("Concat", "Flatten", "Reshape")
+#: splits whose parts write channel slices of a map (not contiguous): such a map lives in
+#: shared memory (:mod:`.memory`), and the cost model knows its readers load it from there
+SHARED_OUTPUT_SPLITS = ("channels", "tiles")
 
 
 def _rows(g: Graph, t: str) -> int:

@@ -48,7 +48,7 @@ from snpu.verif.sequencer import dispatch_count
 from .. import kernels
 from ..emit import Kernels
 from ..ir import Graph
-from ..memory import TensorLayout
+from ..memory import FLAG_BYTES, TensorLayout
 from .codegen import emit_layer
 from ..windows import windows
 from .parallelize import VIEW_OPS, Part, input_rows
@@ -336,7 +336,7 @@ class _Segment:
         #: throughput mode: per core, the read-only data it keeps in local memory (content
         #: key -> local address), and the first free byte of its local memory
         self.resident: dict[Coord, dict] = {xy: {} for xy in coords}
-        first_free = -(-max(g.meta.get("local_peak_bytes", 0), FLAG * isa.NET_TAGS) // 64) * 64
+        first_free = -(-max(g.meta.get("local_peak_bytes", 0), FLAG_BYTES) // 64) * 64
         self.local_free = {xy: first_free for xy in coords}
         self.resident_bytes = 0
         self.queues: dict[tuple[Coord, Coord], deque[Transfer]] = {}

@@ -29,10 +29,11 @@ number of cores and why).  The split follows seed 002's rules (``docs/compiler.m
 * **tiles** - a convolution whose weights load the ports (small maps, many channels): a
   block of output rows x a block of output channels per core (:attr:`Part.ch`); each core
   loads only its channels' weights; the output goes to shared memory.
-* **pipeline** (``--split pipeline``, throughput mode) - a batch is a stream of inputs: the
-  layers form contiguous stages, one per core, and each stage runs every image in turn
-  (:func:`pipeline_stages`); code generation emits image by image so that the stages
-  overlap.
+* **pipeline** (``--split pipeline``, or ``auto`` when the cost model expects it faster
+  than the data-parallel split; throughput mode) - a batch is a stream of inputs: the
+  layers form contiguous stages, each on its own group of cores that splits every layer
+  of the stage, and each stage runs every image in turn (:func:`pipeline_stages`); code
+  generation emits image by image so that the stages overlap.
 * **whole** - a layer that reduces over H and W (global pooling) or is too small to split
   runs on one core; the cores take such layers in turn.
 
@@ -55,7 +56,8 @@ from snpu.verif import isa, timing
 
 from ..array_cost import matrix_shape, part_cycles, split_cycles
 from ..ir import Graph, Node
-from ..windows import VIEW_OPS, input_rows  # noqa: F401  (re-exported)
+from ..memory import FLAG_BYTES
+from ..windows import SHARED_OUTPUT_SPLITS, VIEW_OPS, input_rows  # noqa: F401  (re-exported)
 
 Coord = tuple[int, int]
 
@@ -163,9 +165,9 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
     channels, the cost model's best tiling; the rest as ``auto``); ``images``: as ``auto``, but a batch smaller
     than the array is split by images only (one core per image, the rest idle: the
     data-parallel baseline); ``pipeline``: a batch is a stream of inputs through a pipeline
-    of layers (throughput mode): the layers in program order form one contiguous *stage*
-    per core, balanced by the cost model, each stage runs every image in turn, and image
-    ``b`` of stage ``s`` overlaps image ``b + 1`` of stage ``s - 1``
+    of layers (throughput mode): the layers in program order form contiguous *stages*, each
+    on its own group of cores, balanced by the cost model; each stage runs every image in
+    turn, and image ``b`` of stage ``s`` overlaps image ``b + 1`` of stage ``s - 1``
     (:func:`pipeline_stages`)."""
     if split not in SPLITS:
         raise CompileError(f"split {split!r}: one of {', '.join(SPLITS)}")
@@ -207,7 +209,7 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
         concatenation it is) made by a channel or tile split?"""
         r = key(t)
         made = [prod.get(i) for i in slices.get(r, [r])]
-        return any(m is not None and (m.meta.get("split") or {}).get("kind") in ("channels", "tiles")
+        return any(m is not None and (m.meta.get("split") or {}).get("kind") in SHARED_OUTPUT_SPLITS
                    and _out_pixels(g, m) > 1 for m in made)
 
     def split_on(n: Node, group: list[Coord]) -> tuple[str, list[Part], str]:
@@ -286,7 +288,7 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
     if split in ("pipeline", "auto") and layers and images > 1 and len(cores) > 1:
         # throughput mode: a pipeline of stages, or (auto) whichever the cost model expects
         # to be faster, a pipeline or the data-parallel split
-        stage_of, stage_cores, info = pipeline_stages(g, cores, config, images, w, ports)
+        stage_of, stage_cores, info = pipeline_stages(g, layers, cores, config, images, w, ports)
         chosen = split == "pipeline" or (info["cycles_estimate"]
                                          < PIPELINE_GAIN * info["data_parallel_estimate"])
         throughput = {"chosen": "pipeline" if chosen else "data parallel", **info}
@@ -328,7 +330,7 @@ def parallelize(graph: Graph, mesh: Coord, config: CoreConfig,
             kind, parts, why = split_on(n, cores)
         n.meta["parts"] = parts
         n.meta["split"] = {"kind": kind, "cores": len(parts), "why": why, **extra}
-        if kind in ("channels", "tiles") and n.op == "Conv":
+        if kind in SHARED_OUTPUT_SPLITS and n.op == "Conv":
             n.meta["split"]["output"] = "shared memory (a channel slice of a map is not contiguous)"
     g.meta["mesh"] = {"shape": [w, h], "cores": [list(c) for c in cores],
                       "memory_ports": ports, **({"pipeline": pipeline} if pipeline else {}),
@@ -538,9 +540,10 @@ def _bottleneck_cut(cost, n: int, stages: int) -> tuple[float, list[tuple[int, i
     return best[j][n], runs[::-1]
 
 
-def pipeline_stages(g: Graph, cores: list[Coord], config: CoreConfig, images: int,
-                    width: int, ports: int) -> tuple[dict[str, int], list[list[Coord]], dict]:
-    """Throughput mode: the core layers in program order cut into contiguous *stages*, each
+def pipeline_stages(g: Graph, layers: list[Node], cores: list[Coord], config: CoreConfig,
+                    images: int, width: int, ports: int
+                    ) -> tuple[dict[str, int], list[list[Coord]], dict]:
+    """Throughput mode: the core ``layers`` in program order cut into contiguous *stages*, each
     on its own group of ``k`` cores (every layer of a stage split over its group as
     :func:`parallelize` splits one image over an array of ``k``).  A stage whose weights
     fit its cores' local memories keeps them there (:meth:`.codegen_mesh._Segment.keep_resident`)
@@ -551,9 +554,8 @@ def pipeline_stages(g: Graph, cores: list[Coord], config: CoreConfig, images: in
     ``(images + stages - 1) x step``, wins.  Returns node name -> stage, the stages' cores
     and what the report says (with the estimate of the data-parallel split for
     comparison)."""
-    layers = [n for n in g.nodes if n.device == "core" and n.op not in VIEW_OPS]
     bus = config.axi_data_bits // 8
-    room = config.local_bytes - 8 * isa.NET_TAGS
+    room = config.local_bytes - FLAG_BYTES
     best = None
     for k in range(1, len(cores) // 2 + 1):
         groups = [cores[i * k:(i + 1) * k] for i in range(len(cores) // k)]
@@ -581,20 +583,21 @@ def pipeline_stages(g: Graph, cores: list[Coord], config: CoreConfig, images: in
     info = {"images": images, "stages": len(runs), "cores_per_stage": k,
             "stages_with_resident_weights": kept, "step_estimate": round(step),
             "cycles_estimate": round(total),
-            "data_parallel_estimate": round(data_parallel_cycles(layers, g, config, len(cores),
-                                                                 images, width, ports, cores))}
+            "data_parallel_estimate": round(data_parallel_cycles(g, layers, config, cores, images,
+                                                                 width, ports))}
     return stage, groups[:len(runs)], info
 
 
-def data_parallel_cycles(layers: list[Node], g: Graph, config: CoreConfig, ncores: int,
-                         images: int, width: int, ports: int, cores: list[Coord]) -> float:
-    """The cost model's cycles of ``images`` without a pipeline: a batch at least as large
-    as the array split by images (each core whole layers), a smaller one with each image on
-    its own ``ncores // images`` cores; at least the ports' share of the traffic."""
+def data_parallel_cycles(g: Graph, layers: list[Node], config: CoreConfig, cores: list[Coord],
+                         images: int, width: int, ports: int) -> float:
+    """The cost model's cycles of ``images`` through ``layers`` without a pipeline: a batch
+    at least as large as the array split by images (each core whole layers), a smaller one
+    with each image on its own ``len(cores) // images`` cores; at least the ports' share of
+    the traffic."""
     bus = config.axi_data_bits // 8
-    k = max(1, ncores // images)
+    k = max(1, len(cores) // images)
     reach = len({memory_port(x, width, ports) for x, _ in cores[:k]})
     est = [layer_estimate(g, n, config, k, reach) for n in layers]
-    rounds = -(-images // ncores) if k == 1 else 1
+    rounds = -(-images // len(cores)) if k == 1 else 1
     one = sum(e.cycles for e in est) + len(est) * LAYER_LATENCY
     return max(rounds * one, images * sum(e.traffic for e in est) / bus / ports)
