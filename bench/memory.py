@@ -14,15 +14,22 @@ back, so skips cross host subgraphs):
   input that dies there, and ``arena_bytes``: the fast memory the unswapped plan takes
   (the arena's placement adds fragmentation);
 * ``smallest``: per strategy, the smallest budget any plan fits, as bytes and as a fraction
-  of the peak, and the golden cycles at that budget; for ``slack``, also the same plan with
-  the swapped maps moved dense (``--swap-compression off``: ``uncompressed_*``), the
-  default storing ReLU maps compressed (``stc`` / ``ldc``);
+  of the peak, and the golden cycles at that budget; for ``slack_swaps_only``, also the
+  same plan with the swapped maps moved dense (``--swap-compression off``:
+  ``uncompressed_*``), the default storing ReLU maps compressed (``stc`` / ``ldc``);
 * ``budgets``: at 1/2, 1/3 and 1/5 of the peak, per strategy, whether a plan fits and its
   slowdown in golden cycles against the program without a plan (every activation in a
   region of its own);
 * the strategies: ``slack`` (seed 001: timing analysis, the largest tensors with slack
-  first, prefetch edges) and ``distance`` (the TFLMS-style baseline: swap every tensor read
-  at least d nodes after it is written, d from the longest down; no slack analysis);
+  first, prefetch edges; when no set of swaps fits, maps kept in far memory, read directly
+  or through staging buffers, whichever the cost model finds cheaper), ``slack_swaps_only``
+  (the same without maps kept in far memory) and ``distance`` (the TFLMS-style baseline:
+  swap every tensor read at least d nodes after it is written, d from the longest down; no
+  slack analysis); each plan's swaps, far-resident maps, staged and whole readers, and the
+  cost model's estimate of what the far maps cost;
+* ``goal``: the models that fit 1/5 of the peak within 10 % slowdown, those where ``slack``
+  beats the baseline on both axes (a smaller smallest budget; no slower at any fraction
+  both fit), and whether at least two do both;
 * ``compression``: the activations of one input (the int8 reference) in the
   compressed-activation format (:mod:`snpu.verif.act_compress`: per tensor the smallest
   of dense, or per pixel the non-zeros with a direct or a stride index), over dense bytes,
@@ -58,7 +65,11 @@ from snpu.verif import act_compress  # noqa: E402
 
 ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 FRACTIONS = (2, 3, 5)
-STRATEGIES = ("slack", "distance")
+#: the plans compared: seed 001 (timing analysis, swaps, then maps kept in far memory when
+#: no set of swaps fits), the same with swaps only, and the TFLMS-style baseline
+STRATEGIES = {"slack": {"strategy": "slack"},
+              "slack_swaps_only": {"strategy": "slack", "far_resident": False},
+              "distance": {"strategy": "distance", "far_resident": False}}
 
 
 def _models(quick: bool, zoo: bool):
@@ -78,6 +89,17 @@ def _input(c) -> dict:
     rng = np.random.default_rng(0)
     return {i: rng.standard_normal(c.graph.tensor(i).shape).astype(np.float32)
             for i in c.graph.inputs}
+
+
+def _plan(c) -> dict:
+    """What a plan did: swaps, maps kept in far memory and how they are read."""
+    mem = c.report["memory"]
+    reads = [n.meta["far_read"]["mode"] for n in c.graph.nodes if "far_read" in n.meta]
+    return {"swapped": len(mem["swapped"]), "far_resident": len(mem["far_resident"]),
+            "far_resident_bytes": sum(f["bytes"] for f in mem["far_resident"]),
+            "estimated_far_cycles": sum(f["estimated_cycles"] for f in mem["far_resident"]),
+            "staged_readers": reads.count("staged"), "whole_readers": reads.count("whole"),
+            "far_bytes": mem["far_bytes"]}
 
 
 def _cycles(c, x) -> int:
@@ -134,23 +156,20 @@ def bench_model(name: str, model, extra: dict) -> dict:
            "compile_seconds_planned": free.report["compile_seconds"], "smallest": {},
            "budgets": {}}
     row["arena_slowdown"] = round(row["arena_cycles"] / base - 1, 4)
-    for strategy in STRATEGIES:
+    for strategy, how in STRATEGIES.items():
         try:
-            _compile(model, extra, MemoryOptions(budget=1, strategy=strategy))
+            _compile(model, extra, MemoryOptions(budget=1, **how))
             smallest = 1
         except BudgetError as e:
             smallest = e.smallest
         entry = {"bytes": smallest, "of_peak": round(smallest / peak, 4)}
-        c = _compile(model, extra, MemoryOptions(budget=smallest, strategy=strategy))
+        c = _compile(model, extra, MemoryOptions(budget=smallest, **how))
         cyc = _cycles(c, x)
-        entry.update(cycles=cyc, slowdown=round(cyc / base - 1, 4),
-                     swapped=len(c.report["memory"]["swapped"]),
-                     far_bytes=c.report["memory"]["far_bytes"],
+        entry.update(cycles=cyc, slowdown=round(cyc / base - 1, 4), **_plan(c),
                      compile_seconds=c.report["compile_seconds"])
-        if strategy == "slack" and entry["swapped"]:
+        if strategy == "slack_swaps_only" and entry["swapped"]:
             # the same plan with the swapped maps moved dense (no stc / ldc)
-            off = _compile(model, extra, MemoryOptions(budget=smallest, strategy=strategy,
-                                                       compress="off"))
+            off = _compile(model, extra, MemoryOptions(budget=smallest, **how, compress="off"))
             off_cycles = _cycles(off, x)
             entry.update(compressed=sum(s["compressed"] for s in c.report["memory"]["swapped"]),
                          uncompressed_cycles=off_cycles,
@@ -163,12 +182,16 @@ def bench_model(name: str, model, extra: dict) -> dict:
             if budget < smallest:
                 row["budgets"].setdefault(key, {})[strategy] = {"budget": budget, "fits": False}
                 continue
-            c = _compile(model, extra, MemoryOptions(budget=budget, strategy=strategy))
+            try:
+                c = _compile(model, extra, MemoryOptions(budget=budget, **how))
+            except BudgetError:  # the smallest plan found at budget 1 is not always found
+                row["budgets"].setdefault(key, {})[strategy] = {"budget": budget, "fits": False}
+                continue
             cyc = _cycles(c, x)
             row["budgets"].setdefault(key, {})[strategy] = {
                 "budget": budget, "fits": True, "cycles": cyc,
-                "slowdown": round(cyc / base - 1, 4),
-                "swapped": len(c.report["memory"]["swapped"])}
+                "slowdown": round(cyc / base - 1, 4), **_plan(c),
+                "compile_seconds": c.report["compile_seconds"]}
     row["compression"] = compression(free, x)
     row["seconds"] = round(time.time() - t, 1)
     print(f"{name}: done in {row['seconds']} s", file=sys.stderr, flush=True)
@@ -185,8 +208,15 @@ def main() -> int:
     goal = [r["model"] for r in doc["models"]
             if r["budgets"].get("1/5", {}).get("slack", {}).get("fits")
             and r["budgets"]["1/5"]["slack"]["slowdown"] <= 0.10]
-    doc["goal"] = {"fit_one_fifth_within_10pct": goal,
-                   "met": len(goal) >= 2}
+    # and beat the baseline on both axes: a smaller smallest budget, and no slower where
+    # both fit
+    beats = [r["model"] for r in doc["models"]
+             if r["smallest"]["slack"]["bytes"] < r["smallest"]["distance"]["bytes"]
+             and all(b["slack"].get("fits") and b["slack"]["slowdown"]
+                     <= b["distance"]["slowdown"] + 1e-9
+                     for b in r["budgets"].values() if b.get("distance", {}).get("fits"))]
+    doc["goal"] = {"fit_one_fifth_within_10pct": goal, "beat_baseline_on_both_axes": beats,
+                   "met": len(goal) >= 2 and set(goal) <= set(beats)}
     print(json.dumps(doc, indent=1))
     return 0
 

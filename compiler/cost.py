@@ -89,10 +89,13 @@ class EstimatingMachine(Machine):
 
 
 def estimate(instrs: Sequence[Instr], ext: np.ndarray, config: CoreConfig,
-             density: Callable[[int], float]) -> tuple[int, dict[str, int]]:
+             density: Callable[[int], float],
+             far: timing.FarMemory | None = None) -> tuple[int, dict[str, int]]:
     """Estimated cycles of the unrolled program ``instrs`` (ending in ``halt``) against the
-    memory image ``ext`` (read only), and the busy cycles of each unit."""
+    memory image ``ext`` (read only), and the busy cycles of each unit; ``far``: addresses
+    timed as far memory."""
     m = EstimatingMachine(config, ext, density)
+    m.far = far
     s = Scheduler(list(instrs), m, check_races=False)
     t = 0
     while not s.halted:

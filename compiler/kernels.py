@@ -24,6 +24,7 @@ tile ``k + 1`` overlap the compute of tile ``k``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Callable
 
@@ -378,7 +379,7 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
                          ibytes=ibytes, nvec=g, nstride=ns, nfmt=ctx.nfmt, wfmt=FMT[fmt],
                          accumulate=int(j > 0), acc_stride=Rp, mixed=mixed)
                 k.req(ob, ab, prow, g, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
-                k.st(ob, Y.addr(oy, ox0, out0 + r0), R, g, src_stride=Rp, ext_stride=Y.pixel)
+                _store_pixels(k, Y, oy, ox0, out0 + r0, R, g, ob, Rp)
 
         # rows differ only in where they load and store: a loop over rows (or row pairs,
         # so that the ping-pong halves come back to where they started)
@@ -535,8 +536,12 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
                 xb = min(X.w, (ox0 + g - 1) * sw - pads[1] + kw)
                 npix = xb - xa
                 out = ab + _r((yb - ya) * npix * ncp, P)
-                k.ld("acc", X.addr(ya, xa, c0), ab, n, npix, yb - ya, ext_stride=X.pixel,
-                     dst_stride=ncp, ext_stride3=X.row, dst_stride3=npix * ncp)
+                if X.pixel == n == ncp:  # a window row is one contiguous DMA row
+                    k.ld("acc", X.addr(ya, xa, c0), ab, npix * n, 1, yb - ya,
+                         ext_stride3=X.row, dst_stride3=npix * ncp)
+                else:
+                    k.ld("acc", X.addr(ya, xa, c0), ab, n, npix, yb - ya, ext_stride=X.pixel,
+                         dst_stride=ncp, ext_stride3=X.row, dst_stride3=npix * ncp)
                 # runs of output pixels with the same clipped window and divisor
                 runs = []
                 for i in range(g):
@@ -554,7 +559,7 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
                 for (kwe, d), i, start, m in runs:
                     k.req(ob + i * ncp, out + i * ncp, param_of[d], m, ncp // P,
                           int(q["relu"]), src_stride=ncp, dst_stride=ncp)
-                k.st(ob, Y.addr(oy, ox0, c0), n, g, src_stride=ncp, ext_stride=Y.pixel)
+                _store_pixels(k, Y, oy, ox0, c0, n, g, ob, ncp)
     return {"groups_per_row": -(-ow // G)}
 
 
@@ -677,6 +682,25 @@ def copy(ctx: LayerContext, X: TensorLayout, Y: TensorLayout) -> dict:
     """``Y <- X`` (the memory plan's swap-out and swap-in): each block of pixels goes
     through the accumulators and out unchanged (bias 0, multiplier 1, shift 0)."""
     return _requantize_map(ctx, X, Y, np.zeros(X.c), np.ones(X.c), np.zeros(X.c), 0)
+
+
+def stage_rows(ctx: LayerContext, X: TensorLayout, a: int, b: int, buf: int) -> TensorLayout:
+    """Copy rows ``[a, b)`` of map ``X`` -- whole padded rows, halo columns included, and
+    halo rows where ``a < 0`` or ``b > X.h`` -- as one contiguous block to ``buf``; returns
+    ``X``'s layout moved so that those rows are read at ``buf``.  The memory plan's staged
+    reads of a map kept in far memory (:mod:`.passes.memory_budget`): one long burst per
+    block of pixels from far memory instead of the reader's short ones.  ``X``: a map whose
+    padded rows are contiguous (``row`` = padded width x ``pixel``)."""
+    P = X.padded()
+    if P.row != P.w * P.pixel:
+        raise CompileError(f"layer {ctx.name!r}: a staged map needs contiguous padded rows")
+    start = P.base + (a + X.pad_h) * P.row
+    if P.pixel % ctx.cfg.lanes == 0:  # blocks of whole pixels, every lane busy
+        block = TensorLayout(start, b - a, P.w, P.pixel, P.pixel, P.row)
+    else:  # each padded row one "pixel" of row bytes
+        block = TensorLayout(start, b - a, 1, P.row, P.row, P.row)
+    copy(ctx, block, dataclasses.replace(block, base=buf))
+    return dataclasses.replace(X, base=X.base + buf - start)
 
 
 def _load_pixels(k: Kernels, X: TensorLayout, y: int, x0: int, c0: int, c: int, g: int,

@@ -29,19 +29,28 @@ def input_rows(g: Graph, n: Node, part: "Part", index: int = 0,
                halo: int = 0) -> tuple[int, int]:
     """The rows of input ``index`` that ``part`` of ``n`` reads, clipped to the tensor and
     the ``halo`` rows of zeros above and below it (a convolution reads those)."""
+    if part.kind != "rows":
+        rows = _rows(g, n.inputs[index])
+        return -halo, rows + halo
+    return rows_read(g, n, part.lo, part.hi, index, halo)
+
+
+def rows_read(g: Graph, n: Node, lo: int, hi: int, index: int = 0,
+              halo: int = 0) -> tuple[int, int]:
+    """The rows of input ``index`` that output rows ``[lo, hi)`` of ``n`` read (a
+    convolution's or pooling's window; an element-wise layer's same rows), clipped to the
+    tensor and the ``halo`` rows of zeros above and below it."""
     shape = g.tensor(n.inputs[index]).shape
     rows = shape[2] if len(shape) == 4 else 1
-    if part.kind != "rows":
-        return -halo, rows + halo
     if n.op == "Conv":
         kh, _, sh, _, pads, *_ = n.meta["geometry"]
     elif n.op in ("MaxPool", "AveragePool"):
         kh, _, sh, _, pads, _, _ = pool_geometry(n, shape)
     else:
-        return part.lo, part.hi
-    lo = part.lo * sh - pads[0]
-    hi = (part.hi - 1) * sh - pads[0] + kh
-    return max(-halo, lo), min(rows + halo, hi)
+        return lo, hi
+    a = lo * sh - pads[0]
+    b = (hi - 1) * sh - pads[0] + kh
+    return max(-halo, a), min(rows + halo, b)
 
 
 def windows(g: Graph, root: dict[str, str], halo: dict[str, tuple[int, int]],

@@ -471,6 +471,14 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None,
               help="Memory plan: which swapped tensors are stored compressed in far memory "
                    "(stc / ldc: non-zero values and a mask per 64 values): auto: maps a ReLU "
                    "wrote whose measured density makes the stream smaller; all; or none.")
+@click.option("--far-resident/--no-far-resident", default=True, show_default=True,
+              help="Memory plan: when no set of swaps fits the budget, keep whole maps in far "
+                   "memory (written and read there) until it fits.")
+@click.option("--far-reads", type=click.Choice(["auto", "direct", "staged"]), default="auto",
+              show_default=True,
+              help="Memory plan: how kernels read a map kept in far memory: the way the cost "
+                   "model finds cheapest, directly, or a band of rows at a time through a "
+                   "staging buffer in fast memory.")
 @click.option("--memory-profile", type=click.Path(dir_okay=False), default=None,
               help="Plot the memory profile (bytes live before and after the plan) to this "
                    ".png (with --memory-budget).")
@@ -485,7 +493,8 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
              placement: str, batch: int, schedule_mode: str, split_threshold: int | None,
              memory_budget: int | None,
              swap_slack: float, swap_min_bytes: int, swap_max: int, far_latency: int,
-             far_beat_cycles: int, swap_compression: str, memory_profile: str | None,
+             far_beat_cycles: int, swap_compression: str, far_resident: bool, far_reads: str,
+             memory_profile: str | None,
              as_json: bool, force: bool, **params) -> None:
     """Compile an ONNX MODEL to ROM images and a memory image in OUTPUT.
 
@@ -527,6 +536,7 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
                           memory=MemoryOptions(budget=memory_budget, th_tts=swap_slack,
                                                th_s=swap_min_bytes, n=swap_max,
                                                compress=swap_compression,
+                                               far_resident=far_resident, far_reads=far_reads,
                                                far=FarMemory(latency=far_latency,
                                                              beat_cycles=far_beat_cycles)))
     with _progress("compiling", -1) as tick:
@@ -712,10 +722,15 @@ def _print_compile(r: dict, output: str) -> None:
     if "memory" in r:
         m = r["memory"]
         swapped = ", ".join(s["tensor"] for s in m["swapped"]) or "none"
+        resident = m.get("far_resident", [])
         click.echo(f"memory plan: {m['fast_bytes']} bytes of fast memory (budget "
                    f"{m['budget']}; {m['fast_bytes_before']} without swapping), peak live "
                    f"{m['peak_before']} -> {m['peak_after']} bytes; swapped to far memory: "
-                   f"{swapped} ({m['far_bytes']} bytes)")
+                   f"{swapped} ({m['far_bytes']} bytes)"
+                   + (f"; kept in far memory: {len(resident)} maps "
+                      f"({sum(f['bytes'] for f in resident)} bytes, estimated "
+                      f"+{sum(f['estimated_cycles'] for f in resident)} cycles)"
+                      if resident else ""))
     if "mesh" in r:
         w, h = r["mesh"]["shape"]
         noc = [s["noc"] for s in r["segments"] if "noc" in s]

@@ -17,6 +17,7 @@ from .. import kernels
 from ..emit import Kernels
 from ..ir import Graph
 from ..memory import channel_view, view_source
+from ..windows import rows_read
 from .reroll import reroll
 
 
@@ -96,8 +97,16 @@ def emit_nodes(em: Kernels, g: Graph, order: list[tuple[str, int | None]], prefi
             kernels.zero_halo(ctx, layouts[root])
         piece = n.meta["pieces"][index] if index is not None else None
         images = layouts[n.outputs[0]].n
+        if "far_read" in n.meta and piece is not None:
+            # a map in far memory read whole (long bursts) or by bands of rows through a
+            # staging buffer, instead of by pieces: the whole node at its first piece's
+            # place (the memory plan, passes/memory_budget.py)
+            if name in stats:
+                continue
+            piece = None
         todo = range(*piece.images) if piece is not None and piece.images else range(images)
-        share = shared.setdefault(name, {}) if images > 1 or piece is not None else None
+        repeats = images > 1 or piece is not None or "far_read" in n.meta  # (by bands)
+        share = shared.setdefault(name, {}) if repeats else None
         label = f"{prefix}{n.name}" + (f"#{index}" if index is not None else "")
         ctx = kernels.LayerContext(em, layer + k, label, dense,
                                    n.meta.get("neurons"), shared=share)
@@ -106,7 +115,7 @@ def emit_nodes(em: Kernels, g: Graph, order: list[tuple[str, int | None]], prefi
             stats[name] = emit_layer(ctx, g, n, layouts, part=piece, image=b)
         if images > 1:
             stats[name]["batch"] = images
-        if piece is not None:
+        if index is not None:
             stats[name]["pieces"] = len(n.meta["pieces"])
     em.p.tag = None
     return stats
@@ -148,6 +157,23 @@ def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None,
         channels = None
     elif n.op in ("Add", "Sum"):
         ins = [layout(view_source(g, i)) for i in n.inputs]
+    read = n.meta.get("far_read")
+    if read is None or read["mode"] != "staged":
+        return _kernel(ctx, n, X, Y, rows, cols, channels, ins if n.op in ("Add", "Sum") else None)
+    # the input stays in far memory: a band of output rows at a time, its input rows
+    # copied to one of two staging buffers in fast memory first (the memory plan)
+    lo, hi = rows or (0, Y.h)
+    out = {}
+    for b, r0 in enumerate(range(lo, hi, read["rows"])):
+        r1 = min(hi, r0 + read["rows"])
+        a, z = rows_read(g, n, r0, r1, 0, X.pad_h)
+        S = kernels.stage_rows(ctx, X, a, z, read["addr"] + (b % 2) * read["bytes"])
+        out = _kernel(ctx, n, S, Y, (r0, r1), None, channels, None)
+    return {**out, "staged_bands": -(-(hi - lo) // read["rows"])}
+
+
+def _kernel(ctx: kernels.LayerContext, n, X, Y, rows, cols, channels, ins) -> dict:
+    """Node ``n``'s kernel on input ``X`` (``ins``: every input of a sum), output ``Y``."""
     try:
         if n.op == "Conv":
             return kernels.conv(ctx, n, X, Y, rows, channels, cols)

@@ -38,7 +38,7 @@ budget, the peak before and after, the arena, the swapped tensors, and the memor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from snpu.verif.image import MemoryImage
 from ..ir import Graph, Node, Tensor
 from .. import kernels
 from ..memory import Arena, allocate, hwc, storage
+from ..windows import rows_read
 from .codegen import subgraph_units
 from .memory_plan import Flow, candidates, rewrite, timing_analysis
 from .schedule import KernelTimer
@@ -85,6 +86,15 @@ class MemoryOptions:
     #: ReLU wrote whose stream is expected to be smaller than the dense map), ``all`` or
     #: ``off``
     compress: str = "auto"
+    #: when no set of swaps fits the budget, keep whole tensors in far memory, written and
+    #: read there by their kernels (:func:`_far_resident`); ``False``: swaps only (the
+    #: TFLMS-style baseline has no such fallback)
+    far_resident: bool = True
+    #: how kernels read a far-resident map: ``auto`` (the way the cost model finds
+    #: cheapest), ``direct`` (from far memory, as scheduled or as a whole node) or
+    #: ``staged`` (through a staging buffer in fast memory, a band of rows at a time,
+    #: wherever the reader and the budget allow)
+    far_reads: str = "auto"
 
 
 #: the non-zero fraction assumed for a ReLU map none of whose readers measured its density
@@ -207,6 +217,8 @@ class _Plan:
     prefetch: bool = True  #: restorations start early (prefetch edges) or just in time
     #: where the profile peaks: the kernel, and the tensors live there (largest first)
     peak_at: tuple = ("", ())
+    #: far-resident tensor -> the cycles it is estimated to add (:func:`_far_resident`)
+    far_costs: dict = field(default_factory=dict)
 
     @property
     def fast(self) -> int:
@@ -275,7 +287,13 @@ def _place_plan(g: Graph, steps) -> _Plan:
     life = _lifetimes(g, st, steps)
     size = {t: st.size(g, t) for t in life}
     far = [n.outputs[0] for n in g.nodes if n.meta.get("memory") == "reduction"]
+    far += [t for t in g.meta.get("far_resident", ()) if t in life and t not in far]
     arena_life = {t: v for t, v in life.items() if t not in far}
+    span = _spans(steps)
+    for v, read in g.meta.get("far_reads", {}).items():  # staging buffers of far reads
+        if read["mode"] == "staged":
+            arena_life[f"{v}@stage"] = span[v]
+            size[f"{v}@stage"] = 2 * read["bytes"]
     offsets, arena_bytes = _place(arena_life, size)
     profile = _profile(arena_life, size, len(steps))
     dirty = []
@@ -458,6 +476,9 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
         raise CompileError(f"--memory-budget {budget}: must be a positive number of bytes")
     if options.compress not in ("auto", "all", "off"):
         raise CompileError(f"memory plan: compress={options.compress!r} is not auto, all or off")
+    if options.far_reads not in ("auto", "direct", "staged"):
+        raise CompileError(f"memory plan: far_reads={options.far_reads!r} is not auto, direct "
+                           "or staged")
     steps = _steps(g)
     plain = _place_plan(g.copy(), steps)  # no output in place, no swap
     base = _evaluate(g.copy(), steps)
@@ -496,11 +517,22 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
             if plan.fast <= budget:
                 best = plan
                 break
+        if best.fast > budget and options.far_resident:
+            starts = [base] + ([best] if best is not base else [])
+            # staging buffers take at most a quarter of the budget (two halves)
+            far_cost = _FarCost(g, timer, steps, options.far, budget // 4, options.far_reads)
+            filled = [_far_resident(p, budget, far_cost) for p in starts]
+            fits = [p for p in filled if p.fast <= budget]
+            best = (min(fits, key=lambda p: _far_cycles(p, config, options.far)) if fits
+                    else min(filled + [best], key=lambda p: p.fast))
         if best.fast > budget:
             why = (f"{len(tensors)} tensors can be swapped" if tensors else
                    "no tensor can be swapped: a swap needs a tensor one core kernel writes "
                    "and later core kernels read, with slack; concatenation buffers, views "
                    "and the graph's inputs and outputs stay")
+            if options.far_resident:
+                why += ("; no tensor live at the peak can stay in far memory instead (the "
+                        "graph's inputs and outputs and swapped tensors cannot)")
             at, live = best.peak_at
             top = ", ".join(f"{t} {b}" for t, b in live[:3])
             raise BudgetError(f"--memory-budget {budget}: {g.name} needs at least {best.fast} "
@@ -513,7 +545,16 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
         if s["compressed"]:
             s["expected_ratio"] = round(packed[s["tensor"]], 3)
     _mark_compressed(best.graph, best.arena, packed, config)
+    reads = _far_reads(best)
     out = allocate(best.graph, image, arena=best.arena)
+    for n in out.nodes:
+        if n.name in reads:
+            read = dict(reads[n.name])
+            if read["mode"] == "staged":
+                read["addr"] = (image.regions["act:arena"].addr
+                                + best.arena.offsets[f"{n.name}@stage"])
+            n.meta = {**n.meta, "far_read": read}
+    resident = [t for t in best.graph.meta.get("far_resident", ()) if t in best.arena.far]
     out.meta["memory"] = {
         "budget": budget, "fast_bytes_before": base.fast, "fast_bytes": best.fast,
         "arena_bytes": best.arena.size, "peak_plain": max(plain.profile, default=0),
@@ -524,6 +565,9 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
                          for t in best.arena.far),
         "far_memory": {"latency": options.far.latency, "beat_cycles": options.far.beat_cycles},
         "swapped": best.swapped, "zero_halo": best.dirty,
+        "far_resident": [{"tensor": t, "bytes": storage(out).size(out, t),
+                          "estimated_cycles": round(best.far_costs.get(t, 0.0))}
+                         for t in resident],
         "in_place": sorted(best.graph.meta.get("inplace", {}).items()),
         "profile_before": base.profile, "profile_after": best.profile,
     }
@@ -605,3 +649,223 @@ def _swap_sets(flow: Flow, ok: set[str], tts: dict, options: MemoryOptions) -> l
 def _copy_cycles(nbytes: int, config: CoreConfig, far: timing.FarMemory) -> float:
     """Rough cycles of a swap between fast and far memory: the far side's beats."""
     return far.latency + nbytes / config.axi_bytes * far.beat_cycles
+
+
+# ---------------------------------------------------------------------------------------------
+# Far-resident tensors: the fallback when swapping cannot fit the budget
+# ---------------------------------------------------------------------------------------------
+
+
+#: readers of a far-resident map that read it through a staging buffer in fast memory, a
+#: band of output rows at a time (:func:`~..kernels.stage_rows`, ``codegen.emit_layer``)
+STAGED_OPS = ("Conv", "MaxPool", "AveragePool", "Affine")
+
+
+def _bands(g: Graph, n: Node, L, rows: int) -> tuple[int, int, int]:
+    """For ``n`` reading map layout ``L`` a band of ``rows`` output rows at a time: the
+    largest band's input bytes (padded rows), all bands' bytes, and the number of bands."""
+    h = g.tensor(n.outputs[0]).shape[2]
+    sizes = [(b - a) * L.row for a, b in
+             (rows_read(g, n, r0, min(h, r0 + rows), 0, L.pad_h) for r0 in range(0, h, rows))]
+    return max(sizes), sum(sizes), len(sizes)
+
+
+def _stage_plan(g: Graph, n: Node, L, cap: int) -> dict:
+    """The bands ``n`` reads map layout ``L`` in: the most output rows whose two staging
+    buffers (double-buffered: a band is copied while the one before is computed) fit
+    ``cap`` bytes (at least one row, whether it fits or not)."""
+    h = g.tensor(n.outputs[0]).shape[2]
+    lo, hi = 1, h
+    while lo < hi:  # a band's input grows with its rows
+        mid = (lo + hi + 1) // 2
+        if 2 * _bands(g, n, L, mid)[0] <= cap:
+            lo = mid
+        else:
+            hi = mid - 1
+    biggest, copied, count = _bands(g, n, L, lo)
+    return {"rows": lo, "bytes": -(-biggest // 64) * 64, "copied": copied, "bands": count}
+
+
+class _FarCost:
+    """Estimated cycles a storage root adds when it stays in far memory, and how its
+    readers read it.  Every kernel writing or reading it (or a view of it) is timed by the
+    cost model with the tensor's addresses (``graph``'s layouts, before the plan) in far
+    memory, less the same kernels in fast memory.  A reader split into pieces may instead
+    run whole (a pooling of every channel at once reads whole pixel rows: long far
+    bursts), and a reader in :data:`STAGED_OPS` may copy its input a band of rows at a time
+    to a staging buffer in fast memory first (one long far burst per block of pixels, two
+    copies' worth of beats, a weight reload per band); each way is timed and the cheapest
+    taken.  Tensors written in place over the root count too."""
+
+    def __init__(self, graph: Graph, timer: KernelTimer, steps, far: timing.FarMemory,
+                 cap: int, mode: str = "auto"):
+        self.g, self.timer, self.far, self.cap, self.mode = graph, timer, far, cap, mode
+        self.nodes = {n.name: n for n in graph.nodes}
+        self.touch: dict[str, list] = {}  # tensor -> the steps reading or writing it
+        self.steps: dict[str, list] = {}  # node -> its steps
+        for step in steps:
+            n = self.nodes.get(step[0])
+            if n is None or n.device != "core":
+                continue
+            self.steps.setdefault(n.name, []).append(step)
+            for t in dict.fromkeys(x for x in (*n.inputs, *n.outputs) if x):
+                self.touch.setdefault(t, []).append(step)
+        self.memo: dict = {}
+        self.stage_at, self.stage_room = 0, 0  # a staging region in the timer's image
+
+    def _range(self, t: str) -> tuple[int, int] | None:
+        L = self.g.meta["layouts"].get(t)
+        if L is None:
+            return None
+        lo = L.base - L.pad_h * L.row - L.pad_w * L.pixel
+        return lo, lo + (L.n - 1) * L.image + (L.h + 2 * L.pad_h) * L.row
+
+    def _time(self, step, rng=None, read: dict | None = None) -> int:
+        """Cycles of ``step`` alone, ``rng`` in far memory, its node reading ``read``-wise."""
+        key = (step, rng, read and read["mode"])
+        if key not in self.memo:
+            far = None if rng is None else timing.FarMemory(
+                rng[0], rng[1], self.far.latency, self.far.beat_cycles)
+            n = self.nodes[step[0]]
+            old = n.meta
+            if read is not None:
+                n.meta = {**old, "far_read": read}
+            try:
+                self.memo[key] = self.timer.units([step], far)[0]
+            finally:
+                n.meta = old
+        return self.memo[key]
+
+    def _ways(self, n: Node, t: str, rng) -> list[tuple[float, dict | None]]:
+        """Extra cycles of ``n`` with root ``t`` at ``rng`` in far memory, each way it can
+        read it (``None``: as scheduled, piece by piece), against the same node in fast
+        memory as scheduled (piece by piece) or whole (a whole node's own gain or loss is
+        not counted: pieces alone run slower than between their neighbours)."""
+        steps = self.steps[n.name]
+        ways = [(sum(self._time(s, rng) - self._time(s) for s in steps), None)]
+        if self.mode == "staged":
+            staged = self._staged(n, t, rng, steps)
+            return [staged] if staged else ways
+        whole = self._time((n.name, None)) if len(steps) > 1 else sum(map(self._time, steps))
+        if len(steps) > 1:
+            ways.append((self._time((n.name, None), rng, {"mode": "whole"}) - whole,
+                         {"mode": "whole"}))
+        if self.mode == "auto":
+            staged = self._staged(n, t, rng, steps)
+            ways += [staged] if staged else []
+        return ways
+
+    def _staged(self, n: Node, t: str, rng, steps) -> tuple[float, dict] | None:
+        """Extra cycles of ``n`` reading root ``t`` at ``rng`` in far memory through a
+        staging buffer (against ``n`` whole in fast memory), and the bands; ``None`` if
+        ``n`` cannot (not a :data:`STAGED_OPS` reader of ``t`` itself, or not even one
+        row's window fits the cap)."""
+        L = self.g.meta["layouts"].get(t)
+        if (n.op not in STAGED_OPS or n.inputs[0] != t or L is None
+                or L.row != (L.w + 2 * L.pad_w) * L.pixel):
+            return None
+        read = {"mode": "staged", **_stage_plan(self.g, n, L, self.cap)}
+        if 2 * read["bytes"] > self.cap:
+            return None
+        if 2 * read["bytes"] > self.stage_room:
+            self.stage_room = 2 * read["bytes"]
+            region = self.timer.image.alloc(
+                f"memory plan:stage{self.stage_room}", self.stage_room, "scratch", "int8",
+                (self.stage_room,), align=64)
+            self.stage_at = region.addr
+            # the cost model's stores write nothing: the staged rows read non-zero, as
+            # the timer's activations do
+            self.timer.image.data[region.addr:region.end] = 127
+        read["addr"] = self.stage_at
+        whole = self._time((n.name, None)) if len(steps) > 1 else sum(map(self._time, steps))
+        return self._time((n.name, None), rng, read) - whole, read
+
+    def __call__(self, tensors: list[str], root: str) -> tuple[float, dict]:
+        """Extra cycles of keeping ``tensors`` (storage ``root``'s) in far memory, and how
+        the readers that do not read it piece by piece read it (node -> way)."""
+        total, reads = 0.0, {}
+        ranges = {t: self._range(t) for t in tensors}
+        for name in dict.fromkeys(s[0] for t in tensors for s in self.touch.get(t, ())):
+            n = self.nodes[name]
+            mine = [r for t, r in ranges.items() if r is not None and t in n.inputs]
+            if len(mine) == 1 and not any(t in n.outputs for t in tensors):
+                cycles, read = min(self._ways(n, root, mine[0]), key=lambda w: w[0])
+                if read is not None:
+                    reads[name] = read
+                total += cycles
+                continue
+            for s in self.steps[name]:  # writes (and several views read): step by step
+                for r in ranges.values():
+                    if r is not None:
+                        total += self._time(s, r) - self._time(s)
+        return total, reads
+
+
+def _far_resident(plan: _Plan, budget: int, far_cost: _FarCost) -> _Plan:
+    """``plan`` with tensors moved wholly to far memory until it fits ``budget`` (or no
+    tensor live at its peak can move): their producers store them there and their readers
+    load them from there -- directly, paying the far memory's latency and narrower bus on
+    those DMAs, or a band of rows at a time through a staging buffer in fast memory
+    (:class:`_FarCost` takes the cheaper) -- instead of a swap's two copies.
+
+    A swap cannot shrink the working set of one kernel (its inputs and its output are in
+    fast memory while it runs); a far-resident tensor leaves it.  Greedy: at the plan's
+    peak, the live tensor whose far accesses cost the fewest estimated cycles per byte it
+    frees moves, and the next cheapest until the bytes moved cover the plan's excess over
+    the budget; repeat.  Graph inputs and outputs (the runtime reads and writes them),
+    swapped tensors and their copies stay where they are."""
+    g = plan.graph
+    steps = _steps(g)
+    copies = {t for n in g.nodes if n.op == "Copy" for t in (*n.inputs, *n.outputs)}
+    fixed = set(g.inputs) | set(g.outputs) | copies
+    far = list(g.meta.get("far_resident", ()))
+    reads = dict(g.meta.get("far_reads", {}))
+    costs: dict[str, float] = {}
+
+    def members(st, r):
+        return [t for t, u in st.root.items() if u == r] or [r]
+
+    while plan.fast > budget:
+        st = storage(plan.graph)
+        held = {st.root.get(t, t) for t in fixed}
+        movable = [(t, b) for t, b in plan.peak_at[1]
+                   if t not in fixed and t not in held and t not in far and "@" not in t]
+        if not movable:
+            break
+        priced = {t: far_cost(members(st, t), t) for t, _ in movable}
+        freed = 0  # the cheapest per byte first, until the peak's excess is freed
+        for t, b in sorted(movable, key=lambda x: (priced[x[0]][0] / max(1, x[1]), x[0])):
+            far.append(t)
+            costs[t] = priced[t][0]
+            reads.update(priced[t][1])
+            freed += b
+            if freed >= plan.fast - budget:
+                break
+        h = g.copy()
+        h.meta.pop("inplace", None)  # _evaluate chooses the outputs in place again
+        h.meta["far_resident"] = list(far)
+        h.meta["far_reads"] = dict(reads)
+        moved = _evaluate(h, steps)
+        moved.swapped, moved.prefetch = plan.swapped, plan.prefetch
+        plan = moved
+    plan.far_costs = {t: c for t, c in costs.items() if t in plan.arena.far}
+    return plan
+
+
+def _far_reads(plan: _Plan) -> dict[str, dict]:
+    """How the readers of the plan's far-resident maps read them (node -> way), for those
+    whose input did end up in far memory; the rest read their input as scheduled (the
+    staging bytes of a staged one stay unused)."""
+    st = storage(plan.graph)
+    nodes = {n.name: n for n in plan.graph.nodes}
+    far = set(plan.arena.far)
+    return {v: r for v, r in plan.graph.meta.get("far_reads", {}).items()
+            if any(st.root.get(i, i) in far for i in nodes[v].inputs if i)}
+
+
+def _far_cycles(plan: _Plan, config: CoreConfig, far: timing.FarMemory) -> float:
+    """Estimated cycles a plan adds: its far-resident tensors' (:class:`_FarCost`) and a
+    swap's copies (out once, back once per restoration; each the far side's beats)."""
+    copies = sum((1 + s["restorations"]) * _copy_cycles(s["bytes"], config, far)
+                 for s in plan.swapped)
+    return copies + sum(plan.far_costs.values())

@@ -121,15 +121,19 @@ def _plan(body: list[Instr], steps: list[int]):
     return incs, walks
 
 
-def _inner_moves(body: list[Instr]) -> list[set[str]]:
+def _inner_moves(body: list[Instr]) -> list[frozenset[str]]:
     """For every word of ``body``: the streams a loop of ``body`` enclosing it moves."""
     out, stack = [], []  # stack of (last word index, streams moved)
+    moved: frozenset[str] = frozenset()  # the union over the stack
     for k, w in enumerate(body):
-        while stack and stack[-1][0] < k:
-            stack.pop()
-        out.append(set().union(*(m for _, m in stack)))
+        if stack and stack[-1][0] < k:
+            while stack and stack[-1][0] < k:
+                stack.pop()
+            moved = frozenset().union(*(m for _, m in stack))
+        out.append(moved)
         if w.op == "loop":
-            stack.append((k + w.body, {s for s, f in STREAMS.items() if w.args[f]}))
+            stack.append((k + w.body, frozenset(s for s, f in STREAMS.items() if w.args[f])))
+            moved = moved | stack[-1][1]
     return out
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from snpu.config import CoreConfig
 from snpu.errors import CompileError
+from snpu.verif import timing
 from snpu.verif.image import MemoryImage
 from snpu.verif.program import Program
 
@@ -225,15 +226,16 @@ class KernelTimer:
     def __call__(self, order: list) -> int:
         return self.units(order)[0]
 
-    def units(self, order: list) -> tuple[int, dict[str, int]]:
-        """Estimated cycles of ``order`` emitted alone, and each unit's busy cycles."""
+    def units(self, order: list, far: timing.FarMemory | None = None) -> tuple[int, dict[str, int]]:
+        """Estimated cycles of ``order`` emitted alone, and each unit's busy cycles
+        (``far``: with that address range timed as far memory)."""
         prog = Program(self.config, image=self.image, rom_name=f"schedule:{self.timed}")
         em = Kernels(prog)
         emit_nodes(em, self.g, order, f"schedule{self.timed}:", 0, self.dense)
         em.halt()
         self.timed += 1
         return cost.estimate(prog.instrs, self.image.data, self.config,
-                             cost.layer_density(prog.tags, self.density))
+                             cost.layer_density(prog.tags, self.density), far)
 
 
 def schedule(graph: Graph, options: ScheduleOptions, config: CoreConfig, image: MemoryImage,

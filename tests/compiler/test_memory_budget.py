@@ -177,6 +177,13 @@ def test_cli_memory_budget_and_profile(tmp_path, unet_model):
     r = CliRunner().invoke(main, ["compile", str(tmp_path / "u.onnx"), "-o", str(tmp_path / "o3"),
                                   "--memory-budget", "100"])
     assert r.exit_code == 1 and "give a budget of" in r.output and "Traceback" not in r.output
+    # below what swaps reach: maps kept in far memory, or (without) the smallest swap plan
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "u.onnx"), "-o", str(tmp_path / "o4"),
+                                  "--memory-budget", "4000", "--far-reads", "direct"])
+    assert r.exit_code == 0 and "kept in far memory: " in r.output, r.output
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "u.onnx"), "-o", str(tmp_path / "o5"),
+                                  "--memory-budget", "4000", "--no-far-resident"])
+    assert r.exit_code == 1 and "give a budget of" in r.output and not (tmp_path / "o5").exists()
 
 
 def test_a_residual_add_writes_over_the_input_that_dies_there():
@@ -263,8 +270,9 @@ def test_random_graphs_under_memory_plans():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_random_unets_and_branchy_networks_at_their_smallest_budget(seed):
-    """Generated networks with long-lived tensors, random sizes: the smallest plan swaps,
-    and runs bit-exact."""
+    """Generated networks with long-lived tensors, random sizes: the smallest plan of swaps
+    alone swaps, the smallest with maps kept in far memory is smaller still, and both run
+    bit-exact."""
     from snpu.compiler.passes.memory_budget import BudgetError
 
     rng = np.random.default_rng(seed)
@@ -277,13 +285,20 @@ def test_random_unets_and_branchy_networks_at_their_smallest_budget(seed):
     else:
         c = 8 * int(rng.integers(1, 3))
         m, shape = branchy.build(seed=seed, blocks=2, channels=c, size=s), (1, c, s, s)
+    swaps = {"strategy": ("slack", "distance")[seed % 3 == 2], "far_resident": False}
     with pytest.raises(BudgetError) as e:
-        _compile(m, 1, shape, n=1)
-    c, xs = _compile(m, e.value.smallest, shape, n=1,
-                     memory={"strategy": ("slack", "distance")[seed % 3 == 2]})
+        _compile(m, 1, shape, n=1, memory=swaps)
+    c, xs = _compile(m, e.value.smallest, shape, n=1, memory=swaps)
     assert c.report["memory"]["fast_bytes"] <= e.value.smallest
+    assert not c.report["memory"]["far_resident"]
     if seed % 2 == 0:
         assert c.report["memory"]["swapped"]
+    _bit_exact(c, xs)
+    with pytest.raises(BudgetError) as far:
+        _compile(m, 1, shape, n=1)
+    assert far.value.smallest <= e.value.smallest
+    c, xs = _compile(m, far.value.smallest, shape, n=1)
+    assert c.report["memory"]["fast_bytes"] <= far.value.smallest
     _bit_exact(c, xs)
 
 
@@ -322,3 +337,61 @@ def test_swapped_relu_maps_are_stored_compressed_when_that_is_smaller(unet_model
     with pytest.raises(CompileError, match="compress='zip' is not auto, all or off"):
         _compile(unet_model, int(unet_unplanned[0].report["memory"]["fast_bytes"] * 0.75),
                  shape, n=1, memory={"compress": "zip"})
+
+
+@pytest.fixture(scope="module")
+def tall_unet():
+    """A U-Net with maps of 24 rows: a third of its peak holds two staging buffers of a
+    convolution window's rows."""
+    m = unet.build(4, depth=3, channels=8, size=24)
+    return m, _compile(m, 1 << 30, (1, 8, 24, 24), n=1)[0].report["memory"]
+
+
+@pytest.mark.parametrize("reads", ["auto", "direct", "staged"])
+def test_a_budget_no_swap_fits_keeps_maps_in_far_memory(tall_unet, reads):
+    """Below what swapping can reach (a kernel's own input and output exceed the budget),
+    whole maps stay in far memory: their producers store them there and their readers load
+    them from there, directly or a band of rows at a time through a staging buffer in fast
+    memory; the plan fits, its estimate names each map's cost, and it runs bit-exact."""
+    m, free = tall_unet
+    budget = free["peak_before"] // 3
+    with pytest.raises(CompileError, match="give a budget of"):
+        _compile(m, budget, (1, 8, 24, 24), n=1, memory={"far_resident": False})
+    c, xs = _compile(m, budget, (1, 8, 24, 24), memory={"far_reads": reads})
+    mem = c.report["memory"]
+    assert mem["fast_bytes"] <= budget and mem["far_resident"]
+    assert all(f["bytes"] > 0 and "estimated_cycles" in f for f in mem["far_resident"])
+    layouts, far = c.graph.meta["layouts"], next(r for r in c.image.regions.values()
+                                                  if r.kind == "far")
+    for f in mem["far_resident"]:
+        assert far.addr <= layouts[f["tensor"]].base < far.end
+    modes = {n.meta["far_read"]["mode"] for n in c.graph.nodes if "far_read" in n.meta}
+    if reads == "staged":
+        assert modes == {"staged"}
+    if reads == "direct":
+        assert "staged" not in modes
+    _bit_exact(c, xs)
+
+
+def test_staged_reads_of_far_maps_cover_padding_strides_and_pieces():
+    """Staged reads on a branchy network (padded pooling, 1x1 convolutions, operators split
+    into pieces by memory): every band copies whole padded rows, halo included, and a
+    reader's pieces run as one node by bands; bit-exact with the int8 reference.  (The
+    U-Net above stages padded 3x3 convolutions.)"""
+    m = branchy.build(seed=3, blocks=2, channels=16, size=24)
+    free, _ = _compile(m, 1 << 30, (1, 16, 24, 24), n=1, split_threshold=6000)
+    budget = free.report["memory"]["peak_before"] // 2
+    c, xs = _compile(m, budget, (1, 16, 24, 24), split_threshold=6000,
+                     memory={"far_reads": "staged"})
+    assert c.report["split"]["nodes"]
+    mem = c.report["memory"]
+    assert mem["fast_bytes"] <= budget and mem["far_resident"]
+    staged = [n for n in c.graph.nodes if n.meta.get("far_read", {}).get("mode") == "staged"]
+    assert any(n.meta.get("pieces") for n in staged)
+    assert {n.op for n in staged} >= {"Conv", "AveragePool"}
+    _bit_exact(c, xs)
+
+
+def test_far_reads_option_is_checked(unet_model):
+    with pytest.raises(CompileError, match="far_reads='sideways' is not auto, direct or staged"):
+        _compile(unet_model, 1000, (1, 8, 12, 12), n=1, memory={"far_reads": "sideways"})

@@ -249,3 +249,29 @@ def test_a_tight_memory_budget_on_the_rtl():
         rtl_sim.run_many([rtl_sim.Job(words, image.copy_image(), seg["rom"])], c.config,
                          far={"latency": 0, "beat_cycles": 1})[0]
     assert slow.ok and fast.ok and slow.cycles > fast.cycles
+
+
+def test_maps_kept_in_far_memory_on_the_rtl():
+    """Issue 13: a budget below the smallest plan swaps alone reach: a map stays in far
+    memory (its producer stores it there; a convolution reads it a band of rows at a time
+    through a staging buffer in fast memory, the others directly), beside swaps; bit-exact
+    on the RTL, whose RAM makes the far region slower as the golden model does."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import unet
+
+    from snpu.compiler.passes.memory_budget import BudgetError, MemoryOptions
+
+    m = unet.build(0, depth=3, channels=8, size=16)
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal((1, 8, 16, 16)).astype(np.float32)]
+    opts = dict(config=TEST_CORE, calibration=[{"x": xs[0]}])
+    with pytest.raises(BudgetError) as e:
+        compile_model(m, CompileOptions(**opts, memory=MemoryOptions(budget=1,
+                                                                     far_resident=False)))
+    budget = e.value.smallest - 64
+    c = compile_model(m, CompileOptions(**opts, memory=MemoryOptions(budget=budget,
+                                                                     far_reads="staged")))
+    mem = c.report["memory"]
+    assert mem["fast_bytes"] <= budget and mem["far_resident"] and mem["swapped"]
+    assert any(n.meta.get("far_read", {}).get("mode") == "staged" for n in c.graph.nodes)
+    _rtl_matches(c, xs)
