@@ -298,12 +298,18 @@ class Arena:
     byte offset in the fast-memory arena (one region, tensors whose lifetimes do not overlap
     share bytes); ``far``: roots that live in far memory; ``size``: the arena's bytes;
     ``far_bytes``: the far bytes of roots stored compressed (their bound, which depends on
-    how the kernels cut them; the rest take their dense size)."""
+    how the kernels cut them; the rest take their dense size); ``local``: the arena is the
+    core's local memory (from ``isa.LOCAL_BASE``) instead of a region of external memory."""
 
     offsets: dict[str, int]
     far: list[str]
     size: int
     far_bytes: dict[str, int] = field(default_factory=dict)
+    local: bool = False
+
+    def base(self, image: MemoryImage) -> int:
+        """The arena's first address (after :func:`allocate` placed it in ``image``)."""
+        return isa.LOCAL_BASE if self.local else image.regions["act:arena"].addr
 
 
 def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0,
@@ -345,7 +351,9 @@ def allocate(graph: Graph, image: MemoryImage, local_bytes: int = 0,
     g.meta["storage_root"] = st.root
     base: dict[str, int] = {}
     if arena is not None:
-        if arena.offsets:
+        if arena.offsets and arena.local:
+            base.update({t: isa.LOCAL_BASE + off for t, off in arena.offsets.items()})
+        elif arena.offsets:
             region = image.alloc("act:arena", max(arena.size, 1), "scratch", "int8",
                                  (max(arena.size, 1),), align=64)
             base.update({t: region.addr + off for t, off in arena.offsets.items()})

@@ -471,6 +471,11 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None,
               help="Memory plan: which swapped tensors are stored compressed in far memory "
                    "(stc / ldc: non-zero values and a mask per 64 values): auto: maps a ReLU "
                    "wrote whose measured density makes the stream smaller; all; or none.")
+@click.option("--fast-memory", type=click.Choice(["external", "local"]), default="external",
+              show_default=True,
+              help="Memory plan: the fast memory is an arena of external memory, or the core's "
+                   "local memory (the graph's inputs and outputs and maps crossing to the host "
+                   "then live in far memory; --memory-budget defaults to its size).")
 @click.option("--far-resident/--no-far-resident", default=True, show_default=True,
               help="Memory plan: when no set of swaps fits the budget, keep whole maps in far "
                    "memory (written and read there) until it fits.")
@@ -493,7 +498,8 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
              placement: str, batch: int, schedule_mode: str, split_threshold: int | None,
              memory_budget: int | None,
              swap_slack: float, swap_min_bytes: int, swap_max: int, far_latency: int,
-             far_beat_cycles: int, swap_compression: str, far_resident: bool, far_reads: str,
+             far_beat_cycles: int, swap_compression: str, fast_memory: str,
+             far_resident: bool, far_reads: str,
              memory_profile: str | None,
              as_json: bool, force: bool, **params) -> None:
     """Compile an ONNX MODEL to ROM images and a memory image in OUTPUT.
@@ -515,11 +521,13 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
         _memory_ports(size, memory_ports)  # a bad value fails before any output is made
     _output(output, "compiled model", inputs=[model, core, calibration], force=force)
     if memory_profile:
-        if memory_budget is None:
+        if memory_budget is None and fast_memory != "local":
             raise SnpuError("--memory-profile plots the memory plan: give --memory-budget too")
         _output(memory_profile, "memory profile", "--memory-profile",
                 inputs=[model, core, calibration], force=force)
     cfg = _load_config(core, **params)
+    if fast_memory == "local" and memory_budget is None:
+        memory_budget = cfg.local_bytes
     calib = None
     if calibration:
         calib = _read_inputs(calibration, load_onnx(model, batch=batch))
@@ -537,6 +545,7 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
                                                th_s=swap_min_bytes, n=swap_max,
                                                compress=swap_compression,
                                                far_resident=far_resident, far_reads=far_reads,
+                                               fast=fast_memory,
                                                far=FarMemory(latency=far_latency,
                                                              beat_cycles=far_beat_cycles)))
     with _progress("compiling", -1) as tick:
@@ -723,7 +732,8 @@ def _print_compile(r: dict, output: str) -> None:
         m = r["memory"]
         swapped = ", ".join(s["tensor"] for s in m["swapped"]) or "none"
         resident = m.get("far_resident", [])
-        click.echo(f"memory plan: {m['fast_bytes']} bytes of fast memory (budget "
+        click.echo(f"memory plan: {m['fast_bytes']} bytes of fast memory"
+                   f"{' (local memory)' if m.get('fast_memory') == 'local' else ''} (budget "
                    f"{m['budget']}; {m['fast_bytes_before']} without swapping), peak live "
                    f"{m['peak_before']} -> {m['peak_after']} bytes; swapped to far memory: "
                    f"{swapped} ({m['far_bytes']} bytes)"

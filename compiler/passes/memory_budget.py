@@ -7,7 +7,10 @@ region) that is larger and slower (:class:`~snpu.verif.timing.FarMemory`: the go
 model and the testbench's RAM both give it a longer latency and a narrower bus).  The
 graph's inputs and outputs are in the arena too: an input's storage is live from the start
 of the run (the runtime writes it before) to its last reader, an output's from its producer
-to the end (the runtime reads it after).
+to the end (the runtime reads it after).  With ``fast="local"`` the arena is the core's
+local memory instead: it keeps the maps one core subgraph writes and reads
+(:func:`_local_roots`), every other map lives in far memory, and every halo there is
+zeroed (local memory holds what the last run left).
 
 1. The program order is the scheduled kernels of every core subgraph with the host
    subgraphs between them.  A tensor is live in fast memory from the first kernel writing
@@ -27,7 +30,12 @@ to the end (the runtime reads it after).
    graph's kernels run in :func:`~.memory_plan.schedule`'s topological order
    (:func:`_apply`), and the emitter's tokens order every memory access.  ``k`` grows
    until the plan fits; if none does, the error gives the smallest budget that compiles.
-4. A tensor with a zero halo (a padded convolution reads it) placed on bytes another tensor
+4. If no set of swaps fits, whole maps stay in far memory (:func:`_far_resident`; a swap
+   cannot lower one kernel's working set): their producers store them there, their readers
+   read them there directly, whole instead of by pieces, or a band of rows at a time
+   through two staging buffers in the arena (:class:`_FarCost` times each way and takes the
+   cheapest); greedy at the plan's peak, cheapest per byte first.
+5. A tensor with a zero halo (a padded convolution reads it) placed on bytes another tensor
    used before gets its halo zeroed by the first kernel writing it (``zero_halo``).
 
 Results: the graph with the ``Copy`` nodes and new unit orders, its layouts
@@ -95,6 +103,11 @@ class MemoryOptions:
     #: ``staged`` (through a staging buffer in fast memory, a band of rows at a time,
     #: wherever the reader and the budget allow)
     far_reads: str = "auto"
+    #: the fast memory: ``external`` (an arena of external memory treated as fast) or
+    #: ``local`` (the core's local memory: maps a run of the core writes and reads stay
+    #: there, everything else -- the graph's inputs and outputs, maps crossing to the host
+    #: or to another core segment -- lives in far memory; the budget is at most its size)
+    fast: str = "external"
 
 
 #: the non-zero fraction assumed for a ReLU map none of whose readers measured its density
@@ -288,6 +301,10 @@ def _place_plan(g: Graph, steps) -> _Plan:
     size = {t: st.size(g, t) for t in life}
     far = [n.outputs[0] for n in g.nodes if n.meta.get("memory") == "reduction"]
     far += [t for t in g.meta.get("far_resident", ()) if t in life and t not in far]
+    local = g.meta.get("fast_memory") == "local"
+    if local:  # what the core's local memory cannot keep lives in far memory
+        keep = _local_roots(g, st)
+        far += [t for t in life if t not in keep and t not in far]
     arena_life = {t: v for t, v in life.items() if t not in far}
     span = _spans(steps)
     for v, read in g.meta.get("far_reads", {}).items():  # staging buffers of far reads
@@ -300,6 +317,9 @@ def _place_plan(g: Graph, steps) -> _Plan:
     for t, off in offsets.items():
         if not any(st.halo.get(t, (0, 0))):
             continue
+        if local:  # local memory holds whatever the last run left: every halo is zeroed
+            dirty.append(t)
+            continue
         a = arena_life[t][0]
         end = off + size[t]
         if any(arena_life[u][1] < a and offsets[u] < end and off < offsets[u] + size[u]
@@ -310,8 +330,25 @@ def _place_plan(g: Graph, steps) -> _Plan:
                   key=lambda x: -x[1])
     name, piece = steps[k] if steps else ("", None)
     at = name + (f"#{piece}" if piece is not None else "")
-    return _Plan(g, Arena(offsets, sorted(far), arena_bytes), profile, sorted(dirty), [],
+    return _Plan(g, Arena(offsets, sorted(far), arena_bytes, local=local), profile,
+                 sorted(dirty), [],
                  peak_at=(at, live))
+
+
+def _local_roots(g: Graph, st) -> set[str]:
+    """Storage roots the core's local memory may hold: written and read only by the core
+    nodes of one core subgraph (local memory keeps nothing the runtime or the next run of
+    the core could use), holding no graph input or output (the runtime writes and reads
+    those in external memory)."""
+    subgraph = {v: k for k, sg in enumerate(g.meta["subgraphs"]) for v in sg["nodes"]}
+    on_core = {k for k, sg in enumerate(g.meta["subgraphs"]) if sg["device"] == "core"}
+    where: dict[str, set] = {}
+    for n in g.nodes:
+        for t in (*n.inputs, *n.outputs):
+            if t and t in st.root:
+                where.setdefault(st.root[t], set()).add(subgraph.get(n.name, -1))
+    fixed = {st.root.get(t, t) for t in (*g.inputs, *g.outputs)}
+    return {r for r, ks in where.items() if len(ks) == 1 and ks <= on_core and r not in fixed}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,6 +402,8 @@ def _flow(g: Graph, st, steps, delays: dict[str, float]) -> tuple[Flow, set[str]
             continue
         if all(u.device == "core" and u.op not in _LAYOUT_OPS and u.name in reads for u in us):
             ok.add(t)
+    if g.meta.get("fast_memory") == "local":  # the rest lives in far memory already
+        ok &= _local_roots(g, st)
     return flow, ok
 
 
@@ -479,6 +518,13 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
     if options.far_reads not in ("auto", "direct", "staged"):
         raise CompileError(f"memory plan: far_reads={options.far_reads!r} is not auto, direct "
                            "or staged")
+    if options.fast not in ("external", "local"):
+        raise CompileError(f"memory plan: fast={options.fast!r} is not external or local")
+    if options.fast == "local":
+        if budget is not None and budget > config.local_bytes:
+            raise CompileError(f"--memory-budget {budget}: the fast memory is the core's local "
+                               f"memory, which holds {config.local_bytes} bytes")
+        g.meta["fast_memory"] = "local"
     steps = _steps(g)
     plain = _place_plan(g.copy(), steps)  # no output in place, no swap
     base = _evaluate(g.copy(), steps)
@@ -490,9 +536,11 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
         timer = KernelTimer(g, config, scratch, dense)
         nodes = {n.name: n for n in g.nodes}
         delays: dict[str, float] = {}
+        alone: dict = {}  # each kernel's cycles alone (the far-memory estimates reuse them)
         for name, idx in steps:
             if nodes[name].device == "core":
-                delays[name] = delays.get(name, 0.0) + timer.units([(name, idx)])[0]
+                alone[(name, idx)] = timer.units([(name, idx)])[0]
+                delays[name] = delays.get(name, 0.0) + alone[(name, idx)]
         flow, ok = _flow(g, st, steps, delays)
         _, _, tts = timing_analysis(flow)
         sets = _swap_sets(flow, ok, tts, options)
@@ -521,6 +569,7 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
             starts = [base] + ([best] if best is not base else [])
             # staging buffers take at most a quarter of the budget (two halves)
             far_cost = _FarCost(g, timer, steps, options.far, budget // 4, options.far_reads)
+            far_cost.memo.update({(s, None, None): c for s, c in alone.items()})
             filled = [_far_resident(p, budget, far_cost) for p in starts]
             fits = [p for p in filled if p.fast <= budget]
             best = (min(fits, key=lambda p: _far_cycles(p, config, options.far)) if fits
@@ -551,12 +600,12 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
         if n.name in reads:
             read = dict(reads[n.name])
             if read["mode"] == "staged":
-                read["addr"] = (image.regions["act:arena"].addr
-                                + best.arena.offsets[f"{n.name}@stage"])
+                read["addr"] = best.arena.base(image) + best.arena.offsets[f"{n.name}@stage"]
             n.meta = {**n.meta, "far_read": read}
     resident = [t for t in best.graph.meta.get("far_resident", ()) if t in best.arena.far]
     out.meta["memory"] = {
-        "budget": budget, "fast_bytes_before": base.fast, "fast_bytes": best.fast,
+        "budget": budget, "fast_memory": options.fast,
+        "fast_bytes_before": base.fast, "fast_bytes": best.fast,
         "arena_bytes": best.arena.size, "peak_plain": max(plain.profile, default=0),
         "peak_before": max(base.profile, default=0),
         "peak_after": max(best.profile, default=0), "plans_tried": tried,

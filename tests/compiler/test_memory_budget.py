@@ -184,6 +184,13 @@ def test_cli_memory_budget_and_profile(tmp_path, unet_model):
     r = CliRunner().invoke(main, ["compile", str(tmp_path / "u.onnx"), "-o", str(tmp_path / "o5"),
                                   "--memory-budget", "4000", "--no-far-resident"])
     assert r.exit_code == 1 and "give a budget of" in r.output and not (tmp_path / "o5").exists()
+    # the core's local memory as the fast memory: the budget defaults to its size
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "u.onnx"), "-o", str(tmp_path / "o6"),
+                                  "--fast-memory", "local", "--json"])
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "o6" / "report.json").read_text())
+    assert report["memory"]["fast_memory"] == "local"
+    assert report["memory"]["budget"] == 65536  # the default core's local memory
 
 
 def test_a_residual_add_writes_over_the_input_that_dies_there():
@@ -395,3 +402,31 @@ def test_staged_reads_of_far_maps_cover_padding_strides_and_pieces():
 def test_far_reads_option_is_checked(unet_model):
     with pytest.raises(CompileError, match="far_reads='sideways' is not auto, direct or staged"):
         _compile(unet_model, 1000, (1, 8, 12, 12), n=1, memory={"far_reads": "sideways"})
+
+
+def test_the_fast_memory_can_be_the_cores_local_memory():
+    """``fast="local"``: the arena is the core's local memory.  Maps one core run writes
+    and reads live there (every halo zeroed: local memory holds what the last run left);
+    the graph's input and output and maps that cross to the host live in far memory; a
+    budget larger than the local memory is an error; bit-exact at every budget, down to
+    none at all in local memory."""
+    from snpu.verif import isa
+
+    m = unet.build(4, depth=3, channels=8, size=12, resample=True)  # upsampling on the host
+    sizes = []
+    for budget in (TEST_CORE.local_bytes, 3000, 1):
+        c, xs = _compile(m, budget, (1, 8, 12, 12), memory={"fast": "local"})
+        mem = c.report["memory"]
+        assert mem["fast_memory"] == "local" and mem["fast_bytes"] <= budget
+        layouts, st = c.graph.meta["layouts"], c.graph.meta["storage_root"]
+        host = {t for n in c.graph.nodes if n.device == "host" for t in (*n.inputs, *n.outputs)}
+        for t, L in layouts.items():
+            if t in ("x", "y") or st.get(t, t) in {st.get(h, h) for h in host}:
+                assert L.base < isa.LOCAL_BASE, t
+        local = [t for t, L in layouts.items() if L.base >= isa.LOCAL_BASE]
+        assert set(mem["zero_halo"]) == {st.get(t, t) for t in local if layouts[t].pad_h}
+        sizes.append(len(local))
+        _bit_exact(c, xs)
+    assert sizes[0] > sizes[-1] == 0
+    with pytest.raises(CompileError, match="local memory, which holds 65536 bytes"):
+        _compile(m, 1 << 20, (1, 8, 12, 12), n=1, memory={"fast": "local"})

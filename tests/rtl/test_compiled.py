@@ -275,3 +275,29 @@ def test_maps_kept_in_far_memory_on_the_rtl():
     assert mem["fast_bytes"] <= budget and mem["far_resident"] and mem["swapped"]
     assert any(n.meta.get("far_read", {}).get("mode") == "staged" for n in c.graph.nodes)
     _rtl_matches(c, xs)
+
+
+def test_a_memory_plan_in_local_memory_on_the_rtl():
+    """Issue 13 on the memory hierarchy of the tiled array's core: the fast memory is the
+    core's local memory (maps live there by lifetime, halos zeroed: local memory holds
+    whatever the last run left), the graph's input and output and the maps that do not fit
+    in far memory; two inputs in one simulation, bit-exact on the RTL."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import unet
+
+    from snpu.compiler.passes.memory_budget import MemoryOptions
+    from snpu.verif import isa
+
+    m = unet.build(0, depth=3, channels=8, size=16)
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal((1, 8, 16, 16)).astype(np.float32) for _ in range(2)]
+    opts = dict(config=TEST_CORE, calibration=[{"x": x} for x in xs])
+    c = compile_model(m, CompileOptions(**opts, memory=MemoryOptions(budget=8000,
+                                                                     fast="local")))
+    mem = c.report["memory"]
+    assert mem["fast_memory"] == "local" and 0 < mem["fast_bytes"] <= 8000
+    assert mem["far_resident"] and mem["zero_halo"]
+    layouts = c.graph.meta["layouts"]
+    assert layouts["x"].base < isa.LOCAL_BASE
+    assert any(L.base >= isa.LOCAL_BASE for L in layouts.values())
+    _rtl_matches(c, xs)
