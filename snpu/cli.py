@@ -733,10 +733,10 @@ def _print_compile(r: dict, output: str) -> None:
         swapped = ", ".join(s["tensor"] for s in m["swapped"]) or "none"
         resident = m.get("far_resident", [])
         click.echo(f"memory plan: {m['fast_bytes']} bytes of fast memory"
-                   f"{' (local memory)' if m.get('fast_memory') == 'local' else ''} (budget "
+                   f"{' in the core local memory' if m.get('fast_memory') == 'local' else ''} (budget "
                    f"{m['budget']}; {m['fast_bytes_before']} without swapping), peak live "
                    f"{m['peak_before']} -> {m['peak_after']} bytes; swapped to far memory: "
-                   f"{swapped} ({m['far_bytes']} bytes)"
+                   f"{swapped} ({sum(s['bytes'] for s in m['swapped'])} bytes)"
                    + (f"; kept in far memory: {len(resident)} maps "
                       f"({sum(f['bytes'] for f in resident)} bytes, estimated "
                       f"+{sum(f['estimated_cycles'] for f in resident)} cycles)"
