@@ -514,14 +514,22 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
     cc = cp
     while cc > P and (kh * kw * cc + cc > ctx.acc_half or len(key_list) * cc // P > ctx.param_half):
         cc = _r(cc // 2, P)
-    rows = ctx.load_params([(np.zeros(cc), np.full(cc, keys[d][0]), np.full(cc, keys[d][1]))
-                            for d in key_list])
-    param_of = dict(zip(key_list, rows))
     if kh * kw * cc + cc > ctx.acc_half:
         raise CompileError(f"{node.where()}: a {kh}x{kw} window of {P} channels does not fit")
     G = ow
     while G > 1 and (kh * ((G - 1) * sw + kw) * cc + G * cc > ctx.acc_half or G * cc > ctx.ob_half):
         G = -(-G // 2)
+    # every channel of a pooling has the same parameters: with sets G pixels long, a run of
+    # output pixels is requantised as one pixel of all their channels, so ``req`` needs no
+    # pixel stride and the VX stride registers keep the window's strides (no cfg per group)
+    flat = len(key_list) * G * cc // P <= ctx.param_half and G * cc // P <= 255
+    # every group's window sits in the accumulators at one pitch (the widest group's), with
+    # its outputs after a whole window: the same strides and addresses for every group
+    pitch = (G - 1) * sw + kw
+    n = G * cc if flat else cc
+    rows = ctx.load_params([(np.zeros(n), np.full(n, keys[d][0]), np.full(n, keys[d][1]))
+                            for d in key_list])
+    param_of = dict(zip(key_list, rows))
     for c0 in range(0, c, cc):
         n = min(cc, c - c0)
         ncp = _r(n, P)
@@ -535,13 +543,13 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
                 xa = max(0, ox0 * sw - pads[1])
                 xb = min(X.w, (ox0 + g - 1) * sw - pads[1] + kw)
                 npix = xb - xa
-                out = ab + _r((yb - ya) * npix * ncp, P)
+                out = ab + _r(kh * pitch * ncp, P)
                 if X.pixel == n == ncp:  # a window row is one contiguous DMA row
                     k.ld("acc", X.addr(ya, xa, c0), ab, npix * n, 1, yb - ya,
-                         ext_stride3=X.row, dst_stride3=npix * ncp)
+                         ext_stride3=X.row, dst_stride3=pitch * ncp)
                 else:
                     k.ld("acc", X.addr(ya, xa, c0), ab, n, npix, yb - ya, ext_stride=X.pixel,
-                         dst_stride=ncp, ext_stride3=X.row, dst_stride3=npix * ncp)
+                         dst_stride=ncp, ext_stride3=X.row, dst_stride3=pitch * ncp)
                 # runs of output pixels with the same clipped window and divisor
                 runs = []
                 for i in range(g):
@@ -555,10 +563,15 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
                 for (kwe, d), i, start, m in runs:
                     k.vred("max" if is_max else "sum", out + i * ncp, ab + start * ncp, m,
                            ncp // P, kwe, yb - ya, src_stride=sw * ncp, dst_stride=ncp,
-                           k1_stride=ncp, k2_stride=npix * ncp)
+                           k1_stride=ncp, k2_stride=pitch * ncp)
                 for (kwe, d), i, start, m in runs:
-                    k.req(ob + i * ncp, out + i * ncp, param_of[d], m, ncp // P,
-                          int(q["relu"]), src_stride=ncp, dst_stride=ncp)
+                    if flat:
+                        k.req(ob + i * ncp, out + i * ncp, param_of[d], 1, m * ncp // P,
+                              int(q["relu"]), src_stride=ctx.k.p.reg("vx.src_stride"),
+                              dst_stride=ctx.k.p.reg("vx.dst_stride"))
+                    else:
+                        k.req(ob + i * ncp, out + i * ncp, param_of[d], m, ncp // P,
+                              int(q["relu"]), src_stride=ncp, dst_stride=ncp)
                 _store_pixels(k, Y, oy, ox0, c0, n, g, ob, ncp)
     return {"groups_per_row": -(-ow // G)}
 
