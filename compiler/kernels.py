@@ -17,7 +17,9 @@ tile ``k + 1`` overlap the compute of tile ``k``.
 * **Pooling** (:func:`pool`): input rows into ``acc`` (int8 sign-extended), one ``vred``
   per run of output pixels with the same clipped window (borders never read padding, so
   max pooling is exact for negative inputs and average pooling divides by the right count),
-  ``req`` with the divisor's multiplier.
+  ``req`` with the divisor's multiplier (a run requantised as one pixel of all its
+  channels); every pixel group's window at one accumulator pitch, so the stride registers
+  do not change from group to group.
 * **Global average pooling** (:func:`global_pool`), **sums** (:func:`add`: ``vew`` with
   int16 input multipliers), **per-channel affine** / standalone ReLU (:func:`affine`).
 """
