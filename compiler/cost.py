@@ -39,8 +39,9 @@ class EstimatingMachine(Machine):
     stores that leave memory unchanged.  ``density(pc)`` is the neuron density of the layer
     the instruction at ROM word ``pc`` belongs to."""
 
-    def __init__(self, config: CoreConfig, ext: np.ndarray, density: Callable[[int], float]):
-        super().__init__(config, ext)
+    def __init__(self, config: CoreConfig, ext: np.ndarray, density: Callable[[int], float],
+                 far: timing.FarMemory | None = None):
+        super().__init__(config, ext, far=far)
         self.density = density
 
     def _mem_write(self, addrs, data, op, fault):
@@ -94,8 +95,7 @@ def estimate(instrs: Sequence[Instr], ext: np.ndarray, config: CoreConfig,
     """Estimated cycles of the unrolled program ``instrs`` (ending in ``halt``) against the
     memory image ``ext`` (read only), and the busy cycles of each unit; ``far``: addresses
     timed as far memory."""
-    m = EstimatingMachine(config, ext, density)
-    m.far = far
+    m = EstimatingMachine(config, ext, density, far)
     s = Scheduler(list(instrs), m, check_races=False)
     t = 0
     while not s.halted:

@@ -528,9 +528,9 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
     # every group's window sits in the accumulators at one pitch (the widest group's), with
     # its outputs after a whole window: the same strides and addresses for every group
     pitch = (G - 1) * sw + kw
-    n = G * cc if flat else cc
-    rows = ctx.load_params([(np.zeros(n), np.full(n, keys[d][0]), np.full(n, keys[d][1]))
-                            for d in key_list])
+    per_set = G * cc if flat else cc
+    rows = ctx.load_params([(np.zeros(per_set), np.full(per_set, keys[d][0]),
+                             np.full(per_set, keys[d][1])) for d in key_list])
     param_of = dict(zip(key_list, rows))
     for c0 in range(0, c, cc):
         n = min(cc, c - c0)
@@ -699,6 +699,12 @@ def copy(ctx: LayerContext, X: TensorLayout, Y: TensorLayout) -> dict:
     return _requantize_map(ctx, X, Y, np.zeros(X.c), np.ones(X.c), np.zeros(X.c), 0)
 
 
+def stageable(X: TensorLayout) -> bool:
+    """Are ``X``'s padded rows contiguous (:func:`stage_rows` copies them as one block)?"""
+    P = X.padded()
+    return P.row == P.w * P.pixel
+
+
 def stage_rows(ctx: LayerContext, X: TensorLayout, a: int, b: int, buf: int) -> TensorLayout:
     """Copy rows ``[a, b)`` of map ``X`` -- whole padded rows, halo columns included, and
     halo rows where ``a < 0`` or ``b > X.h`` -- as one contiguous block to ``buf``; returns
@@ -706,9 +712,9 @@ def stage_rows(ctx: LayerContext, X: TensorLayout, a: int, b: int, buf: int) -> 
     reads of a map kept in far memory (:mod:`.passes.memory_budget`): one long burst per
     block of pixels from far memory instead of the reader's short ones.  ``X``: a map whose
     padded rows are contiguous (``row`` = padded width x ``pixel``)."""
-    P = X.padded()
-    if P.row != P.w * P.pixel:
+    if not stageable(X):
         raise CompileError(f"layer {ctx.name!r}: a staged map needs contiguous padded rows")
+    P = X.padded()
     start = P.base + (a + X.pad_h) * P.row
     if P.pixel % ctx.cfg.lanes == 0:  # blocks of whole pixels, every lane busy
         block = TensorLayout(start, b - a, P.w, P.pixel, P.pixel, P.row)

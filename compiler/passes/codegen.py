@@ -141,6 +141,7 @@ def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None,
 
     X = layout(view_source(g, n.inputs[0]))
     Y = layout(n.outputs[0])
+    ins = None  # a sum's inputs
     rows = part.rows if part is not None else None
     cols = part.cols if part is not None else None
     channels = part.channels if part is not None else None
@@ -159,7 +160,7 @@ def emit_layer(ctx: kernels.LayerContext, g: Graph, n, layouts: dict, part=None,
         ins = [layout(view_source(g, i)) for i in n.inputs]
     read = n.meta.get("far_read")
     if read is None or read["mode"] != "staged":
-        return _kernel(ctx, n, X, Y, rows, cols, channels, ins if n.op in ("Add", "Sum") else None)
+        return _kernel(ctx, n, X, Y, rows, cols, channels, ins)
     # the input stays in far memory: a band of output rows at a time, its input rows
     # copied to one of two staging buffers in fast memory first (the memory plan)
     lo, hi = rows or (0, Y.h)

@@ -568,8 +568,8 @@ def memory_budget(graph: Graph, options: MemoryOptions, config: CoreConfig, imag
         if best.fast > budget and options.far_resident:
             starts = [base] + ([best] if best is not base else [])
             # staging buffers take at most a quarter of the budget (two halves)
-            far_cost = _FarCost(g, timer, steps, options.far, budget // 4, options.far_reads)
-            far_cost.memo.update({(s, None, None): c for s, c in alone.items()})
+            far_cost = _FarCost(g, timer, steps, options.far, budget // 4, options.far_reads,
+                                known=alone)
             filled = [_far_resident(p, budget, far_cost) for p in starts]
             fits = [p for p in filled if p.fast <= budget]
             best = (min(fits, key=lambda p: _far_cycles(p, config, options.far)) if fits
@@ -747,7 +747,8 @@ class _FarCost:
     taken.  Tensors written in place over the root count too."""
 
     def __init__(self, graph: Graph, timer: KernelTimer, steps, far: timing.FarMemory,
-                 cap: int, mode: str = "auto"):
+                 cap: int, mode: str = "auto", known: dict | None = None):
+        """``known``: cycles of steps alone in fast memory, already timed."""
         self.g, self.timer, self.far, self.cap, self.mode = graph, timer, far, cap, mode
         self.nodes = {n.name: n for n in graph.nodes}
         self.touch: dict[str, list] = {}  # tensor -> the steps reading or writing it
@@ -759,15 +760,15 @@ class _FarCost:
             self.steps.setdefault(n.name, []).append(step)
             for t in dict.fromkeys(x for x in (*n.inputs, *n.outputs) if x):
                 self.touch.setdefault(t, []).append(step)
-        self.memo: dict = {}
+        self.memo: dict = {(s, None, None): c for s, c in (known or {}).items()}
         self.stage_at, self.stage_room = 0, 0  # a staging region in the timer's image
 
     def _range(self, t: str) -> tuple[int, int] | None:
         L = self.g.meta["layouts"].get(t)
         if L is None:
             return None
-        lo = L.base - L.pad_h * L.row - L.pad_w * L.pixel
-        return lo, lo + (L.n - 1) * L.image + (L.h + 2 * L.pad_h) * L.row
+        P = L.padded()
+        return P.base, P.base + (L.n - 1) * L.image + P.h * P.row
 
     def _time(self, step, rng=None, read: dict | None = None) -> int:
         """Cycles of ``step`` alone, ``rng`` in far memory, its node reading ``read``-wise."""
@@ -793,25 +794,28 @@ class _FarCost:
         steps = self.steps[n.name]
         ways = [(sum(self._time(s, rng) - self._time(s) for s in steps), None)]
         if self.mode == "staged":
-            staged = self._staged(n, t, rng, steps)
+            staged = self._staged(n, t, rng)
             return [staged] if staged else ways
-        whole = self._time((n.name, None)) if len(steps) > 1 else sum(map(self._time, steps))
         if len(steps) > 1:
-            ways.append((self._time((n.name, None), rng, {"mode": "whole"}) - whole,
+            ways.append((self._time((n.name, None), rng, {"mode": "whole"}) - self._whole(n),
                          {"mode": "whole"}))
         if self.mode == "auto":
-            staged = self._staged(n, t, rng, steps)
+            staged = self._staged(n, t, rng)
             ways += [staged] if staged else []
         return ways
 
-    def _staged(self, n: Node, t: str, rng, steps) -> tuple[float, dict] | None:
+    def _whole(self, n: Node) -> int:
+        """Cycles of node ``n`` whole (not piece by piece) in fast memory."""
+        steps = self.steps[n.name]
+        return self._time((n.name, None)) if len(steps) > 1 else self._time(steps[0])
+
+    def _staged(self, n: Node, t: str, rng) -> tuple[float, dict] | None:
         """Extra cycles of ``n`` reading root ``t`` at ``rng`` in far memory through a
         staging buffer (against ``n`` whole in fast memory), and the bands; ``None`` if
         ``n`` cannot (not a :data:`STAGED_OPS` reader of ``t`` itself, or not even one
         row's window fits the cap)."""
         L = self.g.meta["layouts"].get(t)
-        if (n.op not in STAGED_OPS or n.inputs[0] != t or L is None
-                or L.row != (L.w + 2 * L.pad_w) * L.pixel):
+        if n.op not in STAGED_OPS or n.inputs[0] != t or L is None or not kernels.stageable(L):
             return None
         read = {"mode": "staged", **_stage_plan(self.g, n, L, self.cap)}
         if 2 * read["bytes"] > self.cap:
@@ -826,8 +830,7 @@ class _FarCost:
             # the timer's activations do
             self.timer.image.data[region.addr:region.end] = 127
         read["addr"] = self.stage_at
-        whole = self._time((n.name, None)) if len(steps) > 1 else sum(map(self._time, steps))
-        return self._time((n.name, None), rng, read) - whole, read
+        return self._time((n.name, None), rng, read) - self._whole(n), read
 
     def __call__(self, tensors: list[str], root: str) -> tuple[float, dict]:
         """Extra cycles of keeping ``tensors`` (storage ``root``'s) in far memory, and how
@@ -870,18 +873,17 @@ def _far_resident(plan: _Plan, budget: int, far_cost: _FarCost) -> _Plan:
     far = list(g.meta.get("far_resident", ()))
     reads = dict(g.meta.get("far_reads", {}))
     costs: dict[str, float] = {}
-
-    def members(st, r):
-        return [t for t, u in st.root.items() if u == r] or [r]
-
     while plan.fast > budget:
         st = storage(plan.graph)
+        members: dict[str, list[str]] = {}  # root -> the tensors it stores
+        for t, r in st.root.items():
+            members.setdefault(r, []).append(t)
         held = {st.root.get(t, t) for t in fixed}
         movable = [(t, b) for t, b in plan.peak_at[1]
                    if t not in fixed and t not in held and t not in far and "@" not in t]
         if not movable:
             break
-        priced = {t: far_cost(members(st, t), t) for t, _ in movable}
+        priced = {t: far_cost(members.get(t, [t]), t) for t, _ in movable}
         freed = 0  # the cheapest per byte first, until the peak's excess is freed
         for t, b in sorted(movable, key=lambda x: (priced[x[0]][0] / max(1, x[1]), x[0])):
             far.append(t)
