@@ -502,6 +502,9 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
     kh, kw, sh, sw, pads, oh, ow = pool_geometry(node, (1, X.c, X.h, X.w))
     out_rows = rows or (0, oh)
     c, cp = X.c, _r(X.c, P)
+    # windows are clipped to the map, or to its zero halo where zeros are exact for this
+    # pooling (ops.pool_halo): then every window has the pooling's own shape
+    hy, hx = (X.pad_h, X.pad_w) if q.get("zero_halo") else (0, 0)
     is_max = node.op == "MaxPool"
     if is_max:
         keys = {0: (1, 0)}
@@ -537,13 +540,13 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
         ncp = _r(n, P)
         for oy, oxa, oxb in row_spans(out_rows, cols, ow):
             iy0 = oy * sh - pads[0]
-            ya, yb = max(0, iy0), min(X.h, iy0 + kh)
+            ya, yb = max(-hy, iy0), min(X.h + hy, iy0 + kh)
             for ox0 in range(oxa, oxb, G):
                 g = min(G, oxb - ox0)
                 half = ctx.alternate()
                 ab, ob = half * ctx.acc_half, half * ctx.ob_half
-                xa = max(0, ox0 * sw - pads[1])
-                xb = min(X.w, (ox0 + g - 1) * sw - pads[1] + kw)
+                xa = max(-hx, ox0 * sw - pads[1])
+                xb = min(X.w + hx, (ox0 + g - 1) * sw - pads[1] + kw)
                 npix = xb - xa
                 out = ab + _r(kh * pitch * ncp, P)
                 if X.pixel == n == ncp:  # a window row is one contiguous DMA row
@@ -556,7 +559,7 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
                 runs = []
                 for i in range(g):
                     lo = (ox0 + i) * sw - pads[1]
-                    a, b = max(0, lo), min(X.w, lo + kw)
+                    a, b = max(-hx, lo), min(X.w + hx, lo + kw)
                     key = (b - a, 0 if is_max else int(div[oy, ox0 + i]))
                     if runs and runs[-1][0] == key and runs[-1][2] + runs[-1][3] * sw == a - xa:
                         runs[-1][3] += 1

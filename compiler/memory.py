@@ -25,6 +25,7 @@ from snpu.verif.image import MemoryImage
 from snpu.verif import isa
 
 from .ir import Graph
+from .ops import pool_halo
 from .windows import SHARED_OUTPUT_SPLITS, windows
 
 
@@ -240,6 +241,11 @@ def storage(g: Graph) -> Storage:
             src = n.inputs[0]
             h0, w0 = halo.get(src, (0, 0))
             halo[src] = (max(h0, ph), max(w0, pw))
+        elif n.op in ("MaxPool", "AveragePool") and n.device == "core":
+            ph, pw = pool_halo(g, n)
+            if ph or pw:
+                h0, w0 = halo.get(n.inputs[0], (0, 0))
+                halo[n.inputs[0]] = (max(h0, ph), max(w0, pw))
     # concatenation: inputs are slices of the output
     parent: dict[str, tuple[str, int]] = {}
     for n in g.nodes:

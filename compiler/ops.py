@@ -175,6 +175,50 @@ def pool_geometry(node: Node, x_shape):
     return kh, kw, sh, sw, pads, out(h, kh, sh, pads[0], pads[2]), out(w, kw, sw, pads[1], pads[3])
 
 
+def never_negative(g, t: str) -> bool:
+    """Is activation ``t`` never negative whatever the input (a fused ReLU or clip at zero
+    makes it; max pooling, concatenation, views and local response normalisation keep it)?  A structural fact, not a
+    calibration range."""
+    seen: dict[str, bool] = {}
+    producers = g.producers()
+
+    def walk(t: str) -> bool:
+        if t not in seen:
+            seen[t] = False  # a cycle proves nothing
+            n = producers.get(t)
+            if n is None:
+                ok = False
+            elif n.meta.get("relu") or n.op == "Relu":
+                ok = True
+            elif n.op in ("MaxPool", "Concat", "Flatten", "Reshape") or (
+                    # x / (bias + alpha/size * sum x^2) ** beta keeps the sign of x
+                    n.op == "LRN" and float(n.attrs.get("bias", 1.0)) > 0
+                    and float(n.attrs.get("alpha", 1e-4)) >= 0):
+                ok = all(walk(i) for i in n.inputs if i and not g.tensor(i).is_const)
+            else:
+                ok = False
+            seen[t] = ok
+        return seen[t]
+    return walk(t)
+
+
+def pool_halo(g, node: Node) -> tuple[int, int]:
+    """(rows, pixels) of zero halo a pooling may read for its padding -- (0, 0) if zeros
+    are not exact there.  Zeros are exact for an average (they add nothing; the divisor
+    stays the window's own) and for a maximum over an input that is never negative (every
+    window holds at least one input value, which is >= 0).  Reading the halo gives every
+    window the same shape, so a pooling's pixel groups are one loop body."""
+    if node.op not in ("MaxPool", "AveragePool"):
+        return 0, 0
+    if node.op == "MaxPool" and not never_negative(g, node.inputs[0]):
+        return 0, 0
+    shape = g.tensor(node.inputs[0]).shape
+    kh, kw, sh, sw, pads, oh, ow = pool_geometry(node, shape)
+    below = max(pads[2], (oh - 1) * sh + kh - shape[2] - pads[0])  # ceil_mode's last window
+    right = max(pads[3], (ow - 1) * sw + kw - shape[3] - pads[1])
+    return max(pads[0], below, 0), max(pads[1], right, 0)
+
+
 def _pool_shape(node, shapes, consts):
     x = shapes[0]
     *_, oh, ow = pool_geometry(node, x)

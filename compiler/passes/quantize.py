@@ -137,7 +137,8 @@ def quantize(graph: Graph, calibration: list) -> Graph:
         elif n.op == "MaxPool":
             c = x.shape[1]
             n.meta["q"] = {"mult": np.ones(c, np.int64), "shift": np.zeros(c, np.int64),
-                           "bias": np.zeros(c, np.int64), "relu": relu}
+                           "bias": np.zeros(c, np.int64), "relu": relu,
+                           "zero_halo": ops.pool_halo(g, n) != (0, 0)}
         elif n.op in ("AveragePool", "GlobalAveragePool"):
             if n.op == "AveragePool":
                 div = ops.avgpool_divisors(n, x.shape[2], x.shape[3])
@@ -146,7 +147,8 @@ def quantize(graph: Graph, calibration: list) -> Graph:
             table = {}
             for d in np.unique(div):
                 table[int(d)] = tuple(int(v[0]) for v in _multipliers(np.array([sx / (d * sy)])))
-            n.meta["q"] = {"divisors": div.astype(np.int64), "by_divisor": table, "relu": relu}
+            n.meta["q"] = {"divisors": div.astype(np.int64), "by_divisor": table, "relu": relu,
+                           "zero_halo": ops.pool_halo(g, n) != (0, 0)}
         elif n.op in ("Add", "Sum"):
             ratios = np.array([g.tensor(i).scale / sy for i in n.inputs])
             k = int(np.floor(np.log2(32767.0 / ratios.max())))

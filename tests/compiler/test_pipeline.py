@@ -84,3 +84,61 @@ def test_bad_options_are_compile_errors():
         compile_model(tiny_mlp(), CompileOptions(config=TEST_CORE, density=1.5))
     with pytest.raises(CompileError, match="calibration"):
         compile_model(tiny_mlp(), CompileOptions(config=TEST_CORE, calibration=[]))
+
+
+def _pool_model(pool: dict, relu: bool, conv_reader: bool = False):
+    """x -> 3x3 conv (ReLU or not) -> the pooling ``pool`` -> y; ``conv_reader``: a padded
+    conv also reads the conv's output (the map then has a zero halo either way)."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(5)
+    H = helper.make_node
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 4, 3, 3)) * 0.4)
+                                     .astype(np.float32), "w"),
+             numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.2)
+                                     .astype(np.float32), "w2")]
+    nodes = [H("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv")]
+    src = "c"
+    if relu:
+        nodes.append(H("Relu", ["c"], ["r"], name="relu"))
+        src = "r"
+    nodes.append(H(pool.pop("op"), [src], ["p"], name="pool", **pool))
+    outs = ["p"]
+    if conv_reader:
+        nodes.append(H("Conv", [src, "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"))
+        outs.append("c2")
+    g = helper.make_graph(nodes, "pool", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4, 11, 13])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("case", ["max_after_relu", "max_signed", "max_signed_halo",
+                                  "avg_exclude_pad_ceil"])
+def test_padded_pooling_reads_the_zero_halo_only_where_zeros_are_exact(case):
+    """A pooling's padding read from the map's zero halo gives every window the pooling's
+    shape (one loop body per row); zeros stand for the padding only where that is exact:
+    an average, or a maximum over a never-negative input.  Bit-exact either way."""
+    from snpu.verif.core_model import decode_rom
+    pool, relu, reader = {
+        "max_after_relu": (dict(op="MaxPool", kernel_shape=[3, 3], strides=[2, 2],
+                                pads=[1, 1, 1, 1]), True, False),
+        "max_signed": (dict(op="MaxPool", kernel_shape=[3, 3], strides=[1, 1],
+                            pads=[1, 1, 1, 1]), False, False),
+        "max_signed_halo": (dict(op="MaxPool", kernel_shape=[3, 3], strides=[2, 2],
+                                 pads=[1, 1, 1, 1]), False, True),
+        "avg_exclude_pad_ceil": (dict(op="AveragePool", kernel_shape=[3, 3], strides=[2, 2],
+                                      pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=0),
+                                 False, False),
+    }[case]
+    m = _pool_model(pool, relu, reader)
+    c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.6))
+    xs = inputs(m, 2)
+    agree = check.compare(c, xs, runtime.run_batch(c, xs), onnxruntime=False)
+    assert agree.bit_exact == 2, agree.mismatches
+    windows = {(i.args["k1"], i.args["k2"])
+               for s in c.segments if s.get("rom") for i in decode_rom(c.rom(s["rom"]))
+               if i.op == "vred"}
+    if case.startswith("max_signed"):  # clipped at the map's edges: the halo is not read
+        assert (2, 2) in windows and (3, 3) in windows
+    else:
+        assert windows == {(3, 3)}
