@@ -255,10 +255,17 @@ class Kernels(Emitter):
         sparse processing unit writes the neuron index as it loads."""
         if n3 * rows * cols == 0:
             return
-        self.cfgs(ld__ext_stride=ext_stride if rows > 1 else self.p.reg("ld.ext_stride"),
-                  ld__dst_stride=dst_stride if rows > 1 else self.p.reg("ld.dst_stride"),
-                  ld__ext_stride3=ext_stride3 if n3 > 1 else self.p.reg("ld.ext_stride3"),
-                  ld__dst_stride3=dst_stride3 if n3 > 1 else self.p.reg("ld.dst_stride3"))
+        if buf in isa.BANKED_BUFFERS:  # consecutive bytes dealt to lanes: no plane strides
+            if ext_stride not in (0, cols) and rows > 1 or ext_stride3 not in (0, rows * cols) \
+                    and n3 > 1 or dst_stride3:
+                raise ValueError(f"ld {buf}: the lane banks take consecutive bytes, one plane "
+                                 "per lane at dst")
+            self.cfgs(ld__dst_stride=dst_stride if rows > 1 else self.p.reg("ld.dst_stride"))
+        else:
+            self.cfgs(ld__ext_stride=ext_stride if rows > 1 else self.p.reg("ld.ext_stride"),
+                      ld__dst_stride=dst_stride if rows > 1 else self.p.reg("ld.dst_stride"),
+                      ld__ext_stride3=ext_stride3 if n3 > 1 else self.p.reg("ld.ext_stride3"),
+                      ld__dst_stride3=dst_stride3 if n3 > 1 else self.p.reg("ld.dst_stride3"))
         if buf == "nbuf":
             self.cfgs(ld__nidx_mode=int(threshold is not None))
             if threshold is not None:
@@ -266,8 +273,9 @@ class Kernels(Emitter):
                           ld__group_log2=group[0].bit_length() - 1 if group else 0)
                 if group:
                     self.cfgs(ld__group_t3=group[1], ld__group_t4=group[2])
-        e_lo, e_hi = span(ext, n3, rows, cols, self.p.reg("ld.ext_stride3"), self.p.reg("ld.ext_stride"))
-        d_lo, d_hi = span(dst, n3, rows, cols, self.p.reg("ld.dst_stride3"), self.p.reg("ld.dst_stride"))
+        e3, e1, d3, d1 = isa.ld_strides(buf, rows, cols, self.p.reg)
+        e_lo, e_hi = span(ext, n3, rows, cols, e3, e1)
+        d_lo, d_hi = span(dst, n3, rows, cols, d3, d1)
         acc = [Access("ext", e_lo, e_hi, False), Access(buf, d_lo, d_hi, True)]
         if buf == "nbuf" and threshold is not None:
             acc.append(Access("nidx", d_lo // 8, -(-d_hi // 8), True))

@@ -282,7 +282,7 @@ class WeightTiles:
         (wa, ws, ia, isz), (wmax, imax) = self.records[t][2][j], self.records[t][3][j]
         for buf, addr, stride, dst in (("wbuf", wa, ws, wb), ("widx", ia, isz, ib)):
             if stride:
-                k.ld(buf, addr, dst, stride, n3=P, ext_stride3=stride, dst_stride3=0, lane=0)
+                k.ld(buf, addr, dst, stride, n3=P, lane=0)
         return wb, ib, wmax, imax
 
 

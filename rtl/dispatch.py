@@ -111,13 +111,21 @@ class Dispatcher(wiring.Component):
                     if o.mnemonic == "cfg":
                         reg = word[o.offsets["reg"]:o.offsets["reg"] + 8]
                         value = word[o.offsets["value"]:o.offsets["value"] + 32]
+                        reg2 = word[o.offsets["reg2"]:o.offsets["reg2"] + 8]
+                        two = word[o.offsets["two"]]
+                        value2 = word[o.offsets["value2"]:o.offsets["value2"] + 32]
                         with m.Switch(reg):
                             for r in isa.REGISTERS:
                                 with m.Case(r.number):
                                     mu = micro[r.unit]
                                     m.d.comb += [mu.op.eq(op_codes(r.unit)["cfg"]),
                                                  mu.args.cfg.index.eq(r.index),
-                                                 mu.args.cfg.value.eq(value)]
+                                                 mu.args.cfg.value.eq(value),
+                                                 # predecoded legal: reg2 is a
+                                                 # register of the same unit
+                                                 mu.args.cfg.two.eq(two),
+                                                 mu.args.cfg.index2.eq(reg2[:5]),
+                                                 mu.args.cfg.value2.eq(value2)]
                     else:
                         u = o.unit
                         mu = micro[u]

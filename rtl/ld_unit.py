@@ -38,7 +38,8 @@ def param_write_signature(config: CoreConfig) -> wiring.Signature:
 class LoadUnit(wiring.Component):
     """Executes ``ld``: for ``p < n3, r < rows`` copy ``cols`` bytes from external address
     ``ext + p*ext_stride3 + r*ext_stride`` to buffer address ``dst + p*dst_stride3 +
-    r*dst_stride`` (golden model: ``Machine._ld``).
+    r*dst_stride`` (golden model: ``Machine._ld``); into the lane banks (wbuf / widx) from
+    ``ext + (p*rows + r)*cols`` to ``dst + r*dst_stride`` of lane ``lane + p``.
 
     Rows are requested from the :class:`DmaReader` ahead of their data; a
     :class:`Realigner` puts each row's bytes at their destination byte lanes; the words are
@@ -178,14 +179,17 @@ class LoadUnit(wiring.Component):
             with m.If(issuing & (row_bad != ErrorCode.NONE)):
                 m.d.sync += [issuing.eq(0), err.eq(row_bad)]
             with m.If(can_issue):
-                m.d.sync += [r_cnt.eq(r_cnt + 1), ext_row.eq(ext_row + r.ext_stride),
+                # the lane banks take consecutive bytes, every plane at dst of its lane
+                m.d.sync += [r_cnt.eq(r_cnt + 1),
+                             ext_row.eq(ext_row + Mux(banked, a.cols, r.ext_stride)),
                              dst_row.eq(dst_row + r.dst_stride)]
                 with m.If(r_cnt == a.rows - 1):
                     m.d.sync += [r_cnt.eq(0), p_cnt.eq(p_cnt + 1),
                                  ext_plane.eq(ext_plane + r.ext_stride3),
-                                 ext_row.eq(ext_plane + r.ext_stride3),
-                                 dst_plane.eq(dst_plane + r.dst_stride3),
-                                 dst_row.eq(dst_plane + r.dst_stride3)]
+                                 dst_plane.eq(dst_plane + Mux(banked, 0, r.dst_stride3)),
+                                 dst_row.eq(dst_plane + Mux(banked, 0, r.dst_stride3))]
+                    with m.If(~banked):
+                        m.d.sync += ext_row.eq(ext_plane + r.ext_stride3)
                     with m.If(p_cnt == a.n3 - 1):
                         m.d.sync += issuing.eq(0)
             m.d.sync += outstanding.eq(outstanding + can_issue - word_done)

@@ -47,7 +47,8 @@ def _field_shape(f: isa.Field):
 
 
 def args_layout(unit: Unit) -> data.UnionLayout:
-    members = {"cfg": data.StructLayout({"index": 5, "value": 32})}
+    members = {"cfg": data.StructLayout({"index": 5, "value": 32,
+                                         "two": 1, "index2": 5, "value2": 32})}
     for o in unit_opcodes(unit):
         members[o.mnemonic] = data.StructLayout({f.name: _field_shape(f) for f in o.fields})
     return data.UnionLayout(members)
@@ -79,6 +80,9 @@ class RegisterFile(Elaboratable):
         (``regs.ext_stride``).
     we, w_index, w_value :
         Write port: register ``w_index`` (within the unit) takes ``w_value`` when ``we``.
+    we2, w_index2, w_value2 :
+        Second write port (``cfg``'s second register), written after the first: when both
+        name one register, it takes ``w_value2``.
     """
 
     def __init__(self, unit: Unit):
@@ -91,6 +95,9 @@ class RegisterFile(Elaboratable):
         self.we = Signal()
         self.w_index = Signal(5)
         self.w_value = Signal(32)
+        self.we2 = Signal()
+        self.w_index2 = Signal(5)
+        self.w_value2 = Signal(32)
 
     def __getattr__(self, name):
         index = self.__dict__.get("index")
@@ -100,9 +107,11 @@ class RegisterFile(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        with m.If(self.we):
-            with m.Switch(self.w_index):
-                for name, k in self.index.items():
-                    with m.Case(k):
-                        m.d.sync += self.value[name].eq(self.w_value)
+        for we, index, value in ((self.we, self.w_index, self.w_value),
+                                 (self.we2, self.w_index2, self.w_value2)):
+            with m.If(we):
+                with m.Switch(index):
+                    for name, k in self.index.items():
+                        with m.Case(k):
+                            m.d.sync += self.value[name].eq(value)
         return m

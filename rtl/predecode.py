@@ -33,13 +33,22 @@ PREDECODED = data.StructLayout({
 })
 
 
+def _accepts(r: isa.Register, value: Value) -> Value:
+    """Does register ``r`` accept ``value`` (it fits; one of its legal values if it has them)?"""
+    ok = (value >> r.width) == 0
+    if r.values is not None:
+        ok &= Cat(*[value == x for x in r.values]).any()
+    return ok
+
+
 class Predecoder(wiring.Component):
     """Legality of a word on its own, its kind and its unit.
 
     A word is legal when its opcode is known and not reserved, its reserved bits are zero,
     its enumeration fields lie in their value sets, its token bits name only implemented
     units other than its own (none on ``halt`` / ``sync`` / ``loop``), a ``cfg`` names a
-    defined register with a value that register accepts, and a ``loop`` has a body of at
+    defined register with a value that register accepts (and, if it names a second one, a
+    register of the same unit with a value it accepts), and a ``loop`` has a body of at
     least one word.  Whether a loop's body fits the ROM and its enclosing body depends on
     where it is executed; the dispatcher checks that.
 
@@ -68,6 +77,22 @@ class Predecoder(wiring.Component):
         def field(o, name):
             return word[o.offsets[name]:o.offsets[name] + o.field(name).width]
 
+        # cfg's second register: none (reg2, value2 zero) or a register of the first one's
+        # unit with a value it accepts; one verdict per unit
+        o = isa.OPCODE_BY_NAME["cfg"]
+        reg2, value2, two = field(o, "reg2"), field(o, "value2"), field(o, "two")
+        second_ok = {}
+        for u in sorted({r.unit for r in isa.REGISTERS}):
+            s = second_ok[u] = Signal(name=f"cfg_reg2_ok_{u.name.lower()}")
+            with m.If(~two):
+                m.d.comb += s.eq((reg2 == 0) & (value2 == 0))
+            with m.Else():
+                with m.Switch(reg2):
+                    for r in isa.REGISTERS:
+                        if r.unit == u:
+                            with m.Case(r.number):
+                                m.d.comb += s.eq(_accepts(r, value2))
+
         with m.Switch(opcode):
             for o in isa.OPCODES:
                 if o.reserved:
@@ -83,9 +108,8 @@ class Predecoder(wiring.Component):
                         with m.Switch(reg):
                             for r in isa.REGISTERS:
                                 with m.Case(r.number):
-                                    rok = ok & ((value >> r.width) == 0) & tokens_ok(r.unit)
-                                    if r.values is not None:
-                                        rok &= Cat(*[value == x for x in r.values]).any()
+                                    rok = (ok & _accepts(r, value) & tokens_ok(r.unit)
+                                           & second_ok[r.unit])
                                     m.d.comb += [out.legal.eq(rok), out.kind.eq(Kind.UNIT),
                                                  out.target.eq(UNITS.index(r.unit))]
                     elif o.unit is None:  # halt, sync, loop

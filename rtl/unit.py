@@ -62,7 +62,8 @@ class UnitFrontEnd(wiring.Component):
         cur = Signal(micro_layout(self.unit))
         m.d.comb += [self.op.eq(cur.op), self.args.eq(cur.args), self.pc.eq(cur.pc),
                      self.wait_mask.eq(cur.wait), self.signal_mask.eq(cur.signal),
-                     regs.w_index.eq(cur.args.cfg.index), regs.w_value.eq(cur.args.cfg.value)]
+                     regs.w_index.eq(cur.args.cfg.index), regs.w_value.eq(cur.args.cfg.value),
+                     regs.w_index2.eq(cur.args.cfg.index2), regs.w_value2.eq(cur.args.cfg.value2)]
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.micro.ready.eq(~self.halt)
@@ -74,7 +75,7 @@ class UnitFrontEnd(wiring.Component):
                 with m.If(self.wait_ok):
                     m.d.comb += self.take.eq(1)
                     with m.If(cur.op == self.codes["cfg"]):
-                        m.d.comb += regs.we.eq(1)
+                        m.d.comb += [regs.we.eq(1), regs.we2.eq(cur.args.cfg.two)]
                         m.next = "SIGNAL"
                     with m.Else():
                         m.d.comb += self.start.eq(1)

@@ -169,6 +169,8 @@ class Machine:
     # ------------------------------------------------------------------------------------
     def _cfg(self, i: Instr) -> _Exec:
         self.regs[isa.REGISTER_BY_NUMBER[i.reg].name] = i.value
+        if i.two:
+            self.regs[isa.REGISTER_BY_NUMBER[i.reg2].name] = i.value2
         return _Exec(timing.CFG_CYCLES, [])
 
     @staticmethod
@@ -230,7 +232,8 @@ class Machine:
         lanes = i.lane + np.repeat(np.arange(i.n3), i.rows) if banked else np.full(i.n3 * i.rows, i.lane)
         lane_ok = lanes < c.lanes if banked else lanes == 0
         group = 1 << r["ld.group_log2"] if buf == "nbuf" and r["ld.nidx_mode"] else 1
-        starts = self._grid(i.dst, i.n3, i.rows, 1, r["ld.dst_stride3"], r["ld.dst_stride"])
+        e3, e1, d3, d1 = isa.ld_strides(buf, i.rows, i.cols, r.__getitem__)
+        starts = self._grid(i.dst, i.n3, i.rows, 1, d3, d1)
         fault = self._first_bad_row(starts, i.cols, target_size, group, lane_ok)
         if fault == "RANGE":
             if not lane_ok.all():
@@ -242,10 +245,9 @@ class Machine:
         if fault == "ALIGN":
             raise ExecutionError(f"ld: group pruning with groups of {group} needs every row "
                                  f"to start and end on a group boundary (dst={i.dst}, "
-                                 f"cols={i.cols}, strides {r['ld.dst_stride']}/"
-                                 f"{r['ld.dst_stride3']})", fault=fault)
-        src = self._grid(i.ext, i.n3, i.rows, i.cols, r["ld.ext_stride3"], r["ld.ext_stride"])
-        dst = self._grid(i.dst, i.n3, i.rows, i.cols, r["ld.dst_stride3"], r["ld.dst_stride"])
+                                 f"cols={i.cols}, strides {d1}/{d3})", fault=fault)
+        src = self._grid(i.ext, i.n3, i.rows, i.cols, e3, e1)
+        dst = self._grid(i.dst, i.n3, i.rows, i.cols, d3, d1)
         data, accesses = self._mem_read(src, "ld", "LOAD_BUS")
         if banked:
             per_plane = i.rows * i.cols

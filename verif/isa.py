@@ -263,6 +263,20 @@ _STREAM_FIELDS = (
     _f("cols", 16, "values per row"),
 )
 
+#: the buffers a ``ld`` deals to lane banks (plane p to lane ``lane + p``)
+BANKED_BUFFERS = ("wbuf", "widx")
+
+
+def ld_strides(buf: str, rows: int, cols: int, reg) -> tuple[int, int, int, int]:
+    """(external plane stride, external row stride, destination plane stride, destination
+    row stride) of a ``ld`` into ``buf`` with ``reg(name)`` the LD registers: the registers,
+    except that a load into the lane banks reads consecutive bytes and puts every plane at
+    ``dst`` of its own lane."""
+    if buf in BANKED_BUFFERS:
+        return rows * cols, cols, 0, reg("ld.dst_stride")
+    return reg("ld.ext_stride3"), reg("ld.ext_stride"), reg("ld.dst_stride3"), reg("ld.dst_stride")
+
+
 OPCODES: tuple[Opcode, ...] = (
     Opcode("halt", 0x01, None, (), "Wait until every unit is idle, then stop the core (done).",
            "drain all queues; done <- 1"),
@@ -290,9 +304,15 @@ OPCODES: tuple[Opcode, ...] = (
     Opcode(
         "cfg", 0x03, None,
         (_f("reg", 8, "register number (unit << 5 | index); see the register table", "reg"),
-         _f("value", 32, "value; must fit the register's width")),
-        "Write a configuration register.  Executes in order on the register's unit.",
-        "R[reg] <- value",
+         _f("value", 32, "value; must fit the register's width"),
+         _f("reg2", 8, "a second register, of the same unit (0 when `two` = 0)", "reg",
+            default=0),
+         _f("value2", 32, "its value (0 when `two` = 0)", default=0),
+         _f("two", 1, "1: also write reg2 (the assembler sets it when reg2 is given)", "flag",
+            default=0)),
+        "Write a configuration register, or two registers of one unit.  Executes in order "
+        "on the registers' unit.",
+        "R[reg] <- value; then, if two, R[reg2] <- value2",
     ),
     Opcode(
         "ld", 0x08, Unit.LD,
@@ -305,10 +325,14 @@ OPCODES: tuple[Opcode, ...] = (
          _f("rows", 12, "rows per plane", default=1),
          _f("cols", 16, "bytes per row"),
          _f("walk", 1, "1: add the enclosing loops' ld offsets to ext", "flag", default=0)),
-        "3-D DMA load from external memory into an on-chip buffer.",
+        "3-D DMA load from external memory into an on-chip buffer.  A load into the lane "
+        "banks (wbuf / widx) deals planes to lanes: it reads n3 x rows x cols consecutive "
+        "bytes (no external strides) and puts plane p at dst of lane lane+p's bank "
+        "(ld.dst_stride3 unused), so loading a weight tile sets no register.",
         "for p<n3, r<rows, c<cols: B[dst + p*ld.dst_stride3 + r*ld.dst_stride + c] <- "
-        "E[ext + p*ld.ext_stride3 + r*ld.ext_stride + c], B the bank of lane lane+p for "
-        "wbuf / widx; acc sign-extends int8 to int32; "
+        "E[ext + p*ld.ext_stride3 + r*ld.ext_stride + c]; wbuf / widx: "
+        "bank(lane+p)[dst + r*ld.dst_stride + c] <- E[ext + (p*rows + r)*cols + c]; "
+        "acc sign-extends int8 to int32; "
         "nbuf loads with ld.nidx_mode=1 also write nidx bits (threshold, group pruning)",
     ),
     Opcode(
@@ -444,6 +468,8 @@ assert all(0 < o.code < (1 << OPCODE_BITS) for o in OPCODES)
 
 # The cfg instruction's reg field is an enumeration over the register table.
 _CFG = OPCODE_BY_NAME["cfg"]
+#: cfg's fields of the second register: printed only when there is one (``two`` never)
+_CFG_SECOND = ("reg2", "value2", "two")
 
 
 # --------------------------------------------------------------------------------------------
@@ -500,7 +526,9 @@ def format_instr(instr: Instr) -> str:
     """Canonical text of one instruction (all operands, ISA-table order)."""
     opc = instr.opcode
     parts = [opc.mnemonic]
-    parts += [f"{f.name}={_fmt_value(f, instr.args[f.name])}" for f in opc.fields]
+    parts += [f"{f.name}={_fmt_value(f, instr.args[f.name])}" for f in opc.fields
+              if not (opc.mnemonic == "cfg" and f.name in _CFG_SECOND
+                      and (f.name == "two" or not instr.args["two"]))]
     if instr.wait:
         parts.append(f"wait={_fmt_units(instr.wait)}")
     if instr.signal:
@@ -512,6 +540,7 @@ def make(op: str, *, wait: Iterable[Unit] = (), signal: Iterable[Unit] = (), **a
     """Build an instruction, filling defaulted operands; raises ``KeyError``/``ValueError``."""
     opc = OPCODE_BY_NAME[op]
     full = {}
+    given = set(args)
     for f in opc.fields:
         if f.name in args:
             v = args.pop(f.name)
@@ -524,6 +553,8 @@ def make(op: str, *, wait: Iterable[Unit] = (), signal: Iterable[Unit] = (), **a
             full[f.name] = f.default
         else:
             raise ValueError(f"{op}: missing operand {f.name}")
+    if op == "cfg" and "reg2" in given and "two" not in given:
+        full["two"] = 1  # a second register given
     if args:
         raise ValueError(f"{op}: unknown operand(s) {', '.join(sorted(args))}")
     return Instr(op, full, _unit_set(wait), _unit_set(signal))
@@ -563,15 +594,9 @@ def validate(instr: Instr) -> str | None:
         if why:
             return f"{opc.mnemonic}: {why}"
     if opc.mnemonic == "cfg":
-        reg = REGISTER_BY_NUMBER.get(instr.args["reg"])
-        if reg is None:
-            return f"cfg: register number {instr.args['reg']} is not defined"
-        if instr.args["value"] >= (1 << reg.width):
-            return (f"cfg: value {instr.args['value']} does not fit {reg.width}-bit register "
-                    f"{reg.name}")
-        if reg.values is not None and instr.args["value"] not in reg.values:
-            return (f"cfg: value {instr.args['value']} is not a legal value of {reg.name} "
-                    f"({', '.join(map(str, reg.values))})")
+        why = _cfg_problem(instr.args)
+        if why:
+            return why
     if opc.mnemonic in ("send", "recv") and instr.args["tag"] >= NET_TAGS:
         return f"{opc.mnemonic}: tag {instr.args['tag']} is not below {NET_TAGS}"
     if opc.mnemonic == "loop" and instr.args["body"] == 0:
@@ -579,6 +604,28 @@ def validate(instr: Instr) -> str | None:
     unit = instr.unit
     return (_token_problem(unit, instr.wait, "wait")
             or _token_problem(unit, instr.signal, "signal"))
+
+
+def _cfg_problem(args: Mapping[str, int]) -> str | None:
+    reg = REGISTER_BY_NUMBER.get(args["reg"])
+    pairs = [("reg", "value")]
+    if args["two"]:
+        pairs.append(("reg2", "value2"))
+    elif args["reg2"] or args["value2"]:
+        return "cfg: reg2 and value2 must be 0 when two=0 (one register)"
+    for rf, vf in pairs:
+        r = REGISTER_BY_NUMBER.get(args[rf])
+        if r is None:
+            return f"cfg: register number {args[rf]} is not defined" + (
+                " (reg2)" if rf == "reg2" else "")
+        if reg is not None and r.unit != reg.unit:
+            return f"cfg: {r.name} ({rf}) is not a register of {reg.unit.name} like {reg.name}"
+        if args[vf] >= (1 << r.width):
+            return f"cfg: value {args[vf]} does not fit {r.width}-bit register {r.name}"
+        if r.values is not None and args[vf] not in r.values:
+            return (f"cfg: value {args[vf]} is not a legal value of {r.name} "
+                    f"({', '.join(map(str, r.values))})")
+    return None
 
 
 def _mask(units: Iterable[Unit]) -> int:
@@ -683,7 +730,8 @@ def render_markdown() -> str:
         else:
             out.append("No operands.")
     out += ["", "## Configuration registers", "",
-            "`cfg reg=<name> value=<v>` writes a register.  It executes in order on the "
+            "`cfg reg=<name> value=<v>` writes a register (`reg2=<name> value2=<v>` a second "
+            "one of the same unit in the same word).  It executes in order on the "
             "register's unit, so a register change never affects an instruction already queued "
             "on another unit.",
             "", "| number | name | bits | reset | meaning |", "|---|---|---|---|---|"]

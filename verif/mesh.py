@@ -29,7 +29,7 @@ from snpu.config import CoreConfig, memory_port
 from snpu.config import memory_ports as memory_ports_of
 from snpu.errors import ExecutionError
 
-from . import act_compress, timing
+from . import act_compress, isa, timing
 from .core_model import Machine, Packet, Scheduler, Stats, decode_rom
 
 Coord = tuple[int, int]
@@ -225,8 +225,11 @@ def _touches_local(m: Machine, ins, lo: int, hi: int) -> bool:
         a = ins.ext - LOCAL_BASE
         return a < hi and lo < a + act_compress.stream_bound(ins.rows, ins.cols)
     r = m.regs
-    pre = "ld" if ins.op == "ld" else "st"
-    a = Machine._grid(ins.ext, ins.n3, ins.rows, ins.cols, r[f"{pre}.ext_stride3"],
-                      r[f"{pre}.ext_stride"]) - LOCAL_BASE
+    if ins.op == "ld":
+        buf = next(k for k, v in isa.BUFFERS.items() if v == ins.buf)
+        s3, s1 = isa.ld_strides(buf, ins.rows, ins.cols, r.__getitem__)[:2]
+    else:
+        s3, s1 = r["st.ext_stride3"], r["st.ext_stride"]
+    a = Machine._grid(ins.ext, ins.n3, ins.rows, ins.cols, s3, s1) - LOCAL_BASE
     a = a[(a >= 0) & (a < m.local.size)]
     return bool(a.size) and bool(((a >= lo) & (a < hi)).any())

@@ -18,6 +18,7 @@ from ..emit import Kernels
 from ..ir import Graph
 from ..memory import channel_view, view_source
 from ..windows import rows_read
+from .pair_cfg import pair_cfg
 from .reroll import reroll
 
 
@@ -40,6 +41,7 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
         stats = emit_nodes(em, g, order, f"{k}:", layer, dense)
         layer += len(order)
         em.halt()
+        prog.instrs = pair_cfg(prog.instrs)
         dispatched = dispatch_count(prog.instrs)
         if loops:
             prog.instrs = reroll(prog.instrs)

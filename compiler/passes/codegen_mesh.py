@@ -52,6 +52,7 @@ from ..memory import FLAG_BYTES, TensorLayout
 from .codegen import emit_layer
 from ..windows import windows
 from .parallelize import VIEW_OPS, Part, input_rows
+from .pair_cfg import pair_cfg
 from .reroll import reroll
 
 Coord = tuple[int, int]
@@ -480,6 +481,7 @@ class _Segment:
         roms, counts, dispatched, nops = {}, {}, 0, 0
         for xy, p in self.progs.items():
             self.em[xy].halt()
+            p.instrs = pair_cfg(p.instrs)
             dispatched += dispatch_count(p.instrs)
             nops += self.em[xy].nops
             if loops:

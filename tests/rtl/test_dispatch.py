@@ -108,6 +108,10 @@ def _check_micro(u, micro, ins):
     if ins.op == "cfg":
         reg = isa.REGISTER_BY_NUMBER[ins.reg]
         assert (micro.args.cfg.index, micro.args.cfg.value) == (reg.index, ins.value)
+        assert micro.args.cfg.two == ins.two
+        if ins.two:
+            reg2 = isa.REGISTER_BY_NUMBER[ins.reg2]
+            assert (micro.args.cfg.index2, micro.args.cfg.value2) == (reg2.index, ins.value2)
     else:
         member = getattr(micro.args, ins.op)
         for f in ins.opcode.fields:

@@ -20,9 +20,14 @@ def field_value(f: isa.Field) -> st.SearchStrategy[int]:
 def legal_instr(draw) -> Instr:
     opc = draw(st.sampled_from([o for o in isa.OPCODES if not o.reserved]))
     if opc.mnemonic == "cfg":
+        def value(r):
+            return draw(st.sampled_from(r.values) if r.values
+                        else st.integers(0, (1 << r.width) - 1))
         reg = draw(st.sampled_from(isa.REGISTERS))
-        values = st.sampled_from(reg.values) if reg.values else st.integers(0, (1 << reg.width) - 1)
-        args = {"reg": reg.number, "value": draw(values)}
+        args = {"reg": reg.number, "value": value(reg), "reg2": 0, "value2": 0, "two": 0}
+        if draw(st.booleans()):  # a second register of the same unit
+            reg2 = draw(st.sampled_from([r for r in isa.REGISTERS if r.unit == reg.unit]))
+            args.update(reg2=reg2.number, value2=value(reg2), two=1)
         unit = reg.unit
     else:
         args = {f.name: draw(field_value(f)) for f in opc.fields}
