@@ -105,7 +105,7 @@ def _conv_shape(node, shapes, consts):
 
 @op("Conv", _conv_shape)
 def conv(node, inputs):
-    x, w = inputs[0].astype(np.float32), inputs[1].astype(np.float32)
+    x, w = np.asarray(inputs[0], np.float32), np.asarray(inputs[1], np.float32)
     b = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
     kh, kw, sh, sw, pads, (dh, dw), groups, oh, ow = conv_geometry(node, x.shape, w.shape)
     n, c = x.shape[:2]
@@ -142,7 +142,8 @@ def gemm(node, inputs):
         a = a.T
     if node.attrs.get("transB", 0):
         b = b.T
-    y = float(node.attrs.get("alpha", 1.0)) * (a.astype(np.float32) @ b.astype(np.float32))
+    # no copies of float32 operands (a fully connected layer's weights are large)
+    y = float(node.attrs.get("alpha", 1.0)) * (np.asarray(a, np.float32) @ np.asarray(b, np.float32))
     if len(inputs) > 2 and inputs[2] is not None:
         y = y + float(node.attrs.get("beta", 1.0)) * inputs[2]
     return [y.astype(np.float32)]

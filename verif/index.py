@@ -64,8 +64,9 @@ def magnitude(x: np.ndarray) -> np.ndarray:
 def threshold(x: np.ndarray, t: int | float = 0) -> np.ndarray:
     """Direct index of ``x`` (claim 5): ``bits[i] = |x[i]| > t``."""
     x = np.asarray(x)
-    if x.dtype.kind in "iu" and t >= 0 and x.dtype.itemsize < 8:
-        return (x > t) | (x < -t)  # |x| > t without widening (|-128| = 128 > t for any int8 t)
+    if (x.dtype.kind == "i" or x.dtype.kind == "u" and x.dtype.itemsize < 8) and t >= 0:
+        # |x| > t without widening: x < -t holds for the most negative value too
+        return (x > t) | (x < -t)
     return magnitude(x) > t if x.dtype.kind in "iu" else np.abs(x) > t
 
 
