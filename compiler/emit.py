@@ -255,11 +255,10 @@ class Kernels(Emitter):
         sparse processing unit writes the neuron index as it loads."""
         if n3 * rows * cols == 0:
             return
-        if buf in isa.BANKED_BUFFERS:  # consecutive bytes dealt to lanes: no plane strides
-            if ext_stride not in (0, cols) and rows > 1 or ext_stride3 not in (0, rows * cols) \
-                    and n3 > 1 or dst_stride3:
+        if buf in isa.BANKED_BUFFERS:
+            if ext_stride or ext_stride3 or dst_stride3:
                 raise ValueError(f"ld {buf}: the lane banks take consecutive bytes, one plane "
-                                 "per lane at dst")
+                                 "per lane at dst (no external or plane strides)")
             self.cfgs(ld__dst_stride=dst_stride if rows > 1 else self.p.reg("ld.dst_stride"))
         else:
             self.cfgs(ld__ext_stride=ext_stride if rows > 1 else self.p.reg("ld.ext_stride"),

@@ -177,9 +177,9 @@ def pool_geometry(node: Node, x_shape):
 
 
 def never_negative(g, t: str) -> bool:
-    """Is activation ``t`` never negative whatever the input (a fused ReLU or clip at zero
-    makes it; max pooling, concatenation, views and local response normalisation keep it)?  A structural fact, not a
-    calibration range."""
+    """Is activation ``t`` never negative whatever the input?  A fused ReLU or clip at zero
+    makes it so; max pooling, concatenation, views and local response normalisation keep it.
+    A structural fact, not a calibration range."""
     seen: dict[str, bool] = {}
     producers = g.producers()
 

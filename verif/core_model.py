@@ -222,7 +222,7 @@ class Machine:
 
     def _ld(self, i: Instr) -> _Exec:
         c, r = self.config, self.regs
-        buf = next(k for k, v in isa.BUFFERS.items() if v == i.buf)
+        buf = isa.BUFFER_NAMES[i.buf]
         if i.n3 * i.rows * i.cols == 0:
             return _Exec(timing.ld_cycles(np.zeros(0, np.int64), 0, c.axi_bytes), [])
         target_size = {"nbuf": c.nbuf_bytes, "nidx": c.nidx_bytes, "wbuf": c.wbuf_bytes,

@@ -181,6 +181,7 @@ class Register:
 # --------------------------------------------------------------------------------------------
 
 BUFFERS = {"nbuf": 0, "nidx": 1, "wbuf": 2, "widx": 3, "acc": 4, "param": 5}
+BUFFER_NAMES = {v: k for k, v in BUFFERS.items()}
 #: the buffers ``ldc`` expands into (the codes of :data:`BUFFERS`)
 COMPRESSED_TARGETS = {"nbuf": 0, "acc": 4}
 FORMATS = FORMAT_CODES

@@ -226,8 +226,7 @@ def _touches_local(m: Machine, ins, lo: int, hi: int) -> bool:
         return a < hi and lo < a + act_compress.stream_bound(ins.rows, ins.cols)
     r = m.regs
     if ins.op == "ld":
-        buf = next(k for k, v in isa.BUFFERS.items() if v == ins.buf)
-        s3, s1 = isa.ld_strides(buf, ins.rows, ins.cols, r.__getitem__)[:2]
+        s3, s1 = isa.ld_strides(isa.BUFFER_NAMES[ins.buf], ins.rows, ins.cols, r.__getitem__)[:2]
     else:
         s3, s1 = r["st.ext_stride3"], r["st.ext_stride"]
     a = Machine._grid(ins.ext, ins.n3, ins.rows, ins.cols, s3, s1) - LOCAL_BASE
