@@ -191,3 +191,36 @@ def test_quantize_per_channel_weights_and_calibrated_scales():
             t = g.tensor(name)
             if t.scale is not None and not t.is_const:
                 assert np.abs(v).max() <= 127 * t.scale * (1 + 1e-6), name
+
+
+def test_pool_halo_follows_what_keeps_a_map_never_negative():
+    """A max pooling reads zeros for its padding only over a map that is never negative:
+    a fused ReLU makes it so, LRN / concatenation / max pooling keep it, a plain conv
+    does not; an average always may (zeros add nothing)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from snpu.compiler import ops
+    rng = np.random.default_rng(0)
+    H = helper.make_node
+    w = numpy_helper.from_array(rng.standard_normal((4, 4, 1, 1)).astype(np.float32), "w")
+    pool = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    nodes = [H("Conv", ["x", "w"], ["c"], name="conv"), H("Relu", ["c"], ["r"], name="relu"),
+             H("LRN", ["r"], ["n"], size=3, name="lrn"),
+             H("MaxPool", ["n"], ["p1"], name="max_after_lrn", **pool),
+             H("Conv", ["x", "w"], ["c2"], name="conv2"),
+             H("LRN", ["c2"], ["n2"], size=3, name="lrn2"),
+             H("MaxPool", ["n2"], ["p2"], name="max_signed", **pool),
+             H("AveragePool", ["n2"], ["p3"], name="avg_signed", **pool),
+             H("Concat", ["n", "r"], ["cat"], axis=1, name="cat"),
+             H("MaxPool", ["cat"], ["p4"], name="max_after_concat", **pool),
+             H("Concat", ["n", "c2"], ["cat2"], axis=1, name="cat2"),
+             H("MaxPool", ["cat2"], ["p5"], name="max_after_mixed_concat", **pool)]
+    graph = helper.make_graph(nodes, "halo", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4, 8, 8])], [helper.make_tensor_value_info(
+            o, TensorProto.FLOAT, None) for o in ("p1", "p2", "p3", "p4", "p5")], [w])
+    g = _front(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert ops.pool_halo(g, g.node("max_after_lrn")) == (1, 1)
+    assert ops.pool_halo(g, g.node("max_signed")) == (0, 0)
+    assert ops.pool_halo(g, g.node("avg_signed")) == (1, 1)
+    assert ops.pool_halo(g, g.node("max_after_concat")) == (1, 1)
+    assert ops.pool_halo(g, g.node("max_after_mixed_concat")) == (0, 0)
