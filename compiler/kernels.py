@@ -504,7 +504,7 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
     c, cp = X.c, _r(X.c, P)
     # windows are clipped to the map, or to its zero halo where zeros are exact for this
     # pooling (ops.pool_halo): then every window has the pooling's own shape
-    hy, hx = (X.pad_h, X.pad_w) if q.get("zero_halo") else (0, 0)
+    hy, hx = (X.pad_h, X.pad_w) if any(q.get("halo", ())) else (0, 0)
     is_max = node.op == "MaxPool"
     if is_max:
         keys = {0: (1, 0)}

@@ -25,7 +25,6 @@ from snpu.verif.image import MemoryImage
 from snpu.verif import isa
 
 from .ir import Graph
-from .ops import pool_halo
 from .windows import SHARED_OUTPUT_SPLITS, windows
 
 
@@ -242,7 +241,7 @@ def storage(g: Graph) -> Storage:
             h0, w0 = halo.get(src, (0, 0))
             halo[src] = (max(h0, ph), max(w0, pw))
         elif n.op in ("MaxPool", "AveragePool") and n.device == "core":
-            ph, pw = pool_halo(g, n)
+            ph, pw = n.meta.get("q", {}).get("halo", (0, 0))  # quantize: ops.pool_halo
             if ph or pw:
                 h0, w0 = halo.get(n.inputs[0], (0, 0))
                 halo[n.inputs[0]] = (max(h0, ph), max(w0, pw))

@@ -109,11 +109,8 @@ class Dispatcher(wiring.Component):
                     continue
                 with m.Case(o.code):
                     if o.mnemonic == "cfg":
-                        reg = word[o.offsets["reg"]:o.offsets["reg"] + 8]
-                        value = word[o.offsets["value"]:o.offsets["value"] + 32]
-                        reg2 = word[o.offsets["reg2"]:o.offsets["reg2"] + 8]
-                        two = word[o.offsets["two"]]
-                        value2 = word[o.offsets["value2"]:o.offsets["value2"] + 32]
+                        reg, value, reg2, value2, two = (
+                            _field(word, o, f) for f in ("reg", "value", "reg2", "value2", "two"))
                         with m.Switch(reg):
                             for r in isa.REGISTERS:
                                 with m.Case(r.number):

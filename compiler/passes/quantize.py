@@ -138,7 +138,7 @@ def quantize(graph: Graph, calibration: list) -> Graph:
             c = x.shape[1]
             n.meta["q"] = {"mult": np.ones(c, np.int64), "shift": np.zeros(c, np.int64),
                            "bias": np.zeros(c, np.int64), "relu": relu,
-                           "zero_halo": ops.pool_halo(g, n) != (0, 0)}
+                           "halo": ops.pool_halo(g, n)}
         elif n.op in ("AveragePool", "GlobalAveragePool"):
             if n.op == "AveragePool":
                 div = ops.avgpool_divisors(n, x.shape[2], x.shape[3])
@@ -148,7 +148,7 @@ def quantize(graph: Graph, calibration: list) -> Graph:
             for d in np.unique(div):
                 table[int(d)] = tuple(int(v[0]) for v in _multipliers(np.array([sx / (d * sy)])))
             n.meta["q"] = {"divisors": div.astype(np.int64), "by_divisor": table, "relu": relu,
-                           "zero_halo": ops.pool_halo(g, n) != (0, 0)}
+                           "halo": ops.pool_halo(g, n)}
         elif n.op in ("Add", "Sum"):
             ratios = np.array([g.tensor(i).scale / sy for i in n.inputs])
             k = int(np.floor(np.log2(32767.0 / ratios.max())))
