@@ -94,10 +94,7 @@ class Dispatcher(wiring.Component):
         # operand fields become the target unit's microinstruction.
         pre = self.fetch_resp.payload.pre
         legal = pre.legal
-        target = pre.target
         is_loop = pre.kind == Kind.LOOP
-        is_sync = pre.kind == Kind.SYNC
-        is_halt = pre.kind == Kind.HALT
         micro = {u: Signal(micro_layout(u), name=f"micro_{u.name.lower()}") for u in UNITS}
         for u in UNITS:
             m.d.comb += [micro[u].pc.eq(pc), micro[u].wait.eq(wait), micro[u].signal.eq(signal)]
@@ -169,16 +166,19 @@ class Dispatcher(wiring.Component):
         # ---- Next word: after `last` is done, go on after it or back to a body's start.
         # Walking down from the top frame: a frame ending at `last` with no iterations left
         # pops and the walk goes on to the frame below; one with iterations left jumps back.
-        def walk(last, tag):
+        # `ends`: which frames end at `last`; `last_trip` (a register, written with `left`):
+        # which frames have no iterations left.
+        last_trip = Signal(LOOP_DEPTH)
+
+        def walk(last, ends, tag):
             reach = [Signal(name=f"{tag}_reach{k}") for k in range(LOOP_DEPTH)]
             popped = [Signal(name=f"{tag}_popped{k}") for k in range(LOOP_DEPTH)]
             jump = Signal(LOOP_DEPTH, name=f"{tag}_jump")
             for k in reversed(range(LOOP_DEPTH)):
                 below_top = (reach[k + 1] & popped[k + 1]) if k + 1 < LOOP_DEPTH else C(0)
-                ends = frames[k].end == last
                 m.d.comb += [reach[k].eq((depth == k + 1) | below_top),
-                             popped[k].eq(reach[k] & ends & (frames[k].left == 0)),
-                             jump[k].eq(reach[k] & ends & (frames[k].left != 0))]
+                             popped[k].eq(reach[k] & ends[k] & last_trip[k]),
+                             jump[k].eq(reach[k] & ends[k] & ~last_trip[k])]
             nxt = Signal(PC_BITS + 1, name=f"{tag}_next")
             m.d.comb += nxt.eq(last + 1)
             for k in range(LOOP_DEPTH):
@@ -191,9 +191,13 @@ class Dispatcher(wiring.Component):
         # zero-trip loop (a legal loop word never ends a body, so a loop that runs its body
         # goes on at pc + 1 too).  A zero-trip loop skips to the word after its body: that
         # request goes out a cycle later, from `skip_next`.
-        seq_next, seq_popped, seq_jump = walk(pc, "seq")
+        # `ends_pc` (a register): which frames end at the current word, compared while its
+        # request was out, so no comparison lies between the frames and the next request.
+        ends_pc = Signal(LOOP_DEPTH)
+        seq_next, seq_popped, seq_jump = walk(pc, ends_pc, "seq")
         zero_trip = is_loop & loop_zero
-        skip_next, skip_popped, skip_jump = walk(loop_end, "skip")
+        skip_next, skip_popped, skip_jump = walk(
+            loop_end, [frames[k].end == loop_end for k in range(LOOP_DEPTH)], "skip")
         jump = Mux(is_loop, skip_jump, seq_jump)
         pops = Signal(range(LOOP_DEPTH + 1))
         m.d.comb += pops.eq(Mux(is_loop, sum(skip_popped), sum(seq_popped)))
@@ -204,20 +208,34 @@ class Dispatcher(wiring.Component):
         first = self.start  # ask for word 0
         want = Signal()          # ask for seq_next (or word 0) now
         skip = Signal()          # ask for skip_next next cycle
-        m.d.comb += [want.eq((consume & ~is_halt & ~zero_trip) | first),
+        m.d.comb += [want.eq((consume & ~pre.halt & ~zero_trip) | first),
                      skip.eq(consume & zero_trip)]
         addr = Signal(PC_BITS + 1)
         m.d.comb += addr.eq(Mux(first, 0, seq_next))
         # the next word would lie past the ROM (no halt): ILLEGAL at that word
         past_rom = Signal()
         skip_past_rom = Signal()
-        m.d.comb += [past_rom.eq(want & (addr >= self.rom_words)),
+        # (a jump goes back into a body, which lies inside the ROM; pc + 1 lies past it only
+        # after the last word, known when that word's request was taken: `pc_last`)
+        pc_last = Signal()
+        m.d.comb += [past_rom.eq(want & Mux(first, self.rom_words == 0,
+                                            ~seq_jump.any() & pc_last)),
                      skip_past_rom.eq(skip & (skip_next >= self.rom_words))]
         bad_pc = Mux(skip, skip_next, addr)
         req_pending = Signal()
         req_pc = Signal(PC_BITS)
         m.d.comb += [self.fetch_req.valid.eq((req_pending | (want & ~past_rom)) & ~self.stop),
                      self.fetch_req.payload.eq(Mux(req_pending, req_pc, addr))]
+        # Compared while a request is out (it is held until taken, the frames do not change
+        # meanwhile), against the frames as they are after this cycle (a loop pushed now ends
+        # at loop_end); the comparisons do not wait for the dispatcher's or the cache's
+        # handshake, only the choice between them does.
+        asked = self.fetch_req.payload
+        with m.If(want | req_pending):
+            for k in range(LOOP_DEPTH):
+                m.d.sync += ends_pc[k].eq(Mux(push & (depth == k), loop_end == asked,
+                                              frames[k].end == asked))
+            m.d.sync += pc_last.eq(asked + 1 == self.rom_words)
         with m.If(req_pending):
             m.d.sync += req_pending.eq(~self.fetch_req.ready)
         with m.Elif(skip & ~skip_past_rom):
@@ -232,7 +250,8 @@ class Dispatcher(wiring.Component):
                 for k in range(LOOP_DEPTH):
                     with m.Case(k):
                         f = frames[k]
-                        m.d.sync += [f.start.eq(pc + 1), f.end.eq(loop_end), f.left.eq(count - 1)]
+                        m.d.sync += [f.start.eq(pc + 1), f.end.eq(loop_end), f.left.eq(count - 1),
+                                     last_trip[k].eq(count == 1)]
                         for s, name in STREAMS.items():
                             m.d.sync += [f[f"inc_{s}"].eq(_field(word, _LOOP, name)),
                                          f[f"off_{s}"].eq(0)]
@@ -242,16 +261,29 @@ class Dispatcher(wiring.Component):
             for k in range(LOOP_DEPTH):
                 f = frames[k]
                 with m.If(jump[k]):
-                    m.d.sync += f.left.eq(f.left - 1)
+                    m.d.sync += [f.left.eq(f.left - 1), last_trip[k].eq(f.left == 1)]
                     for s in STREAMS:
                         m.d.sync += f[f"off_{s}"].eq(f[f"off_{s}"] + f[f"inc_{s}"])
 
         # ---- Dispatch.
         for u in UNITS:
             m.d.comb += self.queue(u).payload.eq(micro[u])
+        # The word goes (is consumed) when it is legal in its context and its taker is
+        # ready: from the predecoded one-hot decisions, an OR of a few ANDs.
         resp = self.fetch_resp
+        running = Signal()
+        offered = Signal()      # a fetched word without a fetch error, while running
+        m.d.comb += offered.eq(running & ~self.stop & resp.valid & ~resp.payload.error)
+        queue_ready = Cat(*[self.queue(u).ready for u in UNITS])
+        m.d.comb += consume.eq(offered & ((pre.to_unit & queue_ready).any()
+                                          | (pre.wait_idle & self.units_idle)
+                                          | (pre.loop & loop_seen & loop_ok)))
+        m.d.comb += resp.ready.eq(consume)
+        for k, u in enumerate(UNITS):
+            m.d.comb += self.queue(u).valid.eq(offered & pre.to_unit[k])
         with m.FSM():
             with m.State("RUN"):
+                m.d.comb += running.eq(1)
                 with m.If(self.stop):
                     m.next = "DRAIN"
                 with m.Elif(resp.valid):
@@ -261,19 +293,8 @@ class Dispatcher(wiring.Component):
                     with m.Elif(~legal | (is_loop & loop_seen & ~loop_ok)):
                         m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), self.error_pc.eq(pc)]
                         m.next = "DRAIN"
-                    with m.Elif(is_loop):
-                        m.d.comb += [resp.ready.eq(loop_seen), consume.eq(loop_seen)]
-                    with m.Elif(is_sync | is_halt):
-                        with m.If(self.units_idle):
-                            m.d.comb += [resp.ready.eq(1), consume.eq(1)]
-                            with m.If(is_halt):
-                                m.next = "DRAIN"
-                    with m.Else():
-                        for k, u in enumerate(UNITS):
-                            q = self.queue(u)
-                            with m.If(target == k):
-                                m.d.comb += [q.valid.eq(1), resp.ready.eq(q.ready),
-                                             consume.eq(q.ready)]
+                    with m.Elif(consume & pre.halt):
+                        m.next = "DRAIN"
                 with m.If((past_rom | skip_past_rom) & ~self.stop):
                     m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), self.error_pc.eq(bad_pc)]
                     m.next = "DRAIN"

@@ -123,8 +123,11 @@ class InstructionCache(wiring.Component):
         waiting = Signal()          # an accepted request whose line is not ready yet
         cur = Signal(PC_BITS)
         accept = Signal()
-        m.d.comb += accept.eq(self.req.valid & ~waiting & ~pend & ~out_busy & ~clash
-                              & (count + fills_needed <= FILL_SLOTS))
+        # room for the fills: no adder between the lookup and `accept`
+        room = Signal()
+        m.d.comb += room.eq(Mux(fills_needed == 2, count <= FILL_SLOTS - 2,
+                                Mux(fills_needed == 1, count <= FILL_SLOTS - 1, 1)))
+        m.d.comb += accept.eq(self.req.valid & ~waiting & ~pend & ~out_busy & ~clash & room)
         m.d.comb += self.req.ready.eq(accept)
 
         # ---- Tag writes and fill slots (at most one new slot per cycle).
@@ -137,27 +140,30 @@ class InstructionCache(wiring.Component):
         m.d.sync += counted.eq(Cat(hit, missed, prefetched))
         m.d.sync += [self.hits.eq(self.hits + counted[0]), self.misses.eq(self.misses + counted[1]),
                      self.prefetches.eq(self.prefetches + counted[2])]
+        # the line a new slot would take, from the address and the tags alone: `accept`
+        # (which waits for the dispatcher's decision) only enables the writes
         new_line = Signal(LB)
+        m.d.comb += new_line.eq(Mux(pend, pend_line, Mux(present, nxt, line)))
         with m.If(pend):
-            m.d.comb += [new.eq(1), new_line.eq(pend_line)]
+            m.d.comb += new.eq(1)
             m.d.sync += pend.eq(0)
         with m.Elif(accept & ~present):
-            m.d.comb += [new.eq(1), new_line.eq(line)]
-            m.d.comb += missed.eq(1)
+            m.d.comb += [new.eq(1), missed.eq(1)]
             with m.If(want_next):
                 m.d.comb += prefetched.eq(1)
                 m.d.sync += [pend.eq(1), pend_line.eq(nxt)]
         with m.Elif(accept):
             m.d.comb += hit.eq(1)
             with m.If(want_next):
-                m.d.comb += [new.eq(1), new_line.eq(nxt), prefetched.eq(1)]
+                m.d.comb += [new.eq(1), prefetched.eq(1)]
         m.d.comb += [tw.addr.eq(new_line[:IB]), tw.data.eq(new_line[IB:]), tw.en.eq(new)]
 
         # ---- Reading the word: at once on a ready hit, else when its line is ready.
         rp = mem.read_port()
         hit_now = accept & present & ready.bit_select(index, 1)
         late = waiting & ready.bit_select(cur[W:W + IB], 1)
-        m.d.comb += [rp.addr.eq(Mux(hit_now, self.req.payload[:W + IB], cur[:W + IB])),
+        # (the address does not wait for `accept`: a request is only taken when not waiting)
+        m.d.comb += [rp.addr.eq(Mux(waiting, cur[:W + IB], self.req.payload[:W + IB])),
                      rp.en.eq(hit_now | late)]
         read = Signal()  # the read port holds a word for resp (from the last read on)
         with m.If(accept):
@@ -205,7 +211,6 @@ class InstructionCache(wiring.Component):
                              wp.data.eq(Cat(low, self.rdata, low_err | err, pre.out)), wp.en.eq(1)]
             with m.If(beat == BEATS_PER_LINE - 1):
                 m.d.comb += done.eq(1)
-                m.d.sync += ready.bit_select(slot_line[0][:IB], 1).eq(1)
         # slot bookkeeping: pop the oldest when done, push the new one at the end
         after_pop_v = Mux(done, slot_v >> 1, slot_v)
         after_pop_ar = Mux(done, slot_ar >> 1, slot_ar)
@@ -220,9 +225,15 @@ class InstructionCache(wiring.Component):
         with m.If(done):
             for k in range(FILL_SLOTS - 1):
                 m.d.sync += slot_line[k].eq(slot_line[k + 1])
+        # the new line's valid and ready bits, decoded from `new_line` before `new` gates them
+        sel = Signal(L)
+        fill_done = Signal(L)   # the line whose last beat arrived
+        m.d.comb += [sel.eq(Const(1, L) << new_line[:IB]),
+                     fill_done.eq(Mux(done, Const(1, L) << slot_line[0][:IB], 0))]
         with m.If(new):
-            m.d.sync += [slot_line[n_after].eq(new_line), valid.bit_select(new_line[:IB], 1).eq(1),
-                         ready.bit_select(new_line[:IB], 1).eq(0)]
+            m.d.sync += slot_line[n_after].eq(new_line)
+        m.d.sync += [valid.eq(valid | Mux(new, sel, 0)),
+                     ready.eq((ready | fill_done) & ~Mux(new, sel, 0))]
 
         with m.If(self.start):
             m.d.sync += [valid.eq(0), ready.eq(0), waiting.eq(0), read.eq(0), pend.eq(0),

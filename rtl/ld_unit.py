@@ -13,6 +13,7 @@ from .dma_reader import DmaReader
 from .matrix_unit import write_port_signature
 from .microcode import args_layout, op_codes, registers_layout
 from .realign import Realigner
+from .skid import SkidBuffer
 from .sparse_unit import SparseProcessingUnit
 from .status import ErrorCode
 from snpu.verif.isa import Unit
@@ -61,6 +62,11 @@ class LoadUnit(wiring.Component):
     row's (into nbuf with the sparse processing unit at threshold 0: the neuron index
     comes along).  A stream shorter than its chunks need is ``INDEX``, never a hang.
 
+    The realigned (or expanded) words pass a :class:`~.skid.SkidBuffer` before they are
+    written: no combinational path runs from the buffers' write side (the accumulator
+    arbiter's ``ready``, the row FIFO) back into the expander, the realigner and the AXI
+    read channel.
+
     Throughput: one 8-byte beat per cycle (``ldc``: :func:`snpu.verif.timing.ldc_cycles`).
     ``done`` pulses the cycle after the last write.
     """
@@ -104,6 +110,9 @@ class LoadUnit(wiring.Component):
         m.submodules.spu = spu = self._spu
         m.submodules.rows_fifo = rows_fifo = self._rows
         m.submodules.expander = expander = self._expander
+        # cleared by `start`: an ldc that ends early (a bad stream) leaves no word behind
+        m.submodules.words = words = ResetInserter(self.start)(
+            SkidBuffer(realign.o.payload.shape()))
         for name in ("arvalid", "araddr", "arlen", "rready"):
             m.d.comb += getattr(self, name).eq(getattr(reader, name))
         for name in ("arready", "rvalid", "rdata", "rresp", "rlast"):
@@ -260,12 +269,17 @@ class LoadUnit(wiring.Component):
         m.d.comb += [expander.start.eq(self.start & new_ldc & ~empty & ~new_misaligned),
                      expander.rows.eq(new.rows), expander.cols.eq(new.cols)]
 
-        # ---- Write side: realigned (ld) or expanded (ldc) words into the buffer.
+        # ---- Write side: realigned (ld) or expanded (ldc) words, through `words`, into the
+        # buffer.
+        m.d.comb += [words.i.valid.eq(Mux(compressed, expander.o.valid, realign.o.valid)),
+                     words.i.payload.eq(Mux(compressed, expander.o.payload,
+                                            realign.o.payload)),
+                     realign.o.ready.eq(words.i.ready & ~compressed),
+                     expander.o.ready.eq(words.i.ready & compressed)]
         word = Signal(20)         # word address of the next word of the current row
         in_row = Signal()
-        w = Signal.like(realign.o.payload)
-        source_valid = Mux(compressed, expander.o.valid, realign.o.valid)
-        m.d.comb += w.eq(Mux(compressed, expander.o.payload, realign.o.payload))
+        w = words.o.payload
+        source_valid = words.o.valid
         # ldc after a bad row: the rows before it are written, the rest expanded and dropped
         discard = compressed & (err != ErrorCode.NONE) & ~rows_fifo.r_rdy & ~in_row
         addr = Signal(20)
@@ -278,8 +292,7 @@ class LoadUnit(wiring.Component):
         m.d.comb += sub_last.eq(acc_sub == nsub - 1)
         m.d.comb += accept.eq(source_valid & rows_fifo.r_rdy &
                               Mux(acc_busy, self.acc_w.ready & sub_last, 1))
-        m.d.comb += [realign.o.ready.eq(accept & ~compressed),
-                     expander.o.ready.eq((accept | discard) & compressed)]
+        m.d.comb += words.o.ready.eq(accept | discard)
         with m.If(accept):
             m.d.sync += [in_row.eq(~w.last), word.eq(addr + 1)]
             with m.If(w.last):

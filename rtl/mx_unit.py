@@ -147,12 +147,16 @@ class MatrixController(wiring.Component):
             cfg.rows.eq(a.rows), cfg.nbuf.eq(a.nbuf), cfg.nidx.eq(a.nidx), cfg.wbuf.eq(a.wbuf),
             cfg.widx.eq(a.widx), cfg.nstride.eq(r.nstride), cfg.nidx_stride.eq(r.nidx_stride),
         ]
+        # The lanes start the cycle after `start`, from registers: the checks' adders and
+        # the token handshake that raised `start` stay off the paths into the lanes.
         held = Signal(FC_CONFIG)
         launch = Signal()
         m.d.comb += launch.eq(self.start & work & (check == ErrorCode.NONE))
         with m.If(self.start):
             m.d.sync += held.eq(cfg)
-        m.d.comb += [mu.cfg.eq(Mux(self.start, cfg, held)), mu.start.eq(launch)]
+        lane_start = Signal()
+        m.d.sync += lane_start.eq(launch)
+        m.d.comb += [mu.cfg.eq(held), mu.start.eq(lane_start)]
 
         total = Signal(24)
         written = Signal(24)

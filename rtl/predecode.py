@@ -25,11 +25,17 @@ class Kind(enum.Enum, shape=2):
     HALT = 3  # wait until every unit is idle, then stop
 
 
-#: the predecoded part of a fetched word
+#: the predecoded part of a fetched word.  Besides the kind and target, the dispatcher's
+#: decisions come one-hot and legality-qualified, so its "consume this word" is an OR of a
+#: few ANDs with the queues' ready signals, not a decode after the block RAM.
 PREDECODED = data.StructLayout({
     "legal": 1,                      # legal apart from a loop's context (see Dispatcher)
     "kind": Kind,
     "target": range(len(UNITS)),     # the unit (index into UNITS) of a UNIT word
+    "to_unit": len(UNITS),           # legal UNIT word: one-hot of its unit
+    "loop": 1,                       # legal loop word
+    "wait_idle": 1,                  # legal sync or halt
+    "halt": 1,                       # legal halt
 })
 
 
@@ -111,14 +117,24 @@ class Predecoder(wiring.Component):
                                     rok = (ok & _accepts(r, value) & tokens_ok(r.unit)
                                            & second_ok[r.unit])
                                     m.d.comb += [out.legal.eq(rok), out.kind.eq(Kind.UNIT),
-                                                 out.target.eq(UNITS.index(r.unit))]
+                                                 out.target.eq(UNITS.index(r.unit)),
+                                                 out.to_unit.eq(
+                                                     rok << UNITS.index(r.unit))]
                     elif o.unit is None:  # halt, sync, loop
                         ok &= (wait == 0) & (signal == 0)
                         if o.mnemonic == "loop":
                             ok &= field(o, "body") != 0
                         m.d.comb += [out.legal.eq(ok),
                                      out.kind.eq(Kind[o.mnemonic.upper()])]
+                        if o.mnemonic == "loop":
+                            m.d.comb += out.loop.eq(ok)
+                        else:
+                            m.d.comb += out.wait_idle.eq(ok)
+                            if o.mnemonic == "halt":
+                                m.d.comb += out.halt.eq(ok)
                     else:
-                        m.d.comb += [out.legal.eq(ok & tokens_ok(o.unit)), out.kind.eq(Kind.UNIT),
-                                     out.target.eq(UNITS.index(o.unit))]
+                        uok = ok & tokens_ok(o.unit)
+                        m.d.comb += [out.legal.eq(uok), out.kind.eq(Kind.UNIT),
+                                     out.target.eq(UNITS.index(o.unit)),
+                                     out.to_unit.eq(uok << UNITS.index(o.unit))]
         return m

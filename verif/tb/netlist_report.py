@@ -25,6 +25,8 @@ _KIND = {"LUT4": "lut4", "CCU2C": "carry", "TRELLIS_FF": "ff", "TRELLIS_DPR16X4"
 # DSP outputs are unregistered in this design's use, so they start late.
 _LAUNCH = {"TRELLIS_FF": 0.5, "DP16KD": 3.5, "MULT18X18D": 3.0, "ALU54B": 3.0}
 _SUFFIX = re.compile(r"_TRELLIS|_LUT4|_CCU2|_PFUMX|_L6MUX|_DPR16X4|_MULT18|_DP16KD|\[")
+# a memory's cells: <memory>.<bank>.<bit>[_<port>...]
+_MEMORY_CELL = re.compile(r"(\.\d+)+(_[A-Z]+\d*)*(_\d+)?$")
 
 
 def _arcs(cell: dict) -> list[tuple[str, str, float]]:
@@ -180,7 +182,7 @@ def deepest_paths(netlist: dict, top: str = "top", n: int = 5) -> list[dict]:
     scored = sorted(((arrive(b), b, cname, port) for b, cname, port in ends), reverse=True)
     out, seen = [], set()
     for a, b, cname, port in scored:
-        group = _SUFFIX.split(net_name.get(b, cname.lstrip("\\")))[0]
+        group = _MEMORY_CELL.sub("", _SUFFIX.split(net_name.get(b, cname.lstrip("\\")))[0])
         if group in seen:
             continue
         seen.add(group)
