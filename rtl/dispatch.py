@@ -155,6 +155,8 @@ class Dispatcher(wiring.Component):
         loop_end = Signal(PC_BITS + 1)     # its body's last word
         loop_ok = Signal()                 # its body fits the ROM and the enclosing body
         loop_zero = Signal()               # it runs its body zero times
+        loop_end_ends = Signal(LOOP_DEPTH)  # which frames end where its body does
+        loop_end_last = Signal()           # its body ends the ROM
         consume = Signal()       # the current word is dispatched / executed this cycle
         with m.If(consume):
             m.d.sync += loop_seen.eq(0)
@@ -162,6 +164,9 @@ class Dispatcher(wiring.Component):
             m.d.sync += [loop_seen.eq(1), loop_end.eq(end_now), loop_zero.eq(count == 0),
                          loop_ok.eq((end_now < self.rom_words) & (depth < LOOP_DEPTH)
                                     & ((depth == 0) | (end_now <= top_end)))]
+            m.d.sync += [loop_end_ends[k].eq(frames[k].end == end_now)
+                         for k in range(LOOP_DEPTH)]
+            m.d.sync += loop_end_last.eq(end_now + 1 == self.rom_words)
 
         # ---- Next word: after `last` is done, go on after it or back to a body's start.
         # Walking down from the top frame: a frame ending at `last` with no iterations left
@@ -196,8 +201,7 @@ class Dispatcher(wiring.Component):
         ends_pc = Signal(LOOP_DEPTH)
         seq_next, seq_popped, seq_jump = walk(pc, ends_pc, "seq")
         zero_trip = is_loop & loop_zero
-        skip_next, skip_popped, skip_jump = walk(
-            loop_end, [frames[k].end == loop_end for k in range(LOOP_DEPTH)], "skip")
+        skip_next, skip_popped, skip_jump = walk(loop_end, loop_end_ends, "skip")
         jump = Mux(is_loop, skip_jump, seq_jump)
         pops = Signal(range(LOOP_DEPTH + 1))
         m.d.comb += pops.eq(Mux(is_loop, sum(skip_popped), sum(seq_popped)))
@@ -216,11 +220,12 @@ class Dispatcher(wiring.Component):
         past_rom = Signal()
         skip_past_rom = Signal()
         # (a jump goes back into a body, which lies inside the ROM; pc + 1 lies past it only
-        # after the last word, known when that word's request was taken: `pc_last`)
+        # after the last word, known when that word's request was out: `pc_last`; a skipped
+        # body's end is the ROM's last word: `loop_end_last`)
         pc_last = Signal()
         m.d.comb += [past_rom.eq(want & Mux(first, self.rom_words == 0,
                                             ~seq_jump.any() & pc_last)),
-                     skip_past_rom.eq(skip & (skip_next >= self.rom_words))]
+                     skip_past_rom.eq(skip & ~skip_jump.any() & loop_end_last)]
         bad_pc = Mux(skip, skip_next, addr)
         req_pending = Signal()
         req_pc = Signal(PC_BITS)
@@ -236,12 +241,15 @@ class Dispatcher(wiring.Component):
                 m.d.sync += ends_pc[k].eq(Mux(push & (depth == k), loop_end == asked,
                                               frames[k].end == asked))
             m.d.sync += pc_last.eq(asked + 1 == self.rom_words)
+        # `req_pc` follows the address while no request is pending (a zero-trip loop's
+        # successor when the word is one), so the cache's answer only decides `req_pending`
+        with m.If(~req_pending):
+            m.d.sync += req_pc.eq(Mux(zero_trip & ~first, skip_next, addr))
         with m.If(req_pending):
             m.d.sync += req_pending.eq(~self.fetch_req.ready)
-        with m.Elif(skip & ~skip_past_rom):
-            m.d.sync += [req_pending.eq(1), req_pc.eq(skip_next)]
-        with m.Elif(want & ~past_rom & ~self.fetch_req.ready):
-            m.d.sync += [req_pending.eq(1), req_pc.eq(addr)]
+        with m.Else():
+            m.d.sync += req_pending.eq((skip & ~skip_past_rom) |
+                                       (want & ~past_rom & ~self.fetch_req.ready))
 
         # ---- Frame updates when a word is consumed.
         with m.If(consume & is_loop & ~loop_zero):

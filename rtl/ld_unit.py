@@ -77,8 +77,10 @@ class LoadUnit(wiring.Component):
         self._reader = DmaReader()
         self._realign = Realigner()
         self._spu = SparseProcessingUnit(8, addr_bits=(c.nbuf_bytes // 8 - 1).bit_length())
-        # per requested row: its destination word address and (wbuf / widx) its lane
-        self._rows = SyncFIFOBuffered(width=20 + max(1, (c.lanes - 1).bit_length()), depth=4)
+        # per requested row: its destination word address and (wbuf / widx) its lane; deep
+        # enough to cover a row's round trip (request, data, skid buffer, write) when rows
+        # are one beat long
+        self._rows = SyncFIFOBuffered(width=20 + max(1, (c.lanes - 1).bit_length()), depth=6)
         self._expander = ChunkExpander()
         super().__init__({
             "start": In(1),
@@ -266,8 +268,11 @@ class LoadUnit(wiring.Component):
             m.d.sync += index_err.eq(1)  # the stream ended before its chunks did
         with m.If(self.start):
             m.d.sync += index_err.eq(0)
-        m.d.comb += [expander.start.eq(self.start & new_ldc & ~empty & ~new_misaligned),
-                     expander.rows.eq(new.rows), expander.cols.eq(new.cols)]
+        # the expander starts a cycle after the instruction, from registers (its first word
+        # is the stream's header's successor, many cycles later)
+        expand = Signal()
+        m.d.sync += expand.eq(self.start & new_ldc & ~empty & ~new_misaligned)
+        m.d.comb += [expander.start.eq(expand), expander.rows.eq(a.rows), expander.cols.eq(a.cols)]
 
         # ---- Write side: realigned (ld) or expanded (ldc) words, through `words`, into the
         # buffer.

@@ -18,6 +18,8 @@ import numpy as np
 
 #: cycles from issuing an AXI burst to its first beat, including address generation
 DMA_LATENCY = 12
+#: ld / ldc: the cycle a word spends in the LD unit's skid buffer before it is written
+LD_WRITE_LATENCY = 1
 #: the longest AXI burst (beats); a row is split into bursts of at most this many beats
 MAX_BURST = 16
 #: cycles the shared memory port spends per burst besides its beats (the interconnect's
@@ -48,9 +50,9 @@ FC_ROW_MIN = 3.2
 #: start to its first chunk is hidden behind the previous row only when that row is long;
 #: measured on the RTL)
 FC_EXPAND_ROW_MIN = 14.5
-#: pipeline fill/drain of the MX unit per instruction (measured: 22 cycles from start to the
-#: last sum beyond the lane's work)
-FC_PIPELINE = 22
+#: pipeline fill/drain of the MX unit per instruction (measured: 23 cycles from start to the
+#: last sum beyond the lane's work; the lanes start a cycle after the instruction)
+FC_PIPELINE = 23
 #: pipeline fill/drain of the VX unit per vred / vew (address generator, ALU, write back)
 VX_PIPELINE = 8
 #: pipeline fill/drain of the VX unit per req (the requantisers take 4 cycles)
@@ -103,7 +105,7 @@ def ld_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: in
         return 1
     off, beats, bursts, words = _rows(row_starts, cols, axi_bytes)
     per_row = np.maximum(beats + LD_BURST_OVERHEAD * bursts, words * beat_cycles + (off > 0))
-    return DMA_LATENCY + int(round(float(np.maximum(per_row, LD_ROW_MIN).sum())))
+    return DMA_LATENCY + LD_WRITE_LATENCY + int(round(float(np.maximum(per_row, LD_ROW_MIN).sum())))
 
 
 def bus_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: int = 1) -> int:
@@ -187,15 +189,16 @@ def ldc_cycles(nonzero: np.ndarray, cols: int, beat_cycles: int = 1) -> int:
     """Cycles of an ``ldc`` of rows of ``cols`` values whose chunks hold ``nonzero[r, k]``
     non-zero values: the stream's header is read first (one memory round trip), then the
     bytes it counts in bursts; the expander takes a chunk's mask word in one cycle and writes
-    one dense word per cycle after it (``beat_cycles`` each into acc), so it waits for the
-    bus only for the bursts' overhead."""
+    one dense word per cycle after it (``beat_cycles`` each into acc: the words wait in the
+    LD unit's skid buffer meanwhile, so the mask word's cycle hides behind them), so it
+    waits for the bus only for the bursts' overhead."""
     if nonzero.size == 0:
         return 1
     words = _chunk_words(cols, nonzero.shape[1])
-    expand = int((1 + words * beat_cycles).sum()) * nonzero.shape[0]
+    expand = int(np.maximum(1 + words, words * beat_cycles).sum()) * nonzero.shape[0]
     stream = int((1 + -(-nonzero // 8)).sum())
     bus = stream + LD_BURST_OVERHEAD * -(-stream // MAX_BURST)
-    return DMA_LATENCY + LDC_HEADER_CYCLES + max(expand, bus)
+    return DMA_LATENCY + LD_WRITE_LATENCY + LDC_HEADER_CYCLES + max(expand, bus)
 
 
 def stc_cycles(nonzero: np.ndarray, cols: int) -> int:
