@@ -164,7 +164,10 @@ class LoadUnit(wiring.Component):
         outstanding = Signal(range(1 << 14))  # rows requested and not yet written
         err = Signal(ErrorCode)
         row_bad = Signal(ErrorCode)
-        with m.If(~lane_ok | (dst_row + a.cols > limit)):
+        # dst_row + cols, kept beside dst_row (and dst_plane) so the range check is one
+        # comparison, not an adder and a comparison
+        row_end, plane_end = Signal(22), Signal(22)
+        with m.If(~lane_ok | (row_end > limit)):
             m.d.comb += row_bad.eq(ErrorCode.RANGE)
         with m.Elif(((dst_row | a.cols) & (group - 1)) != 0):
             m.d.comb += row_bad.eq(ErrorCode.ALIGN)
@@ -184,6 +187,7 @@ class LoadUnit(wiring.Component):
             m.d.sync += [issuing.eq(~empty & ~new_misaligned), p_cnt.eq(0), r_cnt.eq(0),
                          ext_plane.eq(new.ext), ext_row.eq(new.ext),
                          dst_plane.eq(new.dst), dst_row.eq(new.dst),
+                         plane_end.eq(new.dst + new.cols), row_end.eq(new.dst + new.cols),
                          err.eq(Mux(new_misaligned & ~empty, ErrorCode.ALIGN, ErrorCode.NONE)),
                          outstanding.eq(0)]
         with m.Else():
@@ -193,12 +197,15 @@ class LoadUnit(wiring.Component):
                 # the lane banks take consecutive bytes, every plane at dst of its lane
                 m.d.sync += [r_cnt.eq(r_cnt + 1),
                              ext_row.eq(ext_row + Mux(banked, a.cols, r.ext_stride)),
-                             dst_row.eq(dst_row + r.dst_stride)]
+                             dst_row.eq(dst_row + r.dst_stride),
+                             row_end.eq(row_end + r.dst_stride)]
                 with m.If(r_cnt == a.rows - 1):
                     m.d.sync += [r_cnt.eq(0), p_cnt.eq(p_cnt + 1),
                                  ext_plane.eq(ext_plane + r.ext_stride3),
                                  dst_plane.eq(dst_plane + Mux(banked, 0, r.dst_stride3)),
-                                 dst_row.eq(dst_plane + Mux(banked, 0, r.dst_stride3))]
+                                 dst_row.eq(dst_plane + Mux(banked, 0, r.dst_stride3)),
+                                 plane_end.eq(plane_end + Mux(banked, 0, r.dst_stride3)),
+                                 row_end.eq(plane_end + Mux(banked, 0, r.dst_stride3))]
                     with m.If(~banked):
                         m.d.sync += ext_row.eq(ext_plane + r.ext_stride3)
                     with m.If(p_cnt == a.n3 - 1):

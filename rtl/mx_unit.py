@@ -159,20 +159,24 @@ class MatrixController(wiring.Component):
         m.d.sync += lane_start.eq(launch)
         m.d.comb += [mu.cfg.eq(held), mu.start.eq(lane_start)]
 
+        writers_start = Signal()
+        m.d.sync += writers_start.eq(self.start)
         total = Signal(24)
         written = Signal(24)
         accumulate = Signal()
         with m.If(self.start):
             m.d.sync += [total.eq(Mux(launch, r.nvec * a.rows, 0)), written.eq(0),
                          accumulate.eq(a.accumulate)]
+        # the writers start with the lanes, a cycle after `start`, from registers (the operands
+        # stay put while the instruction runs)
         for g, wr in enumerate(self._writers):
             m.submodules[f"writer{g}"] = wr
             lane_rows = Mux(a.rows > g, (a.rows - g + P - 1) // P, 0)
             rows_reg = Signal(12, name=f"rows{g}")
             with m.If(self.start):
                 m.d.sync += rows_reg.eq(lane_rows)
-            m.d.comb += [wr.start.eq(self.start), wr.base.eq(a.acc // P),
-                         wr.vec_step.eq(r.acc_stride // P), wr.rows.eq(Mux(self.start, lane_rows, rows_reg)),
+            m.d.comb += [wr.start.eq(writers_start), wr.base.eq(a.acc // P),
+                         wr.vec_step.eq(r.acc_stride // P), wr.rows.eq(rows_reg),
                          wr.accumulate.eq(accumulate), wr.rd_data.eq(self.acc_rd_data[g])]
             wiring.connect(m, mu.results[g], wr.sums)
             wiring.connect(m, wr.w, wiring.flipped(self.acc_w[g]))

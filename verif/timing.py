@@ -28,7 +28,7 @@ BUS_BURST_OVERHEAD = 1
 #: ld: cycles per burst besides its beats (the burst request)
 LD_BURST_OVERHEAD = 1
 #: ld: the fewest cycles a row takes (one-beat rows wait for the read requests in flight)
-LD_ROW_MIN = 2.25
+LD_ROW_MIN = 2.0
 #: st: cycles from issue to its first write beat
 ST_LATENCY = 9
 #: st: cycles per burst besides its beats (the address and the write response)
@@ -100,12 +100,18 @@ def ld_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: in
     """Cycles of an ``ld`` whose rows of ``cols`` bytes start at external addresses
     ``row_starts``: per row, the beats it touches on the bus and one more cycle per burst,
     or the words it writes at ``beat_cycles`` each (acc: ``8 / lanes``) and one more cycle
-    when it starts unaligned, whichever is longer, at least :data:`LD_ROW_MIN`."""
+    when it starts unaligned, whichever is longer, at least :data:`LD_ROW_MIN`.  Into acc
+    (``beat_cycles > 1``) an unaligned row's extra cycle hides behind the next row's
+    sub-writes (the words wait in the LD unit's skid buffer): only the last row's shows,
+    and the last word's sub-writes end a cycle after its arrival."""
     if row_starts.size == 0 or cols == 0:
         return 1
     off, beats, bursts, words = _rows(row_starts, cols, axi_bytes)
-    per_row = np.maximum(beats + LD_BURST_OVERHEAD * bursts, words * beat_cycles + (off > 0))
-    return DMA_LATENCY + LD_WRITE_LATENCY + int(round(float(np.maximum(per_row, LD_ROW_MIN).sum())))
+    per_row = np.maximum(beats + LD_BURST_OVERHEAD * bursts,
+                         words * beat_cycles + (off > 0) * (beat_cycles == 1))
+    tail = int(beat_cycles > 1) * (1 + int(off[-1] > 0))
+    return (DMA_LATENCY + LD_WRITE_LATENCY + tail
+            + int(round(float(np.maximum(per_row, LD_ROW_MIN).sum()))))
 
 
 def bus_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: int = 1) -> int:
@@ -191,14 +197,16 @@ def ldc_cycles(nonzero: np.ndarray, cols: int, beat_cycles: int = 1) -> int:
     bytes it counts in bursts; the expander takes a chunk's mask word in one cycle and writes
     one dense word per cycle after it (``beat_cycles`` each into acc: the words wait in the
     LD unit's skid buffer meanwhile, so the mask word's cycle hides behind them), so it
-    waits for the bus only for the bursts' overhead."""
+    waits for the bus only for the bursts' overhead; into acc the last word's sub-writes end
+    a cycle after it."""
     if nonzero.size == 0:
         return 1
     words = _chunk_words(cols, nonzero.shape[1])
     expand = int(np.maximum(1 + words, words * beat_cycles).sum()) * nonzero.shape[0]
     stream = int((1 + -(-nonzero // 8)).sum())
     bus = stream + LD_BURST_OVERHEAD * -(-stream // MAX_BURST)
-    return DMA_LATENCY + LD_WRITE_LATENCY + LDC_HEADER_CYCLES + max(expand, bus)
+    return (DMA_LATENCY + LD_WRITE_LATENCY + LDC_HEADER_CYCLES + int(beat_cycles > 1)
+            + max(expand, bus))
 
 
 def stc_cycles(nonzero: np.ndarray, cols: int) -> int:
