@@ -107,8 +107,9 @@ class InstructionCache(wiring.Component):
         t_port = tags.read_port(domain="comb")
         n_port = tags.read_port(domain="comb")
         m.d.comb += [t_port.addr.eq(index), n_port.addr.eq(nxt[:IB])]
-        present = Signal()
-        next_present = Signal()
+        # (kept as nets: the tag lookup must not be remapped around the late `req.valid`)
+        present = Signal(attrs={"keep": 1})
+        next_present = Signal(attrs={"keep": 1})
         m.d.comb += [present.eq(valid.bit_select(index, 1) & (t_port.data == line[IB:])),
                      next_present.eq(valid.bit_select(nxt[:IB], 1) & (n_port.data == nxt[IB:]))]
         want_next = Signal()
@@ -127,7 +128,9 @@ class InstructionCache(wiring.Component):
         room = Signal()
         m.d.comb += room.eq(Mux(fills_needed == 2, count <= FILL_SLOTS - 2,
                                 Mux(fills_needed == 1, count <= FILL_SLOTS - 1, 1)))
-        m.d.comb += accept.eq(self.req.valid & ~waiting & ~pend & ~out_busy & ~clash & room)
+        lookup_ok = Signal(attrs={"keep": 1})   # everything but the handshake
+        m.d.comb += lookup_ok.eq(~waiting & ~pend & ~clash & room)
+        m.d.comb += accept.eq(self.req.valid & ~out_busy & lookup_ok)
         m.d.comb += self.req.ready.eq(accept)
 
         # ---- Tag writes and fill slots (at most one new slot per cycle).
