@@ -16,6 +16,7 @@ figures) and name every block and path, where nextpnr reports one critical path.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from collections import Counter, defaultdict
 
 # Cell kinds as counted in the tables.
@@ -55,15 +56,26 @@ def _instances(mod: dict) -> dict[str, str]:
     for name, cell in mod["cells"].items():
         if cell["type"] == "$scopeinfo":
             src = cell.get("attributes", {}).get("module_src", "")
-            out[name.lstrip("\\")] = _relative(src.split(":")[0])
+            out[name.lstrip("\\")] = relative(src.split(":")[0])
     return out
 
 
-def _relative(src: str) -> str:
-    for anchor in ("/rtl/", "/verif/", "/amaranth/"):
-        if anchor in src:
-            return anchor.strip("/") + "/" + src.split(anchor, 1)[1]
+def relative(src: str) -> str:
+    """``/abs/path/snpu/rtl/router.py:99`` -> ``rtl/router.py:99`` (Amaranth's own lines
+    from ``amaranth/``)."""
+    parts = Path(src).parts
+    for anchor in ("rtl", "verif", "amaranth"):
+        if anchor in parts:
+            return str(Path(*parts[parts.index(anchor):]))
     return src
+
+
+def design_line(src: str) -> str | None:
+    """Among the ``|``-separated locations of a ``src`` attribute, the design's line
+    (``rtl/``, ``verif/``) before Amaranth's library; None if it names no Python line."""
+    py = [p for p in src.split("|") if ".py:" in p]
+    ours = [p for p in py if "/rtl/" in p or "/verif/" in p]
+    return relative((ours or py)[0]) if py else None
 
 
 def _owner(name: str, instances: dict[str, str]) -> str:
@@ -138,7 +150,7 @@ def deepest_paths(netlist: dict, top: str = "top", n: int = 5) -> list[dict]:
         t = cell["type"]
         conns = cell["connections"]
         dirs = cell.get("port_directions", {})
-        src = _src(cell.get("attributes", {}).get("src", ""))
+        src = design_line(cell.get("attributes", {}).get("src", "")) or ""
         for port, d in dirs.items():
             for b in conns.get(port, []):
                 if not isinstance(b, int):
@@ -150,8 +162,8 @@ def deepest_paths(netlist: dict, top: str = "top", n: int = 5) -> list[dict]:
                 elif t in _LAUNCH or (t == "TRELLIS_DPR16X4" and port in ("DI", "WAD", "WRE")):
                     ends.append((b, cname, port))
         for ip, op, w in _arcs(cell):
-            for x in _port_bits(conns, ip):
-                for y in _port_bits(conns, op):
+            for x in conns.get(ip, []):
+                for y in conns.get(op, []):
                     if isinstance(x, int) and isinstance(y, int):
                         fanin[y].append((x, w))
 
@@ -202,14 +214,3 @@ def deepest_paths(netlist: dict, top: str = "top", n: int = 5) -> list[dict]:
         if len(out) == n:
             break
     return out
-
-
-def _port_bits(conns: dict, port: str) -> list:
-    return conns.get(port, [])
-
-
-def _src(src: str) -> str:
-    """The design's line among a cell's ``src`` locations (Amaranth's library otherwise)."""
-    py = [p for p in src.split("|") if ".py:" in p]
-    ours = [p for p in py if "/rtl/" in p or "/verif/" in p]
-    return _relative((ours or py or [""])[0])

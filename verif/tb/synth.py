@@ -19,7 +19,7 @@ from pathlib import Path
 from amaranth.back import rtlil
 
 from snpu.errors import SnpuError
-from snpu.verif.tb.netlist_report import block_area, deepest_paths
+from snpu.verif.tb.netlist_report import block_area, deepest_paths, design_line
 from snpu.rtl.wrapper import RegisteredWrapper
 
 
@@ -132,23 +132,12 @@ def _source(signal: str, netnames: dict) -> str | None:
     name = signal
     while name:
         src = (netnames.get(name) or {}).get("attributes", {}).get("src", "")
-        py = [p for p in src.split("|") if ".py:" in p]
-        if py:
-            ours = [p for p in py if "/rtl/" in p or "/verif/" in p]
-            return _relative((ours or py)[0])
+        line = design_line(src)
+        if line:
+            return line
         cut = max(name.rfind("."), name.rfind("$"), name.rfind("_"))
         name = name[:cut] if cut > 0 else ""
     return None
-
-
-def _relative(src: str) -> str:
-    """``/abs/path/snpu/rtl/router.py:99`` -> ``rtl/router.py:99`` (Amaranth's own lines
-    from ``amaranth/``)."""
-    parts = Path(src).parts
-    for anchor in ("rtl", "verif", "amaranth"):
-        if anchor in parts:
-            return str(Path(*parts[parts.index(anchor):]))
-    return src
 
 
 def _short(cell: str) -> str:
