@@ -67,6 +67,23 @@ def repeat(em: Emitter, n: int, body: Callable[[int], None],
     With ``em.loops`` false, or where no steady state is found, every iteration is
     emitted; otherwise the rest after the steady state is one ``loop`` (module docstring).
     """
+    outer_floor = em.loop_floor
+    starts: list[int] = []
+
+    def iteration(i: int) -> None:
+        # tokens given by instructions of this iteration or the one before only (see
+        # emit.py): each iteration's words then take signals from the next one alone
+        starts.append(len(em.p.instrs))
+        em.loop_floor = max(outer_floor, starts[-2] if len(starts) > 1 else starts[-1])
+        body(i)
+
+    try:
+        _repeat(em, n, iteration, state)
+    finally:
+        em.loop_floor = outer_floor
+
+
+def _repeat(em: Emitter, n: int, body: Callable[[int], None], state: Callable[[], object]) -> None:
     if not em.loops or n < MIN_ITERATIONS or em.trace is not None:
         for i in range(n):
             body(i)

@@ -1,8 +1,9 @@
 """Kernels: how each core operator becomes instructions, tiled to the core's buffers.
 
 Every kernel splits its work into tiles that fit half of each on-chip buffer and alternates
-the halves (ping-pong), so the emitter's automatic tokens (:mod:`.emit`) let the loads of
-tile ``k + 1`` overlap the compute of tile ``k``.
+the halves (ping-pong), so the loads of tile ``k + 1`` need not wait for the compute of
+tile ``k``; how much they overlap depends on the emitter's automatic tokens (:mod:`.emit`:
+the fc kernel's precise tokens overlap them fully).
 
 * **Convolution** (:func:`conv`) is an fc over im2col patches: for a group of output
   pixels of one output row, one 3-D load gathers every pixel's ``kh x kw x C`` patch (plane
@@ -13,7 +14,8 @@ tile ``k + 1`` overlap the compute of tile ``k``.
   Grouped and depthwise convolutions are fc with structurally sparse weights.
 * **Fully connected** (:func:`fc`): the input vector is loaded in chunks that fit the
   neuron buffer, the partial sums accumulate in ``acc``; output rows are tiled to the
-  weight banks.
+  weight banks, in the tiles whose loads overlap the fcs best (:mod:`.tiling`), the
+  steps software-pipelined with precise tokens (:meth:`.emit.Emitter.overlapped`).
 * **Pooling** (:func:`pool`): input rows into ``acc`` (int8 sign-extended), one ``vred``
   per run of output pixels with the same clipped window (borders never read padding, so
   max pooling is exact for negative inputs and average pooling divides by the right count),
@@ -38,6 +40,7 @@ from snpu.config import CoreConfig
 from snpu.verif import act_compress, numerics, timing
 from snpu.verif.index import FORMAT_CODES
 
+from . import tiling
 from .emit import Kernels
 from .memory import TensorLayout
 
@@ -186,50 +189,17 @@ class WeightTiles:
     PAD_LIMIT = 0.125
 
     def __init__(self, ctx: LayerContext, w: np.ndarray, fmt: str, col_chunks: list[tuple[int, int]],
-                 q: dict):
+                 q: dict, pipeline: tiling.Pipeline | None = None):
         self.ctx, self.w, self.fmt = ctx, w, fmt
         P = ctx.cfg.lanes
-        rows = w.shape[0]
         self.chunks = col_chunks
-        # largest row tile (a multiple of lanes) whose every chunk fits every lane's half-bank
-        per_row = np.zeros((len(col_chunks), 2, rows), np.int64)
-        for j, (c0, c1) in enumerate(col_chunks):
-            sub = w[:, c0:c1]
-            nnz = np.count_nonzero(sub, axis=1)
-            n = c1 - c0
-            if fmt == "dense":
-                per_row[j, 0] = n
-            elif fmt == "direct":
-                per_row[j, 0], per_row[j, 1] = nnz, -(-n // 64) * 8
-            else:
-                per_row[j, 0] = nnz
-                per_row[j, 1] = [2 + len(lanes_layout.ix.stride_entries(
-                    lanes_layout.ix.direct_to_stride(sub[r] != 0))) for r in range(rows)]
-        self.tiles = []
-        r0 = 0
-        while r0 < rows:
-            size = min(_r(rows - r0, P), 4095 // P * P, ctx.param_half * P)
-            while size > P:
-                if self._fits(per_row, r0, size):
-                    break
-                size -= P
-            if not self._fits(per_row, r0, size):
-                raise CompileError(f"layer {ctx.name!r}: {P} weight rows do not fit the weight "
-                                   "banks; split the input dimension further")
-            self.tiles.append((r0, min(rows, r0 + size)))
-            r0 += size
+        # row tiles (multiples of the lanes) whose every chunk fits every lane's half-bank:
+        # the largest, or with ``pipeline`` the fastest with loads overlapping the fcs
+        self.tiles = tiling.row_tiles(tiling.row_bytes(w, fmt, col_chunks), P,
+                                      (ctx.wb_half, ctx.ib_half),
+                                      min(4095 // P * P, ctx.param_half * P), pipeline,
+                                      where=f"layer {ctx.name!r}")
         self._build_records(q)
-
-    def _fits(self, per_row, r0, size):
-        P = self.ctx.cfg.lanes
-        hi = min(per_row.shape[2], r0 + size)
-        for j in range(per_row.shape[0]):
-            for g in range(P):
-                idx = range(r0 + g, hi, P)
-                if per_row[j, 0, list(idx)].sum() > self.ctx.wb_half or \
-                        per_row[j, 1, list(idx)].sum() > self.ctx.ib_half:
-                    return False
-        return True
 
     def _build_records(self, q: dict) -> None:
         """Encode every tile's parameters and banks and lay the records out (see above)."""
@@ -267,12 +237,15 @@ class WeightTiles:
                                  [(max(len(b.wbuf) for b in bk), max(len(b.widx) for b in bk))
                                   for bk in chunks]))
 
-    def load_params(self, t: int) -> int:
-        """Emit the load of tile ``t``'s requantisation parameters; returns their first row."""
+    def load_params(self, t: int, alternate: bool = False) -> int:
+        """Emit the load of tile ``t``'s requantisation parameters; returns their first row:
+        the layer's parameter half, or with ``alternate`` the half of that half that tile
+        ``t - 1`` did not use (its requantisation may still be reading it)."""
         ctx = self.ctx
         base, pbytes, _, _ = self.records[t]
-        ctx.k.ld("param", base, ctx.param_base * ctx.cfg.param_row_bytes, pbytes)
-        return ctx.param_base
+        row = ctx.param_base + (t % 2) * (ctx.param_half // 2) * alternate
+        ctx.k.ld("param", base, row * ctx.cfg.param_row_bytes, pbytes)
+        return row
 
     def load(self, t: int, j: int, half: int) -> tuple[int, int, int, int]:
         """Emit the loads of tile ``t``, chunk ``j`` into weight half ``half`` (one striped
@@ -449,30 +422,75 @@ def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
         raise CompileError(f"{node.where()}: a {X.c}-channel pixel does not fit half the neuron buffer")
     chunks = [(e0, min(n_in, e0 + per)) for e0 in range(0, n_in, per)]
     fmt = "dense" if ctx.dense else node.meta.get("format") or choose_format(w)
-    tiles = WeightTiles(ctx, w, fmt, chunks, q)
     mixed, mixed_report = ctx.mixed_path(w, fmt, n_in)
     resident = len(chunks) == 1
+    tiles = WeightTiles(ctx, w, fmt, chunks, q, _fc_pipeline(ctx, w, fmt, chunks, mixed, resident))
     if resident:
         _load_vector(ctx, X, 0, n_in, 0)
-    for t, (r0, r1) in enumerate(tiles.tiles):
-        R, half = r1 - r0, ctx.alternate()
-        Rp = _r(R, P)
-        prow = tiles.load_params(t)
+    # steps (tile, chunk), software-pipelined in program order: step s + 1's loads come
+    # before step s's fc and, with the emitter's precise tokens (Kernels.overlapped), wait
+    # only for the fc and the requantisation two steps back that used their halves
+    steps = [(t, j) for t in range(len(tiles.tiles)) for j in range(len(chunks))]
+    halves: dict[int, tuple[int, int]] = {}  # tile -> (its acc / obuf half, its parameter row)
+
+    def load(t: int, j: int) -> tuple[int, int, int, int, int]:
+        if j == 0:
+            halves[t] = (ctx.alternate(), tiles.load_params(t, alternate=len(tiles.tiles) > 1))
+        banks = tiles.load(t, j, ctx.alternate("w"))
+        nb = 0
+        if not resident:
+            nb = ctx.alternate("nbuf") * ctx.nb_half
+            _load_vector(ctx, X, *chunks[j], nb)
+        return (*banks, nb)
+
+    def compute(step: tuple[int, int], loaded: tuple[int, int, int, int, int]) -> None:
+        (t, j), (wb, ib, wbytes, ibytes, nb) = step, loaded
+        (r0, r1), (half, prow) = tiles.tiles[t], halves[t]
+        R, Rp, (e0, e1) = r1 - r0, _r(r1 - r0, P), chunks[j]
         ab, ob = half * ctx.acc_half, half * ctx.ob_half
-        for j, (e0, e1) in enumerate(chunks):
-            wb, ib, wbytes, ibytes = tiles.load(t, j, ctx.alternate("w"))
-            nb = 0
-            if not resident:
-                nb = ctx.alternate("nbuf") * ctx.nb_half
-                _load_vector(ctx, X, e0, e1, nb)
-            k.fc(nbuf=nb, n_in=e1 - e0, rows=R, acc=ab, wbuf=wb, widx=ib, wbytes=wbytes,
-                 ibytes=ibytes, nvec=1, nfmt=ctx.nfmt, wfmt=FMT[fmt], accumulate=int(j > 0),
-                 mixed=mixed)
-        k.req(ob, ab, prow, 1, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
-        k.st(ob, Y.addr(0, 0, out0 + r0), R)
+        k.fc(nbuf=nb, n_in=e1 - e0, rows=R, acc=ab, wbuf=wb, widx=ib, wbytes=wbytes,
+             ibytes=ibytes, nvec=1, nfmt=ctx.nfmt, wfmt=FMT[fmt], accumulate=int(j > 0),
+             mixed=mixed)
+        if j == len(chunks) - 1:
+            k.req(ob, ab, prow, 1, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
+            k.st(ob, Y.addr(0, 0, out0 + r0), R)
+
+    with k.overlapped():
+        _pipelined_steps(steps, load, compute)
     return {"format": fmt, "density": float(np.count_nonzero(w)) / w.size,
             "weight_tiles": len(tiles.tiles), "input_chunks": len(chunks),
             **ctx.neuron_report(), **mixed_report}
+
+
+def _pipelined_steps(steps: list, load, compute) -> None:
+    """``load(step)`` then, for every step, the next step's ``load`` before this step's
+    ``compute(step, loaded)``."""
+    loaded = load(*steps[0])
+    for s, step in enumerate(steps):
+        now = loaded
+        if s + 1 < len(steps):
+            loaded = load(*steps[s + 1])
+        compute(step, now)
+
+
+def _fc_pipeline(ctx: LayerContext, w: np.ndarray, fmt: str, chunks: list[tuple[int, int]],
+                 mixed: int, resident: bool) -> tiling.Pipeline:
+    """What an fc layer's steps cost, for choosing its row tiles (:mod:`.tiling`): every
+    row's fc cycles per chunk from the weights and the input's measured density
+    (:func:`timing.fc_row_cycles_estimate`), and each chunk's input load when the input
+    does not stay in the neuron buffer."""
+    cfg = ctx.cfg
+    density = 1.0 if ctx.neurons is None else float(ctx.neurons.get("density", 1.0))
+    compute = np.zeros((len(chunks), w.shape[0]))
+    for j, (e0, e1) in enumerate(chunks):
+        kept = np.full(w.shape[0], e1 - e0) if fmt == "dense" else \
+            np.count_nonzero(w[:, e0:e1], axis=1)
+        compute[j] = timing.fc_row_cycles_estimate(e1 - e0, kept, density, cfg.chunk_bits,
+                                                   bool(mixed), expand=fmt == "stride")
+    extra = [] if resident else [timing.ld_cycles(np.zeros(1, np.int64), e1 - e0, cfg.axi_bytes)
+                                 for e0, e1 in chunks]
+    return tiling.Pipeline(compute, cfg.axi_bytes, cfg.param_row_bytes / cfg.lanes, extra,
+                           split_rows=ctx.param_half // 2 * cfg.lanes)
 
 
 def _load_vector(ctx: LayerContext, X: TensorLayout, e0: int, e1: int, dst: int) -> None:

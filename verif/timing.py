@@ -255,20 +255,23 @@ def fc_row_cycles_merge(pairs: np.ndarray, n_entries: np.ndarray, w_entries: np.
 
 
 def fc_row_cycles_estimate(n_in: int, w_kept: float, n_density: float, chunk_bits: int,
-                           merge: bool, expand: bool = True) -> float:
+                           merge: bool, expand: bool = True) -> float | np.ndarray:
     """Expected cycles of one (vector, row) of an fc from densities alone (the compiler's
     choice between the two mixed-format paths): ``w_kept`` weights kept in the row, a
     fraction ``n_density`` of the neurons kept, independently.  The bitmap path scans
     ``ceil(n_in / chunk_bits)`` chunks at max(pairs, 1) cycles each (pairs per chunk taken
     as Poisson), at least :data:`FC_EXPAND_ROW_MIN` when a stride index is expanded
-    (``expand``); the merge path walks both lists (:func:`fc_row_cycles_merge`)."""
-    pairs = w_kept * n_density
+    (``expand``); the merge path walks both lists (:func:`fc_row_cycles_merge`).  An array
+    of ``w_kept`` gives an array, one estimate per row."""
+    pairs = np.asarray(w_kept, np.float64) * n_density
     if merge:
-        return float(n_in * n_density + w_kept - pairs + 1 + FC_ROW_OVERHEAD)
-    chunks = -(-n_in // chunk_bits)
-    lam = pairs / chunks if chunks else 0.0
-    cycles = chunks * (lam + np.exp(-lam)) + FC_ROW_OVERHEAD
-    return float(max(cycles + 1, FC_EXPAND_ROW_MIN) if expand else cycles)
+        cycles = n_in * n_density + np.asarray(w_kept) - pairs + 1 + FC_ROW_OVERHEAD
+    else:
+        chunks = -(-n_in // chunk_bits)
+        lam = pairs / chunks if chunks else np.zeros_like(pairs)
+        cycles = chunks * (lam + np.exp(-lam)) + FC_ROW_OVERHEAD
+        cycles = np.maximum(cycles + 1, FC_EXPAND_ROW_MIN) if expand else cycles
+    return float(cycles) if np.ndim(cycles) == 0 else cycles
 
 
 def vx_cycles(iterations: int, reads_per_iteration: int, pipeline: int = VX_PIPELINE) -> int:
