@@ -59,7 +59,7 @@ def row_bytes(w: np.ndarray, fmt: str, col_chunks: list[tuple[int, int]]) -> np.
     return out
 
 
-class _Banks:
+class LaneBytes:
     """Each lane's bank bytes for any tile ``[r0, r1)`` with ``r0`` a multiple of the lanes
     (row ``r`` goes to lane ``r % lanes``), from per-lane prefix sums."""
 
@@ -79,7 +79,7 @@ class _Banks:
         return self.prefix[:, :, -(-r1 // P)] - self.prefix[:, :, r0 // P]
 
 
-def _greedy(banks: _Banks, rows: int, limits: tuple[int, int], cap: int, where: str
+def _greedy(banks: LaneBytes, rows: int, limits: tuple[int, int], cap: int, where: str
             ) -> list[tuple[int, int]]:
     """Tiles of at most ``cap`` rows, each as large as fits (a multiple of the lanes)."""
     P = banks.lanes
@@ -116,7 +116,7 @@ class Pipeline:
     split_rows: int | None = None
 
 
-def pipelined_cycles(tiles: list[tuple[int, int]], banks: _Banks, pipeline: Pipeline) -> int:
+def pipelined_cycles(tiles: list[tuple[int, int]], banks: LaneBytes, pipeline: Pipeline) -> int:
     """Estimated cycles of the layer's loads and fcs in ``tiles``, double-buffered: a step's
     load starts when the previous load is done and the fc two steps back has freed its
     half; its fc starts when its load and the previous fc are done."""
@@ -151,7 +151,7 @@ def row_tiles(per_row: np.ndarray, lanes: int, limits: tuple[int, int], largest:
     tiles that fit; otherwise the tiling with the smallest :func:`pipelined_cycles`: one
     tile if the layer fits one, or tiles of at most ``pipeline.split_rows``."""
     rows = per_row.shape[2]
-    banks = _Banks(per_row, lanes)
+    banks = LaneBytes(per_row, lanes)
     fit = _greedy(banks, rows, limits, largest, where)
     if pipeline is None or rows <= lanes:
         return fit

@@ -72,7 +72,7 @@ def test_the_pipeline_splits_a_layer_whose_load_and_compute_are_alike():
     tiling is estimated faster, and never slower than the largest tiles."""
     w = _weights(np.random.default_rng(4), 512, 512, 0.1)
     per_row = tiling.row_bytes(w, "direct", [(0, 512)])
-    banks = tiling._Banks(per_row, 16)
+    banks = tiling.LaneBytes(per_row, 16)
     pipe = _pipeline(w)
     pipe.compute *= 8  # eight input vectors: compute about as long as the load
     largest = tiling.row_tiles(per_row, 16, (8192, 4096), 4080)
