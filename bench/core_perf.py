@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from snpu.config import CoreConfig  # noqa: E402
 from snpu.compiler import tiling  # noqa: E402
-from snpu.verif import layout, numerics, timing  # noqa: E402
+from snpu.verif import layout, numerics  # noqa: E402
 from snpu.verif.index import FORMAT_CODES  # noqa: E402
 from snpu.verif.tb import rtl_sim  # noqa: E402
 from snpu.verif.isa import Unit  # noqa: E402
@@ -67,12 +67,10 @@ def fc_layer_program(cfg: CoreConfig, x: np.ndarray, w: np.ndarray, nfmt: str, w
     prm = numerics.pack_params(np.zeros(M, np.int64), np.full(M, 1), np.full(M, 12))
     p.emit("ld", buf="param", ext=p.data("params", prm, "params"), dst=0, cols=prm.size)
     density = 1.0 if nfmt == "dense" else float(np.count_nonzero(x)) / x.size
-    kept = np.full(M, N) if wfmt == "dense" else np.count_nonzero(w, axis=1)
-    compute = V * timing.fc_row_cycles_estimate(N, kept, density, cfg.chunk_bits, False,
-                                                expand=wfmt == "stride" and nfmt == "direct")
+    compute = V * tiling.fc_row_cycles(w, wfmt, [(0, N)], density, cfg.chunk_bits)
     tiles = tiling.row_tiles(tiling.row_bytes(w, wfmt, [(0, N)]), P,
                              (cfg.wbuf_bytes // 2, cfg.widx_bytes // 2), 4095 // P * P,
-                             tiling.Pipeline(compute[None, :], cfg.axi_bytes) if overlap else None)
+                             tiling.Pipeline(compute, cfg.axi_bytes) if overlap else None)
     p.cfgs(mx__nfmt=FMT[nfmt], mx__wfmt=FMT[wfmt], mx__nvec=V, mx__nstride=nstride,
            mx__nidx_stride=nstride // 8, st__ext_stride=M)
     y = p.space("y", (V, M))

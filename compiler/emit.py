@@ -100,10 +100,9 @@ class Emitter:
         self.history: dict[str, list[tuple[int, int, int, int, bool, int]]] = {}
         self.nops = 0
         #: per unit: its instruction count -> its clock after that instruction (for the
-        #: instructions the history still names)
+        #: instructions the history still names; emptied at the end of a kernel's loop, so
+        #: the instructions before take no new signals)
         self.snap_at: list[dict[int, tuple[int, ...]]] = [{} for _ in range(NU)]
-        #: instructions before this index (kernels' loops) take no new signals
-        self.frozen = 0
         #: inside a loop: the previous iteration's first instruction (see above)
         self.loop_floor = 0
         #: waits take the token from the conflicting instruction (:meth:`overlapped`);
@@ -149,7 +148,6 @@ class Emitter:
         finally:
             self.in_loop -= 1
         if not self.in_loop:
-            self.frozen = len(self.p.instrs)
             self.snap_at = [{} for _ in range(NU)]
 
     # -------------------------------------------------------------------------------------
@@ -222,7 +220,7 @@ class Emitter:
         the program) is done: its index ``k`` on the channel and ``v``'s clock after the
         instruction giving it (module docstring)."""
         snap = self.snap_at[v].get(count)
-        if not self.precise or index < max(self.frozen, self.loop_floor) or snap is None:
+        if not self.precise or index < self.loop_floor or snap is None:
             return self._signal_latest(v, u), self.last_snap[v]
         given = self.sig_list.get((v, u), [])
         if given and given[-1][v] >= count:  # a later instruction gives one: the first such

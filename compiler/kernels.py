@@ -261,13 +261,10 @@ class WeightTiles:
 
 def choose_format(w: np.ndarray) -> str:
     """The weight index format with the smallest encoding (dense needs no index)."""
-    n = w.shape[1]
-    nnz = int(np.count_nonzero(w))
-    dense = w.size
-    direct = nnz + w.shape[0] * (-(-n // 64) * 8)
-    stride = nnz + sum(2 + len(lanes_layout.ix.stride_entries(lanes_layout.ix.direct_to_stride(r != 0)))
-                       for r in w) if nnz < 0.3 * w.size else 1 << 62
-    return min((dense, "dense"), (direct, "direct"), (stride, "stride"))[1]
+    # (the stride index is only sized for sparse weights: its entries take a pass per row)
+    indexed = ["direct", "stride"] if np.count_nonzero(w) < 0.3 * w.size else ["direct"]
+    return min([(w.size, "dense")] + [(int(tiling.row_bytes(w, f, [(0, w.shape[1])]).sum()), f)
+                                      for f in indexed])[1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,12 +478,7 @@ def _fc_pipeline(ctx: LayerContext, w: np.ndarray, fmt: str, chunks: list[tuple[
     does not stay in the neuron buffer."""
     cfg = ctx.cfg
     density = 1.0 if ctx.neurons is None else float(ctx.neurons.get("density", 1.0))
-    compute = np.zeros((len(chunks), w.shape[0]))
-    for j, (e0, e1) in enumerate(chunks):
-        kept = np.full(w.shape[0], e1 - e0) if fmt == "dense" else \
-            np.count_nonzero(w[:, e0:e1], axis=1)
-        compute[j] = timing.fc_row_cycles_estimate(e1 - e0, kept, density, cfg.chunk_bits,
-                                                   bool(mixed), expand=fmt == "stride")
+    compute = tiling.fc_row_cycles(w, fmt, chunks, density, cfg.chunk_bits, bool(mixed))
     extra = [] if resident else [timing.ld_cycles(np.zeros(1, np.int64), e1 - e0, cfg.axi_bytes)
                                  for e0, e1 in chunks]
     return tiling.Pipeline(compute, cfg.axi_bytes, cfg.param_row_bytes / cfg.lanes, extra,

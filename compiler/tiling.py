@@ -97,6 +97,20 @@ def _greedy(banks: LaneBytes, rows: int, limits: tuple[int, int], cap: int, wher
     return tiles
 
 
+def fc_row_cycles(w: np.ndarray, fmt: str, col_chunks: list[tuple[int, int]], density: float,
+                  chunk_bits: int, merge: bool = False) -> np.ndarray:
+    """Expected fc cycles of every weight row for one input vector, ``[chunk, row]``: the
+    kept weights of each chunk's columns (all of them in the dense format) at the input's
+    ``density`` (:func:`timing.fc_row_cycles_estimate`; ``merge``: the stride-merge path)."""
+    out = np.zeros((len(col_chunks), w.shape[0]))
+    for j, (c0, c1) in enumerate(col_chunks):
+        kept = np.full(w.shape[0], c1 - c0) if fmt == "dense" else \
+            np.count_nonzero(w[:, c0:c1], axis=1)
+        out[j] = timing.fc_row_cycles_estimate(c1 - c0, kept, density, chunk_bits, merge,
+                                               expand=fmt == "stride")
+    return out
+
+
 @dataclass
 class Pipeline:
     """What the layer's steps cost besides the weight bytes (:func:`pipelined_cycles`)."""

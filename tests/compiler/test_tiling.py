@@ -10,7 +10,6 @@ from snpu.compiler import check, runtime, tiling
 from snpu.compiler.pipeline import CompileOptions, compile_model
 from snpu.config import CoreConfig
 from snpu.errors import CompileError
-from snpu.verif import timing
 
 from .models import inputs, tiny_mlp
 
@@ -24,9 +23,7 @@ def _weights(rng, rows, cols, density):
 
 
 def _pipeline(w, density=1.0):
-    kept = np.count_nonzero(w, axis=1)
-    return tiling.Pipeline(timing.fc_row_cycles_estimate(w.shape[1], kept, density, 64, False)[None],
-                           8, 8.0)
+    return tiling.Pipeline(tiling.fc_row_cycles(w, "direct", [(0, w.shape[1])], density, 64), 8, 8.0)
 
 
 @pytest.mark.parametrize("fmt", ["dense", "direct", "stride"])
