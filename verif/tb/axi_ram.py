@@ -10,7 +10,6 @@ array's AXI port brought out for cocotbext-axi's ``AxiRam`` (``"axiram"``).
 from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from snpu.config import CoreConfig
@@ -32,6 +31,78 @@ class _Lfsr(Elaboratable):
         m.d.sync += s.eq(Cat(s[1:], s[0] ^ s[2] ^ s[3] ^ s[5]))
         m.d.comb += self.stall.eq(s[:8] < self.rate)
         return m
+
+
+class _Port:
+    """One port of :class:`RamArray`: its signals, as ``Memory`` ports name them."""
+
+    def __init__(self, name: str, addr_bits: int, write: bool):
+        self.addr = Signal(addr_bits, name=f"{name}_addr")
+        self.data = Signal(64, name=f"{name}_data")
+        self.en = Signal(8 if write else 1, name=f"{name}_en")
+
+
+class RamArray(Elaboratable):
+    """The words of :class:`AxiRam`: ``depth`` 64-bit words with synchronous, non-transparent
+    read ports (``data`` holds while ``en`` is low) and byte-enabled write ports, one each
+    per AXI port.
+
+    It is a Verilog module of its own (:meth:`verilog`) instantiated here, not an Amaranth
+    ``Memory``: Amaranth writes a memory's initial contents word by word, and converting the
+    testbench's 4 MiB memory took about ten minutes per simulator build.  Verilator starts
+    the array at zero; the testbench writes words through ``<instance>.mem`` and reads the
+    whole array back in one step: with ``dump`` high at a clock edge the array is written
+    to ``DUMP_FILE`` (``$writememh``, in the simulator's working directory), instead of half
+    a million handle reads of a few microseconds each.  It starts at zero."""
+
+    MODULE = "snpu_sim_ram_array"
+    DUMP_FILE = "snpu_ram.hex"
+
+    def __init__(self, depth: int, ports: int):
+        self.depth, self.addr_bits = depth, max(1, (depth - 1).bit_length())
+        self.dump = Signal()
+        self.reads = [_Port(f"r{p}", self.addr_bits, False) for p in range(ports)]
+        self.writes = [_Port(f"w{p}", self.addr_bits, True) for p in range(ports)]
+
+    def read_port(self, p: int) -> _Port:
+        return self.reads[p]
+
+    def write_port(self, p: int) -> _Port:
+        return self.writes[p]
+
+    def elaborate(self, platform):
+        conns = {"i_clk": ClockSignal(), "i_dump": self.dump}
+        for r in self.reads:
+            conns.update({f"i_{r.addr.name}": r.addr, f"i_{r.en.name}": r.en,
+                          f"o_{r.data.name}": r.data})
+        for w in self.writes:
+            conns.update({f"i_{w.addr.name}": w.addr, f"i_{w.en.name}": w.en,
+                          f"i_{w.data.name}": w.data})
+        return Instance(self.MODULE, **conns)  # the instance is the RAM's submodule ``mem``
+
+    def verilog(self) -> str:
+        """The module's Verilog (one module per memory size and port count)."""
+        a, lines = self.addr_bits, []
+        ports = ["input wire clk", "input wire dump"]
+        body = [f"  reg [63:0] mem [{self.depth - 1}:0];",
+                # zero at time 0 (Verilator does so anyway; Icarus would start at X)
+                "  integer i;",
+                f"  initial for (i = 0; i < {self.depth}; i = i + 1) mem[i] = 64'd0;",
+                "  always @(posedge clk) begin",
+                f'    if (dump) $writememh("{self.DUMP_FILE}", mem);']
+        for p in range(len(self.reads)):
+            ports += [f"input wire [{a - 1}:0] r{p}_addr", f"input wire r{p}_en",
+                      f"output reg [63:0] r{p}_data"]
+            body.append(f"    if (r{p}_en) r{p}_data <= mem[r{p}_addr];")
+        for p in range(len(self.writes)):
+            ports += [f"input wire [{a - 1}:0] w{p}_addr", f"input wire [7:0] w{p}_en",
+                      f"input wire [63:0] w{p}_data"]
+            body += [f"    if (w{p}_en[{b}]) mem[w{p}_addr][{8 * b + 7}:{8 * b}] <= "
+                     f"w{p}_data[{8 * b + 7}:{8 * b}];" for b in range(8)]
+        body.append("  end")
+        lines = [f"module {self.MODULE}(", "  " + ",\n  ".join(ports), ");", *body,
+                 "endmodule", ""]
+        return "\n".join(lines)
 
 
 class AxiRam(wiring.Component):
@@ -58,7 +129,7 @@ class AxiRam(wiring.Component):
         self._size = size
         self._id_bits = id_bits
         self.ports = ports
-        self.mem = Memory(shape=64, depth=size // 8, init=[])
+        self.mem = RamArray(size // 8, ports)
         super().__init__({
             "axi": In(AxiSignature(id_bits)).array(ports),
             "stall_rate": In(8),
@@ -68,6 +139,7 @@ class AxiRam(wiring.Component):
             "far_hi": In(32),
             "far_latency": In(16),
             "far_beat": In(4),
+            "dump": In(1),
         })
 
     def _resp(self, addr):
@@ -77,6 +149,7 @@ class AxiRam(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.mem = self.mem
+        m.d.comb += self.mem.dump.eq(self.dump)
         for p in range(self.ports):
             self._port(m, p)
         return m
@@ -100,7 +173,7 @@ class AxiRam(wiring.Component):
         # ---- Reads: queue bursts, read one word per cycle into the data queue.
         m.d.comb += [bus.arready.eq(arq.w_rdy & ~st_ar), arq.w_en.eq(bus.arvalid & bus.arready),
                      arq.w_data.eq(Cat(bus.araddr, bus.arlen))]
-        rp = mem.read_port()
+        rp = mem.read_port(p)
         cur_addr = Signal(32)
         cur_left = Signal(9)
         busy = Signal()
@@ -143,7 +216,7 @@ class AxiRam(wiring.Component):
                      bus.rid.eq(idq.r_data), idq.r_en.eq(bus.rvalid & bus.rready & bus.rlast)]
 
         # ---- Writes: one burst at a time.
-        wp = mem.write_port(granularity=8)
+        wp = mem.write_port(p)
         w_addr = Signal(32)
         w_err = Signal(2)
         w_id = Signal(self._id_bits)
@@ -182,7 +255,9 @@ class SimTop(wiring.Component):
 
     ``memory = "hdl"``: the array's AXI ports (``memory_ports``, default one per column)
     talk to an :class:`AxiRam` of ``mem_bytes`` with as many ports inside the design
-    (``stall_rate``, ``err_lo``/``err_hi`` drive its back-pressure and error range).
+    (``stall_rate``, ``err_lo``/``err_hi`` drive its back-pressure and error range,
+    ``dump`` writes its words to a file).  Every input, ``rst`` included, is registered
+    once before it reaches the design (see :meth:`elaborate`).
     ``memory = "axiram"``: the AXI port (one) is brought out as ``axi__*`` ports for
     cocotbext-axi.  ``core_module``: the cores are instances of this Verilog module
     (see :func:`~snpu.rtl.array.array_verilog`).
@@ -203,9 +278,9 @@ class SimTop(wiring.Component):
         ports = {name: member for name, member in self.array.signature.members.items()
                  if name != "axi"}
         if memory == "hdl":
-            ports.update({"stall_rate": In(8), "err_lo": In(32), "err_hi": In(32),
-                          "far_lo": In(32), "far_hi": In(32), "far_latency": In(16),
-                          "far_beat": In(4)})
+            ports.update({"clk": In(1), "rst": In(1), "dump": In(1), "stall_rate": In(8),
+                          "err_lo": In(32), "err_hi": In(32), "far_lo": In(32),
+                          "far_hi": In(32), "far_latency": In(16), "far_beat": In(4)})
         else:
             ports["axi"] = Out(AxiSignature(id_bits))
         super().__init__(ports)
@@ -213,22 +288,34 @@ class SimTop(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.array = array = self.array
+        inputs = m.d.comb
+        if self.ram is not None:
+            # Every input of the design, reset included, passes a register first: no logic
+            # depends on a top-level input combinationally, so Verilator evaluates none of
+            # it when the testbench toggles the clock (its "input combinational" region
+            # otherwise re-evaluated most of the core's next-state logic twice per cycle).
+            m.domains.sync = sync = ClockDomain("sync")
+            m.domains.tb = tb = ClockDomain("tb", reset_less=True)
+            rst = Signal(init=1)
+            m.d.comb += [sync.clk.eq(self.clk), tb.clk.eq(self.clk), sync.rst.eq(rst)]
+            m.d.tb += rst.eq(self.rst)
+            inputs = m.d.tb
         for name in self.signature.members:
-            if name in ("axi", "stall_rate", "err_lo", "err_hi", "far_lo", "far_hi",
-                        "far_latency", "far_beat"):
+            if name in ("axi", "clk", "rst", "dump", "stall_rate", "err_lo", "err_hi", "far_lo",
+                        "far_hi", "far_latency", "far_beat"):
                 continue
             if self.signature.members[name].flow == In:
-                m.d.comb += getattr(array, name).eq(getattr(self, name))
+                inputs += getattr(array, name).eq(getattr(self, name))
             else:
                 m.d.comb += getattr(self, name).eq(getattr(array, name))
         if self.ram is not None:
             m.submodules.ram = ram = self.ram
             for p in range(self.array.ports):
                 wiring.connect(m, array.axi[p], ram.axi[p])
-            m.d.comb += [ram.stall_rate.eq(self.stall_rate), ram.err_lo.eq(self.err_lo),
-                         ram.err_hi.eq(self.err_hi), ram.far_lo.eq(self.far_lo),
-                         ram.far_hi.eq(self.far_hi), ram.far_latency.eq(self.far_latency),
-                         ram.far_beat.eq(self.far_beat)]
+            inputs += [ram.dump.eq(self.dump), ram.stall_rate.eq(self.stall_rate),
+                       ram.err_lo.eq(self.err_lo), ram.err_hi.eq(self.err_hi), ram.far_lo.eq(self.far_lo),
+                       ram.far_hi.eq(self.far_hi), ram.far_latency.eq(self.far_latency),
+                       ram.far_beat.eq(self.far_beat)]
         else:
             wiring.connect(m, array.axi[0], wiring.flipped(self.axi))
         return m
@@ -243,6 +330,8 @@ def sim_verilog(config: CoreConfig, memory: str, mem_bytes: int, mesh: tuple[int
     from snpu.rtl.core import Core
 
     core = verilog.convert(Core(config), name=f"{name}_core")
-    top = verilog.convert(SimTop(config, memory, mem_bytes, mesh, core_module=f"{name}_core",
-                                 memory_ports=memory_ports), name=name)
-    return core + "\n" + top
+    sim_top = SimTop(config, memory, mem_bytes, mesh, core_module=f"{name}_core",
+                     memory_ports=memory_ports)
+    top = verilog.convert(sim_top, name=name)
+    ram = sim_top.ram.mem.verilog() if sim_top.ram is not None else ""
+    return core + "\n" + top + "\n" + ram

@@ -27,6 +27,7 @@ import json
 import os
 import random
 import time
+from pathlib import Path
 
 import cocotb
 import numpy as np
@@ -42,6 +43,7 @@ from snpu.rtl.router import PORTS
 from snpu.rtl.status import ErrorCode
 from snpu.verif.image import MemoryImage, read_rom
 from snpu.verif.mesh import run_mesh
+from snpu.verif.tb.axi_ram import RamArray
 from snpu.verif.timing import FarMemory
 
 CLOCK_NS = 10
@@ -66,7 +68,7 @@ class MemoryPort:
                            self.ram.read_if.r_channel):
                     ch.set_pause_generator(pauses())
         else:
-            self.array = dut.ram.mem if hasattr(dut.ram, "mem") else dut.ram_mem
+            self.array = dut.ram.mem.mem  # axi_ram.RamArray's words
             dut.stall_rate.value = int(stall * 256) if stall < 1 else 255
             lo, hi = error_range or (0, 0)
             dut.err_lo.value = lo
@@ -100,13 +102,24 @@ class MemoryPort:
         words[:n] = data[:n * 8].view("<u8")
         return words
 
-    def read(self, n: int) -> np.ndarray:
+    async def read(self, n: int) -> np.ndarray:
+        """The first ``n`` bytes of memory (``hdl``: the RAM dumps its words to a file,
+        :class:`~snpu.verif.tb.axi_ram.RamArray`)."""
         if self.kind == "axiram":
             return np.frombuffer(self.ram.read(0, n), np.uint8).copy()
-        out = np.zeros(n // 8, dtype="<u8")
-        for k in range(n // 8):
-            out[k] = int(self.array[k].value)
-        return out.view(np.uint8)
+        dump = Path(RamArray.DUMP_FILE)
+        dump.unlink(missing_ok=True)
+        self.dut.dump.value = 1  # registered once in the top, seen by the RAM an edge later
+        await RisingEdge(self.dut.clk)
+        self.dut.dump.value = 0
+        await ClockCycles(self.dut.clk, 2)
+        words = [line for line in dump.read_text().split()
+                 if not line.startswith(("//", "@"))]
+        if len(words) != self.size // 8:
+            raise RuntimeError(f"the RAM dump {dump.resolve()} has {len(words)} words, "
+                               f"expected {self.size // 8}")
+        out = np.array([int(w, 16) for w in words[:(n + 7) // 8]], dtype="<u8")
+        return out.view(np.uint8)[:n].copy()
 
 
 def _field(raw: int, k: int, bits: int) -> int:
@@ -319,7 +332,7 @@ class Testbench:
         finished = await self.monitor.wait_done(run["budget_cycles"])
         wall = time.time() - t0
         status = self.monitor.status()
-        ext = self.memory.read(image.size)
+        ext = await self.memory.read(image.size)
         self._loaded = ext
         local = {xy: self.local.read(xy) for xy in self.coords}
         cycles = max(c["counters"]["cycles"] for c in status["cores"].values())

@@ -1,0 +1,84 @@
+"""What the RTL simulator's build does to the generated Verilog (``verif/tb/rtl_sim.py``,
+``verif/tb/axi_ram.py``), without building it: the builds themselves run in ``tests/rtl``."""
+
+from snpu.verif.tb import rtl_sim
+from snpu.verif.tb.axi_ram import RamArray
+
+TOP = f"""module other(a, b);
+  input a;
+  output b;
+endmodule
+
+module {rtl_sim.TOP}(clk, rst, start, rom_base, busy, counters);
+  wire [63:0] axi__0__rdata;
+  input clk;
+  wire clk;
+  input rst;
+  input start;
+  input [63:0] rom_base;
+  output busy;
+  output [3327:0] counters;
+  reg \\rst$20  = 1'h1;
+endmodule
+"""
+
+
+def test_public_config_names_the_ports_and_the_memories_only():
+    lines = rtl_sim._public_config(TOP).splitlines()
+    assert lines[0] == "`verilator_config"
+    top = f'-module "{rtl_sim.TOP}"'
+    assert set(lines[1:]) == {
+        f'public_flat_rw {top} -var "clk"', f'public_flat_rw {top} -var "rst"',
+        f'public_flat_rw {top} -var "start"', f'public_flat_rw {top} -var "rom_base"',
+        f'public_flat_rd {top} -var "busy"', f'public_flat_rd {top} -var "counters"',
+        'public_flat_rw -module "*" -var "mem"'}
+    # internal wires (the AXI wires between array and RAM) and other modules stay private
+    assert not any("axi__0__rdata" in x or '"a"' in x for x in lines)
+
+
+def test_public_config_without_the_top_module_is_an_error():
+    try:
+        rtl_sim._public_config("module other(a);\n  input a;\nendmodule\n")
+    except rtl_sim.RtlError as e:
+        assert rtl_sim.TOP in str(e)
+    else:
+        raise AssertionError("no error")
+
+
+def test_only_all_zero_memory_initialisers_are_dropped():
+    verilog = ("module m();\n"
+               "  reg [63:0] mem [2:0];\n"
+               "  initial begin\n"
+               "    mem[0] = 64'h0000000000000000;\n"
+               "    mem[1] = 64'h0000000000000000;\n"
+               "    mem[2] = 64'h0000000000000000;\n"
+               "  end\n"
+               "  reg [31:0] \\bank0  [1:0];\n"
+               "  initial begin\n"
+               "    \\bank0 [0] = 32'd0;\n"
+               "    \\bank0 [1] = 32'd0;\n"
+               "  end\n"
+               "  reg [7:0] rom [1:0];\n"
+               "  initial begin\n"
+               "    rom[0] = 8'h00;\n"
+               "    rom[1] = 8'h2a;\n"
+               "  end\n"
+               "endmodule\n")
+    out = rtl_sim.drop_zero_memory_inits(verilog)
+    assert "mem[0]" not in out and "\\bank0 [0]" not in out
+    assert "rom[1] = 8'h2a;" in out and "rom[0] = 8'h00;" in out  # a non-zero word: kept
+    assert out.count("initial begin") == 1
+    assert "reg [63:0] mem [2:0];" in out and "endmodule" in out
+
+
+def test_ram_array_verilog():
+    ram = RamArray(depth=1 << 16, ports=2)
+    v = ram.verilog()
+    assert v.startswith(f"module {RamArray.MODULE}(")
+    assert "reg [63:0] mem [65535:0];" in v
+    assert "mem[i] = 64'd0;" in v  # zero at time 0 in every simulator
+    assert f'if (dump) $writememh("{RamArray.DUMP_FILE}", mem);' in v
+    for p in range(2):
+        assert f"input wire [15:0] r{p}_addr" in v and f"output reg [63:0] r{p}_data" in v
+        assert f"if (r{p}_en) r{p}_data <= mem[r{p}_addr];" in v
+        assert f"if (w{p}_en[7]) mem[w{p}_addr][63:56] <= w{p}_data[63:56];" in v
