@@ -82,7 +82,7 @@ class RamArray(Elaboratable):
 
     def verilog(self) -> str:
         """The module's Verilog (one module per memory size and port count)."""
-        a, lines = self.addr_bits, []
+        a = self.addr_bits
         ports = ["input wire clk", "input wire dump"]
         body = [f"  reg [63:0] mem [{self.depth - 1}:0];",
                 # zero at time 0 (Verilator does so anyway; Icarus would start at X)
@@ -118,7 +118,8 @@ class AxiRam(wiring.Component):
     Addresses in ``[far_lo, far_hi)`` are *far memory*
     (:class:`~snpu.verif.timing.FarMemory`): a read burst there waits ``far_latency`` cycles
     before its first word, and every beat there, read or written, takes ``far_beat``
-    cycles (0 or 1: full speed).
+    cycles (0 or 1: full speed).  With ``dump`` high at a clock edge the words are written
+    to a file (:class:`RamArray`).
     """
 
     def __init__(self, size: int, id_bits: int = 1, ports: int = 1):
@@ -291,9 +292,9 @@ class SimTop(wiring.Component):
         inputs = m.d.comb
         if self.ram is not None:
             # Every input of the design, reset included, passes a register first: no logic
-            # depends on a top-level input combinationally, so Verilator evaluates none of
-            # it when the testbench toggles the clock (its "input combinational" region
-            # otherwise re-evaluated most of the core's next-state logic twice per cycle).
+            # depends on a top-level input combinationally, so Verilator's "input
+            # combinational" region, evaluated on every call of the model (twice per
+            # clock), holds none of the design's logic.
             m.domains.sync = sync = ClockDomain("sync")
             m.domains.tb = tb = ClockDomain("tb", reset_less=True)
             rst = Signal(init=1)
@@ -301,8 +302,8 @@ class SimTop(wiring.Component):
             m.d.tb += rst.eq(self.rst)
             inputs = m.d.tb
         for name in self.signature.members:
-            if name in ("axi", "clk", "rst", "dump", "stall_rate", "err_lo", "err_hi", "far_lo",
-                        "far_hi", "far_latency", "far_beat"):
+            if name in ("axi", "clk", "rst", "dump", "stall_rate", "err_lo", "err_hi",
+                        "far_lo", "far_hi", "far_latency", "far_beat"):
                 continue
             if self.signature.members[name].flow == In:
                 inputs += getattr(array, name).eq(getattr(self, name))
@@ -313,9 +314,9 @@ class SimTop(wiring.Component):
             for p in range(self.array.ports):
                 wiring.connect(m, array.axi[p], ram.axi[p])
             inputs += [ram.dump.eq(self.dump), ram.stall_rate.eq(self.stall_rate),
-                       ram.err_lo.eq(self.err_lo), ram.err_hi.eq(self.err_hi), ram.far_lo.eq(self.far_lo),
-                       ram.far_hi.eq(self.far_hi), ram.far_latency.eq(self.far_latency),
-                       ram.far_beat.eq(self.far_beat)]
+                       ram.err_lo.eq(self.err_lo), ram.err_hi.eq(self.err_hi),
+                       ram.far_lo.eq(self.far_lo), ram.far_hi.eq(self.far_hi),
+                       ram.far_latency.eq(self.far_latency), ram.far_beat.eq(self.far_beat)]
         else:
             wiring.connect(m, array.axi[0], wiring.flipped(self.axi))
         return m

@@ -75,7 +75,7 @@ class RtlResult:
 
 
 # A memory's all-zero initial block, as Amaranth's Verilog backend writes it: one assignment
-# per word.  The testbench's 4 MiB external memory alone is half a million of them.
+# per word (the 16-lane core's buffers and FIFOs are about 100k of them).
 _ZERO_INIT = re.compile(r"\n  initial begin\n(?:    \S+ ?\[\d+\] = \d+'[bdh]0+;\n)+  end\n")
 
 
@@ -83,9 +83,8 @@ def drop_zero_memory_inits(verilog: str) -> str:
     """``verilog`` without the initial blocks that set a memory to zero word by word.
 
     Verilator starts every variable at zero (its default ``+verilator+rand+reset+0``), so
-    the blocks change nothing there, but it compiles each assignment into C++: with them the
-    simulator of a 4 MiB testbench memory took 12 minutes to build.  Initial blocks with a
-    non-zero word are kept."""
+    the blocks change nothing there, but it compiles each assignment into C++.  Initial
+    blocks with a non-zero word are kept."""
     return _ZERO_INIT.sub("\n", verilog)
 
 
