@@ -279,9 +279,10 @@ class SimTop(wiring.Component):
         ports = {name: member for name, member in self.array.signature.members.items()
                  if name != "axi"}
         if memory == "hdl":
-            ports.update({"clk": In(1), "rst": In(1), "dump": In(1), "stall_rate": In(8),
-                          "err_lo": In(32), "err_hi": In(32), "far_lo": In(32),
-                          "far_hi": In(32), "far_latency": In(16), "far_beat": In(4)})
+            # the RAM's own inputs (back-pressure, error and far ranges, dump) are ports too
+            self._ram_inputs = [n for n in self.ram.signature.members if n != "axi"]
+            ports.update({"clk": In(1), "rst": In(1)})
+            ports.update({n: self.ram.signature.members[n] for n in self._ram_inputs})
         else:
             ports["axi"] = Out(AxiSignature(id_bits))
         super().__init__(ports)
@@ -302,9 +303,8 @@ class SimTop(wiring.Component):
             m.d.tb += rst.eq(self.rst)
             inputs = m.d.tb
         for name in self.signature.members:
-            if name in ("axi", "clk", "rst", "dump", "stall_rate", "err_lo", "err_hi",
-                        "far_lo", "far_hi", "far_latency", "far_beat"):
-                continue
+            if name == "axi" or name not in self.array.signature.members:
+                continue  # connected below, or the top's own: clock, reset, the RAM's inputs
             if self.signature.members[name].flow == In:
                 inputs += getattr(array, name).eq(getattr(self, name))
             else:
@@ -313,10 +313,7 @@ class SimTop(wiring.Component):
             m.submodules.ram = ram = self.ram
             for p in range(self.array.ports):
                 wiring.connect(m, array.axi[p], ram.axi[p])
-            inputs += [ram.dump.eq(self.dump), ram.stall_rate.eq(self.stall_rate),
-                       ram.err_lo.eq(self.err_lo), ram.err_hi.eq(self.err_hi),
-                       ram.far_lo.eq(self.far_lo), ram.far_hi.eq(self.far_hi),
-                       ram.far_latency.eq(self.far_latency), ram.far_beat.eq(self.far_beat)]
+            inputs += [getattr(ram, n).eq(getattr(self, n)) for n in self._ram_inputs]
         else:
             wiring.connect(m, array.axi[0], wiring.flipped(self.axi))
         return m
