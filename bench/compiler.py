@@ -17,7 +17,10 @@ Prints one JSON document:
     bit-exact against the int8 reference, top-1 agreement and max error against
     onnxruntime on the float model;
   - ``sparse``: random weights pruned to density 0.5: golden-model cycles and MAC pairs
-    against dense.
+    against dense, and the ROM words;
+  - ``speed``: the same compiled with ``--optimize speed`` (tokens for the most overlap
+    between units): ROM words and golden-model cycles, and both as fractions of
+    ``sparse``'s (the default, ``--optimize size``).
 * ``digits``: the trained, pruned digits CNN and MLP (``examples/digits``): float accuracy
   on onnxruntime, int8 accuracy on the golden model and on the RTL, cycles, sparse speedup
   on the RTL over dense mode.
@@ -78,9 +81,11 @@ def zoo_model(name: str) -> dict:
     _log(f"{name}: structure compiled in {out['structure']['compile_seconds']} s")
     g = c.graph
     x = [np.random.default_rng(99).standard_normal(g.tensor(g.inputs[0]).shape).astype(np.float32)]
-    for kind, density in (("numerics", 1.0), ("sparse", 0.5)):
+    for kind, density, optimize in (("numerics", 1.0, "size"), ("sparse", 0.5, "size"),
+                                    ("speed", 0.5, "speed")):
         t = time.time()
-        c = compile_model(path, CompileOptions(random_weights=0, density=density, calibration_count=8))
+        c = compile_model(path, CompileOptions(random_weights=0, density=density, calibration_count=8,
+                                               optimize=optimize))
         tc = time.time() - t
         t = time.time()
         reps = runtime.run_batch(c, x, check_races=False)
@@ -89,13 +94,16 @@ def zoo_model(name: str) -> dict:
         r = reps[0]
         out[kind] = {"compile_seconds": round(tc, 2), "golden_seconds": round(tg, 2),
                      **a.to_dict(), "golden_core_cycles": r.core_cycles,
-                     "mac_pairs": r.mac_pairs, "dense_pairs": r.dense_pairs}
+                     "mac_pairs": r.mac_pairs, "dense_pairs": r.dense_pairs,
+                     "rom_words": sum(s.get("instructions", 0) for s in c.report["segments"])}
         out[kind].pop("mismatches", None)
         if a.mismatches:
             out[kind]["mismatches"] = a.mismatches[:3]
         _log(f"{name}: {kind} done ({tc:.1f} s compile, {tg:.1f} s golden)")
     out["sparse"]["mac_pairs_fraction_of_dense"] = round(
         out["sparse"]["mac_pairs"] / max(1, out["sparse"]["dense_pairs"]), 4)
+    for key in ("golden_core_cycles", "rom_words"):
+        out["speed"][f"{key}_vs_size"] = round(out["speed"][key] / max(1, out["sparse"][key]), 4)
     return out
 
 

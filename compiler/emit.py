@@ -22,11 +22,29 @@ every conflicting pair of accesses on different units with a token:
   iterations, so later code must not add signals to them) or, inside a loop, before the
   previous iteration (every iteration's words then take signals from the next iteration
   only, which :mod:`.emit_loops` needs to prove a steady state);
+* where the latest instruction is a word of a hardware loop's body (*sealed*: it gives
+  the same tokens in every iteration) and does not give ``u`` a token already, a
+  *carrier* takes its place: a ``cfg`` on ``v`` rewriting a register's value, signalling
+  ``u``.  ``v`` runs its queue in order, so the carrier finishes after every earlier
+  instruction of ``v``;
 * a channel's ``k``-th wait takes its ``k``-th signal: if ``u`` has not yet taken the
-  earlier signals of that channel, ``cfg`` no-ops on ``u`` take them first.
+  earlier signals of that channel, ``cfg`` no-ops on ``u`` take them first.  A loop's last
+  iteration gives the tokens its next iteration would have taken; they stay in their
+  channel until a later wait on it takes them, and :meth:`halt` takes every token left, so
+  each program ends with its channels empty.
 
 Waits only ever name instructions emitted earlier, so the in-order dispatcher cannot
 deadlock on a full queue; the golden model's race checker verifies the result.
+
+Two modes.  By default (``snpu compile --optimize size``) a unit knows everything the
+tokens it took tell, transitively (a token from ``v`` tells what ``v`` knew), and takes
+tokens from the other unit's latest instruction: few waits, regular patterns, the
+smallest ROM.  With ``overlap`` (``--optimize speed``) waits take their tokens from the
+conflicting instruction itself (*precise*) and a unit decides from the tokens it took
+itself only (``direct``): a load into one half of a double buffer waits for the compute
+two steps back, not for the one just issued, so loads, compute and stores overlap more
+(3-12 % fewer cycles on the zoo networks) at the cost of less regular token patterns
+(more ROM words).  Loops then also take their last iteration in (:mod:`.emit_loops`).
 """
 
 from __future__ import annotations
@@ -75,10 +93,13 @@ HISTORY_GAP = 1024
 class Emitter:
     """Wraps a :class:`~snpu.verif.program.Program`; see the module docstring."""
 
-    def __init__(self, program: Program, net: bool = False, loops: bool = True):
+    def __init__(self, program: Program, net: bool = False, loops: bool = True,
+                 overlap: bool = False):
         """``net``: the program uses the NET unit (``send`` / ``recv`` on an array), which
         reads and writes the same address space as LD and ST.  ``loops``: kernels' loops
-        (:meth:`repeat`) may become hardware loops as they are emitted."""
+        (:meth:`repeat`) may become hardware loops as they are emitted.  ``overlap``: the
+        tokens that let units overlap most (module docstring), for fewer cycles and more
+        ROM words."""
         self.p = program
         self.loops = loops
         #: while a loop is emitted (:mod:`.emit_loops`): instruction index -> its footprint
@@ -90,6 +111,8 @@ class Emitter:
         self.count = [0] * NU                 # instructions emitted per unit
         self.last: list[int | None] = [None] * NU  # index in p.instrs of each unit's latest
         self.clock = [[0] * NU for _ in range(NU)]
+        #: per unit: for every other unit, its latest instruction this unit took a token from
+        self.direct = [[0] * NU for _ in range(NU)]
         self.last_snap: list[tuple[int, ...]] = [(0,) * NU] * NU  # clock after each latest
         self.signals = [[0] * NU for _ in range(NU)]
         self.waits = [[0] * NU for _ in range(NU)]
@@ -107,8 +130,15 @@ class Emitter:
         self.loop_floor = 0
         #: waits take the token from the conflicting instruction (:meth:`overlapped`);
         #: else from the other unit's latest instruction
-        self.precise = False
+        self.precise = overlap
+        #: decide waits from all a unit knows (tokens pass knowledge on), or only from the
+        #: tokens it took itself (``overlap``)
+        self.transitive = not overlap
+        #: loops take their last iteration in, leaving its tokens to later code (``overlap``)
+        self.fold = overlap
         self.in_loop = 0
+        #: the words before this index (hardware loops and their bodies) take no new signals
+        self.sealed = 0
 
     # -------------------------------------------------------------------------------------
     def cfg_reg(self, reg: str, value: int) -> None:
@@ -124,6 +154,13 @@ class Emitter:
         return self._emit_raw(op, accesses, **args)
 
     def halt(self) -> None:
+        """End the program, first taking every token still in a channel (a loop's last
+        iteration leaves the tokens its next iteration would have taken): the core then
+        halts with every channel empty, as it started."""
+        for v in range(NU):
+            for u in range(NU):
+                while self.waits[v][u] < self.signals[v][u]:
+                    self._nop(u, v)
         self.p.emit("halt")
 
     @contextlib.contextmanager
@@ -157,17 +194,21 @@ class Emitter:
                 else isa.REGISTER_BY_NUMBER[args["reg"]].unit
         return isa.OPCODE_BY_NAME[op].unit
 
-    def _learn(self, u: int, snap: tuple[int, ...]) -> None:
-        """Unit ``u`` now knows everything ``snap`` knows (its next instruction starts after)."""
+    def _learn(self, u: int, v: int, snap: tuple[int, ...]) -> None:
+        """Unit ``u`` took a token from ``v`` given after ``v``'s clock was ``snap``: its
+        next instruction starts after what ``snap`` knows, and in particular after ``v``'s
+        instructions up to that one (``direct``)."""
         cu = self.clock[u]
         for k in range(NU):
             if snap[k] > cu[k]:
                 cu[k] = snap[k]
+        if snap[v] > self.direct[u][v]:
+            self.direct[u][v] = snap[v]
 
     def _emit_raw(self, op: str, accesses: list[Access], **args) -> Instr:
         u = int(self._unit(op, args))
         need: dict[int, tuple[int, int]] = {}  # unit -> (count, index) of the latest conflict
-        cu = self.clock[u]
+        cu = self.clock[u] if self.transitive else self.direct[u]
         for a in accesses:
             if a.hi <= a.lo:
                 continue
@@ -183,7 +224,7 @@ class Emitter:
             while self.waits[v][u] < k - 1:  # take the channel's earlier tokens first
                 self._nop(u, v)
             self.waits[v][u] += 1
-            self._learn(u, snap)
+            self._learn(u, v, snap)
         if op == "cfg":
             reg = args["reg"]
             instr = self.p.emit("cfg", reg=reg, value=args["value"], wait=waits)
@@ -219,10 +260,15 @@ class Emitter:
         """The token ``u`` waits for so that ``v``'s instruction ``count`` (at ``index`` in
         the program) is done: its index ``k`` on the channel and ``v``'s clock after the
         instruction giving it (module docstring)."""
-        snap = self.snap_at[v].get(count)
-        if not self.precise or index < self.loop_floor or snap is None:
-            return self._signal_latest(v, u), self.last_snap[v]
         given = self.sig_list.get((v, u), [])
+        if self.fold and given and given[-1][v] >= count:
+            # an instruction at or after it gives one already (a token a loop's last
+            # iteration left, or one added for an earlier wait): the first such
+            k = bisect.bisect_left(given, count, key=lambda s: s[v])
+            return k + 1, given[k]
+        snap = self.snap_at[v].get(count)
+        if not self.precise or index < max(self.loop_floor, self.sealed) or snap is None:
+            return self._signal_latest(v, u), self.last_snap[v]
         if given and given[-1][v] >= count:  # a later instruction gives one: the first such
             k = bisect.bisect_left(given, count, key=lambda s: s[v])
             return k + 1, given[k]
@@ -237,6 +283,10 @@ class Emitter:
         """Index ``k`` of the token ``v``'s latest instruction gives ``u`` (adding it)."""
         li = self.last[v]
         key = (li, u)
+        if key not in self.signal_of and li < self.sealed:
+            self._carrier(v, u)
+            li = self.last[v]
+            key = (li, u)
         if key not in self.signal_of:
             old = self.p.instrs[li]
             self.p.instrs[li] = Instr(old.op, old.args, old.wait, old.signal | {_UNIT[u]})
@@ -245,6 +295,14 @@ class Emitter:
             self.sig_list.setdefault((v, u), []).append(self.last_snap[v])
         return self.signal_of[key]
 
+    def _carrier(self, v: int, u: int) -> None:
+        """A ``cfg`` on unit ``v`` rewriting a register's value, to give ``u`` a token after
+        ``v``'s latest instruction (a sealed loop word); :meth:`_signal_latest` adds it."""
+        reg = next(r for r in isa.REGISTERS if int(r.unit) == v)
+        self.p.emit("cfg", reg=reg.name, value=self.p.reg(reg.name))
+        self.nops += 1
+        self._after(v, [])
+
     def _nop(self, u: int, v: int) -> None:
         """A ``cfg`` on unit ``u`` rewriting a register's value, carrying a wait on ``v``."""
         reg = next(r for r in isa.REGISTERS if int(r.unit) == u)
@@ -252,7 +310,7 @@ class Emitter:
         self.waits[v][u] += 1
         self.nops += 1
         # the token it took was given after the instruction holding that signal
-        self._learn(u, self.sig_list[(v, u)][self.waits[v][u] - 1])
+        self._learn(u, v, self.sig_list[(v, u)][self.waits[v][u] - 1])
         self._after(u, [])
 
     def _prune(self) -> None:

@@ -25,9 +25,19 @@ instructions: the remaining iterations are the steady iteration, moved.  They be
 ``loop`` whose body is the steady iteration in its final form (with the tokens the next
 iteration takes from it), then the last iteration as the flat code after it, whose
 instructions later code may still add signals to.  The emitter's state jumps to the end.
-
 The dispatched instruction stream is exactly the one full emission gives
 (``tests/compiler/test_emit_loops.py`` compares them on real and random models).
+
+With an emitter for overlap (``Emitter(..., overlap=True)``, ``snpu compile --optimize
+speed``) the loop takes the last iteration in as well (:func:`_carried`): it gives the
+tokens its next iteration would have taken, which later code takes instead of adding
+signals to the loop's words (those words are *sealed*; a later token from one of them
+comes from a carrier, see :mod:`.emit`).  Its units decide their waits from the tokens
+they took themselves only, so the translation also lets a unit keep what it knows of a
+unit it never waits for (:func:`_direct_moves`), and lets records made before the loop
+stay where no access of the loop meets them (:func:`_out_of_the_way`).  The stream then
+differs from full emission in tokens only, and the golden model's race checker is what
+verifies it (``tests/compiler/test_overlap.py``).
 """
 
 from __future__ import annotations
@@ -98,7 +108,7 @@ def _repeat(em: Emitter, n: int, body: Callable[[int], None], state: Callable[[]
             _drop_subsumed(em)
             snaps.append(_snapshot(em, start, state))
             left = n - 1 - i
-            if len(snaps) >= 2 and 2 <= left <= _MAX_COUNT:
+            if len(snaps) >= 2 and 2 <= left <= _MAX_COUNT - 2:
                 plan = _steady(em, snaps, i, n)
                 if plan is not None:
                     _fast_forward(em, snaps, plan, left)
@@ -127,6 +137,7 @@ class _Snap:
     cur: list[Instr]                #: its instructions as they stood then
     count: list[int]
     clock: list[list[int]]
+    direct: list[list[int]]
     last: list[int | None]
     last_snap: list[tuple[int, ...]]
     signals: list[list[int]]
@@ -142,7 +153,8 @@ class _Snap:
 def _snapshot(em: Emitter, start: int, state: Callable[[], object]) -> _Snap:
     p = em.p
     return _Snap(start, len(p.instrs), p.instrs[start:], list(em.count),
-                 [list(r) for r in em.clock], list(em.last), list(em.last_snap),
+                 [list(r) for r in em.clock], [list(r) for r in em.direct], list(em.last),
+                 list(em.last_snap),
                  [list(r) for r in em.signals], [list(r) for r in em.waits], em.nops,
                  {ch: len(v) for ch, v in em.sig_list.items()},
                  {(v, u): em.signal_of.get((em.last[v], u))
@@ -165,6 +177,7 @@ class _Plan:
     incs: dict[str, int]            #: per address stream: the loop's increment
     c: list[int]                    #: instructions per unit per iteration
     s: list[list[int]]              #: tokens per channel per iteration
+    moving: list[list[bool]]        #: per unit: which entries of its direct knowledge advance
 
 
 def _steady(em: Emitter, snaps: list[_Snap], i: int, n: int) -> _Plan | None:
@@ -192,56 +205,93 @@ def _steady(em: Emitter, snaps: list[_Snap], i: int, n: int) -> _Plan | None:
     w = [[b - a for a, b in zip(r1, r2)] for r1, r2 in zip(s1.waits, s2.waits)]
     if s != w or s1.regs != s2.regs or s1.state != s2.state:
         return None
-    if not _state_translates(em, s1, s2, c, s, L):
+    moving = _state_translates(em, s1, s2, c, s, L)
+    if moving is None:
         return None
-    if not _history_translates(em, snaps, deltas, c, L):
+    if not _history_translates(em, snaps, deltas, c, L, i, n):
         return None
     if not _moving_ranges_apart(em, s2, deltas, i, n):
         return None
-    return _Plan(deltas, incs, c, s)
+    return _Plan(deltas, incs, c, s, moving)
 
 
 def _shift(snap: tuple[int, ...], c: list[int], k: int = 1) -> tuple[int, ...]:
     return tuple(x + k * d for x, d in zip(snap, c))
 
 
+def _direct_moves(em: Emitter, s1: _Snap, s2: _Snap, u: int, c: list[int]) -> list[bool] | None:
+    """Which entries of unit ``u``'s direct knowledge (:attr:`~.emit.Emitter.direct`: the
+    latest instruction of each unit it took a token from) advance by an iteration from
+    ``s1`` to ``s2``.  The others must stay put and stay harmless: a unit idle in the loop
+    keeps them, and a unit that does not wait for ``w`` in the loop may keep its entry for
+    ``w`` if it is older than every record of ``w`` in the buffers ``u`` touches: it then
+    decides the same way against every record, moved or not.  These entries decide the
+    waits only without ``em.transitive``; with it nothing depends on them and every mask
+    is accepted."""
+    mask = []
+    for w in range(NU):
+        a, b = s1.direct[u][w], s2.direct[u][w]
+        if em.transitive:
+            mask.append(bool(c[w]) and b == a + c[w])
+            continue
+        if c[w] and b == a + c[w]:
+            mask.append(True)
+        elif b == a and (not c[w] or not c[u] or w == u or all(
+                r[1] > b for buf, recs in s2.history.items()
+                if u in (int(x) for x in em.users.get(buf, range(NU))) for r in recs if r[0] == w)):
+            mask.append(False)
+        else:
+            return None
+    return mask
+
+
 def _state_translates(em: Emitter, s1: _Snap, s2: _Snap, c: list[int], s: list[list[int]],
-                      L: int) -> bool:
+                      L: int) -> list[list[bool]] | None:
     """Clocks, latest instructions, token lists: the state after ``s2`` is the one after
-    ``s1`` moved by one iteration."""
+    ``s1`` moved by one iteration; returns which entries of the units' direct knowledge
+    move (:func:`_direct_moves`), ``None`` if it is not."""
+    moving = []
     for u in range(NU):
         # a unit idle in the loop keeps its clock (it learns only by waiting)
         if s2.clock[u] != (list(_shift(s1.clock[u], c)) if c[u] else s1.clock[u]):
-            return False
+            return None
+        mask = _direct_moves(em, s1, s2, u, c)
+        if mask is None:
+            return None
+        moving.append(mask)
         if c[u]:
             if s1.last[u] is None or not s1.start <= s1.last[u] < s1.end \
                     or s2.last[u] != s1.last[u] + L or s2.last_snap[u] != _shift(s1.last_snap[u], c):
-                return False
+                return None
         elif s2.last[u] != s1.last[u] or s2.last_snap[u] != s1.last_snap[u]:
-            return False
+            return None
     for (v, u), k2 in s2.pending.items():
         k1 = s1.pending.get((v, u))
         if (k1 is None) != (k2 is None) or (k1 is not None and k2 != k1 + s[v][u]):
-            return False
+            return None
     for (v, u), lst in em.sig_list.items():
         sv = s[v][u]
         n1, n2 = s1.sig_len.get((v, u), 0), s2.sig_len.get((v, u), 0)
         if n2 - n1 != sv:
-            return False
+            return None
         for j in range(max(0, s1.waits[v][u] - 1) if sv else n2, n2 - sv):
             if lst[j + sv] != _shift(lst[j], c):
-                return False
-    return True
+                return None
+    return moving
 
 
 def _history_translates(em: Emitter, snaps: list[_Snap], deltas: list[int], c: list[int],
-                        L: int) -> bool:
+                        L: int, i: int, n: int) -> bool:
     """Every footprint record after the last iteration is one after the iteration before
     moved by an iteration; each was made by an instruction of one of the last
-    :data:`HISTORY_ITERATIONS` iterations, which are the steady one moved back."""
+    :data:`HISTORY_ITERATIONS` iterations, which are the steady one moved back -- or, where
+    waits are decided from direct knowledge only (``not em.transitive``; a unit that never
+    waits for another keeps that unit's records alive), before the loop, and then no
+    access of the loop's iterations meets it (:func:`_out_of_the_way`): it stays as it is."""
     s1, s2 = snaps[-2:]
     if set(s1.history) != set(s2.history):
         return False
+    before = snaps[0].start
     starts = [s.start for s in snaps]
     same: dict[int, bool] = {}  # iteration -> is it the iteration before the last, moved
 
@@ -251,15 +301,39 @@ def _history_translates(em: Emitter, snaps: list[_Snap], deltas: list[int], c: l
         return same[t]
 
     for buf, recs in s1.history.items():
-        moved = []
+        moved, still = [], []
         for (u, idx, lo, hi, w, by) in recs:
+            if by < before and not em.transitive:
+                still.append((u, idx, lo, hi, w, by))
+                continue
             t = bisect.bisect_right(starts, by) - 1
             if t < 0 or t < len(snaps) - 2 - HISTORY_ITERATIONS or by >= s1.end or not like_last(t):
                 return False
             d = deltas[by - snaps[t].start] if buf in _SHIFTING_BUFFERS else 0
             moved.append((u, idx + c[u], lo + d, hi + d, w, by + L))
-        if sorted(moved) != s2.history[buf]:
+        if still and not _out_of_the_way(em, s2, deltas, buf, still, i, n):
             return False
+        if sorted(moved + still) != s2.history[buf]:
+            return False
+    return True
+
+
+def _out_of_the_way(em: Emitter, s2: _Snap, deltas: list[int], buf: str, recs: list[tuple],
+                    i: int, n: int) -> bool:
+    """Do records ``recs`` of ``buf`` (made before the loop) stay clear of every access of
+    another unit to ``buf`` in the steady iteration ``i`` and the ones after it, up to
+    ``n - 1`` (where one side writes)?"""
+    for o, d in enumerate(deltas):
+        at = s2.start + o
+        u = int(isa.OPCODE_BY_NAME[em.p.instrs[at].op].unit or 0) if em.p.instrs[at].op != "cfg" else -1
+        d = d if buf in _SHIFTING_BUFFERS else 0
+        for a in em.trace.get(at, ()):
+            if a.buf != buf or a.hi <= a.lo:
+                continue
+            lo, hi = a.lo + min(0, (n - 1 - i) * d), a.hi + max(0, (n - 1 - i) * d)
+            for (v, _, rlo, rhi, w, _) in recs:
+                if v != u and (w or a.write) and lo < rhi and rlo < hi:
+                    return False
     return True
 
 
@@ -292,17 +366,53 @@ def _moved_back(em: Emitter, snaps: list[_Snap], t: int, deltas: list[int]) -> b
         _like(x, y, back * d) for x, y, d in zip(em.p.instrs[st.start:st.end], em.p.instrs[s1.start:s1.end], deltas))
 
 
+def _carried(em: Emitter, s1: _Snap, s2: _Snap) -> dict[tuple[int, int], int] | None:
+    """The tokens a steady iteration gives the next one (its words' signals in their
+    final form, those of the iteration before the last, less the signals the last
+    iteration's words have now): how many per channel ``(v, u)``.  ``None`` where the last
+    iteration cannot give them too and stay in the loop: on a channel where it gives one
+    of its own tokens after a carried one (tokens of a channel are given in program
+    order), or where the carried tokens would fill more than half a channel until a later
+    wait takes them.  ``None`` as well unless the emitter folds loops (``fold``)."""
+    if not em.fold:
+        return None
+    fin = em.p.instrs[s1.start:s1.end]
+    carried: dict[tuple[int, int], int] = {}
+    for ins, now in zip(fin, s2.cur):
+        if not ins.signal:
+            continue
+        v = int(ins.unit)
+        for t in ins.signal:
+            u = int(t)
+            if t not in now.signal:
+                carried[(v, u)] = carried.get((v, u), 0) + 1
+            elif carried.get((v, u)):
+                return None
+    room = em.cfg.token_depth // 2
+    for (v, u), x in carried.items():
+        if em.signals[v][u] - em.waits[v][u] + x > room:
+            return None
+    return carried
+
+
 def _fast_forward(em: Emitter, snaps: list[_Snap], plan: _Plan, m: int) -> None:
     """Replace the steady iteration (the last of ``snaps``, i) by a ``loop`` over it and
-    the ``m - 1`` iterations after it (i..n-2), the last iteration (n-1) flat after the
-    loop; the loop also takes in the iterations before i that are the steady one moved
-    (their words are final).  Move the emitter's state to after the last iteration."""
+    the iterations after it (i..n-1); the loop also takes in the iterations before i that
+    are the steady one moved (their words are final).  The last iteration gives the
+    tokens its next one would have taken (:func:`_carried`): later waits take them, and the
+    loop's words are sealed (later tokens from them come from carriers, see
+    :mod:`.emit`).  Where it cannot, the last iteration (n-1) stays flat after the loop,
+    taking the signals later code adds.  Move the emitter's state to after the last
+    iteration."""
     p = em.p
     s1, s2 = snaps[-2:]
     L, sB = s2.end - s2.start, s2.start
     deltas, c, s = plan.deltas, plan.c, plan.s
+    carried = _carried(em, s1, s2)
+    fold = int(carried is not None)
     first = len(snaps) - 2  # the loop's first iteration
-    while first > 0 and _moved_back(em, snaps, first - 1, deltas) and m + len(snaps) - first < _MAX_COUNT:
+    while first > 0 and _moved_back(em, snaps, first - 1, deltas) \
+            and m + len(snaps) - first + fold <= _MAX_COUNT:
         first -= 1
     s0 = snaps[first]
 
@@ -315,26 +425,33 @@ def _fast_forward(em: Emitter, snaps: list[_Snap], plan: _Plan, m: int) -> None:
         return Instr(ins.op, args, ins.wait, ins.signal)
 
     body = [moved(ins, d, 0, walk=1) for ins, d in zip(p.instrs[s0.start:s0.start + L], deltas)]
-    last = [moved(ins, d, m) for ins, d in zip(p.instrs[sB:sB + L], deltas)]
-    count = m + len(snaps) - 1 - first  # iterations first .. n-2
+    last = [] if fold else [moved(ins, d, m) for ins, d in zip(p.instrs[sB:sB + L], deltas)]
+    count = m + len(snaps) - 1 - first + fold  # iterations first .. n-2, or .. n-1
     head = isa.make("loop", count=count, body=L, **{f: plan.incs[st] for st, f in STREAMS.items()})
     tags = p.tags[sB:sB + L]
     p.instrs[s0.start:] = [head] + body + last
-    p.tags[s0.start:] = [tags[0]] + tags + tags
-    new = lambda idx: s0.start + 1 + L + (idx - sB)  # noqa: E731  B's word -> the last copy's
+    p.tags[s0.start:] = [tags[0]] + tags + (tags if last else [])
+    # B's word -> the word standing for it in the last iteration: the last copy's, or the body's
+    new = lambda idx: s0.start + 1 + (0 if fold else L) + (idx - sB)  # noqa: E731
 
     pending = {(v, u): k for (v, u), k in s2.pending.items() if k is not None and c[v]}
     for idx in range(s0.start, s2.end):  # the words replaced
         for u in range(NU):
             em.signal_of.pop((idx, u), None)
-    for (v, u), k in pending.items():
-        em.signal_of[(new(s2.last[v]), u)] = k + m * s[v][u]
+    if not fold:
+        for (v, u), k in pending.items():
+            em.signal_of[(new(s2.last[v]), u)] = k + m * s[v][u]
     for (v, u), lst in em.sig_list.items():
         tail = lst[len(lst) - s[v][u]:] if s[v][u] else []
         for k in range(1, m + 1):
             lst.extend(_shift(e, c, k) for e in tail)
+        if fold and carried.get((v, u)):  # the last iteration's carried tokens: the ones the
+            # iteration before gave (they open its block of tokens), one iteration on
+            lst.extend(_shift(e, c, m + 1) for e in tail[:carried[(v, u)]])
+            em.signals[v][u] += carried[(v, u)]
     for u in range(NU):
         em.count[u] += m * c[u]
+        em.direct[u] = [x + m * d if mv else x for x, d, mv in zip(em.direct[u], c, plan.moving[u])]
         if c[u]:
             em.clock[u] = list(_shift(em.clock[u], c, m))
             em.last[u] = new(em.last[u])
@@ -343,10 +460,19 @@ def _fast_forward(em: Emitter, snaps: list[_Snap], plan: _Plan, m: int) -> None:
             em.signals[u][v] += m * s[u][v]
             em.waits[u][v] += m * s[u][v]
     em.nops += m * (s2.nops - s1.nops)
+    if fold:
+        em.sealed = s0.start + 1 + L
+        for v in range(NU):  # the tokens the latest word of each unit gives: the last ones
+            if c[v]:
+                for t in p.instrs[em.last[v]].signal:
+                    em.signal_of[(em.last[v], int(t))] = em.signals[v][int(t)]
     starts = [x.start for x in snaps]
     for buf, recs in em.history.items():
         out = []
         for (u, idx, lo, hi, w, by) in recs:  # made by iterations the check found moved
+            if by < starts[0]:  # or before the loop, out of its way
+                out.append((u, idx, lo, hi, w, by))
+                continue
             o = by - snaps[bisect.bisect_right(starts, by) - 1].start
             d = deltas[o] * m if buf in _SHIFTING_BUFFERS else 0
             out.append((u, idx + m * c[u], lo + d, hi + d, w, new(by) if by >= sB else -1))

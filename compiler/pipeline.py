@@ -79,6 +79,9 @@ class CompileOptions:
     dense: bool = False                  #: dense mode: no sparse skipping (speedup baseline)
     neurons: NeuronOptions = field(default_factory=NeuronOptions)  #: neuron threshold / groups
     loops: bool = True                   #: re-roll programs into hardware loops
+    #: "size": the fewest ROM words; "speed": tokens for the most overlap between units
+    #: (fewer cycles, more ROM words; :mod:`.emit`)
+    optimize: str = "size"
     mesh: tuple[int, int] = (1, 1)       #: (width, height) of the tiled array
     unusable: tuple[tuple[int, int], ...] = ()  #: cores of the mesh not to use
     #: the array's external-memory ports (None: one per mesh column)
@@ -99,6 +102,12 @@ class CompileOptions:
 
 
 def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> list[tuple[str, Callable[[Graph], Graph]]]:
+    if options.optimize not in ("size", "speed"):
+        raise CompileError(f"optimize: {options.optimize!r} is not size or speed")
+    if options.optimize == "speed" and options.array:
+        raise CompileError("--optimize speed emits the tokens of one core's program; on a mesh "
+                           "use --optimize size (the array's programs synchronise through "
+                           "the network unit as well)")
     if options.array and options.memory.budget is not None:
         raise CompileError("--memory-budget plans the memory of one core; on a mesh the "
                            "activations live in the cores' local memories (use --mesh 1x1)")
@@ -134,7 +143,8 @@ def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> 
             ("allocate", lambda g: allocate(g, image)),
             ("schedule", lambda g: schedule(g, options.schedule, options.config, image,
                                             options.dense)),
-            ("codegen", lambda g: codegen(g, options.config, image, options.dense, options.loops)),
+            ("codegen", lambda g: codegen(g, options.config, image, options.dense, options.loops,
+                                          options.optimize == "speed")),
         ]
     else:  # a memory plan: orders are timed on a scratch allocation, then the plan places
         scratch = MemoryImage(1 << 16, growable=True)
@@ -145,7 +155,8 @@ def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> 
                                             options.dense)),
             ("memory_budget", lambda g: memory_budget(g, options.memory, options.config, image,
                                                       scratch, options.dense)),
-            ("codegen", lambda g: codegen(g, options.config, image, options.dense, options.loops)),
+            ("codegen", lambda g: codegen(g, options.config, image, options.dense, options.loops,
+                                          options.optimize == "speed")),
         ]
     return passes
 
@@ -238,7 +249,7 @@ def _report(g: Graph, options: CompileOptions, timings: dict, total: float) -> d
            if "mesh" in g.meta else {}),
         "options": {"density": options.density, "group_size": options.group_size,
                     "random_weights": options.random_weights, "dense": options.dense,
-                    "batch": options.batch,
+                    "optimize": options.optimize, "batch": options.batch,
                     "neurons": dataclasses.asdict(options.neurons)},
         "layers": layers,
     }

@@ -407,6 +407,11 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None,
               help="How many seeded normal calibration inputs when --calibration is not given.")
 @click.option("--dense", is_flag=True, help="Dense mode: no weight index, no activation "
               "threshold (the same computation without sparse skipping; a speedup baseline).")
+@click.option("--optimize", type=click.Choice(["size", "speed"]), default="size",
+              show_default=True,
+              help="size: the fewest ROM words; speed: dependency tokens that let the load, "
+                   "compute and store units overlap more (fewer cycles, more ROM words; one "
+                   "core).")
 @click.option("--neuron-threshold", type=int, default=0, show_default=True,
               help="Sparse processing unit (claim 5): keep input neurons with |x| > this "
                    "(int8 units) in core layers.")
@@ -492,7 +497,7 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None,
 def compile_(model: str, output: str, core: str | None, density: float, group_size: int,
              group_small: float, group_max_small: int,
              keep_dense: tuple, force_host: tuple, random_weights: int | None,
-             calibration: str | None, calibration_count: int, dense: bool,
+             calibration: str | None, calibration_count: int, dense: bool, optimize: str,
              neuron_threshold: int, neuron_groups: int, t3: int, t4: int, mixed_path: str,
              mesh: str, unusable: tuple, memory_ports: int | None, split: str,
              placement: str, batch: int, schedule_mode: str, split_threshold: int | None,
@@ -535,7 +540,7 @@ def compile_(model: str, output: str, core: str | None, density: float, group_si
                           group_small=group_small, group_max_small=group_max_small,
                           keep_dense=keep_dense, random_weights=random_weights,
                           calibration=calib, calibration_count=calibration_count,
-                          force_host=force_host, dense=dense,
+                          force_host=force_host, dense=dense, optimize=optimize,
                           neurons=NeuronOptions(neuron_threshold, neuron_groups, t3, t4, mixed_path),
                           mesh=size, unusable=broken, memory_ports=memory_ports,
                           split=split, placement=placement,

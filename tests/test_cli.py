@@ -372,3 +372,21 @@ def test_synth_a_router_reports_area_fmax_and_the_critical_path_with_sources(cli
     assert out["fmax_mhz"] == min(out["fmax_per_seed"].values())
     steps = out["critical_path"]["through"]
     assert steps and any((s["source"] or "").startswith("rtl/") for s in steps)
+
+
+def test_compile_for_speed(cli, tiny_model):
+    """`snpu compile --optimize speed`: the report records it and `snpu run` is bit-exact;
+    on a mesh it is a one-line error and nothing is written."""
+    d = tiny_model
+    r = cli("compile", d / "tiny.onnx", "-o", d / "fast", "--core", d / "core.json",
+            "--density", "0.5", "--optimize", "speed")
+    assert r.exit_code == 0, r.output
+    assert json.loads((d / "fast" / "report.json").read_text())["options"]["optimize"] == "speed"
+    r = cli("run", d / "fast", "--count", "2", "--no-onnxruntime")
+    assert r.exit_code == 0, r.output
+    assert "int8 reference: 2 of 2 bit-exact" in r.output
+    r = CliRunner().invoke(main, ["compile", str(d / "tiny.onnx"), "-o", str(d / "arr"),
+                                  "--optimize", "speed", "--mesh", "2x2"])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+    assert "on a mesh use --optimize size" in r.output
+    assert not (d / "arr").exists()

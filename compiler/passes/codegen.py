@@ -23,10 +23,11 @@ from .reroll import reroll
 
 
 def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = False,
-            loops: bool = True) -> Graph:
+            loops: bool = True, overlap: bool = False) -> Graph:
     """``dense``: compile every layer in dense mode (no weight index, no activation
     threshold): the same computation without sparse skipping, the baseline of sparse
-    speedups.  ``loops``: re-roll each segment into hardware loops (:mod:`.reroll`)."""
+    speedups.  ``loops``: re-roll each segment into hardware loops (:mod:`.reroll`).
+    ``overlap``: tokens for the most overlap between units (:mod:`..emit`)."""
     g = graph.copy()
     segments = []
     layer = 0
@@ -36,7 +37,7 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
             continue
         k = len(segments)
         prog = Program(config, image=image, rom_name=f"rom:{k}")
-        em = Kernels(prog, loops=loops)
+        em = Kernels(prog, loops=loops, overlap=overlap)
         order = subgraph_units(g, sg)
         stats = emit_nodes(em, g, order, f"{k}:", layer, dense)
         layer += len(order)

@@ -43,6 +43,30 @@ def test_digits_cnn_on_the_rtl():
     assert [check.top1(r.outputs["logits"]) for r in rtl] == list(yte[:4])
 
 
+@pytest.mark.parametrize("build", [lambda: None, lambda: fire_cnn(4)], ids=["digits", "fire_cnn"])
+def test_programs_compiled_for_speed_on_the_rtl(build):
+    """``--optimize speed``: precise tokens, loops that leave their last iteration's tokens
+    to the code after them, carriers, channels drained at halt -- bit-exact on the RTL,
+    with the golden model's cycle counters."""
+    sys.path.insert(0, str(DIGITS))
+    from train import split
+
+    m = build()
+    if m is None:
+        xtr, _, xte, _ = split()
+        c = compile_model(DIGITS / "digits_cnn.onnx",
+                          CompileOptions(config=TEST_CORE, optimize="speed",
+                                         calibration=[{"image": x[None]} for x in xtr[:16]]))
+        xs = [x[None] for x in xte[:2]]
+    else:
+        c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5, optimize="speed"))
+        xs = inputs(m, 2)
+    assert c.report["options"]["optimize"] == "speed"
+    if m is not None:  # token no-ops and carriers: tokens a loop's last iteration left
+        assert any(s.get("token_nops") for s in c.report["segments"] if s["kind"] == "core")
+    _rtl_matches(c, xs)
+
+
 def test_digits_cnn_on_a_2x2_array_on_the_rtl():
     """The compiler's array output (layers split across 4 cores, activations in local
     memories moved with send / recv) on the RTL array: bit-exact, faster than one core."""

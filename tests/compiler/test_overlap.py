@@ -1,0 +1,207 @@
+"""``--optimize speed`` (compiler/emit.py with ``overlap``): precise tokens decided from what
+each unit took itself, loops that take their last iteration in, carriers after sealed loop
+words, channels drained at ``halt``.  The programs do what full emission does, in tokens
+only differently: the same instructions, race-free on the golden model, every channel
+balanced; real models stay bit-exact with the int8 reference."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from snpu.compiler import check, runtime
+from snpu.compiler.emit import Kernels
+from snpu.compiler.pipeline import CompileOptions, compile_model
+from snpu.errors import CompileError
+from snpu.verif import golden, isa
+from snpu.verif.image import MemoryImage
+from snpu.verif.numerics import pack_params
+from snpu.verif.program import Program
+from snpu.verif.sequencer import unroll
+
+from .models import TEST_CORE, fire_cnn, inputs, tiny_cnn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import branchy  # noqa: E402
+import unet  # noqa: E402
+
+ZOO = Path(__import__("onnx").__file__).parent / "backend/test/data/light"
+P = TEST_CORE.lanes
+OUT = slice(0x20000, 0x30000)
+
+
+def _kernels(loops: bool) -> Kernels:
+    image = MemoryImage(1 << 20)
+    image.add_region("rom", 0, 1 << 14, "rom")
+    rng = np.random.default_rng(5)
+    image.data[0x10000:0x18000] = rng.integers(0, 256, 0x8000, np.uint8)
+    params = pack_params(rng.integers(-50, 50, 2 * P), np.full(2 * P, 3), np.ones(2 * P))
+    image.data[0x8000:0x8000 + params.size] = params
+    return Kernels(Program(TEST_CORE, image=image), loops=loops, overlap=True)
+
+
+def _tile(k: Kernels, i: int, src: int = 0x10000, dst: int = 0x20000) -> None:
+    """Tile ``i``: 32 bytes into acc half ``i % 2``, requantised into obuf, stored."""
+    half = i % 2
+    k.ld("acc", src + 32 * i, half * 64, 32)
+    k.req(half * 32, half * 64, 0, 2, 2, src_stride=P * 2, dst_stride=P * 2)
+    k.st(half * 32, dst + 32 * i, 32)
+
+
+def _work(k: Kernels) -> list:
+    """What a program dispatches, tokens aside: its instructions as dispatched (walks
+    applied) without the ``cfg`` words that rewrite a register with the value it holds
+    (token no-ops and carriers)."""
+    regs = {r.name: r.reset for r in isa.REGISTERS}
+    out = []
+    for _, ins in unroll(k.p.instrs):
+        if ins.op == "cfg":
+            name = isa.REGISTER_BY_NUMBER[ins.args["reg"]].name
+            writes = [(name, ins.args["value"])]
+            if ins.args["two"]:
+                writes.append((isa.REGISTER_BY_NUMBER[ins.args["reg2"]].name, ins.args["value2"]))
+            if all(regs[n] == v for n, v in writes):
+                continue
+            regs.update(writes)
+        args = {a: v for a, v in ins.args.items() if a != "walk"}
+        out.append((ins.op, tuple(sorted(args.items()))))
+    return out
+
+
+def _balanced(instrs) -> None:
+    """Every channel ends the program empty: as many waits as signals."""
+    given, taken = {}, {}
+    for _, ins in unroll(instrs):
+        for u in ins.signal:
+            given[(ins.unit, u)] = given.get((ins.unit, u), 0) + 1
+        for v in ins.wait:
+            taken[(v, ins.unit)] = taken.get((v, ins.unit), 0) + 1
+    assert given == taken
+
+
+def _both(body, n: int, after=None):
+    """``n`` iterations of ``body(k, i)`` emitted flat and with loops, then ``after(k)``."""
+    out = []
+    for loops in (False, True):
+        k = _kernels(loops)
+        k.ld("param", 0x8000, 0, 16 * P)  # the requantisations' parameters (2 rows)
+        k.repeat(n, lambda i, k=k: body(k, i))
+        if after:
+            after(k)
+        k.halt()
+        out.append(k)
+    return out
+
+
+def _check(flat: Kernels, looped: Kernels) -> None:
+    assert _work(looped) == _work(flat)
+    for k in (flat, looped):
+        _balanced(k.p.instrs)
+    runs = [golden.run_image(k.p.place_rom(), k.p.image, TEST_CORE, check_races=True)
+            for k in (flat, looped)]
+    np.testing.assert_array_equal(runs[0].ext[OUT], runs[1].ext[OUT])
+    assert runs[1].ext[OUT].any()
+
+
+def test_a_loop_takes_its_last_iteration_in_and_later_code_takes_its_tokens():
+    n = 30
+    flat, looped = _both(lambda k, i: [_tile(k, 2 * i + j) for j in range(2)], n,
+                         after=lambda k: _tile(k, 2 * n))
+    _check(flat, looped)
+    loops = [ins for ins in looped.p.instrs if ins.op == "loop"]
+    assert len(loops) == 1
+    start = looped.p.instrs.index(loops[0])
+    # the loop runs every iteration from its first: nothing of the body is written out after
+    # it but the tile emitted after the loop (3 instructions), its token no-ops and the halt
+    assert start // 6 + loops[0].args["count"] == n
+    assert len(looped.p.instrs) - start - 1 - loops[0].args["body"] <= 3 + 4 + 1
+
+
+def test_code_reading_what_a_loop_stored_takes_its_token_from_a_carrier():
+    """After the loop, a load reads what its last store wrote: the store is a word of the
+    loop's body, whose tokens are the same in every iteration, so a ``cfg`` on the store
+    unit after the loop gives the load its token."""
+    n = 20
+    flat, looped = _both(lambda k, i: [_tile(k, 2 * i + j) for j in range(2)], n,
+                         after=lambda k: k.ld("acc", 0x20000 + 32 * (2 * n - 1), 0, 32))
+    _check(flat, looped)
+    st = isa.OPCODE_BY_NAME["st"].unit
+    carriers = [ins for ins in looped.p.instrs
+                if ins.op == "cfg" and ins.unit == st and isa.Unit.LD in ins.signal]
+    assert len(carriers) == 1
+    loads = [ins for ins in looped.p.instrs if ins.op == "ld" and ins.args["ext"] == 0x20000 + 32 * (2 * n - 1)]
+    assert loads and st in loads[-1].wait
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_loops_keep_the_work_and_stay_race_free(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 40))
+    per = int(rng.integers(1, 4)) * 2
+    pro = int(rng.integers(0, 4))
+    src = int(rng.choice([0x10000, 0x14000]))
+    step = int(rng.choice([32, 64]))
+
+    def body(k, i):
+        for j in range(per):
+            t = per * i + j
+            half = t % 2
+            k.ld("acc", src + step * t, half * 64, 32)
+            k.req(half * 32, half * 64, 0, 2, 2, src_stride=P * 2, dst_stride=P * 2)
+            k.st(half * 32, 0x20000 + 32 * t, 32)
+
+    def after(k):
+        for j in range(pro):
+            k.ld("acc", 0x20000 + 32 * j, 0, 32)  # reads what the loop stored
+            k.req(0, 0, 0, 2, 2, src_stride=P * 2, dst_stride=P * 2)
+            k.st(0, 0x28000 + 32 * j, 32)
+
+    _check(*_both(body, n, after))
+
+
+@pytest.mark.parametrize("build", [
+    lambda: tiny_cnn(1), lambda: fire_cnn(2),
+    lambda: unet.build(0, depth=3, channels=8, size=24),
+    lambda: branchy.build(2, blocks=2, channels=16, size=20),
+], ids=["tiny_cnn", "fire_cnn", "unet", "branchy"])
+def test_models_compiled_for_speed_are_race_free_and_bit_exact(build):
+    m = build()
+    xs = inputs(m, 2)
+    runs = {}
+    for optimize in ("size", "speed"):
+        c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5, optimize=optimize))
+        assert c.report["options"]["optimize"] == optimize
+        for s in c.graph.meta["segments"]:
+            if s["kind"] == "core":
+                _balanced([isa.decode(w) for w in s["words"]])
+        reps = runtime.run_batch(c, xs, check_races=True)
+        assert check.compare(c, xs, reps, onnxruntime=False).bit_exact == len(xs)
+        runs[optimize] = reps
+    for a, b in zip(runs["size"], runs["speed"]):
+        for name in a.outputs_int8:
+            np.testing.assert_array_equal(a.outputs_int8[name], b.outputs_int8[name])
+
+
+@pytest.mark.parametrize("races", [
+    False, pytest.param(True, marks=pytest.mark.skipif(
+        not os.environ.get("SNPU_ZOO"), reason="set SNPU_ZOO=1 to race-check (about 2 min)"))],
+    ids=["bit-exact", "race-checked"])
+def test_a_zoo_network_compiled_for_speed(races):
+    c = compile_model(ZOO / "light_squeezenet.onnx",
+                      CompileOptions(random_weights=0, density=0.5, calibration_count=2,
+                                     optimize="speed"))
+    g = c.graph
+    x = [np.random.default_rng(9).standard_normal(g.tensor(g.inputs[0]).shape).astype(np.float32)]
+    reps = runtime.run_batch(c, x, check_races=races)
+    assert check.compare(c, x, reps, onnxruntime=False).bit_exact == 1
+
+
+def test_bad_optimize_settings_are_errors():
+    with pytest.raises(CompileError, match="'fast' is not size or speed"):
+        compile_model(tiny_cnn(0), CompileOptions(config=TEST_CORE, optimize="fast"))
+    with pytest.raises(CompileError, match="on a mesh use --optimize size"):
+        compile_model(tiny_cnn(0), CompileOptions(config=TEST_CORE, optimize="speed", mesh=(2, 2)))
