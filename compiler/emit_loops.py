@@ -325,7 +325,8 @@ def _out_of_the_way(em: Emitter, s2: _Snap, deltas: list[int], buf: str, recs: l
     ``n - 1`` (where one side writes)?"""
     for o, d in enumerate(deltas):
         at = s2.start + o
-        u = int(isa.OPCODE_BY_NAME[em.p.instrs[at].op].unit or 0) if em.p.instrs[at].op != "cfg" else -1
+        unit = em.p.instrs[at].unit
+        u = -1 if unit is None else int(unit)
         d = d if buf in _SHIFTING_BUFFERS else 0
         for a in em.trace.get(at, ()):
             if a.buf != buf or a.hi <= a.lo:
