@@ -373,8 +373,8 @@ def _carried(em: Emitter, s1: _Snap, s2: _Snap) -> dict[tuple[int, int], int] | 
     iteration's words have now): how many per channel ``(v, u)``.  ``None`` where the last
     iteration cannot give them too and stay in the loop: on a channel where it gives one
     of its own tokens after a carried one (tokens of a channel are given in program
-    order), or where the carried tokens would fill more than half a channel until a later
-    wait takes them.  ``None`` as well unless the emitter folds loops (``fold``)."""
+    order), or where the carried tokens would fill more than half of what a channel holds
+    beside the two tokens double buffering keeps in flight, until a later wait takes them.  ``None`` as well unless the emitter folds loops (``fold``)."""
     if not em.fold:
         return None
     fin = em.p.instrs[s1.start:s1.end]
@@ -389,7 +389,7 @@ def _carried(em: Emitter, s1: _Snap, s2: _Snap) -> dict[tuple[int, int], int] | 
                 carried[(v, u)] = carried.get((v, u), 0) + 1
             elif carried.get((v, u)):
                 return None
-    room = em.cfg.token_depth // 2
+    room = (em.cfg.token_depth - 2) // 2  # double buffering keeps up to 2 tokens in flight
     for (v, u), x in carried.items():
         if em.signals[v][u] - em.waits[v][u] + x > room:
             return None

@@ -104,6 +104,10 @@ class CompileOptions:
 def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> list[tuple[str, Callable[[Graph], Graph]]]:
     if options.optimize not in ("size", "speed"):
         raise CompileError(f"optimize: {options.optimize!r} is not size or speed")
+    if options.optimize == "speed" and options.config.token_depth < 2:
+        raise CompileError("--optimize speed keeps up to two tokens per channel in flight "
+                           "(one per half of a double buffer): it needs token_depth >= 2, "
+                           f"the core has {options.config.token_depth}")
     if options.optimize == "speed" and options.array:
         raise CompileError("--optimize speed emits the tokens of one core's program; on a mesh "
                            "use --optimize size (the array's programs synchronise through "

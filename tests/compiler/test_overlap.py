@@ -16,6 +16,7 @@ import pytest
 from snpu.compiler import check, runtime
 from snpu.compiler.emit import Kernels
 from snpu.compiler.pipeline import CompileOptions, compile_model
+from snpu.config import CoreConfig
 from snpu.errors import CompileError
 from snpu.verif import golden, isa
 from snpu.verif.image import MemoryImage
@@ -208,3 +209,18 @@ def test_bad_optimize_settings_are_errors():
         compile_model(tiny_cnn(0), CompileOptions(config=TEST_CORE, optimize="fast"))
     with pytest.raises(CompileError, match="on a mesh use --optimize size"):
         compile_model(tiny_cnn(0), CompileOptions(config=TEST_CORE, optimize="speed", mesh=(2, 2)))
+    one = CoreConfig(**{**TEST_CORE.to_dict(), "token_depth": 1})
+    with pytest.raises(CompileError, match="needs token_depth >= 2, the core has 1"):
+        compile_model(tiny_cnn(0), CompileOptions(config=one, optimize="speed"))
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_shallow_token_channels(depth):
+    """Two tokens in flight per channel is all speed mode needs: with channels of 2 or 3
+    tokens no loop leaves tokens behind it, and the programs run (no deadlock)."""
+    cfg = CoreConfig(**{**TEST_CORE.to_dict(), "token_depth": depth})
+    m = tiny_cnn(4)
+    xs = inputs(m, 1)
+    c = compile_model(m, CompileOptions(config=cfg, density=0.3, optimize="speed"))
+    reps = runtime.run_batch(c, xs, check_races=True)
+    assert check.compare(c, xs, reps, onnxruntime=False).bit_exact == 1
