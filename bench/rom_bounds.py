@@ -53,6 +53,7 @@ def _halves(config: CoreConfig) -> dict[str, dict[str, int]]:
 
 
 def _transform(instrs: list[Instr], config: CoreConfig, halves: bool) -> list[Instr]:
+    """``instrs`` without tokens, and with ``halves`` every ping-pong operand in half 0."""
     fields = _halves(config)
     loads = {isa.BUFFERS["nbuf"]: config.nbuf_bytes // 2, isa.BUFFERS["acc"]: config.acc_elems // 2}
     out = []
