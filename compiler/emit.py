@@ -261,17 +261,15 @@ class Emitter:
         the program) is done: its index ``k`` on the channel and ``v``'s clock after the
         instruction giving it (module docstring)."""
         given = self.sig_list.get((v, u), [])
-        if self.fold and given and given[-1][v] >= count:
-            # an instruction at or after it gives one already (a token a loop's last
-            # iteration left, or one added for an earlier wait): the first such
-            k = bisect.bisect_left(given, count, key=lambda s: s[v])
-            return k + 1, given[k]
         snap = self.snap_at[v].get(count)
-        if not self.precise or index < max(self.loop_floor, self.sealed) or snap is None:
-            return self._signal_latest(v, u), self.last_snap[v]
-        if given and given[-1][v] >= count:  # a later instruction gives one: the first such
+        precise = self.precise and index >= max(self.loop_floor, self.sealed) and snap is not None
+        if (precise or self.fold) and given and given[-1][v] >= count:
+            # an instruction at or after it gives one already (one added for an earlier
+            # wait, or with ``fold`` a token a loop's last iteration left): the first such
             k = bisect.bisect_left(given, count, key=lambda s: s[v])
             return k + 1, given[k]
+        if not precise:
+            return self._signal_latest(v, u), self.last_snap[v]
         old = self.p.instrs[index]
         self.p.instrs[index] = Instr(old.op, old.args, old.wait, old.signal | {_UNIT[u]})
         self.signals[v][u] += 1
@@ -295,20 +293,23 @@ class Emitter:
             self.sig_list.setdefault((v, u), []).append(self.last_snap[v])
         return self.signal_of[key]
 
-    def _carrier(self, v: int, u: int) -> None:
-        """A ``cfg`` on unit ``v`` rewriting a register's value, to give ``u`` a token after
-        ``v``'s latest instruction (a sealed loop word); :meth:`_signal_latest` adds it."""
-        reg = next(r for r in isa.REGISTERS if int(r.unit) == v)
-        self.p.emit("cfg", reg=reg.name, value=self.p.reg(reg.name))
+    def _token_cfg(self, u: int, wait: tuple[Unit, ...] = ()) -> None:
+        """A ``cfg`` on unit ``u`` rewriting a register with the value it holds: it only
+        carries tokens (counted in :attr:`nops`)."""
+        reg = next(r for r in isa.REGISTERS if int(r.unit) == u)
+        self.p.emit("cfg", reg=reg.name, value=self.p.reg(reg.name), wait=wait)
         self.nops += 1
+
+    def _carrier(self, v: int, u: int) -> None:
+        """A token ``cfg`` on unit ``v``, to give ``u`` a token after ``v``'s latest
+        instruction (a sealed loop word); :meth:`_signal_latest` adds the signal."""
+        self._token_cfg(v)
         self._after(v, [])
 
     def _nop(self, u: int, v: int) -> None:
-        """A ``cfg`` on unit ``u`` rewriting a register's value, carrying a wait on ``v``."""
-        reg = next(r for r in isa.REGISTERS if int(r.unit) == u)
-        self.p.emit("cfg", reg=reg.name, value=self.p.reg(reg.name), wait=[_UNIT[v]])
+        """A token ``cfg`` on unit ``u`` carrying a wait on ``v``."""
+        self._token_cfg(u, (_UNIT[v],))
         self.waits[v][u] += 1
-        self.nops += 1
         # the token it took was given after the instruction holding that signal
         self._learn(u, v, self.sig_list[(v, u)][self.waits[v][u] - 1])
         self._after(u, [])

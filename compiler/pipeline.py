@@ -104,11 +104,12 @@ class CompileOptions:
 def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> list[tuple[str, Callable[[Graph], Graph]]]:
     if options.optimize not in ("size", "speed"):
         raise CompileError(f"optimize: {options.optimize!r} is not size or speed")
-    if options.optimize == "speed" and options.config.token_depth < 2:
+    overlap = options.optimize == "speed"
+    if overlap and options.config.token_depth < 2:
         raise CompileError("--optimize speed keeps up to two tokens per channel in flight "
                            "(one per half of a double buffer): it needs token_depth >= 2, "
                            f"the core has {options.config.token_depth}")
-    if options.optimize == "speed" and options.array:
+    if overlap and options.array:
         raise CompileError("--optimize speed emits the tokens of one core's program; on a mesh "
                            "use --optimize size (the array's programs synchronise through "
                            "the network unit as well)")
@@ -148,7 +149,7 @@ def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> 
             ("schedule", lambda g: schedule(g, options.schedule, options.config, image,
                                             options.dense)),
             ("codegen", lambda g: codegen(g, options.config, image, options.dense, options.loops,
-                                          options.optimize == "speed")),
+                                          overlap)),
         ]
     else:  # a memory plan: orders are timed on a scratch allocation, then the plan places
         scratch = MemoryImage(1 << 16, growable=True)
@@ -160,7 +161,7 @@ def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> 
             ("memory_budget", lambda g: memory_budget(g, options.memory, options.config, image,
                                                       scratch, options.dense)),
             ("codegen", lambda g: codegen(g, options.config, image, options.dense, options.loops,
-                                          options.optimize == "speed")),
+                                          overlap)),
         ]
     return passes
 
