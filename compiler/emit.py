@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import operator
 from dataclasses import dataclass
 
 
@@ -63,6 +64,62 @@ from .emit_loops import repeat
 
 UNITS = IMPLEMENTED_UNITS
 NU = len(UNITS)
+
+
+class TokenLog:
+    """The tokens given on one channel, in order: token ``j`` (from 0) is the clock snapshot
+    after the instruction that gives it, ``log[j]``.  A loop's fast-forward adds all its
+    iterations' tokens (:meth:`extend_moved`) but keeps only the last ones: a token older
+    than the channel's latest wait is never read again (the emitter asks for tokens it has
+    not taken, and a loop's steady-state test reads from the latest wait on), so memory
+    and time stay proportional to the instructions emitted, not to the iterations run."""
+
+    __slots__ = ("base", "items")
+
+    def __init__(self):
+        self.base = 0       #: tokens forgotten (the first kept is token ``base``)
+        self.items: list[tuple[int, ...]] = []
+
+    def __len__(self) -> int:
+        return self.base + len(self.items)
+
+    def __getitem__(self, j: int) -> tuple[int, ...]:
+        if j < 0:
+            return self.items[j]
+        if j < self.base:
+            raise IndexError(f"token {j} was forgotten (the log keeps tokens {self.base} on)")
+        return self.items[j - self.base]
+
+    def append(self, snap: tuple[int, ...]) -> None:
+        self.items.append(snap)
+
+    def first_at_least(self, v: int, count: int) -> int:
+        """The first kept token given after unit ``v``'s instruction ``count``."""
+        return self.base + bisect.bisect_left(self.items, count, key=lambda s: s[v])
+
+    def extend_moved(self, tail: list[tuple[int, ...]], c: list[int], m: int,
+                     keep_from: int) -> None:
+        """Append ``tail`` moved by 1, 2, .. ``m`` iterations (``c``: each unit's
+        instructions per iteration), forgetting the tokens before ``keep_from``."""
+        s = len(tail)
+        if not s or m <= 0:
+            return
+        new_len = len(self) + m * s
+        keep_from = max(self.base, min(keep_from, new_len - s))
+        old_len = len(self)
+        if keep_from > self.base:
+            del self.items[:keep_from - self.base]
+            self.base = keep_from
+        first_k = 1 if keep_from <= old_len else (keep_from - old_len) // s + 1
+        skip = max(0, keep_from - (old_len + (first_k - 1) * s))
+        for k in range(first_k, m + 1):
+            kc = [k * d for d in c]
+            self.items.extend([tuple(map(operator.add, e, kc)) for e in tail[skip:]])
+            skip = 0
+        assert len(self) == new_len
+
+
+_NO_TOKENS = TokenLog()
 
 
 @dataclass
@@ -118,7 +175,7 @@ class Emitter:
         self.waits = [[0] * NU for _ in range(NU)]
         self.signal_of: dict[tuple[int, int], int] = {}  # (instr index, consumer) -> k
         #: channel -> the clock snapshot after the instruction that gives each token
-        self.sig_list: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+        self.sig_list: dict[tuple[int, int], TokenLog] = {}
         #: per buffer: (unit, its instruction count, lo, hi, write, index in p.instrs)
         self.history: dict[str, list[tuple[int, int, int, int, bool, int]]] = {}
         self.nops = 0
@@ -147,8 +204,12 @@ class Emitter:
             self._emit_raw("cfg", [], reg=reg, value=int(value))
 
     def cfgs(self, **values: int) -> None:
+        """``cfgs(mx__nvec=4)`` sets ``mx.nvec`` (keyword ``__`` stands for ``.``)."""
+        regs = self.p._regs
         for k, v in values.items():
-            self.cfg_reg(k.replace("__", "."), v)
+            reg = _DOTTED.get(k) or _DOTTED.setdefault(k, k.replace("__", "."))
+            if regs[reg] != v:
+                self._emit_raw("cfg", [], reg=reg, value=int(v))
 
     def emit(self, op: str, accesses: list[Access], **args) -> Instr:
         return self._emit_raw(op, accesses, **args)
@@ -209,11 +270,13 @@ class Emitter:
         u = int(self._unit(op, args))
         need: dict[int, tuple[int, int]] = {}  # unit -> (count, index) of the latest conflict
         cu = self.clock[u] if self.transitive else self.direct[u]
+        history = self.history
         for a in accesses:
-            if a.hi <= a.lo:
+            alo, ahi, aw = a.lo, a.hi, a.write
+            if ahi <= alo:
                 continue
-            for (v, idx, lo, hi, w, at) in self.history.get(a.buf, ()):
-                if v == u or hi <= a.lo or a.hi <= lo or not (w or a.write) or cu[v] >= idx:
+            for (v, idx, lo, hi, w, at) in history.get(a.buf, ()):
+                if v == u or cu[v] >= idx or hi <= alo or ahi <= lo or not (w or aw):
                     continue
                 if idx > need.get(v, (0, 0))[0]:
                     need[v] = (idx, at)
@@ -260,13 +323,16 @@ class Emitter:
         """The token ``u`` waits for so that ``v``'s instruction ``count`` (at ``index`` in
         the program) is done: its index ``k`` on the channel and ``v``'s clock after the
         instruction giving it (module docstring)."""
-        given = self.sig_list.get((v, u), [])
+        given = self.sig_list.get((v, u), _NO_TOKENS)
         snap = self.snap_at[v].get(count)
         precise = self.precise and index >= max(self.loop_floor, self.sealed) and snap is not None
         if (precise or self.fold) and given and given[-1][v] >= count:
             # an instruction at or after it gives one already (one added for an earlier
             # wait, or with ``fold`` a token a loop's last iteration left): the first such
-            k = bisect.bisect_left(given, count, key=lambda s: s[v])
+            k = given.first_at_least(v, count)
+            # a token taken already would not order anything new: the unit knows the
+            # instruction (and the log forgets such tokens, TokenLog)
+            assert k >= self.waits[v][u], f"token {k} on channel {v}->{u} was taken already"
             return k + 1, given[k]
         if not precise:
             return self._signal_latest(v, u), self.last_snap[v]
@@ -274,7 +340,7 @@ class Emitter:
         self.p.instrs[index] = Instr(old.op, old.args, old.wait, old.signal | {_UNIT[u]})
         self.signals[v][u] += 1
         self.signal_of[(index, u)] = self.signals[v][u]
-        self.sig_list.setdefault((v, u), []).append(snap)
+        self.sig_list.setdefault((v, u), TokenLog()).append(snap)
         return self.signals[v][u], snap
 
     def _signal_latest(self, v: int, u: int) -> int:
@@ -290,7 +356,7 @@ class Emitter:
             self.p.instrs[li] = Instr(old.op, old.args, old.wait, old.signal | {_UNIT[u]})
             self.signals[v][u] += 1
             self.signal_of[key] = self.signals[v][u]
-            self.sig_list.setdefault((v, u), []).append(self.last_snap[v])
+            self.sig_list.setdefault((v, u), TokenLog()).append(self.last_snap[v])
         return self.signal_of[key]
 
     def _token_cfg(self, u: int, wait: tuple[Unit, ...] = ()) -> None:
@@ -365,6 +431,10 @@ def span(base: int, n3: int, rows: int, cols: int, s3: int, s: int) -> tuple[int
     lo = base + min(0, (n3 - 1) * s3) + min(0, (rows - 1) * s)
     hi = base + max(0, (n3 - 1) * s3) + max(0, (rows - 1) * s) + cols
     return lo, hi
+
+
+#: keyword -> register name for :meth:`Emitter.cfgs` (``mx__nvec`` -> ``mx.nvec``)
+_DOTTED: dict[str, str] = {}
 
 
 class Kernels(Emitter):

@@ -43,6 +43,7 @@ verifies it (``tests/compiler/test_overlap.py``).
 from __future__ import annotations
 
 import bisect
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -216,7 +217,7 @@ def _steady(em: Emitter, snaps: list[_Snap], i: int, n: int) -> _Plan | None:
 
 
 def _shift(snap: tuple[int, ...], c: list[int], k: int = 1) -> tuple[int, ...]:
-    return tuple(x + k * d for x, d in zip(snap, c))
+    return tuple(map(operator.add, snap, c if k == 1 else [k * d for d in c]))
 
 
 def _direct_moves(em: Emitter, s1: _Snap, s2: _Snap, u: int, c: list[int]) -> list[bool] | None:
@@ -443,12 +444,14 @@ def _fast_forward(em: Emitter, snaps: list[_Snap], plan: _Plan, m: int) -> None:
         for (v, u), k in pending.items():
             em.signal_of[(new(s2.last[v]), u)] = k + m * s[v][u]
     for (v, u), lst in em.sig_list.items():
-        tail = lst[len(lst) - s[v][u]:] if s[v][u] else []
-        for k in range(1, m + 1):
-            lst.extend(_shift(e, c, k) for e in tail)
+        sv = s[v][u]
+        tail = lst.items[len(lst.items) - sv:] if sv else []
+        # tokens before the channel's latest wait are not read again (emit.TokenLog)
+        lst.extend_moved(tail, c, m, keep_from=em.waits[v][u] + (m - 2) * sv - 1)
         if fold and carried.get((v, u)):  # the last iteration's carried tokens: the ones the
             # iteration before gave (they open its block of tokens), one iteration on
-            lst.extend(_shift(e, c, m + 1) for e in tail[:carried[(v, u)]])
+            for e in tail[:carried[(v, u)]]:
+                lst.append(_shift(e, c, m + 1))
             em.signals[v][u] += carried[(v, u)]
     for u in range(NU):
         em.count[u] += m * c[u]

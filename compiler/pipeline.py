@@ -30,7 +30,9 @@ Each pass is a function ``Graph -> Graph`` (its options bound here).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -182,15 +184,33 @@ def compile_model(model, options: CompileOptions | None = None, *, progress=None
     image = MemoryImage(1 << 16, growable=True)
     timings = {}
     passes = pipeline(options, calibration, image)
-    for k, (name, fn) in enumerate(passes):
-        t = time.time()
-        graph = fn(graph)
-        timings[name] = round(time.time() - t, 3)
-        if progress is not None:
-            progress(k + 1, len(passes), name)
+    with _no_cycle_collection():
+        for k, (name, fn) in enumerate(passes):
+            t = time.time()
+            graph = fn(graph)
+            timings[name] = round(time.time() - t, 3)
+            if progress is not None:
+                progress(k + 1, len(passes), name)
     image.trim()
     return Compiled(graph, image, graph.meta["layouts"], graph.meta["segments"], options.config,
                     _report(graph, options, timings, time.time() - t0), source)
+
+
+@contextlib.contextmanager
+def _no_cycle_collection():
+    """Pause Python's cyclic garbage collector while the passes run.  Code generation makes
+    about a million small objects (instructions, footprints, clock snapshots) that live
+    until it ends; the collector's full passes over them took 15 % of vgg19's compile time
+    (about 3 s of 21).  The passes make little cyclic garbage (vgg19's peak memory is the
+    same either way), and it is collected once at the end."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+            gc.collect()
 
 
 def _check_node_options(g: Graph, options: CompileOptions) -> None:

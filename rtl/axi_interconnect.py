@@ -72,12 +72,14 @@ class AxiInterconnect(wiring.Component):
     """
 
     def __init__(self, n: int, *, write_depth: int = 4, index_bits: int | None = None):
-        if n < 1:
-            raise ValueError(f"an interconnect needs at least one master, got {n}")
+        need = index_bits_for(max(n, 1))
+        if n < 1 or (index_bits is not None and index_bits < need):
+            # refused: Amaranth would also warn, when this object is collected, that it
+            # was never elaborated; the error says all there is to say
+            self._MustUse__silence = True
+            raise ValueError(f"an interconnect needs at least one master, got {n}" if n < 1
+                             else f"{n} masters need {need} index bits, got {index_bits}")
         self.n = n
-        need = index_bits_for(n)
-        if index_bits is not None and index_bits < need:
-            raise ValueError(f"{n} masters need {need} index bits, got {index_bits}")
         self.index_bits = need if index_bits is None else index_bits
         self._ar = _RoundRobin(n)
         self._aw = _RoundRobin(n)

@@ -537,31 +537,44 @@ def format_instr(instr: Instr) -> str:
     return " ".join(parts)
 
 
+#: per mnemonic, each operand's (name, default, names it may be given by: register or enum
+#: names, or None); :func:`make` runs once per emitted instruction, so it reads these tables
+_MAKE_PLAN = {o.mnemonic: tuple((f.name, f.default,
+                                 {r.name: r.number for r in REGISTERS} if f.kind == "reg"
+                                 else f.enum if f.kind == "enum" else None) for f in o.fields)
+              for o in OPCODES}
+_NO_UNITS: frozenset[Unit] = frozenset()
+
+
 def make(op: str, *, wait: Iterable[Unit] = (), signal: Iterable[Unit] = (), **args: int) -> Instr:
     """Build an instruction, filling defaulted operands; raises ``KeyError``/``ValueError``."""
-    opc = OPCODE_BY_NAME[op]
+    plan = _MAKE_PLAN[op]
     full = {}
-    given = set(args)
-    for f in opc.fields:
-        if f.name in args:
-            v = args.pop(f.name)
-            if f.kind == "reg" and isinstance(v, str):
-                v = REGISTER_BY_NAME[v].number
-            elif f.kind == "enum" and isinstance(v, str):
-                v = f.enum[v]
-            full[f.name] = int(v)
-        elif f.default is not None:
-            full[f.name] = f.default
-        else:
-            raise ValueError(f"{op}: missing operand {f.name}")
-    if op == "cfg" and "reg2" in given and "two" not in given:
+    used = 0
+    for name, default, names in plan:
+        v = args.get(name, None)
+        if v is None:
+            if name in args:  # given as None
+                raise TypeError(f"{op}: operand {name} is None")
+            if default is None:
+                raise ValueError(f"{op}: missing operand {name}")
+            full[name] = default
+            continue
+        used += 1
+        if names is not None and isinstance(v, str):
+            v = names[v]
+        full[name] = int(v)
+    if used != len(args):
+        unknown = set(args) - {name for name, _, _ in plan}
+        raise ValueError(f"{op}: unknown operand(s) {', '.join(sorted(unknown))}")
+    if op == "cfg" and "reg2" in args and "two" not in args:
         full["two"] = 1  # a second register given
-    if args:
-        raise ValueError(f"{op}: unknown operand(s) {', '.join(sorted(args))}")
     return Instr(op, full, _unit_set(wait), _unit_set(signal))
 
 
 def _unit_set(units: Iterable) -> frozenset[Unit]:
+    if not units:
+        return _NO_UNITS
     return frozenset(u if type(u) is Unit else Unit(u) for u in units)
 
 
@@ -588,12 +601,14 @@ def validate(instr: Instr) -> str | None:
         return f"unknown mnemonic {instr.op!r}"
     if opc.reserved:
         return f"opcode {opc.mnemonic} (0x{opc.code:02x}) is reserved in ISA v1"
-    if set(instr.args) != {f.name for f in opc.fields}:
-        return f"{opc.mnemonic}: operands {sorted(instr.args)} != {[f.name for f in opc.fields]}"
-    for f in opc.fields:
-        why = f.check(instr.args[f.name])
-        if why:
-            return f"{opc.mnemonic}: {why}"
+    names, ranges = _CHECKS[opc.mnemonic]
+    args = instr.args
+    if args.keys() != names:
+        return f"{opc.mnemonic}: operands {sorted(args)} != {[f.name for f in opc.fields]}"
+    for f, lo, hi, values in ranges:
+        v = args[f.name]
+        if not lo <= v <= hi or (values is not None and v not in values):
+            return f"{opc.mnemonic}: {f.check(v)}"
     if opc.mnemonic == "cfg":
         why = _cfg_problem(instr.args)
         if why:
@@ -605,6 +620,16 @@ def validate(instr: Instr) -> str | None:
     unit = instr.unit
     return (_token_problem(unit, instr.wait, "wait")
             or _token_problem(unit, instr.signal, "signal"))
+
+
+#: per mnemonic, its operand names and each operand's legal range (and values, for enums):
+#: :func:`validate`'s fast path (:meth:`Field.check` words the problem)
+_CHECKS = {o.mnemonic: (frozenset(f.name for f in o.fields),
+                        tuple((f, *((-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1)
+                                    if f.kind == "sint" else (0, (1 << f.width) - 1)),
+                               frozenset(f.enum.values()) if f.kind == "enum" else None)
+                              for f in o.fields))
+           for o in OPCODES}
 
 
 def _cfg_problem(args: Mapping[str, int]) -> str | None:
