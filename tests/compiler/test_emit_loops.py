@@ -220,3 +220,21 @@ def test_an_idle_network_unit_keeps_the_emitters_history_bounded():
         em.st(0, 0x40000 + 512 * k, 64)
     # pruned every 128 instructions: at most the cap plus what came since (not all 512)
     assert max(len(r) for r in em.history.values()) <= HISTORY_CAP + 128
+
+
+def test_a_long_loop_keeps_only_the_tokens_it_may_still_read():
+    """A loop fast-forwarded over 2 000 iterations gives one token per channel and iteration,
+    but its channels' logs keep only the few after each channel's latest wait
+    (``emit.TokenLog``): memory stays proportional to the instructions emitted.  The
+    program stays exact, and a forgotten token says so if anything asks for it."""
+    flat, looped = _both(lambda k, i: [_tile(k, 2 * i + j, 0x10000, 0x200000, 32, 32)
+                                       for j in range(2)], 2000)
+    assert _flat(looped) == _flat(flat)
+    _, _, em = _program()
+    em.repeat(2000, lambda i: [_tile(em, 2 * i + j, 0x10000, 0x200000, 32, 32) for j in range(2)])
+    logs = [log for log in em.sig_list.values() if len(log) > 1000]
+    assert logs, "the loop's tokens are counted in full"
+    for log in logs:
+        assert len(log.items) < 16 and log.base > 1000
+        with pytest.raises(IndexError, match="forgotten"):
+            log[0]

@@ -224,3 +224,19 @@ def test_pool_halo_follows_what_keeps_a_map_never_negative():
     assert ops.pool_halo(g, g.node("avg_signed")) == (1, 1)
     assert ops.pool_halo(g, g.node("max_after_concat")) == (1, 1)
     assert ops.pool_halo(g, g.node("max_after_mixed_concat")) == (0, 0)
+
+
+@pytest.mark.parametrize("n", [1, 1023, 1024, 1025, 4608, 9216])
+def test_int8_reference_products_are_exact_at_the_extremes(n):
+    """The int8 reference multiplies in float32 over blocks of 1024 columns: exact while
+    every partial sum stays below 2**24.  Worst cases (all -128 x -127, all -128 x 127,
+    random signs) against int64 arithmetic, across the block boundaries."""
+    from snpu.compiler.int8_ref import _int_matmul
+
+    rng = np.random.default_rng(n)
+    v = np.vstack([np.full(n, -128), np.full(n, 127), rng.integers(-128, 128, n)]).astype(np.int16)
+    w = np.vstack([np.full(n, -127), np.full(n, 127), rng.integers(-127, 128, n)]).astype(np.int8)
+    exact = v.astype(np.int64) @ w.astype(np.int64).T
+    got = _int_matmul(v, w)
+    assert got.dtype == np.int64 and np.array_equal(got, exact)
+    assert exact[0, 0] == 128 * 127 * n
