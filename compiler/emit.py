@@ -44,7 +44,8 @@ conflicting instruction itself (*precise*) and a unit decides from the tokens it
 itself only (``direct``): a load into one half of a double buffer waits for the compute
 two steps back, not for the one just issued, so loads, compute and stores overlap more
 (3-12 % fewer cycles on the zoo networks at weight density 0.5) at the cost of less
-regular token patterns (2-48 % more ROM words).  Loops then also take their last iteration in (:mod:`.emit_loops`).
+regular token patterns (2-48 % more ROM words).  Loops then also take their last
+iteration in (:mod:`.emit_loops`).
 """
 
 from __future__ import annotations
@@ -198,13 +199,9 @@ class Emitter:
         self.sealed = 0
 
     # -------------------------------------------------------------------------------------
-    def cfg_reg(self, reg: str, value: int) -> None:
-        """Set a register (emits nothing if it already holds ``value``)."""
-        if self.p.reg(reg) != value:
-            self._emit_raw("cfg", [], reg=reg, value=int(value))
-
     def cfgs(self, **values: int) -> None:
-        """``cfgs(mx__nvec=4)`` sets ``mx.nvec`` (keyword ``__`` stands for ``.``)."""
+        """``cfgs(mx__nvec=4)`` sets ``mx.nvec`` (keyword ``__`` stands for ``.``); emits
+        nothing for a register that already holds its value."""
         regs = self.p._regs
         for k, v in values.items():
             reg = _DOTTED.get(k) or _DOTTED.setdefault(k, k.replace("__", "."))

@@ -375,7 +375,8 @@ def _carried(em: Emitter, s1: _Snap, s2: _Snap) -> dict[tuple[int, int], int] | 
     iteration cannot give them too and stay in the loop: on a channel where it gives one
     of its own tokens after a carried one (tokens of a channel are given in program
     order), or where the carried tokens would fill more than half of what a channel holds
-    beside the two tokens double buffering keeps in flight, until a later wait takes them.  ``None`` as well unless the emitter folds loops (``fold``)."""
+    beside the two tokens double buffering keeps in flight, until a later wait takes them.
+    ``None`` as well unless the emitter folds loops (``fold``)."""
     if not em.fold:
         return None
     fin = em.p.instrs[s1.start:s1.end]
@@ -445,7 +446,7 @@ def _fast_forward(em: Emitter, snaps: list[_Snap], plan: _Plan, m: int) -> None:
             em.signal_of[(new(s2.last[v]), u)] = k + m * s[v][u]
     for (v, u), lst in em.sig_list.items():
         sv = s[v][u]
-        tail = lst.items[len(lst.items) - sv:] if sv else []
+        tail = lst.items[-sv:] if sv else []
         # tokens before the channel's latest wait are not read again (emit.TokenLog)
         lst.extend_moved(tail, c, m, keep_from=em.waits[v][u] + (m - 2) * sv - 1)
         if fold and carried.get((v, u)):  # the last iteration's carried tokens: the ones the

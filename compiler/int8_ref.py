@@ -59,9 +59,10 @@ _EXACT_F32_COLUMNS = 1024
 
 def _int_matmul(v: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``v @ w.T`` exactly, as int64, for int8-range ``v`` and ``w``: float32 products over
-    blocks of at most :data:`_EXACT_F32_COLUMNS` columns (exact, see there; with int16
-    patches, vgg19's two reference runs take 2.2 s instead of 4.9 s in float64), added in float64 (exact: far below 2**53); over row blocks of ``w`` (a
-    fully connected layer's weights can be 100M values)."""
+    blocks of at most :data:`_EXACT_F32_COLUMNS` columns (exact, see there), added in
+    float64 (exact: far below 2**53); over row blocks of ``w`` (a fully connected layer's
+    weights can be 100M values).  With int16 patches, vgg19's two reference runs take
+    2.2 s instead of 4.9 s in float64."""
     n = v.shape[1]
     step = max(1, (1 << 21) // max(1, n))
     out = np.empty((v.shape[0], w.shape[0]), np.int64)

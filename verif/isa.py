@@ -110,12 +110,16 @@ class Field:
     default: int | None = None
     hex: bool = False
 
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """The smallest and largest value the field holds."""
+        if self.kind == "sint":
+            return -(1 << (self.width - 1)), (1 << (self.width - 1)) - 1
+        return 0, (1 << self.width) - 1
+
     def check(self, value: int) -> str | None:
         """Return why ``value`` does not fit this field, or ``None`` if it does."""
-        if self.kind == "sint":
-            lo, hi = -(1 << (self.width - 1)), (1 << (self.width - 1)) - 1
-        else:
-            lo, hi = 0, (1 << self.width) - 1
+        lo, hi = self.bounds
         if not lo <= value <= hi:
             return f"{self.name}={value} is outside {lo}..{hi} ({self.width}-bit {self.kind})"
         if self.kind == "enum" and value not in self.enum.values():
@@ -544,6 +548,7 @@ _MAKE_PLAN = {o.mnemonic: tuple((f.name, f.default,
                                  else f.enum if f.kind == "enum" else None) for f in o.fields)
               for o in OPCODES}
 _NO_UNITS: frozenset[Unit] = frozenset()
+_MISSING = object()
 
 
 def make(op: str, *, wait: Iterable[Unit] = (), signal: Iterable[Unit] = (), **args: int) -> Instr:
@@ -552,10 +557,8 @@ def make(op: str, *, wait: Iterable[Unit] = (), signal: Iterable[Unit] = (), **a
     full = {}
     used = 0
     for name, default, names in plan:
-        v = args.get(name, None)
-        if v is None:
-            if name in args:  # given as None
-                raise TypeError(f"{op}: operand {name} is None")
+        v = args.get(name, _MISSING)
+        if v is _MISSING:
             if default is None:
                 raise ValueError(f"{op}: missing operand {name}")
             full[name] = default
@@ -625,8 +628,7 @@ def validate(instr: Instr) -> str | None:
 #: per mnemonic, its operand names and each operand's legal range (and values, for enums):
 #: :func:`validate`'s fast path (:meth:`Field.check` words the problem)
 _CHECKS = {o.mnemonic: (frozenset(f.name for f in o.fields),
-                        tuple((f, *((-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1)
-                                    if f.kind == "sint" else (0, (1 << f.width) - 1)),
+                        tuple((f, *f.bounds,
                                frozenset(f.enum.values()) if f.kind == "enum" else None)
                               for f in o.fields))
            for o in OPCODES}
