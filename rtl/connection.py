@@ -19,6 +19,13 @@ class ConnectionUnit(wiring.Component):
 
     Throughput one chunk per cycle on the AND path; see :class:`StrideMerge` for the merge.
     Latency 4 cycles (through the input and output queues).
+
+    Parameters
+    ----------
+    neuron_depth:
+        Depth of the neuron side's input queues.  Lanes that share one neuron source
+        (:class:`~snpu.rtl.matrix_unit.MatrixUnit`) drift apart by up to this many chunks or
+        entries before the faster ones wait.
     """
 
     n_chunks: In(stream.Signature(chunk_layout()))
@@ -30,14 +37,14 @@ class ConnectionUnit(wiring.Component):
     w_packed: In(1)
     o: Out(stream.Signature(combined_layout()))
 
-    def __init__(self):
+    def __init__(self, neuron_depth: int = 4):
         self._merger = StrideMerge()
         ewidth = len(Signal(entry_layout()).as_value())
         cwidth = len(Signal(chunk_layout()).as_value())
         # Registered queues on every input: decisions here (the merge's pops depend on the
         # entries' values) never reach back into the sources in the same cycle.
-        self._queues = [SyncFIFOBuffered(width=ewidth, depth=4) for _ in range(2)]
-        self._chunk_queues = [SyncFIFOBuffered(width=cwidth, depth=4) for _ in range(2)]
+        self._queues = [SyncFIFOBuffered(width=ewidth, depth=d) for d in (neuron_depth, 4)]
+        self._chunk_queues = [SyncFIFOBuffered(width=cwidth, depth=d) for d in (neuron_depth, 4)]
         # ... and on the output, so the compactor's selection logic starts at a register.
         # (depth 4: a SyncFIFOBuffered of depth 2 holds a one-entry inner FIFO and would only
         # pass one item every other cycle)

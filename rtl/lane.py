@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .compactor import Compactor
 from .connection import ConnectionUnit
-from .layouts import ADDR, pairs_layout
+from .layouts import ADDR, chunk_layout, entry_layout, pairs_layout
 from .mac import MacUnit
 from .side_source import Fmt, SideSource
 
@@ -30,13 +30,42 @@ FC_CONFIG = data.StructLayout({
 
 RESULT = data.StructLayout({"sum": signed(32)})  #: the MacUnit's output
 
+#: How an fc combines its two sides, decided once from its configuration (:func:`fc_modes`).
+FC_MODES = data.StructLayout({
+    "merge": 1,      # both sides as stride entries into the merge (claims 8 and 10)
+    "n_packed": 1,   # neuron values stored packed (kept elements only)
+    "w_packed": 1,   # weight values stored packed
+})
+
+#: Depth of a lane's queue of neuron-side chunks / entries: how far lanes sharing the neuron
+#: source may drift apart (about 2 % lost against independent lanes at d_w = 0.1,
+#: d_a = 0.5 on 16 lanes; 8 loses about 5 %).
+NEURON_QUEUE_DEPTH = 16
+
+
+def fc_modes(m: Module, cfg, start) -> Value:
+    """The :data:`FC_MODES` of ``cfg``, registered when ``start`` is high."""
+    modes = Signal(FC_MODES)
+    n_stride, w_stride = cfg.nfmt == Fmt.STRIDE, cfg.wfmt == Fmt.STRIDE
+    n_direct, w_direct = cfg.nfmt == Fmt.DIRECT, cfg.wfmt == Fmt.DIRECT
+    with m.If(start):
+        m.d.sync += [
+            modes.merge.eq((n_stride & w_stride) |
+                           (cfg.mixed_to_stride & ((n_stride & w_direct) | (w_stride & n_direct)))),
+            modes.n_packed.eq(cfg.npacked & (cfg.nfmt != Fmt.DENSE)),
+            modes.w_packed.eq(cfg.wfmt != Fmt.DENSE),
+        ]
+    return modes
+
 
 class MatrixLane(wiring.Component):
     """Computes, for every input vector ``v`` and every row ``r`` of the fc with
     ``r % lanes == lane``, the sum of ``x[v, i] * w[r, i]`` over the pairs selected by the
     combined index (:mod:`snpu.verif.golden`'s fc, one lane's share).
 
-    Pipeline: two :class:`SideSource` (neurons, weights) -> :class:`ConnectionUnit` (AND or
+    Pipeline: the neuron side's index arrives from the matrix unit's shared source
+    (``n_chunks`` / ``n_entries``: vector ``v``'s index once per row of this lane) and the
+    lane's own :class:`SideSource` walks its weight rows -> :class:`ConnectionUnit` (AND or
     stride merge) -> :class:`Compactor` (one pair per cycle) -> operand fetch from the lane's
     neuron-buffer copy and weight bank -> :class:`MacUnit`.  Rows of one lane follow each
     other without bubbles on the AND path.
@@ -54,27 +83,31 @@ class MatrixLane(wiring.Component):
     -------
     start : In(1)
         Begin an instruction; ``cfg`` must stay stable until ``busy`` falls.
+    modes : In(FC_MODES)
+        The instruction's modes, valid from the cycle after ``start``.
+    n_chunks, n_entries : In(stream)
+        The neuron side's index, chunks (AND path) or stride entries (``modes.merge``).
     results : Out(stream)
         One int32 sum per (vector, row) of this lane.
     pairs : Out(32)
         Pairs multiplied since ``start`` (the performance counter).
-    nidx_*, widx_*, nbuf_*, wbuf_* :
-        Synchronous read ports of the lane's four 64-bit memories.
+    widx_*, nbuf_*, wbuf_* :
+        Synchronous read ports of the lane's three 64-bit memories.
     """
 
     def __init__(self, lane: int, lanes: int, window: int = 2):
         if not 0 <= lane < lanes:
             raise ValueError(f"lane {lane} is not in 0..{lanes - 1}")
         self._lane, self._lanes = lane, lanes
-        self._nsrc, self._wsrc = SideSource(window), SideSource(window)
-        self._conn = ConnectionUnit()
+        self._wsrc = SideSource(window)
+        self._conn = ConnectionUnit(NEURON_QUEUE_DEPTH)
         self._compactor = Compactor(1)
         self._mac = MacUnit(1)
         # Registered-ready queues cut the backward ready chain of the lane's pipeline.
         self._pair_queue = SyncFIFOBuffered(width=len(Signal(pairs_layout(1)).as_value()), depth=4)
         self._result_queue = SyncFIFOBuffered(width=32, depth=4)
         ports = {}
-        for mem in ("nidx", "widx", "nbuf", "wbuf"):
+        for mem in ("widx", "nbuf", "wbuf"):
             ports[f"{mem}_addr"] = Out(ADDR - 3)
             ports[f"{mem}_en"] = Out(1)
             ports[f"{mem}_data"] = In(64)
@@ -83,6 +116,9 @@ class MatrixLane(wiring.Component):
             "busy": Out(1),
             "error": Out(1),
             "cfg": In(FC_CONFIG),
+            "modes": In(FC_MODES),
+            "n_chunks": In(stream.Signature(chunk_layout())),
+            "n_entries": In(stream.Signature(entry_layout())),
             "results": Out(stream.Signature(RESULT)),
             "pairs": Out(32),
             **ports,
@@ -91,7 +127,6 @@ class MatrixLane(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         P, g = self._lanes, self._lane
-        m.submodules.nsrc = nsrc = self._nsrc
         m.submodules.wsrc = wsrc = self._wsrc
         m.submodules.conn = conn = self._conn
         m.submodules.compactor = comp = self._compactor
@@ -105,36 +140,18 @@ class MatrixLane(wiring.Component):
         m.d.sync += start_d.eq(self.start)
         with m.If(self.start):
             m.d.sync += rows_reg.eq(my_rows)
-        n_stride, w_stride = c.nfmt == Fmt.STRIDE, c.wfmt == Fmt.STRIDE
-        n_direct, w_direct = c.nfmt == Fmt.DIRECT, c.wfmt == Fmt.DIRECT
-        # Mode decisions, registered at start: the datapath never sees cfg arithmetic.
-        merge, n_packed, w_packed = Signal(), Signal(), Signal()
-        with m.If(self.start):
-            m.d.sync += [
-                merge.eq((n_stride & w_stride) |
-                         (c.mixed_to_stride & ((n_stride & w_direct) | (w_stride & n_direct)))),
-                n_packed.eq(c.npacked & (c.nfmt != Fmt.DENSE)),
-                w_packed.eq(c.wfmt != Fmt.DENSE),
-            ]
-
-        for src, fmt, packed, follow, idx, val, istr, vstr in (
-                (nsrc, c.nfmt, n_packed, 0, c.nidx, c.nbuf, c.nidx_stride, c.nstride),
-                (wsrc, c.wfmt, w_packed, 1, c.widx, c.wbuf, 0, 0)):
-            m.d.comb += [
-                src.start.eq(start_d), src.fmt.eq(fmt), src.packed.eq(packed),
-                src.to_entries.eq(merge), src.rows_follow.eq(follow), src.n.eq(c.n_in),
-                src.nvec.eq(c.nvec), src.rows.eq(rows_reg), src.idx_base.eq(idx),
-                src.val_base.eq(val), src.idx_vec_stride.eq(istr), src.val_vec_stride.eq(vstr),
-            ]
+        merge, n_packed, w_packed = self.modes.merge, self.modes.n_packed, self.modes.w_packed
         m.d.comb += [
-            self.nidx_addr.eq(nsrc.mem_addr), self.nidx_en.eq(nsrc.mem_en),
-            nsrc.mem_data.eq(self.nidx_data),
+            wsrc.start.eq(start_d), wsrc.fmt.eq(c.wfmt), wsrc.packed.eq(w_packed),
+            wsrc.to_entries.eq(merge), wsrc.rows_follow.eq(1), wsrc.n.eq(c.n_in),
+            wsrc.nvec.eq(c.nvec), wsrc.rows.eq(rows_reg), wsrc.idx_base.eq(c.widx),
+            wsrc.val_base.eq(c.wbuf), wsrc.idx_vec_stride.eq(0), wsrc.val_vec_stride.eq(0),
             self.widx_addr.eq(wsrc.mem_addr), self.widx_en.eq(wsrc.mem_en),
             wsrc.mem_data.eq(self.widx_data),
         ]
-        wiring.connect(m, nsrc.chunks, conn.n_chunks)
+        wiring.connect(m, wiring.flipped(self.n_chunks), conn.n_chunks)
         wiring.connect(m, wsrc.chunks, conn.w_chunks)
-        wiring.connect(m, nsrc.entries, conn.n_entries)
+        wiring.connect(m, wiring.flipped(self.n_entries), conn.n_entries)
         wiring.connect(m, wsrc.entries, conn.w_entries)
         m.d.comb += [conn.merge.eq(merge), conn.n_packed.eq(n_packed), conn.w_packed.eq(w_packed),
                      comp.n_packed.eq(n_packed), comp.w_packed.eq(w_packed)]
@@ -188,5 +205,5 @@ class MatrixLane(wiring.Component):
             with m.If(self.results.valid & self.results.ready):
                 m.d.sync += outstanding.eq(outstanding - 1)
         m.d.comb += [self.busy.eq((outstanding != 0) | start_d),
-                     self.error.eq(nsrc.error | wsrc.error)]
+                     self.error.eq(wsrc.error)]
         return m

@@ -1,4 +1,5 @@
-"""Matrix (MX) unit datapath: P lanes with private neuron-buffer copies and weight banks."""
+"""Matrix (MX) unit datapath: one neuron-side index source, P lanes with private neuron-buffer
+copies and weight banks."""
 
 from amaranth import *
 from amaranth.lib import stream, wiring
@@ -7,7 +8,9 @@ from amaranth.lib.wiring import In, Out
 
 from snpu.config import CoreConfig
 
-from .lane import FC_CONFIG, RESULT, MatrixLane
+from .lane import FC_CONFIG, RESULT, MatrixLane, fc_modes
+from .row_broadcast import RowBroadcast
+from .side_source import SideSource
 
 
 def write_port_signature(depth: int, granularity: int) -> wiring.Signature:
@@ -22,11 +25,14 @@ def write_port_signature(depth: int, granularity: int) -> wiring.Signature:
 class MatrixUnit(wiring.Component):
     """The first and second input caches plus the MAC lanes of the MX unit.
 
-    Every lane owns a copy of the neuron buffer (``nbuf``) and of the neuron index buffer
-    (``nidx``), written together through one broadcast write port each, and its own weight
-    value bank (``wbuf``) and weight index bank (``widx``), written through a port with a lane
-    select.  ``start`` runs one fc over all lanes; lane ``g`` emits the sums of rows
-    ``r = g, g + P, ...`` on ``results[g]``.  Weights and neurons must not be written while
+    The neuron index buffer (``nidx``) has one copy, read by the unit's one neuron-side
+    :class:`SideSource`: every lane combines the same input vector's index with its own
+    weight rows, so the index is walked (and converted, claims 9 and 10) once and handed to
+    the lanes by a :class:`RowBroadcast`.  Every lane owns a copy of the neuron buffer
+    (``nbuf``, written through one broadcast write port: lanes fetch different neurons in
+    the same cycle) and its own weight value bank (``wbuf``) and weight index bank
+    (``widx``), written through a port with a lane select.  ``start`` runs one fc over all
+    lanes; lane ``g`` emits the sums of rows ``r = g, g + P, ...`` on ``results[g]``.  Weights and neurons must not be written while
     an fc that reads them runs (the dependency tokens of the ISA guarantee it).
 
     Memories are 64 bits wide with a synchronous read port each; ``nidx`` writes have bit
@@ -43,10 +49,13 @@ class MatrixUnit(wiring.Component):
         self._cfg = config
         P = config.lanes
         self._lanes = [MatrixLane(g, P) for g in range(P)]
+        self._nsrc = SideSource()
+        self._broadcast = RowBroadcast(P)
+        self._nidx = Memory(shape=64, depth=config.nidx_bytes // 8, init=[])
         self._mems = {
             name: [Memory(shape=64, depth=size // 8, init=[]) for _ in range(P)]
-            for name, size in (("nbuf", config.nbuf_bytes), ("nidx", config.nidx_bytes),
-                               ("wbuf", config.wbuf_bytes), ("widx", config.widx_bytes))
+            for name, size in (("nbuf", config.nbuf_bytes), ("wbuf", config.wbuf_bytes),
+                               ("widx", config.widx_bytes))
         }
         super().__init__({
             "start": In(1),
@@ -68,16 +77,45 @@ class MatrixUnit(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        busy, error, pairs = [], [], []
+        P, c = self._cfg.lanes, self.cfg
+        # ---- The neuron side, shared: ceil(rows / P) rounds of each vector's index.
+        m.submodules.nsrc = nsrc = self._nsrc
+        m.submodules.broadcast = bc = self._broadcast
+        m.submodules.nidx = nidx = self._nidx
+        modes = fc_modes(m, c, self.start)
+        start_d = Signal()  # the source starts one cycle late, on registered counts
+        rounds = Signal(12)
+        m.d.sync += start_d.eq(self.start)
+        with m.If(self.start):
+            m.d.sync += rounds.eq((c.rows + P - 1) >> (P.bit_length() - 1))
+        m.d.comb += [
+            nsrc.start.eq(start_d), nsrc.fmt.eq(c.nfmt), nsrc.packed.eq(modes.n_packed),
+            nsrc.to_entries.eq(modes.merge), nsrc.rows_follow.eq(0), nsrc.n.eq(c.n_in),
+            nsrc.nvec.eq(c.nvec), nsrc.rows.eq(rounds), nsrc.idx_base.eq(c.nidx),
+            nsrc.val_base.eq(c.nbuf), nsrc.idx_vec_stride.eq(c.nidx_stride),
+            nsrc.val_vec_stride.eq(c.nstride),
+            bc.start.eq(self.start), bc.rows.eq(c.rows), bc.merge.eq(modes.merge),
+        ]
+        wp = nidx.write_port(granularity=1)
+        rp = nidx.read_port()
+        m.d.comb += [wp.addr.eq(self.nidx_w.addr), wp.data.eq(self.nidx_w.data),
+                     wp.en.eq(self.nidx_w.en),
+                     rp.addr.eq(nsrc.mem_addr), rp.en.eq(nsrc.mem_en), nsrc.mem_data.eq(rp.data)]
+        wiring.connect(m, nsrc.chunks, bc.i_chunks)
+        wiring.connect(m, nsrc.entries, bc.i_entries)
+
+        # ---- The lanes.
+        busy, error, pairs = [nsrc.busy], [nsrc.error], []
         for g, lane in enumerate(self._lanes):
             m.submodules[f"lane{g}"] = lane
-            m.d.comb += [lane.start.eq(self.start), lane.cfg.eq(self.cfg)]
+            m.d.comb += [lane.start.eq(self.start), lane.cfg.eq(self.cfg), lane.modes.eq(modes)]
+            wiring.connect(m, bc.chunks[g], lane.n_chunks)
+            wiring.connect(m, bc.entries[g], lane.n_entries)
             wiring.connect(m, lane.results, wiring.flipped(self.results[g]))
             for name, mems in self._mems.items():
                 mem = mems[g]
                 m.submodules[f"{name}{g}"] = mem
-                gran = 1 if name == "nidx" else 8
-                wp = mem.write_port(granularity=gran)
+                wp = mem.write_port(granularity=8)
                 rp = mem.read_port()
                 port = getattr(self, f"{name}_w")
                 enable = port.en

@@ -56,10 +56,15 @@ def random_fc_case(rng: np.random.Generator, config: CoreConfig, *, nfmt: str, w
                    npacked: int = 0, mixed: int = 0, n_in: int | None = None,
                    rows: int | None = None, nvec: int | None = None,
                    n_density: float | None = None, w_density: float | None = None,
-                   thresh: int | None = None) -> FcCase:
-    """A random fc whose neuron and weight data fit ``config``'s buffers."""
+                   thresh: int | None = None, weights: np.ndarray | None = None) -> FcCase:
+    """A random fc whose neuron and weight data fit ``config``'s buffers.
+
+    ``weights`` (int8, ``rows x n_in``), if given, replaces the random weights (and sets
+    ``rows`` and ``n_in``)."""
     c = config
     P = c.lanes
+    if weights is not None:
+        rows, n_in = weights.shape
     n_in = int(rng.integers(1, 300)) if n_in is None else n_in
     rows = int(rng.integers(1, 3 * P + 2)) if rows is None else rows
     nvec = int(rng.integers(1, 4)) if nvec is None else nvec
@@ -67,7 +72,7 @@ def random_fc_case(rng: np.random.Generator, config: CoreConfig, *, nfmt: str, w
     w_density = float(rng.choice([0.0, 0.05, 0.3, 0.7, 1.0])) if w_density is None else w_density
     thresh = int(rng.integers(0, 20)) if thresh is None else thresh
     x = sparse_int8(rng, (nvec, n_in), n_density)
-    w = sparse_int8(rng, (rows, n_in), w_density)
+    w = sparse_int8(rng, (rows, n_in), w_density) if weights is None else weights.astype(np.int8)
     if nfmt == "dense":
         npacked = 0
 

@@ -78,6 +78,19 @@ def test_edge_cases(edge):
     _check(case, 0)
 
 
+@pytest.mark.parametrize("wfmt,mixed", [("direct", 0), ("stride", 0), ("stride", 1)])
+def test_lanes_with_uneven_work(wfmt, mixed):
+    """Lane 0's rows are dense, the other lanes' nearly empty: the lanes sharing the neuron
+    source drift apart by far more than their queues hold, and the rows (13 on 4 lanes)
+    leave the last round to lane 0 alone."""
+    rng = np.random.default_rng(11)
+    w = gen.sparse_int8(rng, (13, 200), 0.02)
+    w[::CFG.lanes] = gen.sparse_int8(rng, (4, 200), 1.0)
+    case = gen.random_fc_case(rng, CFG, nfmt="direct", wfmt=wfmt, mixed=mixed, nvec=2,
+                              n_density=0.5, thresh=0, weights=w)
+    _check(case, 0)
+
+
 @pytest.mark.parametrize("wfmt", ["dense", "direct", "stride"])
 def test_one_pair_per_lane_per_cycle(wfmt):
     """Dense data through every path: a lane multiplies one pair per cycle, rows back to back."""
