@@ -49,7 +49,7 @@ class MatrixUnit(wiring.Component):
         self._cfg = config
         P = config.lanes
         self._lanes = [MatrixLane(g, P) for g in range(P)]
-        self._nsrc = SideSource()
+        self._nsrc = SideSource(4)
         self._broadcast = RowBroadcast(P)
         self._nidx = Memory(shape=64, depth=config.nidx_bytes // 8, init=[])
         self._mems = {

@@ -11,7 +11,7 @@ from .bits import popcount_bytes, sum_tree
 from .direct_to_stride import DirectToStride
 from .fetch import ByteFetcher
 from .layouts import ADDR, CHUNK, chunk_layout, entry_layout
-from .stride_to_direct import StrideToDirect
+from .stride_to_direct import MAX_WINDOW, StrideToDirect
 
 
 class Fmt(enum.Enum, shape=2):
@@ -55,8 +55,9 @@ class SideSource(wiring.Component):
     """
 
     def __init__(self, window: int = 2):
-        if not 2 <= window <= 8:
-            raise ValueError(f"window must be in 2..8 (the count is 2 bytes), got {window}")
+        if not 2 <= window <= MAX_WINDOW:
+            raise ValueError(f"window must be in 2..{MAX_WINDOW} (the count is 2 bytes), "
+                             f"got {window}")
         self._window = window
         self._fifo = SyncFIFOBuffered(width=len(Signal(chunk_layout()).as_value()), depth=8)
         self._d2s = DirectToStride()

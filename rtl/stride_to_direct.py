@@ -7,7 +7,8 @@ from amaranth.lib.wiring import In, Out
 from .layouts import ADDR, CHUNK, chunk_layout
 
 from snpu.verif.index import STRIDE_ESCAPE as ESCAPE
-QUEUE = 6  # element positions between the prefix-sum stage and the chunk assembler
+#: the largest window (entries taken per cycle)
+MAX_WINDOW = 4
 
 
 class StrideToDirect(wiring.Component):
@@ -38,12 +39,13 @@ class StrideToDirect(wiring.Component):
     Parameters
     ----------
     window:
-        Entries taken per cycle (``E``, 1..2).
+        Entries taken per cycle (``E``, 1..:data:`MAX_WINDOW`).  The position queue between
+        the stages holds ``max(6, 2 E + 2)`` positions.
     """
 
     def __init__(self, window: int = 2):
-        if window not in (1, 2):
-            raise ValueError(f"window must be 1 or 2, got {window}")
+        if not 1 <= window <= MAX_WINDOW:
+            raise ValueError(f"window must be in 1..{MAX_WINDOW}, got {window}")
         self._window = window
         super().__init__({
             "start": In(1),
@@ -63,6 +65,7 @@ class StrideToDirect(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         E = self._window
+        QUEUE = max(6, 2 * E + 2)  # positions between the prefix-sum stage and the assembler
         n = Signal(16)
         packed = Signal()
         val_base = Signal(ADDR)
@@ -76,7 +79,6 @@ class StrideToDirect(wiring.Component):
         pop = Signal(range(E + 1))  # set by stage 2
         st_n = Signal(range(E + 1))       # entries held in the stage-0 register
         st_b = [Signal(8, name=f"st_b{k}") for k in range(E)]
-        st_sum = Signal(10)               # their total advance
         space = Signal(range(QUEUE + 1))
         # this cycle's pops and the staged entries' escapes are ignored: no content paths
         m.d.comb += space.eq(QUEUE - qlen - st_n)
@@ -86,14 +88,17 @@ class StrideToDirect(wiring.Component):
         m.d.comb += self.take.eq(Mux(self.busy, take, 0))
 
         # ---- Stage 1: prefix sum of the staged entries; elements enter the queue.
+        # st_pre[k] is the sum of the first k + 1 staged bytes, registered with them.
+        st_pre = [Signal(10, name=f"st_pre{k}") for k in range(E)]
         pos = [Signal(17, name=f"pos{k}") for k in range(E)]
         elem = [Signal(name=f"elem{k}") for k in range(E)]
-        m.d.comb += pos[0].eq(cursor + st_b[0])
-        if E == 2:
-            m.d.comb += pos[1].eq(cursor + st_sum)
+        m.d.comb += [pos[k].eq(cursor + st_pre[k]) for k in range(E)]
         m.d.comb += [elem[k].eq((k < st_n) & (st_b[k] != ESCAPE)) for k in range(E)]
         cursor_next = Signal(17)
-        m.d.comb += cursor_next.eq(cursor + Mux(st_n == 0, 0, Mux(st_n == 1, st_b[0], st_sum)))
+        advance = Const(0, 10)
+        for k in range(E):
+            advance = Mux(st_n == k + 1, st_pre[k], advance)
+        m.d.comb += cursor_next.eq(cursor + advance)
 
         # the queue after stage 2 pops and stage 1 appends (at most E each)
         shifted = [queue[k + p] if k + p < QUEUE else Const(0, 17)
@@ -109,16 +114,14 @@ class StrideToDirect(wiring.Component):
         appended = [Signal(17, name=f"app{k}") for k in range(QUEUE)]
         n_new = Signal(range(E + 1))
         m.d.comb += n_new.eq(sum(elem))
+        # element j goes to position left + (elements before it): escapes leave no gap
+        slot = [Signal(range(QUEUE + E + 1), name=f"slot{j}") for j in range(E)]
+        m.d.comb += [slot[j].eq(left + sum(elem[:j])) for j in range(E)]
         for k in range(QUEUE):
             m.d.comb += appended[k].eq(base_q[k])
-            # element 0 (or element 1 when 0 is an escape) goes to position `left`
-            first = Mux(elem[0], pos[0], pos[E - 1])
-            with m.If(left == k):
-                with m.If(n_new != 0):
-                    m.d.comb += appended[k].eq(first)
-            if E == 2 and k > 0:
-                with m.If((left == k - 1) & elem[0] & elem[1]):
-                    m.d.comb += appended[k].eq(pos[1])
+            for j in range(E):
+                with m.If(elem[j] & (slot[j] == k)):
+                    m.d.comb += appended[k].eq(pos[j])
 
         # ---- Stage 2: chunk assembly.
         chunk_lo = Signal(17)
@@ -151,7 +154,8 @@ class StrideToDirect(wiring.Component):
                 val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0), qlen.eq(0),
                 st_n.eq(0),
                 # min(count, E) without a 16-bit comparison on the start path
-                rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E, self.count[:2])),
+                rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E,
+                               self.count[:E.bit_length()])),
                 chunk_lo.eq(0), rank.eq(0), acc_bits.eq(0), acc_kept.eq(0),
                 end.eq(Mux(self.n > CHUNK, CHUNK, self.n)),
                 # an empty row still produces one (empty, last) chunk
@@ -160,8 +164,8 @@ class StrideToDirect(wiring.Component):
         with m.Elif(self.busy):
             rem_next = remaining - take
             m.d.sync += [remaining.eq(rem_next), rem_cap.eq(Mux(rem_next > E, E, rem_next)),
-                         cursor.eq(cursor_next), qlen.eq(left + n_new), st_n.eq(take),
-                         st_sum.eq(sum(self.bytes[k] for k in range(E)))]
+                         cursor.eq(cursor_next), qlen.eq(left + n_new), st_n.eq(take)]
+            m.d.sync += [st_pre[k].eq(sum(self.bytes[i] for i in range(k + 1))) for k in range(E)]
             m.d.sync += [st_b[k].eq(self.bytes[k]) for k in range(E)]
             m.d.sync += [queue[k].eq(appended[k]) for k in range(QUEUE)]
             with m.If(out_free):

@@ -48,8 +48,9 @@ FC_ROW_MIN = 3.2
 #: expanding a stride index into bitmap chunks (claim 9): a (vector, row) takes one cycle
 #: more than on the AND path, and at least this many (the converter's latency from a row's
 #: start to its first chunk is hidden behind the previous row only when that row is long;
-#: measured on the RTL)
-FC_EXPAND_ROW_MIN = 14.5
+#: measured on the RTL with the converter taking 4 entries per cycle: 777 MX-busy cycles
+#: for 8 vectors x 32 rows of 5 chunks and 9 weights on the 4-lane core, bench/schedule.py)
+FC_EXPAND_ROW_MIN = 11.5
 #: pipeline fill/drain of the MX unit per instruction (measured: 23 cycles from start to the
 #: last sum beyond the lane's work; the lanes start a cycle after the instruction)
 FC_PIPELINE = 23

@@ -38,13 +38,32 @@ def _row(rng, nrng, n):
     return bits
 
 
-@pytest.mark.parametrize("window", [1, 2])
+def _few(rng, n, k):
+    """A row of ``n`` positions with exactly ``k`` elements."""
+    bits = np.zeros(n, bool)
+    bits[rng.sample(range(n), k)] = True
+    return bits
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 4])
 @pytest.mark.parametrize("seed", range(4))
 @seeded
 def test_rows_match_index_library(window, seed):
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     rows = [_row(rng, nrng, rng.choice([0, 1, 63, 64, 65, 300, 700])) for _ in range(8)]
+    _check_rows(window, rows, rng)
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 4])
+def test_every_small_count(window):
+    """Rows of 0 to 10 elements: every count below, at and between the window's multiples
+    (a row's first take is capped by its count)."""
+    rng = random.Random(window)
+    _check_rows(window, [_few(rng, 150, k) for k in range(11)], rng)
+
+
+def _check_rows(window, rows, rng):
     blob, offsets = b"", []
     for bits in rows:
         offsets.append(len(blob))
