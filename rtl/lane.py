@@ -42,6 +42,13 @@ FC_MODES = data.StructLayout({
 #: d_a = 0.5 on 16 lanes; 8 loses about 5 %).
 NEURON_QUEUE_DEPTH = 16
 
+#: Stride entries a side's stride-to-direct converter takes per cycle (the weight side's in
+#: every lane, the shared neuron side's): at 4 a stride row at weight density 0.1 converts
+#: about twice as fast as its pairs are multiplied, so the converter's start-up at every row
+#: hides behind the chunks already queued (3 leaves the claim-9 path at 0.85 of the direct
+#: path there, 2 at 0.7).
+STRIDE_WINDOW = 4
+
 
 def fc_modes(m: Module, cfg, start) -> Value:
     """The :data:`FC_MODES` of ``cfg``, registered when ``start`` is high."""
@@ -79,9 +86,7 @@ class MatrixLane(wiring.Component):
     lane, lanes:
         This lane's number and the number of lanes ``P``.
     window:
-        Stride entries the weight side's converter takes per cycle (2..4): at 4 a stride
-        row at weight density 0.1 converts about twice as fast as its pairs are multiplied,
-        so the converter's per-row start-up hides behind the queued chunks.
+        Stride entries the weight side's converter takes per cycle (2..4).
 
     Members
     -------
@@ -99,7 +104,7 @@ class MatrixLane(wiring.Component):
         Synchronous read ports of the lane's three 64-bit memories.
     """
 
-    def __init__(self, lane: int, lanes: int, window: int = 4):
+    def __init__(self, lane: int, lanes: int, window: int = STRIDE_WINDOW):
         if not 0 <= lane < lanes:
             raise ValueError(f"lane {lane} is not in 0..{lanes - 1}")
         self._lane, self._lanes = lane, lanes

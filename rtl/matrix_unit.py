@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from snpu.config import CoreConfig
 
-from .lane import FC_CONFIG, RESULT, MatrixLane, fc_modes
+from .lane import FC_CONFIG, RESULT, STRIDE_WINDOW, MatrixLane, fc_modes
 from .row_broadcast import RowBroadcast
 from .side_source import SideSource
 
@@ -49,7 +49,7 @@ class MatrixUnit(wiring.Component):
         self._cfg = config
         P = config.lanes
         self._lanes = [MatrixLane(g, P) for g in range(P)]
-        self._nsrc = SideSource(4)
+        self._nsrc = SideSource(STRIDE_WINDOW)
         self._broadcast = RowBroadcast(P)
         self._nidx = Memory(shape=64, depth=config.nidx_bytes // 8, init=[])
         self._mems = {
