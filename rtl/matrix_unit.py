@@ -32,8 +32,9 @@ class MatrixUnit(wiring.Component):
     (``nbuf``, written through one broadcast write port: lanes fetch different neurons in
     the same cycle) and its own weight value bank (``wbuf``) and weight index bank
     (``widx``), written through a port with a lane select.  ``start`` runs one fc over all
-    lanes; lane ``g`` emits the sums of rows ``r = g, g + P, ...`` on ``results[g]``.  Weights and neurons must not be written while
-    an fc that reads them runs (the dependency tokens of the ISA guarantee it).
+    lanes; lane ``g`` emits the sums of rows ``r = g, g + P, ...`` on ``results[g]``.
+    Weights and neurons must not be written while an fc that reads them runs (the dependency
+    tokens of the ISA guarantee it).
 
     Memories are 64 bits wide with a synchronous read port each; ``nidx`` writes have bit
     enables (the sparse processing unit writes one bit per loaded byte), the others byte
