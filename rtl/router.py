@@ -18,8 +18,8 @@ class Router(wiring.Component):
     Every input and every output has a :class:`~.skid.SkidBuffer` (a register stage; no
     combinational path crosses the router).  The head flit of a packet at an input is
     routed X first, then Y (east if the destination column is larger, west if smaller;
-    then north / south; local when both match: computed as the flit enters the input
-    stage), which cannot deadlock on a mesh.  An idle output is granted to one of the
+    then north / south; local when both match: computed, one-hot, as the flit enters the
+    input stage), which cannot deadlock on a mesh.  An idle output is granted to one of the
     inputs whose head wants it, round-robin after the last winner (one-hot), and the head
     moves in the same cycle; the output stays with that input until the packet's ``last``
     flit has passed (wormhole).  Flow control is valid / ready on every port; nothing is
@@ -47,9 +47,10 @@ class Router(wiring.Component):
 
     def __init__(self, data_bits: int = 64):
         self.flit = flit = flit_layout(data_bits)
-        # an input stage holds the flit and the output its head asks for, computed as the
-        # flit enters (so the route compare is off the arbitration path)
-        self._in = [SkidBuffer(data.StructLayout({"flit": flit, "route": range(PORTS)}))
+        # an input stage holds the flit and the output its head asks for (one-hot), computed
+        # as the flit enters (so the route compare and its decode are off the arbitration
+        # path)
+        self._in = [SkidBuffer(data.StructLayout({"flit": flit, "route": PORTS}))
                     for _ in range(PORTS)]
         self._out = [SkidBuffer(flit) for _ in range(PORTS)]
         super().__init__({
@@ -77,7 +78,7 @@ class Router(wiring.Component):
         # each input's flit at the head of its stage, and where its head goes (meaningful
         # when the input is between packets)
         ins = [_Flit(b.o.valid, b.o.ready, b.o.payload.flit) for b in self._in]
-        route = [b.o.payload.route for b in self._in]
+        route = [b.o.payload.route for b in self._in]  # one-hot
         in_packet = Signal(PORTS)  # the input's packet holds an output
 
         # ---- Per output: grant (round-robin), forwarding until the packet's last flit.
@@ -93,7 +94,7 @@ class Router(wiring.Component):
         freed = []    # per output: the input whose packet's last flit leaves (one-hot)
         for o in range(PORTS):
             req = Signal(PORTS, name=f"req{o}")
-            m.d.comb += req.eq(Cat(*[ins[p].valid & ~in_packet[p] & (route[p] == o)
+            m.d.comb += req.eq(Cat(*[ins[p].valid & ~in_packet[p] & route[p][o]
                                      for p in range(PORTS)]))
             # inputs after the last winner come first (a thermometer mask, registered)
             prio = Signal(PORTS, name=f"prio{o}", init=(1 << PORTS) - 2)
@@ -119,7 +120,7 @@ class Router(wiring.Component):
             m.d.comb += [t.eq(Mux(grant, pick, 0)), f.eq(Mux(done, src, 0))]
             taken.append(t)
             freed.append(f)
-            moved.append(Mux(move, src, 0))
+            moved.append(src & Mux(outs[o].ready, (1 << PORTS) - 1, 0))
             with m.If(grant):
                 m.d.sync += [busy[o].eq(1), owner.eq(pick), prio.eq(~((pick << 1) - 1)[:PORTS])]
             with m.If(done):       # (after the grant: a lone head frees it at once)
@@ -127,15 +128,18 @@ class Router(wiring.Component):
         for p in range(PORTS):
             m.d.comb += self._in[p].o.ready.eq(pop[p])
         or_all = lambda vs: vs[0] if len(vs) == 1 else vs[0] | or_all(vs[1:])  # noqa: E731
-        m.d.comb += pop.eq(or_all(moved))
+        # an input pops when an output that takes from it is ready (each input feeds at most
+        # one output: the one its packet holds, or the one its head is granted)
+        m.d.comb += pop.eq(valid & or_all(moved))
         m.d.sync += in_packet.eq((in_packet | or_all(taken)) & ~or_all(freed))
         return m
 
     def _route(self, flit) -> Value:
-        """The output a head flit asks for: X first, then Y, then local."""
+        """The output a head flit asks for, one-hot: X first, then Y, then local."""
         h = data.View(HEAD, flit.data[:HEAD.size])
-        return Mux(h.x > self.x, EAST, Mux(h.x < self.x, WEST,
+        port = Mux(h.x > self.x, EAST, Mux(h.x < self.x, WEST,
                    Mux(h.y > self.y, NORTH, Mux(h.y < self.y, SOUTH, LOCAL))))
+        return Cat(*[port == p for p in range(PORTS)])
 
 
 def _lowest(v: Value) -> Value:
