@@ -57,3 +57,32 @@ def test_block_area_and_deepest_paths_name_the_blocks_and_the_deep_path_first():
     arrivals = [s["arrival"] for s in deepest["through"]]
     assert arrivals == sorted(arrivals)
     assert all(p["to"] != deepest["to"] for p in paths[1:])  # one row per register group
+
+
+class _Fan(wiring.Component):
+    """One deep cone (a 32-input XOR) feeding three registers, and a shallower cone (an
+    8-input XOR of other inputs) feeding a fourth."""
+    x: In(32)
+    a: In(3)
+    w: In(8)
+    r: Out(3)
+    s: Out(1)
+
+    def elaborate(self, platform):
+        m = Module()
+        parity = Signal()
+        deep = [Signal(name=f"deep{k}") for k in range(3)]
+        shallow = Signal()
+        m.d.comb += parity.eq(self.x.xor())
+        m.d.sync += [deep[0].eq(parity & self.a[0]), deep[1].eq(parity | self.a[1]),
+                     deep[2].eq(parity ^ self.a[2]), shallow.eq(self.w.xor())]
+        m.d.comb += [self.r.eq(Cat(*deep)), self.s.eq(shallow)]
+        return m
+
+
+def test_deepest_paths_name_each_cone_once():
+    # the deep cone's three registers are one cause: the second row is another path
+    paths = synthesize(_Fan(), place=False, paths=2)["deepest_paths"]
+    assert len(paths) == 2
+    assert paths[0]["to"].startswith("dut.deep") and not paths[1]["to"].startswith("dut.deep")
+    assert paths[0]["depth"] > paths[1]["depth"]

@@ -133,9 +133,12 @@ def block_area(netlist: dict, top: str = "top", min_share: float = 0.01) -> list
 
 
 def deepest_paths(netlist: dict, top: str = "top", n: int = 5) -> list[dict]:
-    """The ``n`` deepest register-to-register paths, one per endpoint register group,
-    deepest first: the arrival (LUT units), the endpoint, and the signals the path runs
-    through, each with the Amaranth source line of the cell that drives it."""
+    """The ``n`` deepest register-to-register paths, one per endpoint register group and
+    one per logic cone, deepest first: the arrival (LUT units), the endpoint, and the
+    signals the path runs through, each with the Amaranth source line of the cell that
+    drives it.  A path that runs through the first two thirds of a deeper path reported
+    already (the same cone, fanning out to other registers at its end) is left out, so
+    the rows name different causes."""
     mod = netlist["modules"][top]
     net_name = {}
     for name, d in mod["netnames"].items():
@@ -192,7 +195,7 @@ def deepest_paths(netlist: dict, top: str = "top", n: int = 5) -> list[dict]:
         return arrival[bit][0]
 
     scored = sorted(((arrive(b), b, cname, port) for b, cname, port in ends), reverse=True)
-    out, seen = [], set()
+    out, seen, cones = [], set(), []
     for a, b, cname, port in scored:
         group = _MEMORY_CELL.sub("", _SUFFIX.split(net_name.get(b, cname.lstrip("\\")))[0])
         if group in seen:
@@ -210,6 +213,11 @@ def deepest_paths(netlist: dict, top: str = "top", n: int = 5) -> list[dict]:
                 through.append({"signal": signal, "source": step[1],
                                 "arrival": round(arrival[x][0], 1)})
                 last = step
+        signals = tuple(s["signal"] for s in through)
+        head = signals[:max(1, 2 * len(signals) // 3)]
+        if any(c[:len(head)] == head for c in cones):
+            continue
+        cones.append(signals)
         out.append({"depth": round(a, 1), "to": group, "port": port, "through": through})
         if len(out) == n:
             break
