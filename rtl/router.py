@@ -89,7 +89,7 @@ class Router(wiring.Component):
         valid = Cat(*[ins[p].valid for p in range(PORTS)])
         last = Cat(*[ins[p].payload.last for p in range(PORTS)])
         pop = Signal(PORTS)
-        moved = []    # per output: the input whose flit it takes this cycle (one-hot)
+        moved = []    # per output: the input it takes a flit from if it has one (one-hot)
         taken = []    # per output: the inputs it grants a new packet this cycle (one-hot)
         freed = []    # per output: the input whose packet's last flit leaves (one-hot)
         for o in range(PORTS):
