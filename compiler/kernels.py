@@ -142,24 +142,34 @@ class LayerContext:
             out["neuron_groups"] = self.neurons["group_off"]
         return out
 
-    def mixed_path(self, w: np.ndarray, fmt: str, n_in: int) -> tuple[int, dict]:
-        """``mx.mixed`` for direct neurons x ``fmt`` weights, chosen by the cost model:
-        expand the stride index to a bitmap and AND (claim 9) or convert the neuron bitmap
-        to strides and merge (claim 10), whichever :func:`timing.fc_row_cycles_estimate`
-        finds cheaper at this layer's densities.  Returns (mx.mixed, what the report says)."""
-        if fmt != "stride" or self.nfmt != FMT["direct"]:
-            return 0, {}
+    def weight_path(self, w: np.ndarray, fmt: str, n_in: int) -> tuple[str, int, dict]:
+        """How weights whose smallest encoding is ``fmt`` meet the neurons: (the format
+        stored and run, ``mx.mixed``, what the report says).
+
+        A stride index meets direct neurons on one of the two mixed paths, chosen by the
+        cost model (:func:`timing.fc_row_cycles_estimate`, this layer's densities) or by
+        ``--mixed-path``: *expand* it to a bitmap and AND (claim 9) -- done here, at compile
+        time: the weights are stored direct, as the lanes have no weight-side expander --
+        or convert the neuron bitmap to strides and *merge* (claim 10: stored stride,
+        ``mx.mixed = 1``).  Dense neurons have no merge: their stride weights are stored
+        direct."""
+        if fmt != "stride":
+            return fmt, 0, {}
+        if self.nfmt != FMT["direct"]:
+            return "direct", 0, {"mixed_path": "expand"}
         forced = self.neurons.get("mixed", "auto")
         if forced != "auto":
-            return int(forced == "merge"), {"mixed_path": forced}
-        dn = float(self.neurons.get("density", 1.0))
-        kept = float(np.count_nonzero(w)) / max(1, w.shape[0])
-        cost = {path: timing.fc_row_cycles_estimate(n_in, kept, dn, self.cfg.chunk_bits,
-                                                    path == "merge")
-                for path in ("expand", "merge")}
-        path = min(cost, key=cost.get)
-        return int(path == "merge"), {"mixed_path": path,
-                                      "mixed_cost": {k: round(v, 1) for k, v in cost.items()}}
+            path, report = forced, {"mixed_path": forced}
+        else:
+            dn = float(self.neurons.get("density", 1.0))
+            kept = float(np.count_nonzero(w)) / max(1, w.shape[0])
+            cost = {p: timing.fc_row_cycles_estimate(n_in, kept, dn, self.cfg.chunk_bits,
+                                                     p == "merge", expand=False)
+                    for p in ("expand", "merge")}
+            path = min(cost, key=cost.get)
+            report = {"mixed_path": path,
+                      "mixed_cost": {k: round(v, 1) for k, v in cost.items()}}
+        return ("stride", 1, report) if path == "merge" else ("direct", 0, report)
 
     def alternate(self, resource: str = "buf") -> int:
         """0 / 1: the next half of ``resource`` (ping-pong)."""
@@ -313,9 +323,9 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
     for s in col_sets:
         bounds.append((off, off + s.size))
         off += s.size
-    fmt = "dense" if ctx.dense else node.meta.get("format") or choose_format(w)
+    fmt, mixed, mixed_report = ctx.weight_path(w, "dense" if ctx.dense else choose_format(w),
+                                               kh * kw * cin)
     tiles = WeightTiles(ctx, wcat, fmt, bounds, q)
-    mixed, mixed_report = ctx.mixed_path(w, fmt, kh * kw * cin)
     contiguous = len(cchunks) == 1 and X.pixel == cin
     kmax = max(_r(kh * kw * (c1 - c0), 64) for c0, c1 in cchunks)
     for t, (r0, r1) in enumerate(tiles.tiles):
@@ -418,8 +428,7 @@ def fc(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
     else:
         raise CompileError(f"{node.where()}: a {X.c}-channel pixel does not fit half the neuron buffer")
     chunks = [(e0, min(n_in, e0 + per)) for e0 in range(0, n_in, per)]
-    fmt = "dense" if ctx.dense else node.meta.get("format") or choose_format(w)
-    mixed, mixed_report = ctx.mixed_path(w, fmt, n_in)
+    fmt, mixed, mixed_report = ctx.weight_path(w, "dense" if ctx.dense else choose_format(w), n_in)
     resident = len(chunks) == 1
     tiles = WeightTiles(ctx, w, fmt, chunks, q, _fc_pipeline(ctx, w, fmt, chunks, mixed, resident))
     if resident:

@@ -42,14 +42,6 @@ FC_MODES = data.StructLayout({
 #: d_a = 0.5 on 16 lanes; 8 loses about 5 %).
 NEURON_QUEUE_DEPTH = 16
 
-#: Stride entries a side's stride-to-direct converter takes per cycle (the weight side's in
-#: every lane, the shared neuron side's): at 4 a stride row at weight density 0.1 converts
-#: about twice as fast as its pairs are multiplied, so the converter's start-up at every row
-#: hides behind the chunks already queued (3 leaves the claim-9 path at 0.85 of the direct
-#: path there, 2 at 0.7).
-STRIDE_WINDOW = 4
-
-
 def fc_modes(m: Module, cfg, start) -> Value:
     """The :data:`FC_MODES` of ``cfg``, registered when ``start`` is high."""
     modes = Signal(FC_MODES)
@@ -77,6 +69,11 @@ class MatrixLane(wiring.Component):
     neuron-buffer copy and weight bank -> :class:`MacUnit`.  Rows of one lane follow each
     other without bubbles on the AND path.
 
+    The weight side has no stride-to-direct expander: a stride weight index goes only into
+    the merge (claims 8 and 10), as its raw entries.  Where stride weights would meet the
+    AND path the compiler stores them direct instead (claim 9's conversion, done once at
+    compile time rather than in every lane); the MX unit faults such an fc (``FORMAT``).
+
     Throughput one pair per cycle; a row costs ``sum over its chunks of max(1, pairs)``
     cycles on the AND path.  Results leave in order (vector-major, then row), about 10
     cycles after the row's last chunk is read.
@@ -85,8 +82,6 @@ class MatrixLane(wiring.Component):
     ----------
     lane, lanes:
         This lane's number and the number of lanes ``P``.
-    window:
-        Stride entries the weight side's converter takes per cycle (2..4).
 
     Members
     -------
@@ -104,11 +99,11 @@ class MatrixLane(wiring.Component):
         Synchronous read ports of the lane's three 64-bit memories.
     """
 
-    def __init__(self, lane: int, lanes: int, window: int = STRIDE_WINDOW):
+    def __init__(self, lane: int, lanes: int):
         if not 0 <= lane < lanes:
             raise ValueError(f"lane {lane} is not in 0..{lanes - 1}")
         self._lane, self._lanes = lane, lanes
-        self._wsrc = SideSource(window)
+        self._wsrc = SideSource(expand_stride=False)
         self._conn = ConnectionUnit(NEURON_QUEUE_DEPTH)
         self._compactor = Compactor(1)
         self._mac = MacUnit(1)

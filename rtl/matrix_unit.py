@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from snpu.config import CoreConfig
 
-from .lane import FC_CONFIG, RESULT, STRIDE_WINDOW, MatrixLane, fc_modes
+from .lane import FC_CONFIG, RESULT, MatrixLane, fc_modes
 from .row_broadcast import RowBroadcast
 from .side_source import SideSource
 
@@ -22,19 +22,28 @@ def write_port_signature(depth: int, granularity: int) -> wiring.Signature:
     })
 
 
+#: Stride entries the neuron side's stride-to-direct expander takes per cycle.  4 is what the
+#: lanes' weight-side expanders needed when they existed: a stride row at density 0.1 then
+#: expands about twice as fast as its pairs are multiplied, and the expander's start-up at
+#: every row hides behind the chunks already queued (3 left that claim-9 path at 0.85 of
+#: the direct path, 2 at 0.7).
+STRIDE_WINDOW = 4
+
+
 class MatrixUnit(wiring.Component):
     """The first and second input caches plus the MAC lanes of the MX unit.
 
     The neuron index buffer (``nidx``) has one copy, read by the unit's one neuron-side
     :class:`SideSource`: every lane combines the same input vector's index with its own
     weight rows, so the index is walked (and converted, claims 9 and 10) once and handed to
-    the lanes by a :class:`RowBroadcast`.  Every lane owns a copy of the neuron buffer
-    (``nbuf``, written through one broadcast write port: lanes fetch different neurons in
-    the same cycle) and its own weight value bank (``wbuf``) and weight index bank
-    (``widx``), written through a port with a lane select.  ``start`` runs one fc over all
-    lanes; lane ``g`` emits the sums of rows ``r = g, g + P, ...`` on ``results[g]``.
-    Weights and neurons must not be written while an fc that reads them runs (the dependency
-    tokens of the ISA guarantee it).
+    the lanes by a :class:`RowBroadcast`.  The lanes' weight sources convert direct to
+    stride only (claim 10): stride weights go raw into the merge.  Every lane owns a copy of
+    the neuron buffer (``nbuf``, written through one broadcast write port: lanes fetch
+    different neurons in the same cycle) and its own weight value bank (``wbuf``) and weight
+    index bank (``widx``), written through a port with a lane select.  ``start`` runs one fc
+    over all lanes; lane ``g`` emits the sums of rows ``r = g, g + P, ...`` on
+    ``results[g]``. Weights and neurons must not be written while an fc that reads them runs
+    (the dependency tokens of the ISA guarantee it).
 
     Memories are 64 bits wide with a synchronous read port each; ``nidx`` writes have bit
     enables (the sparse processing unit writes one bit per loaded byte), the others byte

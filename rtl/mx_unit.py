@@ -72,12 +72,13 @@ class AccWriter(wiring.Component):
 class MatrixController(wiring.Component):
     """Executes ``fc`` (golden model: ``Machine._fc``).
 
-    At start it checks the operands the hardware relies on: ``acc`` and ``acc_stride``
-    multiples of ``lanes`` and direct indices 8-byte aligned (``ALIGN``); the outputs inside
-    the accumulators and unpacked neuron vectors inside the neuron buffer (``RANGE``).  Then
-    the :class:`MatrixUnit` runs (its lanes start the cycle after ``start``, from registers)
-    and an :class:`AccWriter` per lane stores the sums.  A
-    malformed stride index in the data gives ``INDEX``.
+    At start it checks the operands the hardware relies on: stride weights only with the
+    merge (stride neurons, or direct ones and ``mx.mixed``; else ``FORMAT``: the lanes have
+    no weight-side expander); ``acc`` and ``acc_stride`` multiples of ``lanes`` and direct
+    indices 8-byte aligned (``ALIGN``); the outputs inside the accumulators and unpacked
+    neuron vectors inside the neuron buffer (``RANGE``).  Then the :class:`MatrixUnit` runs
+    (its lanes start the cycle after ``start``, from registers) and an :class:`AccWriter`
+    per lane stores the sums.  A malformed stride index in the data gives ``INDEX``.
 
     Counters (since reset): ``pairs`` multiplied, ``dense_pairs`` a dense core would have
     multiplied, ``busy_cycles`` spent in ``fc``.
@@ -134,8 +135,13 @@ class MatrixController(wiring.Component):
                       ((r.wfmt == Fmt.DIRECT) & ((a.widx & 7) != 0)))
         out_of_range = (last_out > c.acc_elems) | (~(r.npacked & (r.nfmt != Fmt.DENSE)) &
                                                    (last_in > c.nbuf_bytes))
+        # stride weights go only into the merge (the lanes have no weight-side expander)
+        unmergeable = (r.wfmt == Fmt.STRIDE) & ~((r.nfmt == Fmt.STRIDE) |
+                                                 ((r.nfmt == Fmt.DIRECT) & r.mixed))
         check = Signal(ErrorCode)
-        with m.If(work & misaligned):
+        with m.If(work & unmergeable):
+            m.d.comb += check.eq(ErrorCode.FORMAT)
+        with m.Elif(work & misaligned):
             m.d.comb += check.eq(ErrorCode.ALIGN)
         with m.Elif(work & out_of_range):
             m.d.comb += check.eq(ErrorCode.RANGE)

@@ -57,8 +57,8 @@ class ExecutionError(SnpuError):
     """A legal instruction cannot execute (bad address, deadlock, race, ...).
 
     ``fault`` is the error code the core reports for it (``"RANGE"``, ``"ALIGN"``,
-    ``"INDEX"``, ``"ILLEGAL"``, ``"LOAD_BUS"``, ``"STORE_BUS"``: the golden model is the
-    specification of the core's faults) or ``None`` for a program error the hardware does
+    ``"INDEX"``, ``"FORMAT"``, ``"ILLEGAL"``, ``"LOAD_BUS"``, ``"STORE_BUS"``: the golden
+    model is the specification of the core's faults) or ``None`` for a program error the hardware does
     not detect (a race, a deadlock, overlapping writes...): what the core does then is
     undefined.  ``core`` is the (x, y) of the core it happened on (set by the array
     model)."""

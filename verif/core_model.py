@@ -418,7 +418,15 @@ class Machine:
         nvec, astride = r["mx.nvec"], r["mx.acc_stride"]
         if nvec == 0 or i.rows == 0:
             return _Exec(timing.FC_PIPELINE, [])
-        # the MX unit's checks, in its order: alignment, then ranges, from the operands
+        merge = (nfmt == "stride" and wfmt == "stride") or (
+            r["mx.mixed"] and {nfmt, wfmt} == {"direct", "stride"})
+        # the MX unit's checks, in its order: formats, alignment, then ranges
+        if wfmt == "stride" and not merge:
+            raise ExecutionError(
+                f"fc: stride weights with {nfmt} neurons and mx.mixed={r['mx.mixed']}: the lanes "
+                "take a stride weight index only into the stride merge (direct neurons need "
+                "mx.mixed=1, claim 10; dense neurons cannot merge); store the weights direct "
+                "(the compiler expands stride indices at compile time, claim 9)", fault="FORMAT")
         if i.acc % P or (nvec > 1 and astride % P):
             raise ExecutionError(f"fc: acc={i.acc} and mx.acc_stride={astride} must be multiples "
                                  f"of lanes={P}", fault="ALIGN")
@@ -457,8 +465,6 @@ class Machine:
         pairs = (nm @ wm.T).astype(np.int64)
         self.stats.mac_pairs += int(pairs.sum())
         self.stats.dense_pairs += nvec * i.rows * i.n_in
-        merge = (nfmt == "stride" and wfmt == "stride") or (
-            r["mx.mixed"] and {nfmt, wfmt} == {"direct", "stride"})
         if merge:
             n_entries = np.array([n[2] if nfmt == "stride" else int(n[1].sum()) for n in neurons])
             w_entries = tile.mask.sum(axis=1)  # escapes are rare; counted as elements

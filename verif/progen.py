@@ -74,12 +74,19 @@ def fc_program(rng, cfg: CoreConfig, *, n_in=None, rows=None, nvec=None, nfmt=No
     n_in = n_in or int(rng.integers(8, 400))
     rows = rows or int(rng.integers(1, 3 * P + 3))
     nvec = nvec or int(rng.integers(1, 4))
+    drawn_wfmt, drawn_mixed = wfmt is None, mixed is None
     nfmt = nfmt or str(rng.choice(["dense", "direct", "direct", "stride"]))
     wfmt = wfmt or str(rng.choice(["dense", "direct", "stride"]))
     npacked = int(rng.integers(0, 2)) if npacked is None else npacked
     if nfmt == "dense":
         npacked = 0
     mixed = int(rng.integers(0, 2)) if mixed is None else mixed
+    # stride weights go only into the merge (claims 8 and 10; the lanes do not expand them):
+    # what was drawn at random is made legal, what the caller asked for is kept
+    if wfmt == "stride" and nfmt == "dense" and drawn_wfmt:
+        wfmt = "direct"
+    elif wfmt == "stride" and nfmt == "direct" and drawn_mixed:
+        mixed = 1
     n_density = float(rng.choice([0.05, 0.3, 0.6, 1.0])) if n_density is None else n_density
     w_density = float(rng.choice([0.05, 0.1, 0.25, 0.5, 1.0])) if w_density is None else w_density
     ktiles = ktiles or int(rng.integers(1, 3))
@@ -223,8 +230,9 @@ def conv_program(rng, cfg: CoreConfig, *, c_in=None, c_out=None, h=None, w=None,
     row_bytes = (w + 2 * pad) * c_in
     p.cfgs(ld__nidx_mode=1, ld__thresh=0, ld__ext_stride=row_bytes, ld__dst_stride=k * c_in,
            ld__ext_stride3=stride * c_in, ld__dst_stride3=nstride)
+    # direct neurons: stride weights take the merge (claim 10)
     p.cfgs(mx__nfmt=1, mx__wfmt=FMT[wfmt], mx__nvec=wo, mx__nstride=nstride,
-           mx__nidx_stride=nstride // 8, mx__acc_stride=acc_stride)
+           mx__nidx_stride=nstride // 8, mx__acc_stride=acc_stride, mx__mixed=int(wfmt == "stride"))
     p.cfgs(vx__src_stride=acc_stride, vx__dst_stride=acc_stride)
     p.cfgs(st__src_stride=acc_stride, st__ext_stride=c_out)
     for oy in range(ho):

@@ -5,6 +5,7 @@ import pytest
 from amaranth import *
 
 from snpu.config import CoreConfig
+from snpu.errors import ExecutionError
 from snpu.rtl.acc import Accumulators
 from snpu.rtl.mx_unit import MatrixController
 from snpu.rtl.status import ErrorCode
@@ -73,6 +74,7 @@ def test_fc_with_accumulation(accumulate, seed):
     rng = np.random.default_rng(seed)
     fmts = [("direct", "direct"), ("direct", "stride"), ("stride", "stride")][seed]
     case = gen.random_fc_case(rng, CFG, nfmt=fmts[0], wfmt=fmts[1], npacked=int(fmts[0] == "stride"),
+                              mixed=int(fmts == ("direct", "stride")),
                               n_in=int(rng.integers(20, 150)), rows=int(rng.integers(1, 12)), nvec=2)
     acc0 = rng.integers(-2**31, 2**31, CFG.acc_elems).astype(np.int32)
     instr = isa.make("fc", **{**case.instr.args, "acc": 8, "accumulate": accumulate})
@@ -108,12 +110,21 @@ def test_fc_with_accumulation(accumulate, seed):
 
 
 @pytest.mark.parametrize("bad,code", [("acc", ErrorCode.ALIGN), ("widx", ErrorCode.ALIGN),
-                                      ("range", ErrorCode.RANGE), ("vectors", ErrorCode.RANGE)])
+                                      ("range", ErrorCode.RANGE), ("vectors", ErrorCode.RANGE),
+                                      ("and_stride", ErrorCode.FORMAT),
+                                      ("dense_stride", ErrorCode.FORMAT)])
 def test_operand_checks(bad, code):
+    """Each check the MX unit makes at start; stride weights off the merge (claim 9 on the
+    AND path, or dense neurons) are ``FORMAT``, before any other check (``acc`` misaligned
+    too), as in the golden model."""
     rng = np.random.default_rng(0)
-    case = gen.random_fc_case(rng, CFG, nfmt="direct", wfmt="direct", n_in=64, rows=4,
+    stride_w = bad.endswith("_stride")
+    case = gen.random_fc_case(rng, CFG, nfmt="dense" if bad == "dense_stride" else "direct",
+                              wfmt="stride" if stride_w else "direct", n_in=64, rows=4,
                               nvec=2 if bad == "vectors" else 1)
     args = dict(case.instr.args)
+    if stride_w:
+        args["acc"] = 2
     if bad == "vectors":  # the last vector's outputs run past the accumulators
         case.regs["mx.acc_stride"] = CFG.acc_elems - 2 * CFG.lanes
         args["acc"] = 2 * CFG.lanes
@@ -139,3 +150,8 @@ def test_operand_checks(bad, code):
 
     simulate(h, driver, deadline_cycles=5000)
     assert out["error"] == code
+    gold = Machine(CFG, np.zeros(64, np.uint8))
+    gold.regs.update(case.regs)
+    with pytest.raises(ExecutionError) as e:
+        gold.execute(isa.make("fc", **args))
+    assert e.value.fault == code.name

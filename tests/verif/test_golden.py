@@ -32,6 +32,9 @@ NEURON_LAYOUTS = [("dense", 0), ("direct", 0), ("direct", 1), ("stride", 0), ("s
 @pytest.mark.parametrize("wfmt", ["dense", "direct", "stride"])
 @pytest.mark.parametrize("seed", range(3))
 def test_fc_all_format_combinations_match_numpy(nfmt, npacked, wfmt, seed):
+    """Every neuron layout x weight format.  Stride weights go only into the merge: with
+    direct neurons ``mx.mixed = 1`` (claim 10), with dense neurons the fc faults ``FORMAT``
+    (the lanes have no weight-side expander; the compiler stores such weights direct)."""
     rng = np.random.default_rng(seed)
     cfg = SMALL
     nvec, n_in, rows = int(rng.integers(1, 4)), int(rng.integers(1, 300)), int(rng.integers(1, 30))
@@ -75,10 +78,16 @@ def test_fc_all_format_combinations_match_numpy(nfmt, npacked, wfmt, seed):
     p.load_weight_tile("w", w, wfmt, wbuf=16, widx=8, signal_last=[MX])
     acc_stride = -(-rows // cfg.lanes) * cfg.lanes
     p.cfgs(mx__nfmt=FMT[nfmt], mx__npacked=npacked, mx__wfmt=FMT[wfmt], mx__nvec=nvec,
-           mx__nstride=nstride, mx__nidx_stride=nidx_stride, mx__acc_stride=acc_stride)
+           mx__nstride=nstride, mx__nidx_stride=nidx_stride, mx__acc_stride=acc_stride,
+           mx__mixed=int(wfmt == "stride" and nfmt == "direct"))
     p.emit("fc", nbuf=0, nidx=0, wbuf=16, widx=8, acc=0, n_in=n_in, rows=rows, wait=[LD])
     p.emit("fc", nbuf=0, nidx=0, wbuf=16, widx=8, acc=0, n_in=n_in, rows=rows, accumulate=1)
     p.emit("halt")
+    if wfmt == "stride" and nfmt == "dense":
+        with pytest.raises(ExecutionError, match="stride weights with dense neurons") as e:
+            run(p)
+        assert e.value.fault == "FORMAT"
+        return
     res = run(p)
     pairs = nmask[:, None, :] & wmask[None, :, :]
     want = 2 * np.einsum("vri,vi,ri->vr", pairs, x.astype(np.int64), w.astype(np.int64))

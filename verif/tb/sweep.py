@@ -101,7 +101,8 @@ def _fc(cfg: CoreConfig, w: dict, dense: bool):
     rng = np.random.default_rng(w["seed"])
     fmt = "dense" if dense else w["format"]
     return progen.fc_program(rng, cfg, n_in=w["n_in"], rows=w["rows"], nvec=w["nvec"],
-                             nfmt="dense" if dense else "direct", wfmt=fmt, npacked=0, mixed=0,
+                             nfmt="dense" if dense else "direct", wfmt=fmt, npacked=0,
+                             mixed=int(fmt == "stride"),  # stride weights: the merge
                              n_density=w["n_density"], w_density=w["w_density"], ktiles=1,
                              group=0)
 
