@@ -69,10 +69,12 @@ class MatrixLane(wiring.Component):
     neuron-buffer copy and weight bank -> :class:`MacUnit`.  Rows of one lane follow each
     other without bubbles on the AND path.
 
-    The weight side has no stride-to-direct expander: a stride weight index goes only into
-    the merge (claims 8 and 10), as its raw entries.  Where stride weights would meet the
-    AND path the compiler stores them direct instead (claim 9's conversion, done once at
-    compile time rather than in every lane); the MX unit faults such an fc (``FORMAT``).
+    The weight side converts nothing: a stride weight index goes only into the merge (claims
+    8 and 10) as its raw entries, a dense or direct one only into the AND.  The conversions
+    of claims 9 and 10 happen once, on the shared neuron side (stride neurons expanded for
+    the AND, direct neurons turned into entries for the merge), or for weights at compile
+    time: the compiler stores them in the format their path takes.  The MX unit faults an
+    fc asking otherwise (``FORMAT``).
 
     Throughput one pair per cycle; a row costs ``sum over its chunks of max(1, pairs)``
     cycles on the AND path.  Results leave in order (vector-major, then row), about 10
@@ -103,7 +105,7 @@ class MatrixLane(wiring.Component):
         if not 0 <= lane < lanes:
             raise ValueError(f"lane {lane} is not in 0..{lanes - 1}")
         self._lane, self._lanes = lane, lanes
-        self._wsrc = SideSource(expand_stride=False)
+        self._wsrc = SideSource(convert=False)
         self._conn = ConnectionUnit(NEURON_QUEUE_DEPTH)
         self._compactor = Compactor(1)
         self._mac = MacUnit(1)

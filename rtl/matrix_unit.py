@@ -36,13 +36,13 @@ class MatrixUnit(wiring.Component):
     The neuron index buffer (``nidx``) has one copy, read by the unit's one neuron-side
     :class:`SideSource`: every lane combines the same input vector's index with its own
     weight rows, so the index is walked (and converted, claims 9 and 10) once and handed to
-    the lanes by a :class:`RowBroadcast`.  The lanes' weight sources convert direct to
-    stride only (claim 10): stride weights go raw into the merge.  Every lane owns a copy of
-    the neuron buffer (``nbuf``, written through one broadcast write port: lanes fetch
-    different neurons in the same cycle) and its own weight value bank (``wbuf``) and weight
-    index bank (``widx``), written through a port with a lane select.  ``start`` runs one fc
-    over all lanes; lane ``g`` emits the sums of rows ``r = g, g + P, ...`` on
-    ``results[g]``. Weights and neurons must not be written while an fc that reads them runs
+    the lanes by a :class:`RowBroadcast`.  The lanes' weight sources convert nothing: stride
+    weights go raw into the merge, dense and direct ones into the AND.  Every lane owns a
+    copy of the neuron buffer (``nbuf``, written through one broadcast write port: lanes
+    fetch different neurons in the same cycle) and its own weight value bank (``wbuf``) and
+    weight index bank (``widx``), written through a port with a lane select.  ``start`` runs
+    one fc over all lanes; lane ``g`` emits the sums of rows ``r = g, g + P, ...`` on
+    ``results[g]``.  Weights and neurons must not be written while an fc that reads them runs
     (the dependency tokens of the ISA guarantee it).
 
     Memories are 64 bits wide with a synchronous read port each; ``nidx`` writes have bit

@@ -72,9 +72,9 @@ class AccWriter(wiring.Component):
 class MatrixController(wiring.Component):
     """Executes ``fc`` (golden model: ``Machine._fc``).
 
-    At start it checks the operands the hardware relies on: stride weights only with the
-    merge (stride neurons, or direct ones and ``mx.mixed``; else ``FORMAT``: the lanes have
-    no weight-side expander); ``acc`` and ``acc_stride`` multiples of ``lanes`` and direct
+    At start it checks the operands the hardware relies on: the merge exactly when the
+    weights are stride (stride neurons, or direct ones and ``mx.mixed``; else ``FORMAT``:
+    the lanes convert no weight index); ``acc`` and ``acc_stride`` multiples of ``lanes`` and direct
     indices 8-byte aligned (``ALIGN``); the outputs inside the accumulators and unpacked
     neuron vectors inside the neuron buffer (``RANGE``).  Then the :class:`MatrixUnit` runs
     (its lanes start the cycle after ``start``, from registers) and an :class:`AccWriter`
@@ -135,11 +135,13 @@ class MatrixController(wiring.Component):
                       ((r.wfmt == Fmt.DIRECT) & ((a.widx & 7) != 0)))
         out_of_range = (last_out > c.acc_elems) | (~(r.npacked & (r.nfmt != Fmt.DENSE)) &
                                                    (last_in > c.nbuf_bytes))
-        # stride weights go only into the merge (the lanes have no weight-side expander)
-        unmergeable = (r.wfmt == Fmt.STRIDE) & ~((r.nfmt == Fmt.STRIDE) |
-                                                 ((r.nfmt == Fmt.DIRECT) & r.mixed))
+        # the lanes convert no weight index: stride weights go only into the merge, and only
+        # stride weights do (the merge's neuron side is converted by the shared source)
+        n_stride, w_stride = r.nfmt == Fmt.STRIDE, r.wfmt == Fmt.STRIDE
+        merge = (n_stride & w_stride) | (r.mixed & ((n_stride & (r.wfmt == Fmt.DIRECT)) |
+                                                    (w_stride & (r.nfmt == Fmt.DIRECT))))
         check = Signal(ErrorCode)
-        with m.If(work & unmergeable):
+        with m.If(work & (w_stride ^ merge)):
             m.d.comb += check.eq(ErrorCode.FORMAT)
         with m.Elif(work & misaligned):
             m.d.comb += check.eq(ErrorCode.ALIGN)

@@ -34,11 +34,12 @@ class SideSource(wiring.Component):
     Output, per row:
 
     * ``to_entries = 0``: ``max(1, ceil(n / 64))`` chunks on ``chunks`` (dense: all ones;
-      direct: the index words; stride: expanded by a :class:`StrideToDirect`, claim 9, when
-      the source has one: ``expand_stride``).  A chunk's ``base`` is where its first
-      element's value lives.
+      direct: the index words; stride: expanded by a :class:`StrideToDirect`, claim 9).  A
+      chunk's ``base`` is where its first element's value lives.
     * ``to_entries = 1``: the row's stride entries and a terminator on ``entries`` (stride: as
       stored; direct: converted by a :class:`DirectToStride`, claim 10), for the merge.
+
+    The two conversions exist only with ``convert`` (the neuron side).
 
     Throughput: one chunk per cycle (dense, direct; stride when a chunk holds at most
     ``window`` entries); one entry per cycle on the entry path.  Row overhead: none for
@@ -48,11 +49,11 @@ class SideSource(wiring.Component):
     ----------
     window:
         Stride entries the expander takes per cycle (2..4; the byte window's width).
-    expand_stride:
-        Build the stride-to-direct expander.  Without it (a lane's weight side: the compiler
-        stores weights direct where they meet the AND path) a stride index leaves only as
-        entries, and a stride row must not be asked for as chunks (the MX unit faults such
-        an fc with ``FORMAT`` before the lanes start).
+    convert:
+        Build the converters (stride to direct, direct to stride).  Without them (a lane's
+        weight side: the compiler stores weights in the format their path takes) a stride
+        index leaves only as entries and a dense or direct one only as chunks; the MX unit
+        faults an fc asking for anything else (``FORMAT``) before the lanes start.
 
     Members
     -------
@@ -65,15 +66,16 @@ class SideSource(wiring.Component):
         Synchronous read port of the side's 64-bit index memory.
     """
 
-    def __init__(self, window: int = 2, *, expand_stride: bool = True):
+    def __init__(self, window: int = 2, *, convert: bool = True):
         if not 2 <= window <= MAX_WINDOW:
             raise ValueError(f"window must be in 2..{MAX_WINDOW} (the count is 2 bytes), "
                              f"got {window}")
         self._window = window
         self._fifo = SyncFIFOBuffered(width=len(Signal(chunk_layout()).as_value()), depth=8)
-        self._d2s = DirectToStride()
+        self._convert = convert
+        self._d2s = DirectToStride() if convert else None
         self._fetch = ByteFetcher(window)
-        self._s2d = StrideToDirect(window) if expand_stride else None
+        self._s2d = StrideToDirect(window) if convert else None
         super().__init__({
             "start": In(1),
             "busy": Out(1),
@@ -99,11 +101,11 @@ class SideSource(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.fifo = fifo = self._fifo
-        m.submodules.d2s = d2s = self._d2s
         m.submodules.fetch = fetch = self._fetch
-        expander = self._s2d is not None
-        if expander:
+        convert = self._convert
+        if convert:
             m.submodules.s2d = s2d = self._s2d
+            m.submodules.d2s = d2s = self._d2s
 
         # Configuration-derived values, computed once at start (short paths afterwards).
         nchunks = Signal(11)
@@ -218,7 +220,7 @@ class SideSource(wiring.Component):
                     count = Cat(fetch.bytes[0], fetch.bytes[1])
                     m.d.sync += [remaining.eq(count), s_kept.eq(0),
                                  rem_zero.eq((fetch.bytes[0] == 0) & (fetch.bytes[1] == 0))]
-                    if expander:
+                    if convert:
                         with m.If(self.to_entries):
                             m.next = "EMIT"
                         with m.Else():
@@ -226,7 +228,7 @@ class SideSource(wiring.Component):
                             m.next = "CONVERT"
                     else:
                         m.next = "EMIT"
-            if expander:
+            if convert:
                 with m.State("CONVERT"):
                     m.d.comb += fetch.take.eq(s2d.take)
                     with m.If(~s2d.busy):
@@ -270,7 +272,7 @@ class SideSource(wiring.Component):
             with m.If((chk_value != ESCAPE) & (cursor + chk_value >= n_reg)):
                 m.d.sync += s_error.eq(1)
 
-        if expander:
+        if convert:
             m.d.comb += [s2d.n.eq(self.n), s2d.val_base.eq(s_row_val),
                          s2d.packed.eq(self.packed), s2d.bytes.eq(fetch.bytes),
                          s2d.avail.eq(fetch.avail)]
@@ -286,7 +288,7 @@ class SideSource(wiring.Component):
         fifo_chunk = Signal(chunk_layout())
         m.d.comb += fifo_chunk.eq(fifo.r_data)
         with m.If(is_stride):
-            if expander:
+            if convert:
                 m.d.comb += [self.chunks.valid.eq(s2d.o.valid & ~self.to_entries),
                              self.chunks.payload.eq(s2d.o.payload),
                              s2d.o.ready.eq(self.chunks.ready)]
@@ -298,16 +300,21 @@ class SideSource(wiring.Component):
                 self.entries.payload.last.eq(emit_term),
             ]
         with m.Else():
-            with m.If(self.to_entries):
-                m.d.comb += [d2s.i.valid.eq(fifo.r_rdy), d2s.i.payload.eq(fifo_chunk),
-                             fifo.r_en.eq(d2s.i.ready)]
-            with m.Else():
-                m.d.comb += [self.chunks.valid.eq(fifo.r_rdy), self.chunks.payload.eq(fifo_chunk),
-                             fifo.r_en.eq(self.chunks.ready)]
-            m.d.comb += [self.entries.valid.eq(d2s.o.valid), self.entries.payload.eq(d2s.o.payload),
-                         d2s.o.ready.eq(self.entries.ready)]
+            to_chunks = [self.chunks.valid.eq(fifo.r_rdy), self.chunks.payload.eq(fifo_chunk),
+                         fifo.r_en.eq(self.chunks.ready)]
+            if convert:
+                with m.If(self.to_entries):
+                    m.d.comb += [d2s.i.valid.eq(fifo.r_rdy), d2s.i.payload.eq(fifo_chunk),
+                                 fifo.r_en.eq(d2s.i.ready)]
+                with m.Else():
+                    m.d.comb += to_chunks
+                m.d.comb += [self.entries.valid.eq(d2s.o.valid),
+                             self.entries.payload.eq(d2s.o.payload),
+                             d2s.o.ready.eq(self.entries.ready)]
+            else:
+                m.d.comb += to_chunks
 
-        m.d.comb += self.error.eq(s_error | (s2d.error if expander else 0))
+        m.d.comb += self.error.eq(s_error | (s2d.error if convert else 0))
         m.d.comb += q_pending.eq(q_valid + k_valid)
         m.d.comb += self.busy.eq(w_active | r_valid | q_valid | k_valid |
                                  ~stride_fsm.ongoing("IDLE"))

@@ -421,12 +421,19 @@ class Machine:
         merge = (nfmt == "stride" and wfmt == "stride") or (
             r["mx.mixed"] and {nfmt, wfmt} == {"direct", "stride"})
         # the MX unit's checks, in its order: formats, alignment, then ranges
+        # the lanes convert no weight index: stride weights go only into the merge, and the
+        # merge takes only stride weights (the compiler stores weights in their path's format)
         if wfmt == "stride" and not merge:
             raise ExecutionError(
                 f"fc: stride weights with {nfmt} neurons and mx.mixed={r['mx.mixed']}: the lanes "
                 "take a stride weight index only into the stride merge (direct neurons need "
                 "mx.mixed=1, claim 10; dense neurons cannot merge); store the weights direct "
                 "(the compiler expands stride indices at compile time, claim 9)", fault="FORMAT")
+        if merge and wfmt != "stride":
+            raise ExecutionError(
+                f"fc: the merge (mx.mixed=1 with {nfmt} neurons) needs stride weights, not "
+                f"{wfmt}: the lanes do not convert a weight index (the neuron side converts "
+                "for claims 9 and 10); store the weights stride", fault="FORMAT")
         if i.acc % P or (nvec > 1 and astride % P):
             raise ExecutionError(f"fc: acc={i.acc} and mx.acc_stride={astride} must be multiples "
                                  f"of lanes={P}", fault="ALIGN")

@@ -218,8 +218,8 @@ REGISTERS: tuple[Register, ...] = (
              "1: nbuf holds only the kept neurons, packed in order; 0: neuron i at offset i"),
     Register("mx.wfmt", Unit.MX, 2, 2,
              "weight index format: 0 dense, 1 direct, 2 stride (sparse weights are packed; "
-             "stride only into the merge: with stride neurons, or direct ones and mx.mixed=1, "
-             "else an fc faults FORMAT)",
+             "stride exactly when the fc merges: with stride neurons, or direct ones and "
+             "mx.mixed=1; else an fc faults FORMAT)",
              values=(0, 1, 2)),
     Register("mx.nvec", Unit.MX, 3, 12, "number of input vectors fc processes", reset=1),
     Register("mx.nstride", Unit.MX, 4, 16, "bytes between input vectors in nbuf"),
@@ -227,9 +227,9 @@ REGISTERS: tuple[Register, ...] = (
     Register("mx.acc_stride", Unit.MX, 6, 16,
              "int32 elements between output vectors in acc (a multiple of lanes)"),
     Register("mx.mixed", Unit.MX, 7, 1,
-             "direct x stride indices: 0 expand the stride side to direct and AND (claim 9; "
-             "stride neurons only: the lanes do not expand weights), 1 convert the direct side "
-             "to stride and merge (claim 10); same result"),
+             "direct x stride indices: 0 expand the stride side to direct and AND (claim 9), "
+             "1 convert the direct side to stride and merge (claim 10); same result; the "
+             "side converted must be the neurons (the lanes convert no weight index)"),
     # VX: outer-loop and reduction strides.
     Register("vx.src_stride", Unit.VX, 0, 16, "elements between outer iterations of src / a"),
     Register("vx.dst_stride", Unit.VX, 1, 16,

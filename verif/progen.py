@@ -81,12 +81,12 @@ def fc_program(rng, cfg: CoreConfig, *, n_in=None, rows=None, nvec=None, nfmt=No
     if nfmt == "dense":
         npacked = 0
     mixed = int(rng.integers(0, 2)) if mixed is None else mixed
-    # stride weights go only into the merge (claims 8 and 10; the lanes do not expand them):
-    # what was drawn at random is made legal, what the caller asked for is kept
+    # the merge exactly with stride weights (the lanes convert no weight index): what was
+    # drawn at random is made legal, what the caller asked for is kept
     if wfmt == "stride" and nfmt == "dense" and drawn_wfmt:
         wfmt = "direct"
-    elif wfmt == "stride" and nfmt == "direct" and drawn_mixed:
-        mixed = 1
+    elif drawn_mixed and {nfmt, wfmt} == {"direct", "stride"}:
+        mixed = int(wfmt == "stride")
     n_density = float(rng.choice([0.05, 0.3, 0.6, 1.0])) if n_density is None else n_density
     w_density = float(rng.choice([0.05, 0.1, 0.25, 0.5, 1.0])) if w_density is None else w_density
     ktiles = ktiles or int(rng.integers(1, 3))

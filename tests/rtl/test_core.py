@@ -121,6 +121,10 @@ FAULTS = {
     "format-fc": (lambda p, x: (_stride_weights(p, 8), p.cfgs(mx__wfmt=2),
                                 p.emit("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=2, n_in=8,
                                        rows=1, wait=[Unit.LD])), ErrorCode.FORMAT, 3),
+    # direct weights into the merge: the lanes cannot turn them into entries
+    "format-fc-merge": (lambda p, x: (p.cfgs(mx__nfmt=2, mx__wfmt=1, mx__mixed=1),
+                                      p.emit("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=0, n_in=8,
+                                             rows=1)), ErrorCode.FORMAT, 4),
     "store_bus": (lambda p, x: (p.emit("st", src=0, ext=p.space("y", (64,)), cols=64),
                                 (p.image.region("y").addr, p.image.region("y").addr + 8))[1],
                   ErrorCode.STORE_BUS, 1),

@@ -112,18 +112,19 @@ def test_fc_with_accumulation(accumulate, seed):
 @pytest.mark.parametrize("bad,code", [("acc", ErrorCode.ALIGN), ("widx", ErrorCode.ALIGN),
                                       ("range", ErrorCode.RANGE), ("vectors", ErrorCode.RANGE),
                                       ("and_stride", ErrorCode.FORMAT),
-                                      ("dense_stride", ErrorCode.FORMAT)])
+                                      ("dense_stride", ErrorCode.FORMAT),
+                                      ("merge_direct", ErrorCode.FORMAT)])
 def test_operand_checks(bad, code):
-    """Each check the MX unit makes at start; stride weights off the merge (claim 9 on the
-    AND path, or dense neurons) are ``FORMAT``, before any other check (``acc`` misaligned
-    too), as in the golden model."""
+    """Each check the MX unit makes at start; a weight index the lanes would have to convert
+    (stride weights on the AND path, direct weights into the merge) is ``FORMAT``, before any
+    other check (``acc`` misaligned too), as in the golden model."""
     rng = np.random.default_rng(0)
-    stride_w = bad.endswith("_stride")
-    case = gen.random_fc_case(rng, CFG, nfmt="dense" if bad == "dense_stride" else "direct",
-                              wfmt="stride" if stride_w else "direct", n_in=64, rows=4,
-                              nvec=2 if bad == "vectors" else 1)
+    fmts = {"dense_stride": ("dense", "stride", 0), "and_stride": ("direct", "stride", 0),
+            "merge_direct": ("stride", "direct", 1)}.get(bad, ("direct", "direct", 0))
+    case = gen.random_fc_case(rng, CFG, nfmt=fmts[0], wfmt=fmts[1], mixed=fmts[2], n_in=64,
+                              rows=4, nvec=2 if bad == "vectors" else 1)
     args = dict(case.instr.args)
-    if stride_w:
+    if fmts[1:] != ("direct", 0):
         args["acc"] = 2
     if bad == "vectors":  # the last vector's outputs run past the accumulators
         case.regs["mx.acc_stride"] = CFG.acc_elems - 2 * CFG.lanes
