@@ -74,11 +74,12 @@ class MatrixController(wiring.Component):
 
     At start it checks the operands the hardware relies on: the merge exactly when the
     weights are stride (stride neurons, or direct ones and ``mx.mixed``; else ``FORMAT``:
-    the lanes convert no weight index); ``acc`` and ``acc_stride`` multiples of ``lanes`` and direct
-    indices 8-byte aligned (``ALIGN``); the outputs inside the accumulators and unpacked
-    neuron vectors inside the neuron buffer (``RANGE``).  Then the :class:`MatrixUnit` runs
-    (its lanes start the cycle after ``start``, from registers) and an :class:`AccWriter`
-    per lane stores the sums.  A malformed stride index in the data gives ``INDEX``.
+    the lanes convert no weight index); ``acc`` and ``acc_stride`` multiples of ``lanes``
+    and direct indices 8-byte aligned (``ALIGN``); the outputs inside the accumulators and
+    unpacked neuron vectors inside the neuron buffer (``RANGE``).  Then the
+    :class:`MatrixUnit` runs (its lanes start the cycle after ``start``, from registers) and
+    an :class:`AccWriter` per lane stores the sums.  A malformed stride index in the data
+    gives ``INDEX``.
 
     Counters (since reset): ``pairs`` multiplied, ``dense_pairs`` a dense core would have
     multiplied, ``busy_cycles`` spent in ``fc``.

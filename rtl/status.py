@@ -12,4 +12,4 @@ class ErrorCode(enum.Enum, shape=4):
     RANGE = 5        #: an on-chip buffer address (or lane) outside the buffer
     ALIGN = 6        #: a misaligned access (group-pruned load, lane-aligned acc / obuf word)
     INDEX = 7        #: a malformed connection index (a stride position beyond its row)
-    FORMAT = 8       #: an fc's index formats the lanes cannot combine (stride weights off the merge)
+    FORMAT = 8       #: an fc needing the lanes to convert a weight index (stride off the merge)

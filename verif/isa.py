@@ -371,7 +371,10 @@ OPCODES: tuple[Opcode, ...] = (
          _f("rows", 12, "output neurons (weight rows); row r lives in lane r % lanes"),
          _f("accumulate", 1, "1: add to acc; 0: overwrite", "flag", default=0)),
         "Sparse or dense fully connected layer over mx.nvec input vectors (matrix-vector or "
-        "matrix-matrix).  Convolution is lowered to fc over im2col patches loaded by ld.",
+        "matrix-matrix).  Convolution is lowered to fc over im2col patches loaded by ld.  "
+        "The lanes convert no weight index: stride weights without the merge, or the merge "
+        "without stride weights, is FORMAT (checked first); acc or a direct index misaligned "
+        "is ALIGN; outputs past acc or unpacked vectors past nbuf is RANGE.",
         "for v<mx.nvec, r<rows: acc[acc + v*mx.acc_stride + r] (+)= "
         "sum over pairs i selected by index(neurons v) AND index(weights r) of x[v,i]*w[r,i] "
         "(int8 x int8, int32 wrap-around)",
