@@ -92,3 +92,23 @@ def test_mixed_path_is_chosen_by_the_cost_model():
     assert busy[False] < busy[True]
     sparse = {m: timing.fc_row_cycles_estimate(4096, 8, 0.005, 64, m) for m in (False, True)}
     assert sparse[True] < sparse[False]
+
+
+@pytest.mark.parametrize("mixed", ["auto", "expand", "merge"])
+def test_stride_weights_are_stored_in_their_paths_format(mixed, data):
+    """The lanes convert no weight index: weights that encode smallest as strides are
+    stored direct where they meet the AND (claim 9, expanded here at compile time) and
+    stride only where they merge (claim 10); at 5 % weights and dense-ish neurons the cost
+    model picks the expansion."""
+    xtr, _, _, _ = data
+    cfg = CoreConfig.load(DIGITS / "core.json")
+    c = compile_model(DIGITS / "digits_cnn.onnx",
+                      CompileOptions(config=cfg, calibration=[{"image": x[None]} for x in xtr[:16]],
+                                     density=0.05, neurons=NeuronOptions(mixed=mixed)))
+    layers = [e for e in c.report["layers"] if "mixed_path" in e]
+    assert len(layers) == 4  # every conv and fc layer
+    want = "merge" if mixed == "merge" else "expand"
+    assert all(e["mixed_path"] == want for e in layers)
+    assert all(e["format"] == ("stride" if want == "merge" else "direct") for e in layers)
+    if mixed == "auto":
+        assert all(e["mixed_cost"]["expand"] < e["mixed_cost"]["merge"] for e in layers)
