@@ -151,12 +151,10 @@ class LayerContext:
         ``--mixed-path``: *expand* it to a bitmap and AND (claim 9) -- done here, at compile
         time: the weights are stored direct, as the lanes have no weight-side expander --
         or convert the neuron bitmap to strides and *merge* (claim 10: stored stride,
-        ``mx.mixed = 1``).  Dense neurons have no merge: their stride weights are stored
-        direct."""
+        ``mx.mixed = 1``).  (Dense neurons come with dense weights: ``fmt`` is then
+        ``dense``.)"""
         if fmt != "stride":
             return fmt, 0, {}
-        if self.nfmt != FMT["direct"]:
-            return "direct", 0, {"mixed_path": "expand"}
         forced = self.neurons.get("mixed", "auto")
         if forced != "auto":
             path, report = forced, {"mixed_path": forced}

@@ -232,7 +232,8 @@ def conv_program(rng, cfg: CoreConfig, *, c_in=None, c_out=None, h=None, w=None,
            ld__ext_stride3=stride * c_in, ld__dst_stride3=nstride)
     # direct neurons: stride weights take the merge (claim 10)
     p.cfgs(mx__nfmt=1, mx__wfmt=FMT[wfmt], mx__nvec=wo, mx__nstride=nstride,
-           mx__nidx_stride=nstride // 8, mx__acc_stride=acc_stride, mx__mixed=int(wfmt == "stride"))
+           mx__nidx_stride=nstride // 8, mx__acc_stride=acc_stride,
+           mx__mixed=int(wfmt == "stride"))
     p.cfgs(vx__src_stride=acc_stride, vx__dst_stride=acc_stride)
     p.cfgs(st__src_stride=acc_stride, st__ext_stride=c_out)
     for oy in range(ho):
