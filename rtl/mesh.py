@@ -27,8 +27,9 @@ class RouterMesh(wiring.Component):
     opposite side.  Sides on the mesh's edge are tied off: XY routing never sends a packet
     off the mesh when its destination is inside it (the NET unit faults on any other).
 
-    Latency: a head flit takes 3 cycles through each router (input buffer, grant, output
-    stage); a link carries one flit per cycle in each direction.
+    Latency: a head flit takes 3 cycles through each router (input stage, grant, output
+    stage: :data:`~snpu.verif.timing.HOP_CYCLES`); a link carries one flit per cycle in each
+    direction.
 
     ``data_bits``: the flit payload width (64 in the array).
 
