@@ -8,7 +8,9 @@
 * **Throughput** (Amaranth simulator, a 4 x 4 :class:`~snpu.rtl.mesh.RouterMesh`): one
   stream over one link (flits/cycle on the link); uniform-random and hotspot traffic at
   rising offered load (packets of 1 head + 4 data flits): accepted flits/cycle per node,
-  mean packet latency, and the busiest link's flits/cycle.
+  mean packet latency, and the busiest link's flits/cycle; the single stream and uniform
+  traffic at full load again with the NET unit's default packets (256 bytes: 1 head + 32
+  data flits).
 * **Golden model vs RTL** (cocotb + Verilator, a 2 x 2 array of 4-lane cores): the random
   multi-core programs of every traffic pattern; the golden model's cycle estimate against
   the RTL's cycles.
@@ -41,22 +43,26 @@ from snpu.rtl.mesh import RouterMesh, node_index  # noqa: E402
 from snpu.verif import timing  # noqa: E402
 
 DATA_FLITS = 4
+#: data flits of the NET unit's default packet (``net.packet_log2`` = 5: 256 bytes)
+DEFAULT_PACKET_FLITS = 32
 ECP5_85K_LUTS = 83_640
 
 
-def _head(x, y, serial):
-    return x | y << 4 | (serial & 0xFFFFF) << 8 | (8 * DATA_FLITS) << 32
+def _head(x, y, serial, data_flits=DATA_FLITS):
+    return x | y << 4 | (serial & 0xFFFFF) << 8 | (8 * data_flits) << 32
 
 
 class _Traffic:
     """Drives every local port of a mesh: a Bernoulli source per node (a new packet with
     probability ``load / flits`` per cycle, queued without limit at the source) and an
-    always-ready sink; records each packet's creation and arrival cycles."""
+    always-ready sink; records each packet's creation and arrival cycles.  Packets are a
+    head and ``data_flits`` data flits."""
 
-    def __init__(self, dut, w, h, pick_dst, load, rng, cycles, warmup):
+    def __init__(self, dut, w, h, pick_dst, load, rng, cycles, warmup, data_flits):
         self.dut, self.w, self.h = dut, w, h
         self.pick_dst, self.load, self.rng = pick_dst, load, rng
         self.cycles, self.warmup = cycles, warmup
+        self.data_flits = data_flits
         self.created: dict[int, int] = {}
         self.latency: list[int] = []
         self.flits_in = 0
@@ -69,17 +75,18 @@ class _Traffic:
             port = self.dut.inject[node_index(*xy, self.w)]
             queue = []
             flit = 0
-            p = self.load / (1 + DATA_FLITS)
+            n = self.data_flits
+            p = self.load / (1 + n)
             for t in range(self.cycles):
                 if self.rng.random() < p:
                     dst = self.pick_dst(xy)
                     self.serial += 1
                     self.created[self.serial] = t
-                    queue.append([_head(*dst, self.serial)] + [t] * DATA_FLITS)
+                    queue.append([_head(*dst, self.serial, n)] + [t] * n)
                 if queue:
                     pk = queue[0]
                     ctx.set(port.valid, 1)
-                    ctx.set(port.payload, {"data": pk[flit], "last": int(flit == DATA_FLITS)})
+                    ctx.set(port.payload, {"data": pk[flit], "last": int(flit == n)})
                 else:
                     ctx.set(port.valid, 0)
                 _, _, ready = await ctx.tick().sample(port.ready)
@@ -87,7 +94,7 @@ class _Traffic:
                     if t >= self.warmup:
                         self.flits_in += 1
                     flit += 1
-                    if flit > DATA_FLITS:
+                    if flit > n:
                         queue.pop(0)
                         flit = 0
             ctx.set(port.valid, 0)
@@ -104,16 +111,16 @@ class _Traffic:
                 if valid:
                     if self.warmup <= t < self.cycles:
                         self.flits_out += 1
-                    if not payload.last and payload.data >> 32 == 8 * DATA_FLITS:
+                    if not payload.last and payload.data >> 32 == 8 * self.data_flits:
                         serial = payload.data >> 8 & 0xFFFFF
                         if serial in self.created and self.created[serial] >= self.warmup:
                             self.latency.append(t - self.created[serial])
         return run
 
 
-def _simulate(w, h, pick_dst, load, cycles, warmup, seed=1):
+def _simulate(w, h, pick_dst, load, cycles, warmup, seed=1, data_flits=DATA_FLITS):
     dut = RouterMesh(w, h)
-    tr = _Traffic(dut, w, h, pick_dst, load, random.Random(seed), cycles, warmup)
+    tr = _Traffic(dut, w, h, pick_dst, load, random.Random(seed), cycles, warmup, data_flits)
     sim = Simulator(dut)
     sim.add_clock(1e-9)
     nodes = [(x, y) for y in range(h) for x in range(w)]
@@ -200,11 +207,18 @@ def throughput(quick: bool) -> dict:
     hotspot = (w // 2, h // 2)
     loads = [0.1, 0.3, 0.5, 0.8] if quick else [0.05, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0]
     out = {"mesh": f"{w}x{h}", "cycles": cycles, "warmup": warmup}
-    out["single_stream"] = _simulate(2, 1, lambda src: (1, 0) if src == (0, 0) else (0, 0),
-                                     1.0, cycles, warmup)
+    def one_stream(src):
+        return (1, 0) if src == (0, 0) else (0, 0)
+
+    out["single_stream"] = _simulate(2, 1, one_stream, 1.0, cycles, warmup)
     out["uniform"] = [_simulate(w, h, uniform, load, cycles, warmup) for load in loads]
     out["hotspot"] = [_simulate(w, h, lambda src: hotspot, load, cycles, warmup)
                       for load in loads[:4]]
+    n = DEFAULT_PACKET_FLITS
+    out["default_packets"] = {
+        "packet": f"1 head + {n} data flits",
+        "single_stream": _simulate(2, 1, one_stream, 1.0, cycles, warmup, data_flits=n),
+        "uniform_full_load": _simulate(w, h, uniform, 1.0, cycles, warmup, data_flits=n)}
     return out
 
 
