@@ -27,9 +27,10 @@ class RouterMesh(wiring.Component):
     opposite side.  Sides on the mesh's edge are tied off: XY routing never sends a packet
     off the mesh when its destination is inside it (the NET unit faults on any other).
 
-    Latency: a head flit takes 3 cycles through each router (input stage, grant, output
-    stage: :data:`~snpu.verif.timing.HOP_CYCLES`); a link carries one flit per cycle in each
-    direction.
+    Latency: a head flit takes 2 cycles through each router (input stage, output stage:
+    :data:`~snpu.verif.timing.HOP_CYCLES`) and one more in the first (the local port's
+    routing stage: :data:`~snpu.verif.timing.INJECT_CYCLES`); a link carries one flit per
+    cycle in each direction.
 
     ``data_bits``: the flit payload width (64 in the array).
 
@@ -65,8 +66,11 @@ class RouterMesh(wiring.Component):
                 r = self.routers[k]
                 m.submodules[f"router_{x}_{y}"] = r
                 m.d.comb += [r.x.eq(x), r.y.eq(y)]
-                wiring.connect(m, wiring.flipped(self.inject[k]), r.i[LOCAL])
-                wiring.connect(m, r.o[LOCAL], wiring.flipped(self.eject[k]))
+                inject, eject = self.inject[k], self.eject[k]
+                m.d.comb += [r.i[LOCAL].valid.eq(inject.valid), inject.ready.eq(r.i[LOCAL].ready),
+                             r.i[LOCAL].payload.flit.eq(inject.payload),
+                             eject.valid.eq(r.o[LOCAL].valid), r.o[LOCAL].ready.eq(eject.ready),
+                             eject.payload.eq(r.o[LOCAL].payload.flit)]
                 for p in range(PORTS):
                     m.d.comb += self.flits[k][p].eq(r.flits[p])
                 for side, (dx, dy) in STEP.items():

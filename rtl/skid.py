@@ -38,3 +38,27 @@ class SkidBuffer(wiring.Component):
         with m.Elif(self.i.valid & self.i.ready):  # stalled: park the accepted payload
             m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
         return m
+
+
+class PipeRegister(wiring.Component):
+    """Registers a stream of ``shape`` payloads in one entry: one cycle of latency, one
+    payload per cycle sustained.  ``i.ready`` is ``~o.valid | o.ready``: a combinational
+    path from ``o.ready``, so use it where the far end's ready comes from a register (a
+    :class:`SkidBuffer`'s does); it costs no multiplexer in front of the register.
+
+    Members
+    -------
+    i : In(stream(shape))
+    o : Out(stream(shape))
+    """
+
+    def __init__(self, shape):
+        self._shape = shape
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+        with m.If(self.i.ready):
+            m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.eq(self.i.payload)]
+        return m

@@ -8,7 +8,8 @@ packet, so the cores run concurrently and their estimated cycles include the net
 
 Network timing (:class:`Network`): packets follow dimension-order (XY) routes; a packet of
 ``f`` flits holds each link it crosses for ``f`` cycles (wormhole: the head moves on
-:data:`~.timing.HOP_CYCLES` after entering a router, the tail follows), so packets that
+:data:`~.timing.HOP_CYCLES` after entering a router, :data:`~.timing.INJECT_CYCLES` more in
+the source router, the tail follows), so packets that
 share a link queue behind each other (contention).  Its last flit lands ``f - 1`` cycles
 after its head reaches the destination.
 
@@ -67,7 +68,7 @@ class Network:
     hop_flits: int = 0                                #: flits x links crossed
 
     def inject(self, p: Packet) -> None:
-        t = p.time
+        t = p.time + timing.INJECT_CYCLES
         f = p.flits
         for link in xy_route(p.src, p.dst):
             start = max(t, self.link_free.get(link, 0))

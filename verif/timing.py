@@ -74,8 +74,11 @@ RECV_CYCLES = 3
 #: cycles from an instruction's end on one unit to a dependency token it gives being seen
 #: by the unit that waits for it (front end done -> token channel -> other front end)
 TOKEN_CYCLES = 2
-#: cycles a head flit spends in each router (input stage, grant, output stage)
-HOP_CYCLES = 3
+#: cycles a head flit spends in each router (input stage, output stage: it is granted its
+#: output as it arrives, its route computed a router ahead)
+HOP_CYCLES = 2
+#: cycles more in the source router: its local port's routing stage
+INJECT_CYCLES = 1
 #: cycles lost when the sequencer jumps back to the start of a loop body
 LOOP_JUMP_CYCLES = 1
 #: cycles a ``loop`` word takes beyond :data:`DISPATCH_CYCLES` (the dispatcher registers

@@ -75,8 +75,8 @@ PIPELINE_GAIN = 0.9
 #: over the network, its receipt, the next stage's first load)
 LAYER_LATENCY = 2 * (timing.DMA_LATENCY + timing.FC_PIPELINE + timing.REQ_PIPELINE
                      + timing.ST_LATENCY)
-HANDOVER = (timing.ST_LATENCY + timing.NET_SEND_OVERHEAD + 2 * timing.HOP_CYCLES
-            + timing.RECV_CYCLES + timing.DMA_LATENCY)
+HANDOVER = (timing.ST_LATENCY + timing.NET_SEND_OVERHEAD + timing.INJECT_CYCLES
+            + 2 * timing.HOP_CYCLES + timing.RECV_CYCLES + timing.DMA_LATENCY)
 ROW_SPLIT_OPS = ("Conv", "MaxPool", "AveragePool", "Add", "Sum", "Affine")
 
 

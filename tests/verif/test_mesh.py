@@ -56,12 +56,13 @@ def test_network_latency_and_contention():
     net = Network()
     net.inject(_packet((0, 0), (2, 0), 64))  # 9 flits over 2 links
     (arrival, _, _), = net.in_flight
-    # the head takes HOP_CYCLES per router (2 links + the destination), the tail f - 1 more
-    assert arrival == 3 * timing.HOP_CYCLES + 9 - 1
+    # the head takes HOP_CYCLES per router (2 links + the destination) and INJECT_CYCLES
+    # more in the first, the tail f - 1 more
+    assert arrival == timing.INJECT_CYCLES + 3 * timing.HOP_CYCLES + 9 - 1
     # a second packet over the same first link waits for the first one's 9 flits
     net.inject(_packet((0, 0), (1, 0), 8))
     second, = (a for a, _, p in net.in_flight if p.dst == (1, 0))
-    assert second == 9 + 2 * timing.HOP_CYCLES + 2 - 1
+    assert second == timing.INJECT_CYCLES + 9 + 2 * timing.HOP_CYCLES + 2 - 1
     s = net.stats()
     assert s["link_flits"] == {"0,0E": 11, "1,0E": 9, "2,0L": 9, "1,0L": 2}
     assert s["busiest_link_flits"] == 11
