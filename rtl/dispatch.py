@@ -8,7 +8,7 @@ from snpu.verif import isa
 from snpu.verif.isa import HEADER_BITS, LOOP_DEPTH, NUM_UNIT_BITS, OPCODE_BITS, Unit
 from snpu.verif.sequencer import STREAMS
 
-from .icache import FETCHED
+from .icache import FETCH_REQ, FETCHED
 from .predecode import Kind
 from .microcode import PC_BITS, UNITS, micro_layout, op_codes
 from .status import ErrorCode
@@ -40,11 +40,14 @@ class Dispatcher(wiring.Component):
     ``ld`` / ``st`` with ``walk=1`` is dispatched with ``ext`` plus the sum of the frames'
     offsets for its stream (each frame's offset is its iteration number times its
     increment).  The next word is requested in the cycle the current one is dispatched, so
-    with cache hits one instruction is dispatched per cycle; a jump back costs nothing more.
-    That request's address comes from registers only (the current word's pc and the
-    frames), not from the word.  A ``loop`` word takes one cycle more (its body's end and
-    legality are registered before it is consumed), and a zero-trip loop, the one word whose
-    successor depends on its fields, asks for the word after its body a cycle after that.
+    with cache hits one instruction is dispatched per cycle.  That request's address comes
+    from registers only (the current word's pc and the frames), not from the word, and it
+    says whether it is sequential (the word after the current one): the cache looks those
+    up at once and registers any other first, so a jump back costs a cycle
+    (:data:`~snpu.verif.timing.LOOP_JUMP_CYCLES`).  A ``loop`` word takes one cycle more
+    (its body's end and legality are registered before it is consumed), and a zero-trip
+    loop, the one word whose successor depends on its fields, asks for the word after its
+    body a cycle after that (and the cache registers it: two cycles).
 
     **Legality** is generated from the ISA tables (:mod:`snpu.verif.isa`).  What depends on
     the word alone (known opcode, reserved bits, enumerations, tokens, ``cfg`` registers and
@@ -61,7 +64,7 @@ class Dispatcher(wiring.Component):
         super().__init__({
             "start": In(1),          # request word 0 (the cycle after the core's start)
             "rom_words": In(PC_BITS + 1),
-            "fetch_req": Out(stream.Signature(PC_BITS)),
+            "fetch_req": Out(stream.Signature(FETCH_REQ)),
             "fetch_resp": In(stream.Signature(FETCHED)),
             **{f"q_{u.name.lower()}": Out(stream.Signature(micro_layout(u))) for u in UNITS},
             "units_idle": In(1),
@@ -229,13 +232,18 @@ class Dispatcher(wiring.Component):
         bad_pc = Mux(skip, skip_next, addr)
         req_pending = Signal()
         req_pc = Signal(PC_BITS)
+        req_seq = Signal()
+        # the request is the word after the current one (the cache's last access): the
+        # cache looks it up at once; a jump, word 0 or a skip it registers first
+        seq_now = ~first & ~seq_jump.any()
         m.d.comb += [self.fetch_req.valid.eq((req_pending | (want & ~past_rom)) & ~self.stop),
-                     self.fetch_req.payload.eq(Mux(req_pending, req_pc, addr))]
+                     self.fetch_req.payload.pc.eq(Mux(req_pending, req_pc, addr)),
+                     self.fetch_req.payload.seq.eq(Mux(req_pending, req_seq, seq_now))]
         # Compared while a request is out (it is held until taken, the frames do not change
         # meanwhile), against the frames as they are after this cycle (a loop pushed now ends
         # at loop_end); the comparisons do not wait for the dispatcher's or the cache's
         # handshake, only the choice between them does.
-        asked = self.fetch_req.payload
+        asked = self.fetch_req.payload.pc
         with m.If(want | req_pending):
             for k in range(LOOP_DEPTH):
                 m.d.sync += ends_pc[k].eq(Mux(push & (depth == k), loop_end == asked,
@@ -244,7 +252,8 @@ class Dispatcher(wiring.Component):
         # `req_pc` follows the address while no request is pending (a zero-trip loop's
         # successor when the word is one), so the cache's answer only decides `req_pending`
         with m.If(~req_pending):
-            m.d.sync += req_pc.eq(Mux(zero_trip & ~first, skip_next, addr))
+            m.d.sync += [req_pc.eq(Mux(zero_trip & ~first, skip_next, addr)),
+                         req_seq.eq(~(zero_trip & ~first) & seq_now)]
         with m.If(req_pending):
             m.d.sync += req_pending.eq(~self.fetch_req.ready)
         with m.Else():

@@ -19,6 +19,8 @@ from .predecode import PREDECODED, Predecoder
 
 #: a word as the cache delivers it, with its predecoded part (computed as the line fills)
 FETCHED = data.StructLayout({"word": 128, "pc": PC_BITS, "error": 1, "pre": PREDECODED})
+#: a request: the ROM word, and whether it is the one after the last word asked for
+FETCH_REQ = data.StructLayout({"pc": PC_BITS, "seq": 1})
 BEATS_PER_LINE = LINE_WORDS * 2
 FILL_SLOTS = 2
 
@@ -26,12 +28,17 @@ FILL_SLOTS = 2
 class InstructionCache(wiring.Component):
     """Direct-mapped instruction cache of ``lines`` lines of :data:`LINE_WORDS` words.
 
-    ``req`` takes the ROM word index of the next word the sequencer needs.  If its line is
-    present and filled, the word is read from block RAM at once and comes out on ``resp``
-    the next cycle (one word per cycle on hits); otherwise it comes out once its line has
-    arrived.  Each accepted request is one access, classified against the tags when it is
-    accepted: a miss writes the line's tag and queues its fill; then, if the next line of the
-    ROM is not present, its tag is written and its fill queued (the prefetch).  Fills are
+    ``req`` takes the ROM word index of the next word the sequencer needs, and ``seq``: it
+    is the word after the last one asked for.  The tags are only ever looked up from
+    registers, so the lookup does not wait for the sequencer's decision: a sequential
+    request is looked up (as the word after the cache's current one) in the cycle it
+    comes, any other is registered first and looked up the cycle after (a jump costs a
+    cycle).  If the word's line is present and filled, it is read from block RAM at once
+    and comes out on ``resp`` the next cycle (one word per cycle on sequential hits);
+    otherwise it comes out once its line has arrived.  Each lookup is one access,
+    classified against the tags: a miss writes the line's tag and queues its fill; then,
+    if the next line of the ROM is not present, its tag is written and its fill queued
+    (the prefetch).  Fills are
     8-beat AXI bursts at ``rom_base + 64 * line`` (``rom_base`` is a multiple of 64: a line
     never crosses a 4 KiB boundary), at most :data:`FILL_SLOTS` queued or in flight,
     answered in order.  A request that would rewrite the tag of a line still being filled
@@ -45,7 +52,7 @@ class InstructionCache(wiring.Component):
     start, rom_base, rom_words : In
         Begin a program: every line becomes invalid.  Lines at or past ``rom_words`` are
         never prefetched.
-    req : In(stream(PC_BITS))
+    req : In(stream(FETCH_REQ))
     resp : Out(stream(FETCHED))
     ar*, r* :
         AXI read channels (``arid`` chosen by the core's arbiter).
@@ -64,7 +71,7 @@ class InstructionCache(wiring.Component):
         self._tags = Memory(shape=self._tag_bits, depth=lines, init=[])
         super().__init__({
             "start": In(1), "rom_base": In(32), "rom_words": In(PC_BITS + 1),
-            "req": In(stream.Signature(PC_BITS)),
+            "req": In(stream.Signature(FETCH_REQ)),
             "resp": Out(stream.Signature(FETCHED)),
             "arvalid": Out(1), "arready": In(1), "araddr": Out(32), "arlen": Out(8),
             "rvalid": In(1), "rready": Out(1), "rdata": In(64), "rresp": In(2), "rlast": In(1),
@@ -98,9 +105,16 @@ class InstructionCache(wiring.Component):
         def filling(idx):
             return Cat(*[slot_v[k] & (slot_line[k][:IB] == idx) for k in range(FILL_SLOTS)]).any()
 
-        # ---- Lookup of the request's line and of the next line against the tags.
+        # ---- The word looked up: a registered jump, else the word after the current one.
+        staged = Signal()              # a non-sequential request waits in `staged_pc`
+        staged_pc = Signal(PC_BITS)
+        cur = Signal(PC_BITS)          # the word of the last access (the one resp gives)
+        cur_next = Signal(PC_BITS)     # cur + 1
+        look = Signal(PC_BITS)
+        m.d.comb += look.eq(Mux(staged, staged_pc, cur_next))
+        # ---- Lookup of its line and of the next line against the tags.
         line = Signal(LB)
-        m.d.comb += line.eq(self.req.payload[W:])
+        m.d.comb += line.eq(look[W:])
         index = line[:IB]
         nxt = Signal(LB)
         m.d.comb += nxt.eq(line + 1)
@@ -122,16 +136,21 @@ class InstructionCache(wiring.Component):
         pend_line = Signal(LB)
         out_busy = Signal()         # resp holds a word nobody has taken yet
         waiting = Signal()          # an accepted request whose line is not ready yet
-        cur = Signal(PC_BITS)
-        accept = Signal()
+        accept = Signal()           # the looked-up word is an access now
         # room for the fills: no adder between the lookup and `accept`
         room = Signal()
         m.d.comb += room.eq(Mux(fills_needed == 2, count <= FILL_SLOTS - 2,
                                 Mux(fills_needed == 1, count <= FILL_SLOTS - 1, 1)))
         lookup_ok = Signal(attrs={"keep": 1})   # everything but the handshake
         m.d.comb += lookup_ok.eq(~waiting & ~pend & ~clash & room)
-        m.d.comb += accept.eq(self.req.valid & ~out_busy & lookup_ok)
-        m.d.comb += self.req.ready.eq(accept)
+        seq_now = self.req.valid & self.req.payload.seq & ~staged
+        m.d.comb += accept.eq((staged | seq_now) & ~out_busy & lookup_ok)
+        # a sequential request is taken when it is an access; another one into the stage
+        m.d.comb += self.req.ready.eq(~staged & Mux(self.req.payload.seq, accept, 1))
+        with m.If(self.req.valid & ~self.req.payload.seq & ~staged):
+            m.d.sync += [staged.eq(1), staged_pc.eq(self.req.payload.pc)]
+        with m.Elif(accept):
+            m.d.sync += staged.eq(0)
 
         # ---- Tag writes and fill slots (at most one new slot per cycle).
         tw = tags.write_port()
@@ -166,11 +185,11 @@ class InstructionCache(wiring.Component):
         hit_now = accept & present & ready.bit_select(index, 1)
         late = waiting & ready.bit_select(cur[W:W + IB], 1)
         # (the address does not wait for `accept`: a request is only taken when not waiting)
-        m.d.comb += [rp.addr.eq(Mux(waiting, cur[:W + IB], self.req.payload[:W + IB])),
+        m.d.comb += [rp.addr.eq(Mux(waiting, cur[:W + IB], look[:W + IB])),
                      rp.en.eq(hit_now | late)]
         read = Signal()  # the read port holds a word for resp (from the last read on)
         with m.If(accept):
-            m.d.sync += cur.eq(self.req.payload)
+            m.d.sync += [cur.eq(look), cur_next.eq(look + 1)]
         with m.If(accept & ~hit_now):
             m.d.sync += waiting.eq(1)
         with m.Elif(late):
@@ -240,5 +259,6 @@ class InstructionCache(wiring.Component):
 
         with m.If(self.start):
             m.d.sync += [valid.eq(0), ready.eq(0), waiting.eq(0), read.eq(0), pend.eq(0),
+                         staged.eq(0),
                          counted.eq(0), self.hits.eq(0), self.misses.eq(0), self.prefetches.eq(0)]
         return m

@@ -79,13 +79,14 @@ TOKEN_CYCLES = 2
 HOP_CYCLES = 2
 #: cycles more in the source router: its local port's routing stage
 INJECT_CYCLES = 1
-#: cycles lost when the sequencer jumps back to the start of a loop body
+#: cycles lost when the sequencer jumps back to the start of a loop body (the instruction
+#: cache registers a non-sequential request before looking it up)
 LOOP_JUMP_CYCLES = 1
 #: cycles a ``loop`` word takes beyond :data:`DISPATCH_CYCLES` (the dispatcher registers
-#: its body's end and legality first), and one more when it skips a zero-trip body (the word
-#: after the body is asked for a cycle later)
+#: its body's end and legality first), and more when it skips a zero-trip body (the word
+#: after the body is asked for a cycle later, and the cache registers that jump)
 LOOP_WORD_CYCLES = 1
-ZERO_TRIP_CYCLES = 1
+ZERO_TRIP_CYCLES = 2
 #: cycles from requesting an instruction-cache line fill to its first beat
 FETCH_LATENCY = DMA_LATENCY
 #: beats of one line fill (64 bytes over the 8-byte bus)
