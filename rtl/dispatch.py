@@ -239,14 +239,16 @@ class Dispatcher(wiring.Component):
         m.d.comb += [self.fetch_req.valid.eq((req_pending | (want & ~past_rom)) & ~self.stop),
                      self.fetch_req.payload.pc.eq(Mux(req_pending, req_pc, addr)),
                      self.fetch_req.payload.seq.eq(Mux(req_pending, req_seq, seq_now))]
-        # Compared while a request is out (it is held until taken, the frames do not change
-        # meanwhile), against the frames as they are after this cycle (a loop pushed now ends
-        # at loop_end); the comparisons do not wait for the dispatcher's or the cache's
-        # handshake, only the choice between them does.
+        # Compared when the current word goes (or a request is held: the frames do not change
+        # meanwhile), against the frames as they are after this cycle (a loop word going now
+        # is pushed if its registered checks say so, its body ending at loop_end); the
+        # comparisons wait for neither the word's decode nor the cache's handshake.  (Also
+        # when a halt or a zero-trip loop goes: nothing uses those values.)
         asked = self.fetch_req.payload.pc
-        with m.If(want | req_pending):
+        pushing = loop_seen & loop_ok & ~loop_zero
+        with m.If(consume | first | req_pending):
             for k in range(LOOP_DEPTH):
-                m.d.sync += ends_pc[k].eq(Mux(push & (depth == k), loop_end == asked,
+                m.d.sync += ends_pc[k].eq(Mux(pushing & (depth == k), loop_end == asked,
                                               frames[k].end == asked))
             m.d.sync += pc_last.eq(asked + 1 == self.rom_words)
         # `req_pc` follows the address while no request is pending (a zero-trip loop's
