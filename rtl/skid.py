@@ -1,26 +1,25 @@
-"""A register slice for valid/ready streams."""
+"""Register slices for valid/ready streams: ``i`` in, ``o`` out, one cycle of latency."""
 
 from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 
-class SkidBuffer(wiring.Component):
+class _RegisterSlice(wiring.Component):
+    """A stream ``i`` of ``shape`` payloads in, the same stream ``o`` out."""
+
+    def __init__(self, shape):
+        self._shape = shape
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+
+class SkidBuffer(_RegisterSlice):
     """Registers a stream of ``shape`` payloads: one cycle of latency, one payload per cycle
     sustained, and ``i.ready`` comes from a register (no combinational path from
     ``o.ready`` back to ``i.ready``), so chains of them close timing.  Two entries: the
     output register and a skid register that catches the payload accepted in the cycle
     the output stalls.
-
-    Members
-    -------
-    i : In(stream(shape))
-    o : Out(stream(shape))
     """
-
-    def __init__(self, shape):
-        self._shape = shape
-        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
 
     def elaborate(self, platform):
         m = Module()
@@ -40,21 +39,12 @@ class SkidBuffer(wiring.Component):
         return m
 
 
-class PipeRegister(wiring.Component):
+class PipeRegister(_RegisterSlice):
     """Registers a stream of ``shape`` payloads in one entry: one cycle of latency, one
     payload per cycle sustained.  ``i.ready`` is ``~o.valid | o.ready``: a combinational
     path from ``o.ready``, so use it where the far end's ready comes from a register (a
     :class:`SkidBuffer`'s does); it costs no multiplexer in front of the register.
-
-    Members
-    -------
-    i : In(stream(shape))
-    o : Out(stream(shape))
     """
-
-    def __init__(self, shape):
-        self._shape = shape
-        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
 
     def elaborate(self, platform):
         m = Module()
