@@ -31,20 +31,19 @@ class InstructionCache(wiring.Component):
     ``req`` takes the ROM word index of the next word the sequencer needs, and ``seq``: it
     is the word after the last one asked for.  The tags are only ever looked up from
     registers, so the lookup does not wait for the sequencer's decision: a sequential
-    request is looked up (as the word after the cache's current one) in the cycle it
-    comes, any other is registered first and looked up the cycle after (a jump costs a
-    cycle).  If the word's line is present and filled, it is read from block RAM at once
-    and comes out on ``resp`` the next cycle (one word per cycle on sequential hits);
-    otherwise it comes out once its line has arrived.  Each lookup is one access,
-    classified against the tags: a miss writes the line's tag and queues its fill; then,
-    if the next line of the ROM is not present, its tag is written and its fill queued
-    (the prefetch).  Fills are
-    8-beat AXI bursts at ``rom_base + 64 * line`` (``rom_base`` is a multiple of 64: a line
-    never crosses a 4 KiB boundary), at most :data:`FILL_SLOTS` queued or in flight,
-    answered in order.  A request that would rewrite the tag of a line still being filled
-    waits.  A beat answered with an AXI error marks its word (``error``: the dispatcher
-    faults with ``FETCH`` if it reaches the word).  ``idle`` is low while fills are queued
-    or in flight: the core does not finish before they have.  Each word is stored with its
+    request is looked up (as the word after the cache's current one) in the cycle it comes,
+    any other is registered first and looked up the cycle after (a jump costs a cycle).  If
+    the word's line is present and filled, it is read from block RAM at once and comes out
+    on ``resp`` the next cycle (one word per cycle on sequential hits); otherwise it comes
+    out once its line has arrived.  Each lookup is one access, classified against the tags:
+    a miss writes the line's tag and queues its fill; then, if the next line of the ROM is
+    not present, its tag is written and its fill queued (the prefetch).  Fills are 8-beat
+    AXI bursts at ``rom_base + 64 * line`` (``rom_base`` is a multiple of 64: a line never
+    crosses a 4 KiB boundary), at most :data:`FILL_SLOTS` queued or in flight, answered in
+    order.  A request that would rewrite the tag of a line still being filled waits.  A beat
+    answered with an AXI error marks its word (``error``: the dispatcher faults with
+    ``FETCH`` if it reaches the word).  ``idle`` is low while fills are queued or in flight:
+    the core does not finish before they have.  Each word is stored with its
     :class:`~.predecode.Predecoder` result (``resp.payload.pre``), computed as it arrives.
 
     Members
