@@ -255,7 +255,7 @@ class Dispatcher(wiring.Component):
         # successor when the word is one), so the cache's answer only decides `req_pending`
         with m.If(~req_pending):
             m.d.sync += [req_pc.eq(Mux(zero_trip & ~first, skip_next, addr)),
-                         req_seq.eq(~(zero_trip & ~first) & seq_now)]
+                         req_seq.eq(~zero_trip & seq_now)]
         with m.If(req_pending):
             m.d.sync += req_pending.eq(~self.fetch_req.ready)
         with m.Else():

@@ -108,7 +108,7 @@ class InstructionCache(wiring.Component):
         staged = Signal()              # a non-sequential request waits in `staged_pc`
         staged_pc = Signal(PC_BITS)
         cur = Signal(PC_BITS)          # the word of the last access (the one resp gives)
-        cur_next = Signal(PC_BITS)     # cur + 1
+        cur_next = Signal(PC_BITS)     # cur + 1, registered: no adder before the lookup
         look = Signal(PC_BITS)
         m.d.comb += look.eq(Mux(staged, staged_pc, cur_next))
         # ---- Lookup of its line and of the next line against the tags.

@@ -119,22 +119,26 @@ class Router(wiring.Component):
                          Mux(at_head, self._route_at(loc.payload.flit, self.x, self.y), 0))]
         arriving = [self._local.o if p == LOCAL else self.i[p] for p in range(PORTS)]
 
-        # ---- Input stages: main (the front) and skid, each a flit, its route here (one-hot
-        # over the input's turns) and its route in the next router.
+        # ---- Input stages (skid buffers: `main` is the front; an arriving flit is accepted
+        # while the skid entry is free), each entry a flit, its route here (one-hot over
+        # the input's turns) and its route in the next router.
         entry = data.StructLayout({"flit": self.flit, "route": PORTS, "next": PORTS})
-        main = [Signal(entry, name=f"main{p}") for p in range(PORTS)]
-        main_v = [Signal(name=f"main_v{p}") for p in range(PORTS)]
-        skid = [Signal(entry, name=f"skid{p}") for p in range(PORTS)]
-        skid_v = [Signal(name=f"skid_v{p}") for p in range(PORTS)]
-        pop = Signal(PORTS)
+        stages = [SkidBuffer(entry) for _ in range(PORTS)]
+        main = [s.o.payload for s in stages]
+        main_v = [s.o.valid for s in stages]
+        free = [s.i.ready for s in stages]     # the skid entry is free
         in_route = []   # per input: the arriving flit's route here, its turns only
         for p in range(PORTS):
+            m.submodules[f"in{p}"] = stages[p]
             a = arriving[p]
             r = Signal(PORTS, name=f"in_route{p}")
             m.d.comb += r.eq(Cat(*[a.payload.route[o] if o in TURNS[p] else C(0)
                                    for o in range(PORTS)]))
             in_route.append(r)
-            m.d.comb += a.ready.eq(~skid_v[p])
+            m.d.comb += [stages[p].i.valid.eq(a.valid), a.ready.eq(free[p]),
+                         stages[p].i.payload.flit.eq(a.payload.flit),
+                         stages[p].i.payload.route.eq(r),
+                         stages[p].i.payload.next.eq(self._next_route(p, a.payload.flit, r))]
 
         def route_of(p, o):
             return main[p].route[o]
@@ -156,7 +160,7 @@ class Router(wiring.Component):
             m.d.comb += [
                 from_main.eq(Cat(*[main_v[p] & route_of(p, o) & ~(busy & owner[k] & ~passed)
                                    for k, p in enumerate(srcs)])),
-                req.eq(from_main | Cat(*[arriving[p].valid & ~skid_v[p] & in_route[p][o]
+                req.eq(from_main | Cat(*[arriving[p].valid & free[p] & in_route[p][o]
                                          for p in srcs]))]
             prio = Signal(n, name=f"prio{o}", init=(1 << n) - 2)
             pick = Signal(n, name=f"pick{o}")
@@ -186,8 +190,7 @@ class Router(wiring.Component):
             if o == LOCAL:
                 m.d.comb += out.payload.route.eq(0)
             for k, p in enumerate(srcs):
-                moved[p].append(busy & owner[k] & (passed | route_of(p, o))
-                                & self._out[o].i.ready)
+                moved[p].append(busy & owner[k] & front[k] & self._out[o].i.ready)
             m.d.sync += early.eq(grant & ~(pick & from_main).any())
             with m.If(grant):
                 m.d.sync += [busy.eq(1), owner.eq(pick), prio.eq(~((pick << 1) - 1)[:n]),
@@ -198,20 +201,9 @@ class Router(wiring.Component):
                 with m.If(move):
                     m.d.sync += passed.eq(1)
 
-        # ---- Input stage updates: the front pops when its output takes it.
+        # ---- The front pops when its output takes it.
         for p in range(PORTS):
-            a = arriving[p]
-            m.d.comb += pop[p].eq(main_v[p] & Cat(*moved[p]).any())
-            new = Signal(entry, name=f"new{p}")   # the arriving flit as an entry
-            m.d.comb += [new.flit.eq(a.payload.flit), new.route.eq(in_route[p]),
-                         new.next.eq(self._next_route(p, a.payload.flit, in_route[p]))]
-            with m.If(pop[p] | ~main_v[p]):
-                with m.If(skid_v[p]):
-                    m.d.sync += [main[p].eq(skid[p]), main_v[p].eq(1), skid_v[p].eq(0)]
-                with m.Else():
-                    m.d.sync += [main[p].eq(new), main_v[p].eq(a.valid)]
-            with m.Elif(a.valid & ~skid_v[p]):
-                m.d.sync += [skid[p].eq(new), skid_v[p].eq(1)]
+            m.d.comb += stages[p].o.ready.eq(Cat(*moved[p]).any())
         return m
 
     def _route_at(self, flit, x, y) -> Value:
