@@ -45,9 +45,10 @@ class Dispatcher(wiring.Component):
     says whether it is sequential (the word after the current one): the cache looks those
     up at once and registers any other first, so a jump back costs a cycle
     (:data:`~snpu.verif.timing.LOOP_JUMP_CYCLES`).  A ``loop`` word takes one cycle more
-    (its body's end and legality are registered before it is consumed), and a zero-trip
-    loop, the one word whose successor depends on its fields, asks for the word after its
-    body a cycle after that (and the cache registers it: two cycles).
+    (its body's end and legality are registered before it is consumed), and the loop words
+    whose successor depends on their fields, a zero-trip loop (the word after its body)
+    and a loop whose first iteration enters its body at ``entry``, ask for it a cycle
+    after that (and the cache registers it: two cycles).
 
     **Legality** is generated from the ISA tables (:mod:`snpu.verif.isa`).  What depends on
     the word alone (known opcode, reserved bits, enumerations, tokens, ``cfg`` registers and
@@ -158,12 +159,16 @@ class Dispatcher(wiring.Component):
         loop_end = Signal(PC_BITS + 1)     # its body's last word
         loop_ok = Signal()                 # its body fits the ROM and the enclosing body
         loop_zero = Signal()               # it runs its body zero times
+        loop_enters = Signal()             # its first iteration starts inside the body
+        loop_entry = Signal(PC_BITS + 1)   # ... at this word
         loop_end_ends = Signal(LOOP_DEPTH)  # which frames end where its body does
         loop_end_last = Signal()           # its body ends the ROM
         consume = Signal()       # the current word is dispatched / executed this cycle
         with m.If(consume):
             m.d.sync += loop_seen.eq(0)
         with m.Elif(self.fetch_resp.valid & is_loop):
+            entry = _field(word, _LOOP, "entry")
+            m.d.sync += [loop_enters.eq(entry != 0), loop_entry.eq(pc + 1 + entry)]
             m.d.sync += [loop_seen.eq(1), loop_end.eq(end_now), loop_zero.eq(count == 0),
                          loop_ok.eq((end_now < self.rom_words) & (depth < LOOP_DEPTH)
                                     & ((depth == 0) | (end_now <= top_end)))]
@@ -196,14 +201,18 @@ class Dispatcher(wiring.Component):
 
         # The word after the current one, from registers only (its pc and the frames), so
         # the request does not wait for the word's decode: right for every word but a
-        # zero-trip loop (a legal loop word never ends a body, so a loop that runs its body
-        # goes on at pc + 1 too).  A zero-trip loop skips to the word after its body: that
-        # request goes out a cycle later, from `skip_next`.
+        # zero-trip loop or one with an entry (a legal loop word never ends a body, so a loop
+        # that runs its body from its first word goes on at pc + 1 too).  A zero-trip loop
+        # skips to the word after its body, from `skip_next`; a loop with an entry goes on
+        # at `loop_entry`: those requests go out a cycle later.
         # `ends_pc` (a register): which frames end at the current word, compared while its
         # request was out, so no comparison lies between the frames and the next request.
         ends_pc = Signal(LOOP_DEPTH)
         seq_next, seq_popped, seq_jump = walk(pc, ends_pc, "seq")
         zero_trip = is_loop & loop_zero
+        # a loop word whose successor is asked for a cycle later: a zero-trip loop, or one
+        # whose first iteration enters its body at `loop_entry`
+        late = is_loop & (loop_zero | loop_enters)
         skip_next, skip_popped, skip_jump = walk(loop_end, loop_end_ends, "skip")
         jump = Mux(is_loop, skip_jump, seq_jump)
         pops = Signal(range(LOOP_DEPTH + 1))
@@ -214,9 +223,9 @@ class Dispatcher(wiring.Component):
         push = Signal()          # ... and it is a loop that runs its body
         first = self.start  # ask for word 0
         want = Signal()          # ask for seq_next (or word 0) now
-        skip = Signal()          # ask for skip_next next cycle
-        m.d.comb += [want.eq((consume & ~pre.halt & ~zero_trip) | first),
-                     skip.eq(consume & zero_trip)]
+        skip = Signal()          # ask for skip_next (or loop_entry) next cycle
+        m.d.comb += [want.eq((consume & ~pre.halt & ~late) | first),
+                     skip.eq(consume & late)]
         addr = Signal(PC_BITS + 1)
         m.d.comb += addr.eq(Mux(first, 0, seq_next))
         # the next word would lie past the ROM (no halt): ILLEGAL at that word
@@ -228,7 +237,7 @@ class Dispatcher(wiring.Component):
         pc_last = Signal()
         m.d.comb += [past_rom.eq(want & Mux(first, self.rom_words == 0,
                                             ~seq_jump.any() & pc_last)),
-                     skip_past_rom.eq(skip & ~skip_jump.any() & loop_end_last)]
+                     skip_past_rom.eq(skip & zero_trip & ~skip_jump.any() & loop_end_last)]
         bad_pc = Mux(skip, skip_next, addr)
         req_pending = Signal()
         req_pc = Signal(PC_BITS)
@@ -252,10 +261,12 @@ class Dispatcher(wiring.Component):
                                               frames[k].end == asked))
             m.d.sync += pc_last.eq(asked + 1 == self.rom_words)
         # `req_pc` follows the address while no request is pending (a zero-trip loop's
-        # successor when the word is one), so the cache's answer only decides `req_pending`
+        # successor, or a loop's entry, when the word is one), so the cache's answer only
+        # decides `req_pending`
         with m.If(~req_pending):
-            m.d.sync += [req_pc.eq(Mux(zero_trip & ~first, skip_next, addr)),
-                         req_seq.eq(~zero_trip & seq_now)]
+            m.d.sync += [req_pc.eq(Mux(first, addr, Mux(zero_trip, skip_next,
+                                                         Mux(late, loop_entry, addr)))),
+                         req_seq.eq(~late & seq_now)]
         with m.If(req_pending):
             m.d.sync += req_pending.eq(~self.fetch_req.ready)
         with m.Else():

@@ -55,8 +55,8 @@ class Predecoder(wiring.Component):
     units other than its own (none on ``halt`` / ``sync`` / ``loop``), a ``cfg`` names a
     defined register with a value that register accepts (and, if it names a second one, a
     register of the same unit with a value it accepts), and a ``loop`` has a body of at
-    least one word.  Whether a loop's body fits the ROM and its enclosing body depends on
-    where it is executed; the dispatcher checks that.
+    least one word and an ``entry`` inside it.  Whether a loop's body fits the ROM and its
+    enclosing body depends on where it is executed; the dispatcher checks that.
 
     Members
     -------
@@ -123,7 +123,8 @@ class Predecoder(wiring.Component):
                     elif o.unit is None:  # halt, sync, loop
                         ok &= (wait == 0) & (signal == 0)
                         if o.mnemonic == "loop":
-                            ok &= field(o, "body") != 0
+                            body = field(o, "body")
+                            ok &= (body != 0) & (field(o, "entry") < body)
                         m.d.comb += [out.legal.eq(ok),
                                      out.kind.eq(Kind[o.mnemonic.upper()])]
                         if o.mnemonic == "loop":

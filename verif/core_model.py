@@ -873,8 +873,9 @@ class Scheduler:
                     self.next_dispatch = t + timing.DISPATCH_CYCLES + \
                         (timing.LOOP_JUMP_CYCLES if jumped else 0)
                     if ins.op == "loop":
-                        self.next_dispatch += timing.LOOP_WORD_CYCLES + \
-                            (timing.ZERO_TRIP_CYCLES if ins.args["count"] == 0 else 0)
+                        self.next_dispatch += timing.LOOP_WORD_CYCLES + (
+                            timing.ZERO_TRIP_CYCLES if ins.args["count"] == 0
+                            else timing.ENTRY_CYCLES if ins.args["entry"] else 0)
                     progress = True
 
     def next_event(self) -> int | None:

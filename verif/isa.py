@@ -38,13 +38,16 @@ unit idle; ``halt`` does the same and then stops the core.
 Loops
 -----
 ``loop`` is executed by the program sequencer in front of the dispatcher: the words of its
-body are dispatched ``count`` times, each time with the same tokens, so a body's tokens
-must balance over one iteration.  Loads and stores with ``walk=1`` move through memory as
-the loops run: each loop level has one increment per stream (activations in, weights and
-parameters, activations out); everything else in a body repeats as written.  The sequencer reads words through the instruction cache, so a body is
-fetched from external memory once and then hits.  The core is started with the ROM's
-length (``rom_words``): dispatching at or past it is ILLEGAL, as is a loop whose body
-reaches it.
+body are dispatched ``count`` times, each time with the same tokens, so a body's tokens must
+balance over one iteration.  Loads and stores with ``walk=1`` move through memory as the
+loops run: each loop level has one increment per stream (activations in, weights and
+parameters, activations out); everything else in a body repeats as written.  A loop's
+``entry`` lets its first iteration start inside the body: a repetition whose first copy is
+cut short at the front (a row of pixel groups that starts on the second of two ping-pong
+halves, say) is one loop, not a loop and a copy of the body's tail before it.  The sequencer
+reads words through the instruction cache, so a body is fetched from external memory once
+and then hits.  The core is started with the ROM's length (``rom_words``): dispatching at or
+past it is ILLEGAL, as is a loop whose body reaches it.
 """
 
 from __future__ import annotations
@@ -298,16 +301,23 @@ OPCODES: tuple[Opcode, ...] = (
             "sint", default=0),
          _f("w_inc", 24, "bytes per iteration added to walking lds into wbuf / widx / param",
             "sint", default=0),
-         _f("out_inc", 24, "bytes per iteration added to walking sts", "sint", default=0)),
-        "Hardware loop: run the next `body` words `count` times, then continue after them.  "
+         _f("out_inc", 24, "bytes per iteration added to walking sts", "sint", default=0),
+         _f("entry", 12, "words of the body the first iteration skips: it starts at word "
+            "pc+1+entry", default=0)),
+        "Hardware loop: run the next `body` words `count` times, then continue after them; "
+        "the first time from word `entry` of the body on (a loop whose first iteration is "
+        "the tail of its body).  "
         "Loops nest up to 3 deep; an inner body lies inside its enclosing body (it may end on "
         "the same word).  A `ld` / `st` with `walk=1` reads / writes at `ext` plus, for every "
         "enclosing loop, its iteration number times its increment for that stream: `in_inc` "
         "for activations loaded (nbuf, nidx, acc), `w_inc` for weights and parameters loaded "
-        "(wbuf, widx, param), `out_inc` for stores (mod 2**32).  Zero `body`, a fourth level, "
-        "a body leaving its enclosing body or running past the ROM (`rom_words`) is ILLEGAL "
-        "at this word.",
-        "repeat count times: run words [pc+1, pc+body]; then pc <- pc+body+1",
+        "(wbuf, widx, param), `out_inc` for stores (mod 2**32); the first iteration is iteration "
+        "0.  An inner loop word the first iteration skips does not run: words of its body "
+        "that iteration reaches run once, as plain words.  Zero `body`, `entry` not below "
+        "`body`, a fourth level, a body leaving its enclosing body or running past the ROM "
+        "(`rom_words`) is ILLEGAL at this word.",
+        "if count > 0: run words [pc+1+entry, pc+body], then count-1 times words "
+        "[pc+1, pc+body]; pc <- pc+body+1",
     ),
     Opcode(
         "cfg", 0x03, None,
@@ -626,6 +636,9 @@ def validate(instr: Instr) -> str | None:
         return f"{opc.mnemonic}: tag {instr.args['tag']} is not below {NET_TAGS}"
     if opc.mnemonic == "loop" and instr.args["body"] == 0:
         return "loop: body must hold at least one word"
+    if opc.mnemonic == "loop" and instr.args["entry"] >= instr.args["body"]:
+        return (f"loop: entry {instr.args['entry']} must lie inside the body "
+                f"({instr.args['body']} words)")
     unit = instr.unit
     return (_token_problem(unit, instr.wait, "wait")
             or _token_problem(unit, instr.signal, "signal"))

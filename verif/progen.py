@@ -332,13 +332,16 @@ def random_program(rng, cfg: CoreConfig, kind: str | None = None) -> Program:
     raise ValueError(f"could not generate a {kind or 'random'} program that fits {cfg}")
 
 
-def loop_program(rng, cfg: CoreConfig, *, shape=None, mem_bytes=1 << 18) -> Program:
+def loop_program(rng, cfg: CoreConfig, *, shape=None, rotated: bool | None = None,
+                 mem_bytes=1 << 18) -> Program:
     """Hardware loops: ``y = requant(x)`` over tiles ``x[t0, t1, t2]`` of ``n`` int8 values,
-    walked by up to three nested loops (activation and output streams move), with a
-    zero-trip loop and a one-trip loop in the middle and random ``cfg`` padding in the
-    bodies (so bodies cross instruction-cache lines).  Each tile follows the load / compute
-    / store token protocol whose tokens balance over one iteration: LD -> VX (acc loaded),
-    VX -> LD (acc free), VX -> ST (obuf ready), ST -> VX (obuf free)."""
+    walked by up to three nested loops (activation and output streams move; the innermost
+    one may be rotated -- ``rotated``, default random -- its first iteration entering the
+    body at its load), with a zero-trip loop and a one-trip loop in the middle and random
+    ``cfg`` padding in the bodies (so bodies cross instruction-cache lines).  Each tile
+    follows the load / compute / store token protocol whose tokens balance over one
+    iteration: LD -> VX (acc loaded), VX -> LD (acc free), VX -> ST (obuf ready), ST -> VX
+    (obuf free)."""
     P = cfg.lanes
     t0, t1, t2 = shape or (int(rng.integers(1, 4)), int(rng.integers(1, 4)), int(rng.integers(1, 6)))
     n = P * int(rng.integers(1, 4))
@@ -359,13 +362,26 @@ def loop_program(rng, cfg: CoreConfig, *, shape=None, mem_bytes=1 << 18) -> Prog
         return [isa.make("cfg", reg="vx.k1_stride", value=0)
                 for _ in range(int(rng.integers(0, 4)))]
 
-    tile = [isa.make("ld", buf="acc", ext=xa, dst=0, cols=n, walk=1, wait=[VX], signal=[VX]),
-            *pad(),
-            isa.make("req", dst=0, src=0, param=0, n_i=n // P, relu=relu, wait=[LD, ST],
-                     signal=[LD, ST]),
-            *pad(),
-            isa.make("st", src=0, ext=y, cols=n, walk=1, wait=[VX], signal=[VX])]
-    inner = [isa.make("loop", count=t2, body=len(tile), in_inc=n, out_inc=n), *tile]
+    def store(ext):
+        return isa.make("st", src=0, ext=ext & 0xFFFFFFFF, cols=n, walk=1, wait=[VX],
+                        signal=[VX])
+
+    load_and_compute = [
+        isa.make("ld", buf="acc", ext=xa, dst=0, cols=n, walk=1, wait=[VX], signal=[VX]),
+        *pad(),
+        isa.make("req", dst=0, src=0, param=0, n_i=n // P, relu=relu, wait=[LD, ST],
+                 signal=[LD, ST])]
+    if rotated is None:
+        rotated = not rng.integers(0, 2)
+    if not rotated:  # the tile's words in order
+        tile = [*load_and_compute, *pad(), store(y)]
+        inner = [isa.make("loop", count=t2, body=len(tile), in_inc=n, out_inc=n), *tile]
+    else:  # rotated: iteration t stores tile t - 1, then loads and computes tile t; the
+        # first iteration enters at the load, the last tile is stored after the loop
+        tile = [store(y - n), *pad(), *load_and_compute]
+        inner = [isa.make("loop", count=t2, body=len(tile), in_inc=n, out_inc=n,
+                          entry=len(tile) - len(load_and_compute)),
+                 *tile, store(y + (t2 - 1) * n)]
     skipped = [isa.make("loop", count=0, body=2), isa.make("cfg", reg="vx.k2_stride", value=1),
                isa.make("halt")]  # never dispatched: a zero-trip body
     once = [isa.make("loop", count=1, body=1), isa.make("cfg", reg="vx.k2_stride", value=0)]

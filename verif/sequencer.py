@@ -7,12 +7,13 @@ Sequencing
 ----------
 Words are dispatched from ROM word 0 on.  A ``loop count body ld_inc st_inc`` word pushes a
 *frame* (first word, last word, iterations left, iteration number, increments) and is not
-dispatched to a unit; with ``count = 0`` its body is skipped.  After the last word of the
-innermost frame's body, the sequencer jumps back to the body's first word while iterations
-remain, else pops the frame (and the enclosing frame may end on the same word).  A ``ld`` /
-``st`` with ``walk = 1`` is dispatched with ``ext`` plus, for every frame, the frame's
-iteration number times its increment for the instruction's stream (:func:`stream`),
-modulo 2**32.
+dispatched to a unit; with ``count = 0`` its body is skipped.  The first iteration starts
+``entry`` words into the body (a loop word it skips pushes no frame: the words of that inner
+body it reaches run once, as plain words).  After the last word of the innermost frame's
+body, the sequencer jumps back to the body's first word while iterations remain, else pops
+the frame (and the enclosing frame may end on the same word).  A ``ld`` / ``st`` with ``walk
+= 1`` is dispatched with ``ext`` plus, for every frame, the frame's iteration number times
+its increment for the instruction's stream (:func:`stream`), modulo 2**32.
 
 Faults (``ILLEGAL`` at the word): dispatching at or past ``rom_words`` (running off the end
 without ``halt``); an illegal word; a ``loop`` whose body would reach ``rom_words``, leave
@@ -177,7 +178,7 @@ class Sequencer:
                 return self._finish(addr + ins.body)
             self.frames.append(Frame(addr + 1, addr + ins.body, ins.count - 1,
                                      {s: ins.args[f] for s, f in STREAMS.items()}))
-            self.pc = addr + 1
+            self.pc = addr + 1 + ins.args["entry"]
             return False
         return self._finish(addr)
 
@@ -237,12 +238,18 @@ def dispatch_arrays(prog: list) -> tuple[np.ndarray, np.ndarray]:
             if run < k:
                 idx_parts.append(np.arange(run, k))
                 ext_parts.append(ext[run:k])
-            body = ins.args["body"]
+            body, c, entry = ins.args["body"], ins.args["count"], ins.args["entry"]
+            if c and entry:  # the first iteration, from word `entry` of the body
+                fi, fe = expand(k + 1 + entry, k + 1 + body)
+                idx_parts.append(fi)
+                ext_parts.append(fe)
             bi, be = expand(k + 1, k + 1 + body)
-            c = ins.args["count"]
             step = sum(inc_of[s][bi] * ins.args[f] for s, f in STREAMS.items())
-            idx_parts.append(np.tile(bi, c))
-            ext_parts.append(np.tile(be, c) + np.repeat(np.arange(c), len(bi)) * np.tile(step, c))
+            first = int(bool(entry))  # iterations run in full: first .. c-1
+            full = max(0, c - first)
+            iteration = np.repeat(np.arange(first, first + full), len(bi))
+            idx_parts.append(np.tile(bi, full))
+            ext_parts.append(np.tile(be, full) + iteration * np.tile(step, full))
             k = run = k + 1 + body
         if run < hi:
             idx_parts.append(np.arange(run, hi))
@@ -263,8 +270,12 @@ def dispatch_count(prog: list) -> int:
         while k < hi:
             ins = prog[k]
             if ins.op == "loop":
-                n += ins.args["count"] * count(k + 1, k + 1 + ins.args["body"])
-                k += 1 + ins.args["body"]
+                body, c, entry = ins.args["body"], ins.args["count"], ins.args["entry"]
+                if c and entry:
+                    n += count(k + 1 + entry, k + 1 + body) + (c - 1) * count(k + 1, k + 1 + body)
+                else:
+                    n += c * count(k + 1, k + 1 + body)
+                k += 1 + body
             else:
                 n += 1
                 k += 1

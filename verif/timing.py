@@ -84,9 +84,11 @@ INJECT_CYCLES = 1
 LOOP_JUMP_CYCLES = 1
 #: cycles a ``loop`` word takes beyond :data:`DISPATCH_CYCLES` (the dispatcher registers
 #: its body's end and legality first), and more when it skips a zero-trip body (the word
-#: after the body is asked for a cycle later, and the cache registers that jump)
+#: after the body is asked for a cycle later, and the cache registers that jump), or when
+#: its first iteration enters the body at ``entry`` (the same two cycles)
 LOOP_WORD_CYCLES = 1
 ZERO_TRIP_CYCLES = 2
+ENTRY_CYCLES = 2
 #: cycles from requesting an instruction-cache line fill to its first beat
 FETCH_LATENCY = DMA_LATENCY
 #: beats of one line fill (64 bytes over the 8-byte bus)

@@ -7,7 +7,10 @@ A run of ``r >= 2`` consecutive copies of a block of ``L`` items becomes one loo
 copies are identical -- opcode, operands, tokens -- except for the ``ext`` of loads and
 stores, and those change by the same amount from one copy to the next: one increment per
 address stream (activations in, weights and parameters, activations out) for every load or
-store of that stream that moves (the ``walk=1`` ones).
+store of that stream that moves (the ``walk=1`` ones).  Copies followed by the first items
+of one more copy (a row of ping-pong pixel-group pairs ending on the first half) become a
+*rotated* loop: its body starts with the other items, and its first iteration enters the
+body at the items the copy is cut to (ISA ``entry``).
 Items are instructions or loops found by an earlier pass, so loops nest (up to
 ``LOOP_DEPTH``): each pass turns, at every position, the shortest repeating block into a
 loop, and the next pass finds the repetitions of those loops; the passes allow bodies of
@@ -137,28 +140,86 @@ def _inner_moves(body: list[Instr]) -> list[frozenset[str]]:
     return out
 
 
-def _loop(body_items: list[Item], r: int, steps: list[int], keys: _Keys) -> Item | None:
+def _loop(body_items: list[Item], r: int, steps: list[int], keys: _Keys,
+          tail: int = 0) -> Item | None:
     """A loop running ``body_items`` ``r`` times, its lds / sts moving by ``steps`` per
-    copy; ``None`` if the increments cannot express the steps."""
+    copy; ``None`` if the increments cannot express the steps.  With ``tail``: the copies
+    are followed by the first ``tail`` items of one more copy, which the loop runs too --
+    as a rotated loop whose first iteration enters at them (ISA ``entry``): its body is the
+    other items (at the addresses of the copy before the first), then those."""
+    if tail:
+        n_ext = sum(len(it.exts) for it in body_items[:tail])
+        body_items = body_items[tail:] + body_items[:tail]
+        steps = steps[n_ext:] + steps[:n_ext]
     body = [w for it in body_items for w in it.words]
     plan = _plan(body, steps)
     if plan is None:
         return None
     incs, walks = plan
-    words = [Instr(w.op, {**w.args, "walk": walks[k]}, w.wait, w.signal)
-             if k in walks and w.args["walk"] != walks[k] else w for k, w in enumerate(body)]
-    head = isa.make("loop", count=r, body=len(words),
+    skipped = sum(it.size for it in body_items[:len(body_items) - tail]) if tail else 0
+    words = []
+    for k, w in enumerate(body):
+        if k in walks and (w.args["walk"] != walks[k] or (k < skipped and walks[k])):
+            ext = w.args["ext"]
+            if k < skipped and walks[k]:  # the first iteration skips it: one copy back
+                ext = (ext - incs[stream(w)]) & 0xFFFFFFFF
+            w = Instr(w.op, {**w.args, "ext": ext, "walk": walks[k]}, w.wait, w.signal)
+        words.append(w)
+    head = isa.make("loop", count=r + bool(tail), body=len(words), entry=skipped,
                     **{f: incs[s] for s, f in STREAMS.items()})
     key = keys.of(("loop", r, tuple(sorted(incs.items())), tuple(it.key for it in body_items),
-                   tuple(sorted(walks.items()))))
-    exts = [e for it in body_items for e in it.exts]
+                   tuple(sorted(walks.items())), skipped))
+    exts = [w.args["ext"] for w in words if w.op in ("ld", "st")]
     return Item([head] + words, key, exts, 1 + max(it.depth for it in body_items))
 
 
-def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int) -> list[Item]:
+def _tail(items: list[Item], p: int, L: int, r: int, steps: list[int]) -> int:
+    """How many items after ``r`` copies of ``items[p:p+L]`` (moving by ``steps``) are the
+    first items of one more copy (its lds / sts moved on by the same steps): the most
+    fewer than ``L``, or 0."""
+    e = p + r * L
+    last = items[e - L:e]
+    for k in range(min(L - 1, len(items) - e), 0, -1):
+        if [it.key for it in items[e:e + k]] != [it.key for it in last[:k]]:
+            continue
+        now = [x for it in items[e:e + k] for x in it.exts]
+        before = [x for it in last[:k] for x in it.exts]
+        if all(a == b + d for a, b, d in zip(now, before, steps)):
+            return k
+    return 0
+
+
+def _tail_of_one(items: list[Item], p: int, L: int) -> tuple[int, list[int] | None]:
+    """One copy of ``items[p:p+L]`` followed by the first items of another (at least two
+    words, so a loop saves one): how many, and the steps of every ld / st of the block --
+    the next copy's start fixes each stream's step; the rest of the block runs once, and
+    only what walks already (under an inner loop) moves with it.  ``(0, None)`` if no
+    start of a copy follows, or its loads and stores do not move by one step per stream."""
+    q = p + L
+    for k in range(min(L - 1, len(items) - q), 0, -1):
+        if [it.key for it in items[q:q + k]] != [it.key for it in items[p:p + k]]:
+            continue
+        if sum(it.size for it in items[q:q + k]) < 2:
+            break
+        mem = [w for it in items[p:q] for w in it.words if w.op in ("ld", "st")]
+        now = [x for it in items[q:q + k] for x in it.exts]
+        before = [x for it in items[p:p + k] for x in it.exts]
+        inc: dict[str, int] = {}
+        for w, a, b in zip(mem, now, before):
+            if (a - b or w.args["walk"]) and inc.setdefault(stream(w), a - b) != a - b:
+                return 0, None
+        steps = [a - b for a, b in zip(now, before)]
+        steps += [inc.get(stream(w), 0) if w.args["walk"] else 0 for w in mem[len(now):]]
+        return k, steps
+    return 0, None
+
+
+def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int,
+              pairs: bool = False) -> list[Item]:
     """One pass: at every position, the shortest block of at most ``max_body`` words that
     repeats (with constant ext steps) becomes a loop, if that saves words; loops at most
-    ``depth_left`` deep."""
+    ``depth_left`` deep.  With ``pairs``, where no block repeats, one copy followed by the
+    start of another becomes a rotated loop of two iterations (:func:`_tail_of_one`)."""
     ids = [it.key for it in items]
     where: dict[int, list[int]] = {}
     for k, i in enumerate(ids):
@@ -172,12 +233,13 @@ def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int) ->
     p, n = 0, len(items)
     while p < n:
         loop, span = None, 1
+        fallback = None
         occ = where[ids[p]]
         start = bisect.bisect_right(occ, p)
         for q in occ[start:start + CANDIDATES]:
             L = q - p
             words = size_upto[q] - size_upto[p]
-            if 2 * L > n - p or words > max_body:
+            if (2 * L > n - p and not pairs) or L >= n - p or words > max_body:
                 break
             if deep_upto[q] != deep_upto[p]:
                 continue
@@ -186,15 +248,26 @@ def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int) ->
             while (r < MAX_COUNT and p + (r + 1) * L <= n
                    and ids[p + r * L:p + (r + 1) * L] == block):
                 r += 1
-            if r < 2:
+            if r < 2:  # one copy and the start of another: a rotated loop of two iterations,
+                # if no longer block repeats
+                if pairs and fallback is None:
+                    tail, steps = _tail_of_one(items, p, L)
+                    two = _loop(items[p:q], 1, steps, keys, tail) if tail else None
+                    fallback = (two, L + tail) if two is not None else None
                 continue
             r, steps = _steps(items, p, L, r)
             if r < 2 or (r - 1) * words <= 1:
                 continue
-            loop = _loop(items[p:q], r, steps, keys)
+            tail = _tail(items, p, L, r, steps) if r < MAX_COUNT else 0
+            loop = _loop(items[p:q], r, steps, keys, tail) if tail else None
+            if loop is None:
+                tail = 0
+                loop = _loop(items[p:q], r, steps, keys)
             if loop is not None:
-                span = L * r
+                span = L * r + tail
                 break
+        if loop is None and fallback is not None:
+            loop, span = fallback
         out.append(loop or items[p])
         p += span
     return out
@@ -214,9 +287,11 @@ def reroll(instrs: list[Instr], *, max_depth: int = LOOP_DEPTH) -> list[Instr]:
 def _roll(items: list[Item], max_depth: int, keys: _Keys) -> list[Item]:
     # bodies of growing size: every inner repetition is rolled up before the blocks that
     # contain it are compared (a row's pixel groups before the rows)
-    for cap in BODY_CAPS:
+    # then, once nothing repeats, a copy followed by the start of another is a rotated loop
+    # of two iterations (taken earlier, such pairs would cut runs that start a little later)
+    for cap, pairs in [(c, False) for c in BODY_CAPS] + [(MAX_BODY, True)]:
         while True:
-            smaller = _compress(items, max_depth, keys, cap)
+            smaller = _compress(items, max_depth, keys, cap, pairs)
             if len(smaller) == len(items):
                 break
             items = smaller
@@ -233,7 +308,8 @@ def _unroll_small(words: list[Instr], limit: int | None = None) -> list[Instr]:
     while k < len(words):
         w = words[k]
         body = words[k + 1:k + 1 + w.body] if w.op == "loop" else []
-        if w.op != "loop" or w.args["count"] * w.body > limit or any(x.op == "loop" for x in body):
+        if (w.op != "loop" or w.args["count"] * w.body > limit or w.args["entry"]
+                or any(x.op == "loop" for x in body)):
             out.append(w)
             k += 1
             continue
@@ -252,7 +328,8 @@ def _absorb_copies(words: list[Instr]) -> list[Instr]:
     out, k = [], 0
     while k < len(words):
         w = words[k]
-        if w.op != "loop" or any(x.op == "loop" for x in words[k + 1:k + 1 + w.body]):
+        if (w.op != "loop" or w.args["entry"]
+                or any(x.op == "loop" for x in words[k + 1:k + 1 + w.body])):
             out.append(w)
             k += 1
             continue
@@ -295,6 +372,9 @@ def _items(words: list[Instr], keys: _Keys, max_depth: int) -> list[Item]:
             out.append(_plain(w, keys))
             k += 1
             continue
+        if w.args["entry"]:
+            raise ValueError(f"reroll: the loop at word {k} has an entry (the input's loops "
+                             "are the emitter's, entered at their first word)")
         body = _roll(_items(words[k + 1:k + 1 + w.body], keys, max_depth - 1), max_depth - 1, keys)
         inner = [x for it in body for x in it.words]
         head = Instr("loop", {**w.args, "body": len(inner)}, w.wait, w.signal)

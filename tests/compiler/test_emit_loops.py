@@ -198,6 +198,36 @@ def test_copies_beside_an_emitted_loop_are_taken_in():
         assert len(out) == 4 and out[0].args["count"] == head.args["count"] + 2
 
 
+def _group(half: int, x: int, y: int) -> list:
+    """A ping-pong pixel group: load into ``half``, requantise, store (tokens of a real
+    kernel's steady state: the two halves wait and signal differently)."""
+    LD, VX, ST = isa.Unit.LD, isa.Unit.VX, isa.Unit.ST
+    return [isa.make("ld", buf="acc", ext=x, dst=64 * half, cols=8, wait=[VX] if half else [],
+                     signal=[VX]),
+            isa.make("req", dst=64 * half, src=64 * half, param=0, n_i=2, wait=[LD, ST],
+                     signal=[LD, ST] if half else [ST]),
+            isa.make("st", src=64 * half, ext=y, cols=8, wait=[VX], signal=[VX])]
+
+
+@pytest.mark.parametrize("width,rows", [(7, 1), (5, 6), (9, 3), (9, 4), (3, 7), (2, 5)])
+def test_rows_of_an_odd_number_of_ping_pong_groups_are_rotated_loops(width, rows):
+    """Rows of an odd number of pixel groups alternate between starting on the first and
+    on the second half: each row is a loop of group pairs entered at its second half where
+    the row starts on it (``entry``), and the rows a loop of row pairs.  The stream is the
+    flat program's, and the ROM does not grow with the width or the rows."""
+    prog, k = [], 0
+    for r in range(rows):
+        for c in range(width):
+            prog += _group(k % 2, 0x1000 + 0x400 * r + 0x40 * c, 0x9000 + 0x200 * r + 0x20 * c)
+            k += 1
+    prog.append(isa.make("halt"))
+    out = reroll(prog)
+    assert same_stream(out, prog)
+    if width % 2:
+        assert any(w.op == "loop" and w.args["entry"] for w in out)
+    assert len(out) <= 24, "\n".join(map(str, out))
+
+
 def test_an_idle_network_unit_keeps_the_emitters_history_bounded():
     """A core of an array whose network unit stays idle (a batch split by images) never
     learns that the other units' accesses are done, so their records of external memory

@@ -56,6 +56,14 @@ def test_random_programs(kind, seed):
     _check(rtl_sim.run(p.place_rom(), p.image, TEST_CORE, seed=seed), seed)
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_rotated_loops(seed):
+    """A loop whose first iteration enters its body (``entry``), nested in two more."""
+    p = progen.loop_program(np.random.default_rng(2000 + seed), TEST_CORE, rotated=True)
+    assert any(i.op == "loop" and i.args["entry"] for i in p.instrs)
+    _check(rtl_sim.run(p.place_rom(), p.image, TEST_CORE, seed=seed), seed)
+
+
 @pytest.mark.parametrize("kind", ["fc", "conv"])
 def test_axiram_with_random_backpressure(kind):
     """cocotbext-axi's AxiRam, pausing every channel 30 % of the time."""

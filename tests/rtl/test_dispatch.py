@@ -185,3 +185,14 @@ def test_illegal_loops_match_the_golden_sequencer(prog, pc):
     assert (e.value.fault, e.value.address) == ("ILLEGAL", pc)
     _, res = _dispatch([isa.encode(i) for i in prog])
     assert res == {"error": ErrorCode.ILLEGAL, "pc": pc}
+
+
+def test_an_entry_outside_the_body_is_illegal():
+    loop = isa.OPCODE_BY_NAME["loop"]
+    words = [isa.encode(isa.make("cfg", reg="vx.k1_stride", value=0)),
+             isa.encode(isa.make("loop", count=2, body=2, entry=1)) | (2 << loop.offsets["entry"]),
+             isa.encode(isa.make("cfg", reg="vx.k1_stride", value=0)),
+             isa.encode(isa.make("cfg", reg="vx.k1_stride", value=0)),
+             isa.encode(isa.make("halt"))]
+    _, res = _dispatch(words)
+    assert res == {"error": ErrorCode.ILLEGAL, "pc": 1}

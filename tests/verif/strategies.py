@@ -33,6 +33,7 @@ def legal_instr(draw) -> Instr:
         args = {f.name: draw(field_value(f)) for f in opc.fields}
         if opc.mnemonic == "loop":
             args["body"] = draw(st.integers(1, (1 << opc.field("body").width) - 1))
+            args["entry"] = draw(st.integers(0, args["body"] - 1))
         unit = opc.unit
     if unit is None:
         return Instr(opc.mnemonic, args)

@@ -49,6 +49,40 @@ def test_nested_loops_zero_and_one_trip_and_shared_ends():
     assert ops == ["ld"] * 3 + ["cfg"] + ["ld"] * 3 + ["cfg", "halt"]
 
 
+def test_entry_starts_the_first_iteration_inside_the_body():
+    """``entry``: the first iteration runs the body's tail (at iteration 0's addresses),
+    the others all of it; one trip runs the tail only."""
+    prog = [make("loop", count=3, body=3, in_inc=64, entry=2),
+            make("st", src=0, ext=400, cols=8, walk=1),
+            _cfg(1),
+            make("ld", buf="nbuf", ext=100, dst=0, cols=8, walk=1),
+            make("loop", count=1, body=2, entry=1), _cfg(2), _cfg(3),
+            make("halt")]
+    assert _trace(prog) == [(3, "ld", 100), (1, "st", 400), (2, "cfg", 1), (3, "ld", 164),
+                            (1, "st", 400), (2, "cfg", 1), (3, "ld", 228), (6, "cfg", 3),
+                            (7, "halt", None)]
+
+
+def test_entry_past_an_inner_loop_word_runs_its_body_once_as_plain_words():
+    prog = [make("loop", count=2, body=4, entry=2),
+            _cfg(1),
+            make("loop", count=3, body=2),   # skipped by the first iteration
+            _cfg(2), _cfg(3),
+            make("halt")]
+    values = [v for _, op, v in _trace(prog) if op == "cfg"]
+    assert values == [2, 3] + [1] + [2, 3] * 3
+
+
+def _entry_example():
+    return [make("loop", count=3, body=6, in_inc=1000, out_inc=7, entry=4),
+            make("st", src=0, ext=50, cols=1, walk=1),
+            make("loop", count=2, body=2, in_inc=10, entry=1),
+            make("ld", buf="acc", ext=0, dst=0, cols=1, walk=1), _cfg(9),
+            make("loop", count=2, body=1),    # the outer loop enters here
+            make("ld", buf="acc", ext=5, dst=0, cols=1, walk=1),
+            make("halt")]
+
+
 def _nested_example():
     prog = [make("loop", count=2, body=6, in_inc=1000), make("loop", count=3, body=1, in_inc=10),
             make("ld", buf="acc", ext=0, dst=0, cols=1, walk=1), make("loop", count=0, body=1),
@@ -60,7 +94,8 @@ def _nested_example():
 def test_dispatch_arrays_and_count_match_the_sequencer(seed):
     """The vectorised stream (the re-roller's exactness check) is :func:`unroll`'s."""
     rng = np.random.default_rng(seed)
-    prog = _nested_example() if seed == 0 else loop_program(rng, SMALL).instrs
+    prog = (_nested_example() if seed == 0 else _entry_example() if seed == 1
+            else loop_program(rng, SMALL).instrs)
     stream = unroll(prog)
     idx, ext = dispatch_arrays(prog)
     assert dispatch_count(prog) == len(stream) == len(idx)
@@ -82,6 +117,13 @@ def test_illegal_loops_fault_at_the_loop_word(prog, message, word):
     with pytest.raises(ExecutionError, match=message) as e:
         unroll(prog)
     assert (e.value.fault, e.value.address) == ("ILLEGAL", word)
+
+
+def test_entry_outside_the_body_is_an_illegal_word():
+    entry = isa.OPCODE_BY_NAME["loop"].offsets["entry"]
+    word = isa.encode(make("loop", count=2, body=3, entry=2)) | (3 << entry)
+    with pytest.raises(Exception, match="entry 3 must lie inside the body"):
+        isa.decode(word)
 
 
 def test_zero_body_is_an_illegal_word():
