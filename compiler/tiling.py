@@ -176,5 +176,7 @@ def row_tiles(per_row: np.ndarray, lanes: int, limits: tuple[int, int], largest:
     for cap in sorted(caps, reverse=True):
         tiles = _greedy(banks, rows, limits, cap, where)
         best.append((pipelined_cycles(tiles, banks, pipeline), tiles))
+    if not best:  # more tiles than MOST_TILES already: the largest that fit
+        return fit
     fastest = min(c for c, _ in best)
     return min((t for c, t in best if c <= fastest * (1 + NEAR)), key=len)

@@ -20,6 +20,7 @@ from ..memory import channel_view, view_source
 from ..windows import rows_read
 from .pair_cfg import pair_cfg
 from .reroll import reroll
+from .split import Piece
 
 
 def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = False,
@@ -90,7 +91,7 @@ def emit_nodes(em: Kernels, g: Graph, order: list[tuple[str, int | None]], prefi
     # the first kernel writing them (the memory plan, passes/memory_budget.py)
     dirty = set((g.meta.get("memory") or {}).get("zero_halo", ()))
     roots = g.meta.get("storage_root", {})
-    for k, (name, index) in enumerate(order):
+    for k, name, index, piece in _kernel_units(order, nodes):
         n = nodes[name]
         root = roots.get(n.outputs[0])
         if root in dirty:
@@ -98,7 +99,6 @@ def emit_nodes(em: Kernels, g: Graph, order: list[tuple[str, int | None]], prefi
             em.p.tag = n.name
             ctx = kernels.LayerContext(em, layer + k, f"{prefix}{n.name}:halo", dense)
             kernels.zero_halo(ctx, layouts[root])
-        piece = n.meta["pieces"][index] if index is not None else None
         images = layouts[n.outputs[0]].n
         if "far_read" in n.meta and piece is not None:
             # a map in far memory read whole (long bursts) or by bands of rows through a
@@ -122,6 +122,34 @@ def emit_nodes(em: Kernels, g: Graph, order: list[tuple[str, int | None]], prefi
             stats[name]["pieces"] = len(n.meta["pieces"])
     em.p.tag = None
     return stats
+
+
+#: operators whose channel pieces are one loop over weight tiles each (:func:`kernels.conv`,
+#: :func:`kernels.fc`): pieces next to each other in the program are one kernel
+TILED = ("Conv", "Gemm", "MatMul")
+
+
+def _kernel_units(order: list[tuple[str, int | None]], nodes: dict) -> list[tuple]:
+    """The kernels of ``order``: ``(position, node, piece index, piece)``.  Channel pieces of
+    a convolution or fully connected layer that follow each other in the program, with
+    adjacent channel ranges, are one kernel over the union of their channels (the first
+    piece's position and index): each piece is a loop over its weight tiles, reading the
+    whole input per tile, so together they are the same loop over all their tiles -- the
+    same computation and on-chip footprint per tile, in one loop instead of several with a
+    prologue each.  Pieces the order search put apart keep their own kernels."""
+    out: list[tuple] = []
+    for k, (name, index) in enumerate(order):
+        n = nodes[name]
+        piece = n.meta["pieces"][index] if index is not None else None
+        if out and piece is not None and out[-1][1] == name and n.op in TILED:
+            last = out[-1][3]
+            if (piece.images is None and piece.rows is None and last.images is None
+                    and last.rows is None and piece.channels and last.channels
+                    and last.channels[1] == piece.channels[0]):
+                out[-1] = out[-1][:3] + (Piece(channels=(last.channels[0], piece.channels[1])),)
+                continue
+        out.append((k, name, index, piece))
+    return out
 
 
 def _whole_map(n, X) -> bool:

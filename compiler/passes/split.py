@@ -17,9 +17,10 @@ is replaced by operators of the same type on pieces of the data, until every pie
 
 A piece is recorded on the node (``node.meta["pieces"]``: a list of :class:`Piece`); the
 graph's values do not change (each piece computes its slice of the output exactly as the
-whole operator does, with the same quantisation), code generation emits one kernel per
-piece (:func:`.codegen.emit_nodes`) and the order search (:mod:`.schedule`) orders the
-pieces of independent operators among each other.
+whole operator does, with the same quantisation), code generation emits one kernel per piece
+(:func:`.codegen.emit_nodes`; channel pieces of a convolution or fully connected layer that
+follow each other in the program are one loop over their weight tiles) and the order search
+(:mod:`.schedule`) orders the pieces of independent operators among each other.
 
 Whatever the threshold, a piece's smallest unit must fit the core's buffers (a pooling
 window in half the accumulators, a convolution patch of one channel group in half the
