@@ -133,9 +133,9 @@ def _kernel_units(order: list[tuple[str, int | None]], nodes: dict) -> list[tupl
     """The kernels of ``order``: ``(position, node, piece index, piece)``.  Channel pieces of
     a convolution or fully connected layer that follow each other in the program, with
     adjacent channel ranges, are one kernel over the union of their channels (the first
-    piece's position and index): each piece is a loop over its weight tiles, reading the
-    whole input per tile, so together they are the same loop over all their tiles -- the
-    same computation and on-chip footprint per tile, in one loop instead of several with a
+    piece's position and index): each piece is a loop over its weight tiles against the
+    same input, so together they are the same loop over all their tiles -- the same
+    computation and on-chip footprint per tile, in one loop instead of several with a
     prologue each.  Pieces the order search put apart keep their own kernels."""
     out: list[tuple] = []
     for k, (name, index) in enumerate(order):
