@@ -159,8 +159,8 @@ class Dispatcher(wiring.Component):
         loop_end = Signal(PC_BITS + 1)     # its body's last word
         loop_ok = Signal()                 # its body fits the ROM and the enclosing body
         loop_zero = Signal()               # it runs its body zero times
-        loop_enters = Signal()             # its first iteration starts inside the body
-        loop_entry = Signal(PC_BITS + 1)   # ... at this word
+        loop_late = Signal()               # it runs zero times or enters inside its body
+        loop_entry = Signal(PC_BITS + 1)   # its first iteration's first word
         loop_end_ends = Signal(LOOP_DEPTH)  # which frames end where its body does
         loop_end_last = Signal()           # its body ends the ROM
         consume = Signal()       # the current word is dispatched / executed this cycle
@@ -168,7 +168,7 @@ class Dispatcher(wiring.Component):
             m.d.sync += loop_seen.eq(0)
         with m.Elif(self.fetch_resp.valid & is_loop):
             entry = _field(word, _LOOP, "entry")
-            m.d.sync += [loop_enters.eq(entry != 0), loop_entry.eq(pc + 1 + entry)]
+            m.d.sync += [loop_late.eq((count == 0) | (entry != 0)), loop_entry.eq(pc + 1 + entry)]
             m.d.sync += [loop_seen.eq(1), loop_end.eq(end_now), loop_zero.eq(count == 0),
                          loop_ok.eq((end_now < self.rom_words) & (depth < LOOP_DEPTH)
                                     & ((depth == 0) | (end_now <= top_end)))]
@@ -211,8 +211,9 @@ class Dispatcher(wiring.Component):
         seq_next, seq_popped, seq_jump = walk(pc, ends_pc, "seq")
         zero_trip = is_loop & loop_zero
         # a loop word whose successor is asked for a cycle later: a zero-trip loop, or one
-        # whose first iteration enters its body at `loop_entry`
-        late = is_loop & (loop_zero | loop_enters)
+        # whose first iteration enters its body at `loop_entry` (one register: as short a
+        # path to the request as `zero_trip`'s)
+        late = is_loop & loop_late
         skip_next, skip_popped, skip_jump = walk(loop_end, loop_end_ends, "skip")
         jump = Mux(is_loop, skip_jump, seq_jump)
         pops = Signal(range(LOOP_DEPTH + 1))
@@ -237,7 +238,7 @@ class Dispatcher(wiring.Component):
         pc_last = Signal()
         m.d.comb += [past_rom.eq(want & Mux(first, self.rom_words == 0,
                                             ~seq_jump.any() & pc_last)),
-                     skip_past_rom.eq(skip & zero_trip & ~skip_jump.any() & loop_end_last)]
+                     skip_past_rom.eq(consume & zero_trip & ~skip_jump.any() & loop_end_last)]
         bad_pc = Mux(skip, skip_next, addr)
         req_pending = Signal()
         req_pc = Signal(PC_BITS)
