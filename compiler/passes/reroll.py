@@ -173,10 +173,16 @@ def _loop(body_items: list[Item], r: int, steps: list[int], keys: _Keys,
     return Item([head] + words, key, exts, 1 + max(it.depth for it in body_items))
 
 
-def _tail(items: list[Item], p: int, L: int, r: int, steps: list[int]) -> int:
+def _tail(items: list[Item], p: int, L: int, r: int,
+          steps: list[int] | None = None) -> tuple[int, list[int] | None]:
     """How many items after ``r`` copies of ``items[p:p+L]`` (moving by ``steps``) are the
     first items of one more copy (its lds / sts moved on by the same steps): the most
-    fewer than ``L``, or 0."""
+    fewer than ``L``, and the steps; ``(0, None)`` if none.
+
+    With one copy (``steps`` unknown) the start of the next must be at least two words (a
+    loop saves one) and fixes each stream's step; the rest of the block runs once, and only
+    what walks already (under an inner loop) moves with it.  ``(0, None)`` as well if its
+    loads and stores do not move by one step per stream."""
     e = p + r * L
     last = items[e - L:e]
     for k in range(min(L - 1, len(items) - e), 0, -1):
@@ -184,33 +190,19 @@ def _tail(items: list[Item], p: int, L: int, r: int, steps: list[int]) -> int:
             continue
         now = [x for it in items[e:e + k] for x in it.exts]
         before = [x for it in last[:k] for x in it.exts]
-        if all(a == b + d for a, b, d in zip(now, before, steps)):
-            return k
-    return 0
-
-
-def _tail_of_one(items: list[Item], p: int, L: int) -> tuple[int, list[int] | None]:
-    """One copy of ``items[p:p+L]`` followed by the first items of another (at least two
-    words, so a loop saves one): how many, and the steps of every ld / st of the block --
-    the next copy's start fixes each stream's step; the rest of the block runs once, and
-    only what walks already (under an inner loop) moves with it.  ``(0, None)`` if no
-    start of a copy follows, or its loads and stores do not move by one step per stream."""
-    q = p + L
-    for k in range(min(L - 1, len(items) - q), 0, -1):
-        if [it.key for it in items[q:q + k]] != [it.key for it in items[p:p + k]]:
+        if steps is not None:
+            if all(a == b + d for a, b, d in zip(now, before, steps)):
+                return k, steps
             continue
-        if sum(it.size for it in items[q:q + k]) < 2:
+        if sum(it.size for it in items[e:e + k]) < 2:
             break
-        mem = [w for it in items[p:q] for w in it.words if w.op in ("ld", "st")]
-        now = [x for it in items[q:q + k] for x in it.exts]
-        before = [x for it in items[p:p + k] for x in it.exts]
+        mem = [w for it in last for w in it.words if w.op in ("ld", "st")]
         inc: dict[str, int] = {}
         for w, a, b in zip(mem, now, before):
             if (a - b or w.args["walk"]) and inc.setdefault(stream(w), a - b) != a - b:
                 return 0, None
-        steps = [a - b for a, b in zip(now, before)]
-        steps += [inc.get(stream(w), 0) if w.args["walk"] else 0 for w in mem[len(now):]]
-        return k, steps
+        return k, ([a - b for a, b in zip(now, before)]
+                   + [inc.get(stream(w), 0) if w.args["walk"] else 0 for w in mem[len(now):]])
     return 0, None
 
 
@@ -219,7 +211,7 @@ def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int,
     """One pass: at every position, the shortest block of at most ``max_body`` words that
     repeats (with constant ext steps) becomes a loop, if that saves words; loops at most
     ``depth_left`` deep.  With ``pairs``, where no block repeats, one copy followed by the
-    start of another becomes a rotated loop of two iterations (:func:`_tail_of_one`)."""
+    start of another becomes a rotated loop of two iterations (:func:`_tail`)."""
     ids = [it.key for it in items]
     where: dict[int, list[int]] = {}
     for k, i in enumerate(ids):
@@ -251,14 +243,14 @@ def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int,
             if r < 2:  # one copy and the start of another: a rotated loop of two iterations,
                 # if no longer block repeats
                 if pairs and fallback is None:
-                    tail, steps = _tail_of_one(items, p, L)
+                    tail, steps = _tail(items, p, L, 1)
                     two = _loop(items[p:q], 1, steps, keys, tail) if tail else None
                     fallback = (two, L + tail) if two is not None else None
                 continue
             r, steps = _steps(items, p, L, r)
             if r < 2 or (r - 1) * words <= 1:
                 continue
-            tail = _tail(items, p, L, r, steps) if r < MAX_COUNT else 0
+            tail = _tail(items, p, L, r, steps)[0] if r < MAX_COUNT else 0
             loop = _loop(items[p:q], r, steps, keys, tail) if tail else None
             if loop is None:
                 tail = 0
@@ -275,7 +267,12 @@ def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int,
 
 def reroll(instrs: list[Instr], *, max_depth: int = LOOP_DEPTH) -> list[Instr]:
     """Instruction stream (ending in ``halt``; it may hold loops already, e.g. the ones
-    :func:`~snpu.compiler.emit_loops.repeat` emits) -> the same stream with hardware loops."""
+    :func:`~snpu.compiler.emit_loops.repeat` emits, entered at their first word) -> the same
+    stream with hardware loops."""
+    for k, w in enumerate(instrs):
+        if w.op == "loop" and w.args["entry"]:
+            raise ValueError(f"reroll: the loop at word {k} has an entry (the input's loops "
+                             "are the emitter's, entered at their first word)")
     keys = _Keys()
     items = _roll(_items(_absorb_copies(_unroll_small(instrs)), keys, max_depth), max_depth, keys)
     out = [w for it in items for w in it.words]
@@ -308,8 +305,7 @@ def _unroll_small(words: list[Instr], limit: int | None = None) -> list[Instr]:
     while k < len(words):
         w = words[k]
         body = words[k + 1:k + 1 + w.body] if w.op == "loop" else []
-        if (w.op != "loop" or w.args["count"] * w.body > limit or w.args["entry"]
-                or any(x.op == "loop" for x in body)):
+        if w.op != "loop" or w.args["count"] * w.body > limit or any(x.op == "loop" for x in body):
             out.append(w)
             k += 1
             continue
@@ -328,8 +324,7 @@ def _absorb_copies(words: list[Instr]) -> list[Instr]:
     out, k = [], 0
     while k < len(words):
         w = words[k]
-        if (w.op != "loop" or w.args["entry"]
-                or any(x.op == "loop" for x in words[k + 1:k + 1 + w.body])):
+        if w.op != "loop" or any(x.op == "loop" for x in words[k + 1:k + 1 + w.body]):
             out.append(w)
             k += 1
             continue
@@ -372,9 +367,6 @@ def _items(words: list[Instr], keys: _Keys, max_depth: int) -> list[Item]:
             out.append(_plain(w, keys))
             k += 1
             continue
-        if w.args["entry"]:
-            raise ValueError(f"reroll: the loop at word {k} has an entry (the input's loops "
-                             "are the emitter's, entered at their first word)")
         body = _roll(_items(words[k + 1:k + 1 + w.body], keys, max_depth - 1), max_depth - 1, keys)
         inner = [x for it in body for x in it.words]
         head = Instr("loop", {**w.args, "body": len(inner)}, w.wait, w.signal)
