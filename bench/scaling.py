@@ -20,7 +20,8 @@
   256-wide MLP on 2x2: a pipeline of stages with resident weights (``--split pipeline``)
   against the data-parallel split (``--split images``), and what ``--split auto`` chose.
 * **RTL** (cocotb + Verilator): the digits CNN (``examples/digits``) on one core and on a
-  2x2 array: cycles, bit-exactness against the int8 reference, NoC flits.
+  2x2 array: cycles, bit-exactness against the int8 reference, NoC flits, and the golden
+  model's cycle estimate against the RTL's (``golden_error``).
 
 Prints one JSON document.
 """
@@ -206,6 +207,9 @@ def rtl_digits() -> dict:
         out[key] = {"rtl_cycles": [r.core_cycles for r in reps],
                     "golden_cycles": [r.core_cycles for r in gold],
                     "bit_exact": f"{agree.bit_exact}/{len(xs)}", "wall_s": round(time.time() - t)}
+        # the golden model's cycle estimate against the RTL (the cost model's error)
+        out[key]["golden_error"] = round(float(np.mean(out[key]["golden_cycles"])
+                                               / np.mean(out[key]["rtl_cycles"]) - 1), 4)
         arrays = [s for s in reps[0].segments if s["device"] == "array"]
         if arrays:
             out[key]["noc_flits"] = arrays[0]["network"]["flits"]

@@ -135,6 +135,9 @@ class Machine:
         self.coords, self.mesh = coords, mesh
         #: the external-memory port (shared by the cores of an array): DMA timing waits for it
         self.bus = bus or timing.SharedBus()
+        #: called with the cycles another core's transfer took from the running DMA's share
+        #: of the port (set by the scheduler for the instruction it starts)
+        self.on_bus_delay = None
         self.local = np.zeros(c.local_bytes, np.uint8)
         self.arrived = [0] * isa.NET_TAGS
         self.outbox: list[Packet] = []
@@ -272,7 +275,7 @@ class Machine:
         cycles = timing.ld_cycles(src[::i.cols], i.cols, c.axi_bytes, beat)
         if self.far is not None:
             cycles += self.far.extra(src[::i.cols], i.cols, c.axi_bytes, write=False)
-        return _Exec(cycles + self._bus_wait(src, i.cols, beat, write=False), accesses)
+        return _Exec(cycles + self._bus_wait(src, i.cols, beat, False, cycles), accesses)
 
     def _threshold(self, i: Instr, dst: np.ndarray, data: np.ndarray) -> None:
         """The sparse processing unit: write nidx bits for bytes loaded into nbuf."""
@@ -347,7 +350,7 @@ class Machine:
                                      write=False)
             cycles += self.far.extra(np.array([i.ext + act_compress.HEADER]), body,
                                      c.axi_bytes, write=False) if body else 0
-        return _Exec(cycles + self._bus_wait(np.array([i.ext]), length, 1, write=False),
+        return _Exec(cycles + self._bus_wait(np.array([i.ext]), length, 1, False, cycles),
                      accesses)
 
     def _stc(self, i: Instr) -> _Exec:
@@ -364,7 +367,7 @@ class Machine:
         cycles = timing.stc_cycles(act_compress.chunk_nonzeros(rows), i.cols)
         if self.far is not None:
             cycles += self.far.extra(np.array([i.ext]), stream.size, c.axi_bytes, write=True)
-        return _Exec(cycles + self._bus_wait(np.array([i.ext]), stream.size, 1, write=True),
+        return _Exec(cycles + self._bus_wait(np.array([i.ext]), stream.size, 1, True, cycles),
                      [self._span("obuf", src, False), *accesses])
 
     # ------------------------------------------------------------------------------------
@@ -636,13 +639,16 @@ class Machine:
         cycles = timing.st_cycles(dst[::i.cols], i.cols, c.axi_bytes)
         if self.far is not None:
             cycles += self.far.extra(dst[::i.cols], i.cols, c.axi_bytes, write=True)
-        return _Exec(cycles + self._bus_wait(dst, i.cols, 1, write=True),
+        return _Exec(cycles + self._bus_wait(dst, i.cols, 1, True, cycles),
                      [self._span("obuf", src, False), *accesses])
 
-    def _bus_wait(self, addrs: np.ndarray, cols: int, beat_cycles: int, write: bool) -> int:
-        """Cycles a DMA of rows of ``cols`` bytes at ``addrs`` waits for the shared
-        external-memory port (0 for local memory): its external bursts are reserved on the
-        port from its first beat on (:func:`~.timing.bus_cycles`)."""
+    def _bus_wait(self, addrs: np.ndarray, cols: int, beat_cycles: int, write: bool,
+                  cycles: int) -> int:
+        """Cycles a DMA of rows of ``cols`` bytes at ``addrs`` taking ``cycles`` on its
+        own waits for the shared external-memory port (0 for local memory): its external
+        bursts (:func:`~.timing.bus_cycles`) take the port from its first beat on, shared
+        with other cores' transfers (:class:`~.timing.SharedBus`), which may also make the
+        running DMA end later (:meth:`Scheduler._delay`)."""
         starts = addrs[::cols]
         starts = starts[starts < isa.LOCAL_BASE]
         if not starts.size:
@@ -651,7 +657,8 @@ class Machine:
         if self.far is not None:  # the port is held while the far memory answers
             beats += self.far.extra(starts, cols, self.config.axi_bytes, write)
         want = self.now + timing.DMA_LATENCY
-        start = (self.bus.write if write else self.bus.read)(want, beats)
+        start = (self.bus.write if write else self.bus.read)(
+            want, beats, self.coords, self.on_bus_delay, cycles - timing.DMA_LATENCY)
         return start - want
 
     # ------------------------------------------------------------------------------------
@@ -763,6 +770,7 @@ class Scheduler:
         self.seq = Sequencer(prog, self.cfg.icache_lines)
         if self.seq.cache is not None:
             self.seq.cache.bus = machine.bus  # fills and loads share the port
+            self.seq.cache.owner = machine.coords
         self.next_dispatch = 0
         self.dispatched = 0
         self.halted = False
@@ -825,6 +833,7 @@ class Scheduler:
                     self.tokens[(w, u)] -= 1
                 hz_seq = self.hz.start(u, sorted(ins.wait)) if self.hz else 0
                 m.now, m.pc = t, addr
+                m.on_bus_delay = lambda d, u=u: self._delay(u, d)
                 try:
                     ex = m.execute(ins)
                 except ExecutionError as e:
@@ -877,6 +886,19 @@ class Scheduler:
                             timing.ZERO_TRIP_CYCLES if ins.args["count"] == 0
                             else timing.ENTRY_CYCLES if ins.args["entry"] else 0)
                     progress = True
+
+    def _delay(self, u: Unit, d: int) -> None:
+        """Unit ``u``'s running DMA ends ``d`` cycles later: another core's transfer shared
+        the external-memory port with it (:class:`~.timing.SharedBus`)."""
+        if u in self.running:
+            self.busy_until[u] += d
+            self.m.stats.busy[u.name] += d
+            if self.trace is not None:
+                for k in range(len(self.trace) - 1, -1, -1):
+                    if self.trace[k][1] == u.name:
+                        a, name, t0, t1 = self.trace[k]
+                        self.trace[k] = (a, name, t0, t1 + d)
+                        break
 
     def next_event(self) -> int | None:
         """When this core can next make progress on its own (``None``: halted, or blocked

@@ -89,6 +89,8 @@ class InstructionCache:
     ready_at: list[int] = field(init=False)
     #: the external-memory port the fills share (with LD, and with other cores)
     bus: timing.SharedBus = field(default_factory=timing.SharedBus)
+    #: the core whose fills these are (the port shares its time between cores)
+    owner: object = None
     stats: CacheStats = field(default_factory=CacheStats)
 
     def __post_init__(self) -> None:
@@ -98,8 +100,14 @@ class InstructionCache:
     def _fill(self, line: int, t: int) -> None:
         k = line % self.lines
         self.tags[k] = line
-        start = self.bus.read(t + timing.FETCH_LATENCY, timing.LINE_FILL_BEATS)
+        start = self.bus.read(t + timing.FETCH_LATENCY, timing.LINE_FILL_BEATS, self.owner,
+                              lambda d: self._delayed(k, line, d))
         self.ready_at[k] = start + timing.LINE_FILL_BEATS
+
+    def _delayed(self, k: int, line: int, d: int) -> None:
+        """Another core's transfer took ``d`` cycles of the port while ``line`` filled."""
+        if self.tags[k] == line:
+            self.ready_at[k] += d
 
     def access(self, addr: int, t: int) -> int:
         """Present word ``addr`` at time ``t``; returns when it is available."""

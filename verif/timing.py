@@ -8,7 +8,7 @@ side).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -290,23 +290,59 @@ def vx_cycles(iterations: int, reads_per_iteration: int, pipeline: int = VX_PIPE
 class SharedBus:
     """The external-memory port's read and write data channels, one beat per cycle each,
     shared by every requester of every core of an array (instruction-cache fills and LD
-    reads; ST writes).  A request is served after the ones before it: its first beat goes
-    when the channel is free, and it holds the channel for its beats."""
+    reads; ST writes).
+
+    A core's own requests are served one after the other: its first beat goes when its
+    earlier transfers' beats are done.  Transfers of *different* cores interleave burst by
+    burst (the interconnect grants the cores' bursts round robin), so each shares the port
+    with the others still holding it.  A transfer spreads its beats over its ``span`` (a
+    requester slower than the port leaves it idle between bursts); while two overlap, what
+    they ask of the port beyond one beat per cycle delays both: a transfer of ``b`` beats
+    arriving at full rate while another core's has ``r`` beats to go at full rate waits
+    ``min(r, b)`` cycles and delays that one by as much (``on_delay`` tells its owner).
+    With one core this is first come, first served, as the RTL's single master sees it."""
 
     read_free: int = 0
     write_free: int = 0
     read_beats: int = 0    #: beats read so far (a port's traffic)
     write_beats: int = 0
+    #: per channel, the transfers that may still hold it:
+    #: [end, owner, on_delay, beats per cycle, end of its beats back to back]
+    _held: dict = field(default_factory=lambda: {"read": [], "write": []}, repr=False)
 
-    def read(self, t: int, beats: int) -> int:
-        """Reserve ``beats`` read beats wanted from time ``t``; returns when they start."""
-        start = max(t, self.read_free)
-        self.read_free = start + beats
+    def read(self, t: int, beats: int, owner=None, on_delay=None, span: int = 0) -> int:
+        """Reserve ``beats`` read beats wanted from time ``t`` for core ``owner``, spread
+        over ``span`` cycles (at least ``beats``: a requester slower than the port leaves
+        it idle between its bursts); returns when they start."""
         self.read_beats += beats
+        start = self._reserve("read", t, beats, owner, on_delay, span)
+        self.read_free = max([self.read_free] + [x[4] for x in self._held["read"]])
         return start
 
-    def write(self, t: int, beats: int) -> int:
-        start = max(t, self.write_free)
-        self.write_free = start + beats
+    def write(self, t: int, beats: int, owner=None, on_delay=None, span: int = 0) -> int:
         self.write_beats += beats
+        start = self._reserve("write", t, beats, owner, on_delay, span)
+        self.write_free = max([self.write_free] + [x[4] for x in self._held["write"]])
         return start
+
+    def _reserve(self, channel: str, t: int, beats: int, owner, on_delay,
+                 span: int) -> int:
+        held = self._held[channel] = [x for x in self._held[channel] if x[0] > t]
+        # after the owner's own transfers' beats (first come, first served)
+        start = max([t] + [x[4] for x in held if x[1] == owner])
+        span = max(span, beats, 1)
+        rate = beats / span
+        share = 0
+        for x in held:
+            if x[1] != owner and x[0] > start:
+                # while both run, the port gives each its bursts in turn: what the two ask
+                # of it beyond one beat per cycle delays both
+                d = int(round(max(0.0, x[3] + rate - 1.0) * min(x[0] - start, span)))
+                if d:
+                    x[0] += d
+                    x[4] += d
+                    share = max(share, d)
+                    if x[2] is not None:
+                        x[2](d)
+        held.append([start + share + span, owner, on_delay, rate, start + share + beats])
+        return start + share

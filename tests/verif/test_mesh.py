@@ -221,6 +221,40 @@ def test_memory_ports_serve_their_columns_in_parallel():
     assert _loads((1, 4), None) >= beats
 
 
+def test_a_port_shares_its_time_between_cores():
+    delays = {"a": [], "b": []}
+    bus = timing.SharedBus()
+    assert bus.read(0, 100, "a", delays["a"].append) == 0
+    # another core's transfer interleaves with the 90 beats "a" has left: it waits (and
+    # delays "a") by its own 40 beats; the port's time is conserved
+    assert bus.read(10, 40, "b", delays["b"].append) == 50
+    assert delays == {"a": [40], "b": []} and bus.read_free == 140
+    # a core's own transfers are first come, first served: after its beats (at 90), and
+    # sharing what "a" has left then
+    assert bus.read(20, 10, "b") == 100 and delays["a"] == [40, 10]
+    # requesters slower than the port (40 beats over 100 cycles each) fit side by side
+    slow = timing.SharedBus()
+    assert slow.read(0, 40, "a", span=100) == 0 and slow.read(10, 40, "b", span=100) == 10
+    # with one requester, as before: first come, first served
+    one = timing.SharedBus()
+    assert [one.read(0, 100), one.read(10, 40), one.write(5, 8)] == [0, 100, 5]
+
+
+def test_cores_sharing_a_port_finish_their_loads_together():
+    # a column of two cores (one port) loading as much each: the port interleaves their
+    # bursts, so neither gets it to itself while the other waits (as on the RTL)
+    mp = MeshProgram.new(CFG, (1, 2), 1 << 17)
+    for k, xy in enumerate(mp.coords):
+        src = mp.image.alloc(f"src{k}", 4 * CFG.nbuf_bytes, "input").addr
+        for off in range(0, 4 * CFG.nbuf_bytes, CFG.nbuf_bytes):
+            mp.core(xy).emit("ld", buf="nbuf", ext=src + off, dst=0, cols=CFG.nbuf_bytes)
+    mp.finish()
+    res = mp.run_golden()
+    alone = _loads((1, 1), None, 4 * CFG.nbuf_bytes)
+    first, second = sorted(c.stats.cycles for c in res.cores.values())
+    assert second - first < 0.05 * second and first > 1.8 * alone
+
+
 def test_memory_port_of_a_column():
     from snpu.config import memory_port, memory_ports
 
