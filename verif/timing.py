@@ -287,6 +287,17 @@ def vx_cycles(iterations: int, reads_per_iteration: int, pipeline: int = VX_PIPE
 
 
 @dataclass
+class _Transfer:
+    """A transfer holding a :class:`SharedBus` channel."""
+
+    end: int          #: when its span ends (its beats spread over it)
+    owner: object     #: the core it is for
+    on_delay: object  #: called with the cycles another core's transfer delays it (or None)
+    rate: float       #: beats per cycle it asks of the port
+    beats_end: int    #: when its beats would end back to back (its core's next one starts)
+
+
+@dataclass
 class SharedBus:
     """The external-memory port's read and write data channels, one beat per cycle each,
     shared by every requester of every core of an array (instruction-cache fills and LD
@@ -306,8 +317,7 @@ class SharedBus:
     write_free: int = 0
     read_beats: int = 0    #: beats read so far (a port's traffic)
     write_beats: int = 0
-    #: per channel, the transfers that may still hold it:
-    #: [end, owner, on_delay, beats per cycle, end of its beats back to back]
+    #: per channel, the transfers that may still hold it
     _held: dict = field(default_factory=lambda: {"read": [], "write": []}, repr=False)
 
     def read(self, t: int, beats: int, owner=None, on_delay=None, span: int = 0) -> int:
@@ -316,33 +326,34 @@ class SharedBus:
         it idle between its bursts); returns when they start."""
         self.read_beats += beats
         start = self._reserve("read", t, beats, owner, on_delay, span)
-        self.read_free = max([self.read_free] + [x[4] for x in self._held["read"]])
+        self.read_free = max([self.read_free] + [x.beats_end for x in self._held["read"]])
         return start
 
     def write(self, t: int, beats: int, owner=None, on_delay=None, span: int = 0) -> int:
         self.write_beats += beats
         start = self._reserve("write", t, beats, owner, on_delay, span)
-        self.write_free = max([self.write_free] + [x[4] for x in self._held["write"]])
+        self.write_free = max([self.write_free] + [x.beats_end for x in self._held["write"]])
         return start
 
     def _reserve(self, channel: str, t: int, beats: int, owner, on_delay,
                  span: int) -> int:
-        held = self._held[channel] = [x for x in self._held[channel] if x[0] > t]
+        held = self._held[channel] = [x for x in self._held[channel] if x.end > t]
         # after the owner's own transfers' beats (first come, first served)
-        start = max([t] + [x[4] for x in held if x[1] == owner])
+        start = max([t] + [x.beats_end for x in held if x.owner == owner])
         span = max(span, beats, 1)
         rate = beats / span
         share = 0
         for x in held:
-            if x[1] != owner and x[0] > start:
+            if x.owner != owner and x.end > start:
                 # while both run, the port gives each its bursts in turn: what the two ask
                 # of it beyond one beat per cycle delays both
-                d = int(round(max(0.0, x[3] + rate - 1.0) * min(x[0] - start, span)))
+                d = int(round(max(0.0, x.rate + rate - 1.0) * min(x.end - start, span)))
                 if d:
-                    x[0] += d
-                    x[4] += d
+                    x.end += d
+                    x.beats_end += d
                     share = max(share, d)
-                    if x[2] is not None:
-                        x[2](d)
-        held.append([start + share + span, owner, on_delay, rate, start + share + beats])
+                    if x.on_delay is not None:
+                        x.on_delay(d)
+        held.append(_Transfer(start + share + span, owner, on_delay, rate,
+                              start + share + beats))
         return start + share
