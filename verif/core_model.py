@@ -10,6 +10,7 @@ instructions in order into per-unit queues and starts them when their dependency
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -767,6 +768,8 @@ class Scheduler:
         self.pending_signals: dict[Unit, tuple[int, Instr]] = {}  # finished, waiting to push
         self.hz = HazardChecker() if check_races else None
         self.trace: list | None = [] if trace else None
+        #: per unit: what the machine calls when another core's transfer delays its DMA
+        self.bus_delay = {u: functools.partial(self._delay, u) for u in IMPLEMENTED_UNITS}
         self.seq = Sequencer(prog, self.cfg.icache_lines)
         if self.seq.cache is not None:
             self.seq.cache.bus = machine.bus  # fills and loads share the port
@@ -833,7 +836,7 @@ class Scheduler:
                     self.tokens[(w, u)] -= 1
                 hz_seq = self.hz.start(u, sorted(ins.wait)) if self.hz else 0
                 m.now, m.pc = t, addr
-                m.on_bus_delay = lambda d, u=u: self._delay(u, d)
+                m.on_bus_delay = self.bus_delay[u]
                 try:
                     ex = m.execute(ins)
                 except ExecutionError as e:
