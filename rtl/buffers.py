@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from snpu.config import CoreConfig
 
-from .ld_unit import param_write_signature
+from .ld_unit import param_records_per_write, param_write_signature
 
 
 class OutputCache(wiring.Component):
@@ -58,7 +58,9 @@ class OutputCache(wiring.Component):
 class ParamMemory(wiring.Component):
     """Requantisation parameters: channel record ``w`` (8 bytes: bias, mult, shift) is word
     ``w``, kept in bank ``w % lanes`` so the VX unit reads the records of ``lanes``
-    consecutive channels (one parameter row) per cycle, data the next cycle."""
+    consecutive channels (one parameter row) per cycle, data the next cycle.  A write
+    (``w``) puts up to :func:`~.ld_unit.param_records_per_write` consecutive records, from
+    channel ``w.addr`` on, into as many banks."""
 
     def __init__(self, config: CoreConfig):
         self._cfg = config
@@ -73,11 +75,19 @@ class ParamMemory(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         P = self._cfg.lanes
+        n = param_records_per_write(self._cfg)
+        first = self.w.addr % P
         for g, bank in enumerate(self._banks):
             m.submodules[f"bank{g}"] = bank
             wp, rp = bank.write_port(granularity=8), bank.read_port()
-            m.d.comb += [wp.addr.eq(self.w.addr // P), wp.data.eq(self.w.data),
-                         wp.en.eq(Mux(self.w.addr % P == g, self.w.en, 0)),
+            # this bank's record of the write: the k-th, k = (g - first) mod P
+            k = Signal(range(P), name=f"record{g}")
+            m.d.comb += k.eq((g - first)[:(P - 1).bit_length()]) if P > 1 else k.eq(0)
+            m.d.comb += [wp.addr.eq((self.w.addr + k) // P),
+                         wp.data.eq(self.w.data.word_select(k[:max(1, (n - 1).bit_length())]
+                                                            if n > 1 else 0, 64)),
+                         wp.en.eq(Mux(k < n, self.w.en.word_select(
+                             k[:max(1, (n - 1).bit_length())] if n > 1 else 0, 8), 0)),
                          rp.addr.eq(self.r_row), rp.en.eq(self.r_en),
                          self.r_data[g].eq(rp.data)]
         return m

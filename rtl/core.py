@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from snpu.config import CoreConfig
 
 from .acc import Accumulators
-from .axi_split import ReadSplit, WriteSplit
+from .axi_split import ReadSplit, ReadUpsizer, WriteSplit
 from .axi import AxiSignature
 from .buffers import OutputCache, ParamMemory
 from .dispatch import Dispatcher
@@ -43,10 +43,10 @@ COUNTERS = (
 )
 
 
-def core_signature() -> wiring.Signature:
-    """The core's ports (the same for every configuration)."""
+def core_signature(axi_data_bits: int = 64) -> wiring.Signature:
+    """The core's ports (the same for every configuration but the AXI bus's width)."""
     return wiring.Signature({
-        "axi": Out(AxiSignature()),
+        "axi": Out(AxiSignature(data_bits=axi_data_bits)),
         "start": In(1),
         "rom_base": In(32),
         "rom_words": In(PC_BITS + 1),
@@ -72,8 +72,12 @@ class Core(wiring.Component):
     and gives dependency tokens.  LD fills the neuron buffer (through the sparse processing
     unit), the weight banks, the accumulators and the parameter memory; MX runs the lanes
     (mapping unit + MACs) into the accumulators; VX pools, adds, requantises into the output
-    cache; ST writes the output cache back.  One AXI4 master port (64-bit): reads are shared
-    by fetch (``arid`` 0) and LD (``arid`` 1) round-robin per burst; writes come from ST.
+    cache; ST writes the output cache back.  One AXI4 master port (``axi_data_bits``: 64,
+    128 or 256): reads are shared by fetch (``arid`` 0) and LD (``arid`` 1) round-robin per
+    burst; writes come from ST.  On a bus wider than 64 bits only LD uses the full width;
+    fetch reads and ST writes are narrow bursts of 8-byte beats (``arsize`` / ``awsize``
+    3), each beat on the byte lanes of its address, and LD's bursts to local memory (64
+    bits wide) pass a :class:`~.axi_split.ReadUpsizer`.
 
     Control/status: pulse ``start`` with ``rom_base`` (16-byte aligned); ``busy`` until
     ``done`` (which stays high until the next ``start``).  ``error`` (an
@@ -101,12 +105,14 @@ class Core(wiring.Component):
         self._st = StoreUnit(config)
         self._net = NetUnit(config)
         self._local = LocalMemory(config.local_bytes)
-        self._ld_split = ReadSplit()
+        self._ld_split = ReadSplit(data_bits=config.axi_data_bits)
+        self._ld_upsizer = (ReadUpsizer(config.axi_data_bits) if config.axi_data_bits > 64
+                            else None)
         self._st_split = WriteSplit()
         self._acc = Accumulators(config)
         self._param = ParamMemory(config)
         self._obuf = OutputCache(config)
-        super().__init__(core_signature())
+        super().__init__(core_signature(config.axi_data_bits))
 
     @property
     def config(self) -> CoreConfig:
@@ -222,12 +228,23 @@ class Core(wiring.Component):
         for k in ("awready", "wready", "bvalid", "bresp"):
             m.d.comb += getattr(st, k).eq(getattr(ssp, f"m_{k}"))
         lax = local.axi
-        m.d.comb += [lax.arvalid.eq(lsp.l_arvalid), lax.araddr.eq(lsp.l_araddr),
-                     lax.arlen.eq(lsp.l_arlen), lax.arsize.eq(3), lax.arburst.eq(1),
-                     lax.arid.eq(1), lsp.l_arready.eq(lax.arready),
-                     lsp.l_rvalid.eq(lax.rvalid), lsp.l_rdata.eq(lax.rdata),
-                     lsp.l_rresp.eq(lax.rresp), lsp.l_rlast.eq(lax.rlast),
-                     lax.rready.eq(lsp.l_rready),
+        # LD's reads of local memory (64 bits wide): through the upsizer on a wider bus
+        lrd = lsp
+        if self._ld_upsizer is not None:
+            m.submodules.ld_upsizer = up = ResetInserter(self.start)(self._ld_upsizer)
+            for k in ("arvalid", "araddr", "arlen", "rready"):
+                m.d.comb += getattr(up, f"m_{k}").eq(getattr(lsp, f"l_{k}"))
+            for k in ("arready", "rvalid", "rdata", "rresp", "rlast"):
+                m.d.comb += getattr(lsp, f"l_{k}").eq(getattr(up, f"m_{k}"))
+            lrd = _Prefixed(up, "s_")
+        else:
+            lrd = _Prefixed(lsp, "l_")
+        m.d.comb += [lax.arvalid.eq(lrd.arvalid), lax.araddr.eq(lrd.araddr),
+                     lax.arlen.eq(lrd.arlen), lax.arsize.eq(3), lax.arburst.eq(1),
+                     lax.arid.eq(1), lrd.arready.eq(lax.arready),
+                     lrd.rvalid.eq(lax.rvalid), lrd.rdata.eq(lax.rdata),
+                     lrd.rresp.eq(lax.rresp), lrd.rlast.eq(lax.rlast),
+                     lax.rready.eq(lrd.rready),
                      lax.awvalid.eq(ssp.l_awvalid), lax.awaddr.eq(ssp.l_awaddr),
                      lax.awlen.eq(ssp.l_awlen), lax.awsize.eq(3), lax.awburst.eq(1),
                      lax.awid.eq(0), ssp.l_awready.eq(lax.awready),
@@ -238,6 +255,8 @@ class Core(wiring.Component):
 
         # ---- AXI: read arbitration (fetch id 0, LD id 1), writes from ST.
         bus = self.axi
+        B = c.axi_bytes
+        parts = B // 8                  # 8-byte beats of a narrow burst per bus word
         last_ld = Signal()  # round robin: who won the last address handshake
         pick_ld = Signal()
         m.d.comb += pick_ld.eq(lsp.e_arvalid & (~fetch.arvalid | ~last_ld))
@@ -245,22 +264,53 @@ class Core(wiring.Component):
             bus.arvalid.eq(fetch.arvalid | lsp.e_arvalid),
             bus.araddr.eq(Mux(pick_ld, lsp.e_araddr, fetch.araddr)),
             bus.arlen.eq(Mux(pick_ld, lsp.e_arlen, fetch.arlen)),
-            bus.arid.eq(pick_ld), bus.arsize.eq(3), bus.arburst.eq(1),
+            bus.arid.eq(pick_ld), bus.arsize.eq(Mux(pick_ld, (B - 1).bit_length(), 3)),
+            bus.arburst.eq(1),
             lsp.e_arready.eq(bus.arready & pick_ld), fetch.arready.eq(bus.arready & ~pick_ld),
             bus.rready.eq(Mux(bus.rid, lsp.e_rready, fetch.rready)),
             lsp.e_rvalid.eq(bus.rvalid & bus.rid), fetch.rvalid.eq(bus.rvalid & ~bus.rid),
             lsp.e_rdata.eq(bus.rdata), lsp.e_rresp.eq(bus.rresp), lsp.e_rlast.eq(bus.rlast),
-            fetch.rdata.eq(bus.rdata), fetch.rresp.eq(bus.rresp), fetch.rlast.eq(bus.rlast),
+            fetch.rresp.eq(bus.rresp), fetch.rlast.eq(bus.rlast),
         ]
         with m.If(bus.arvalid & bus.arready):
             m.d.sync += last_ld.eq(pick_ld)
+        if parts == 1:
+            m.d.comb += fetch.rdata.eq(bus.rdata)
+        else:
+            # a line fill is 64-byte aligned: its k-th 8-byte beat is on part k % parts
+            fetch_beat = Signal(3)
+            with m.If(fetch.rvalid & fetch.rready):
+                m.d.sync += fetch_beat.eq(fetch_beat + 1)
+            with m.If(self.start):
+                m.d.sync += fetch_beat.eq(0)
+            m.d.comb += fetch.rdata.eq(bus.rdata.word_select(fetch_beat[:(parts - 1).bit_length()],
+                                                             64))
         m.d.comb += [
             bus.awvalid.eq(ssp.e_awvalid), bus.awaddr.eq(ssp.e_awaddr), bus.awlen.eq(ssp.e_awlen),
             bus.awsize.eq(3), bus.awburst.eq(1), bus.awid.eq(0), ssp.e_awready.eq(bus.awready),
-            bus.wvalid.eq(ssp.e_wvalid), bus.wdata.eq(ssp.e_wdata), bus.wstrb.eq(ssp.e_wstrb),
-            bus.wlast.eq(ssp.e_wlast), ssp.e_wready.eq(bus.wready),
+            bus.wvalid.eq(ssp.e_wvalid), bus.wlast.eq(ssp.e_wlast), ssp.e_wready.eq(bus.wready),
             ssp.e_bvalid.eq(bus.bvalid), ssp.e_bresp.eq(bus.bresp), bus.bready.eq(ssp.e_bready),
         ]
+        if parts == 1:
+            m.d.comb += [bus.wdata.eq(ssp.e_wdata), bus.wstrb.eq(ssp.e_wstrb)]
+        else:
+            # ST's narrow bursts: beat k of a burst at `awaddr` is on part
+            # (awaddr / 8 + k) % parts; the bursts' first parts wait in order for their data
+            k = (parts - 1).bit_length()
+            m.submodules.st_parts = st_parts = ResetInserter(self.start)(
+                SyncFIFOBuffered(width=k, depth=4))
+            w_part = Signal(k)
+            w_going = Signal()  # the burst's first beat has gone
+            part_now = Mux(w_going, w_part, st_parts.r_data)
+            m.d.comb += [st_parts.w_en.eq(bus.awvalid & bus.awready),
+                         st_parts.w_data.eq(ssp.e_awaddr[3:3 + k]),
+                         bus.wdata.eq(ssp.e_wdata.replicate(parts)),
+                         bus.wstrb.eq(ssp.e_wstrb << (part_now << 3))]
+            with m.If(bus.wvalid & bus.wready):
+                m.d.sync += [w_part.eq(part_now + 1), w_going.eq(~bus.wlast)]
+                m.d.comb += st_parts.r_en.eq(bus.wlast)
+            with m.If(self.start):
+                m.d.sync += w_going.eq(0)
 
         # ---- Faults: the first one wins.
         unit_errors = ((fe_ld, ld.done, ld.error), (fe_mx, mx.done, mx.error),
@@ -305,3 +355,13 @@ class Core(wiring.Component):
                      cnt["net_bytes_sent"].eq(net.bytes_sent),
                      cnt["net_bytes_received"].eq(net.bytes_received)]
         return m
+
+
+class _Prefixed:
+    """``obj``'s members named ``prefix + name``, as attributes ``name``."""
+
+    def __init__(self, obj, prefix: str):
+        self._obj, self._prefix = obj, prefix
+
+    def __getattr__(self, name):
+        return getattr(self._obj, self._prefix + name)

@@ -1,4 +1,5 @@
-"""DMA read engine: byte ranges of external memory over AXI4, as annotated 64-bit beats."""
+"""DMA read engine: byte ranges of external memory over AXI4, as annotated beats of the bus's
+width."""
 
 from amaranth import *
 from amaranth.lib import data, stream, wiring
@@ -9,9 +10,17 @@ from .axi import BOUNDARY, MAX_BURST, RESP_OKAY
 
 #: a request: the bytes ``[addr, addr + length)``; ``tag`` travels with its beats
 REQUEST = data.StructLayout({"addr": 32, "length": 17, "tag": 16})
-#: a beat: ``count`` valid bytes starting at byte lane ``offset``; ``first`` / ``last`` beat of
-#: its request, and the request's ``tag``
-BEAT = data.StructLayout({"data": 64, "offset": 3, "count": 4, "first": 1, "last": 1, "tag": 16})
+
+
+def beat_layout(beat_bytes: int = 8) -> data.StructLayout:
+    """A beat of ``beat_bytes`` bytes: ``count`` valid bytes starting at byte lane
+    ``offset``; ``first`` / ``last`` beat of its request, and the request's ``tag``."""
+    lanes = (beat_bytes - 1).bit_length()
+    return data.StructLayout({"data": 8 * beat_bytes, "offset": lanes,
+                              "count": lanes + 1, "first": 1, "last": 1, "tag": 16})
+
+
+BEAT = beat_layout(8)  #: a beat of the 64-bit bus
 
 
 class DmaReader(wiring.Component):
@@ -27,6 +36,13 @@ class DmaReader(wiring.Component):
 
     Throughput one beat per cycle; latency that of the memory.
 
+    Parameters
+    ----------
+    depth:
+        Requests in flight.
+    data_bits:
+        The bus's data width (beats of ``data_bits / 8`` bytes, ``arsize`` to match).
+
     Members
     -------
     req : In(stream(REQUEST))
@@ -37,28 +53,25 @@ class DmaReader(wiring.Component):
         Requested bytes delivered since reset (the DMA read counter).
     """
 
-    req: In(stream.Signature(REQUEST))
-    beats: Out(stream.Signature(BEAT))
-    arvalid: Out(1)
-    arready: In(1)
-    araddr: Out(32)
-    arlen: Out(8)
-    rvalid: In(1)
-    rready: Out(1)
-    rdata: In(64)
-    rresp: In(2)
-    rlast: In(1)
-    error: Out(1)
-    clear: In(1)
-    bytes_read: Out(32)
-
-    def __init__(self, depth: int = 4):
+    def __init__(self, depth: int = 4, data_bits: int = 64):
         self._inflight = SyncFIFOBuffered(width=REQUEST.size, depth=depth)
-        super().__init__()
+        self.beat_bytes = data_bits // 8
+        super().__init__({
+            "req": In(stream.Signature(REQUEST)),
+            "beats": Out(stream.Signature(beat_layout(self.beat_bytes))),
+            "arvalid": Out(1), "arready": In(1), "araddr": Out(32), "arlen": Out(8),
+            "arsize": Out(3),
+            "rvalid": In(1), "rready": Out(1), "rdata": In(data_bits), "rresp": In(2),
+            "rlast": In(1),
+            "error": Out(1), "clear": In(1), "bytes_read": Out(32),
+        })
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.inflight = inflight = self._inflight
+        B = self.beat_bytes
+        lg = (B - 1).bit_length()  # address bits inside a beat
+        m.d.comb += self.arsize.eq(lg)
 
         # ---- Address side: one request at a time, burst by burst.
         busy = Signal()
@@ -66,18 +79,18 @@ class DmaReader(wiring.Component):
         beats_left = Signal(14)  # beats of the current request not yet requested
         m.d.comb += self.req.ready.eq(~busy & inflight.w_rdy)
         m.d.comb += [inflight.w_data.eq(self.req.payload), inflight.w_en.eq(self.req.valid & self.req.ready)]
-        first = self.req.payload.addr & ~7
-        last = (self.req.payload.addr + self.req.payload.length - 1) & ~7
+        first = self.req.payload.addr & ~(B - 1)
+        last = (self.req.payload.addr + self.req.payload.length - 1) & ~(B - 1)
         with m.If(self.req.valid & self.req.ready):
-            m.d.sync += [busy.eq(1), next_addr.eq(first), beats_left.eq(((last - first) >> 3) + 1)]
+            m.d.sync += [busy.eq(1), next_addr.eq(first), beats_left.eq(((last - first) >> lg) + 1)]
         to_boundary = Signal(10)
-        m.d.comb += to_boundary.eq((BOUNDARY - next_addr[:12]) >> 3)
+        m.d.comb += to_boundary.eq((BOUNDARY - next_addr[:12]) >> lg)
         burst = Signal(range(MAX_BURST + 1))
         limit = Mux(to_boundary < MAX_BURST, to_boundary, MAX_BURST)
         m.d.comb += burst.eq(Mux(beats_left < limit, beats_left, limit))
         m.d.comb += [self.arvalid.eq(busy), self.araddr.eq(next_addr), self.arlen.eq(burst - 1)]
         with m.If(self.arvalid & self.arready):
-            m.d.sync += [next_addr.eq(next_addr + (burst << 3)), beats_left.eq(beats_left - burst)]
+            m.d.sync += [next_addr.eq(next_addr + (burst << lg)), beats_left.eq(beats_left - burst)]
             with m.If(beats_left == burst):
                 m.d.sync += busy.eq(0)
 
@@ -86,12 +99,12 @@ class DmaReader(wiring.Component):
         m.d.comb += head.eq(inflight.r_data)
         started = Signal()
         remaining = Signal(17)
-        offset = Signal(3)
-        m.d.comb += offset.eq(Mux(started, 0, head.addr[:3]))
+        offset = Signal(lg)
+        m.d.comb += offset.eq(Mux(started, 0, head.addr[:lg]))
         rem = Mux(started, remaining, head.length)
-        room = Signal(4)
-        m.d.comb += room.eq(8 - offset)
-        count = Signal(4)
+        room = Signal(lg + 1)
+        m.d.comb += room.eq(B - offset)
+        count = Signal(lg + 1)
         m.d.comb += count.eq(Mux(rem < room, rem, room))
         is_last = Signal()
         m.d.comb += is_last.eq(rem == count)

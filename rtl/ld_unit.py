@@ -10,7 +10,7 @@ from snpu.verif.isa import BUFFERS
 
 from .compress import ChunkExpander, stream_misaligned
 from .dma_reader import DmaReader
-from .matrix_unit import write_port_signature
+from .matrix_unit import buffer_write_ports
 from .microcode import args_layout, op_codes, registers_layout
 from .realign import Realigner
 from .skid import SkidBuffer
@@ -28,11 +28,20 @@ def acc_write_layout(config: CoreConfig) -> data.StructLayout:
     })
 
 
+def param_records_per_write(config: CoreConfig) -> int:
+    """Channel records (8 bytes each) one write into the parameter memory takes: a bus
+    word's, at most one per bank (``lanes`` banks)."""
+    return min(config.axi_bytes // 8, config.lanes)
+
+
 def param_write_signature(config: CoreConfig) -> wiring.Signature:
+    """A write of consecutive channel records from channel ``addr`` on, with byte
+    enables."""
+    n = param_records_per_write(config)
     return wiring.Signature({
         "addr": Out(range(config.param_rows * config.lanes)),
-        "data": Out(64),
-        "en": Out(8),
+        "data": Out(64 * n),
+        "en": Out(8 * n),
     })
 
 
@@ -67,16 +76,26 @@ class LoadUnit(wiring.Component):
     arbiter's ``ready``, the row FIFO) back into the expander, the realigner and the AXI
     read channel.
 
-    Throughput: one 8-byte beat per cycle (``ldc``: :func:`snpu.verif.timing.ldc_cycles`).
+    The read path is as wide as the AXI bus (``axi_data_bits``: 64, 128 or 256): beats,
+    realigned words and the writes into ``nbuf`` / ``nidx`` / ``wbuf`` / ``widx`` carry
+    ``B = axi_data_bits / 8`` bytes.  A word for ``acc`` is written in sub-writes of at
+    most ``lanes`` elements, one for ``param`` in sub-writes of at most ``lanes`` channel
+    records (8 bytes each), a cycle each; an ``ldc`` stream's beats are cut into 8-byte
+    words for the expander, and its dense words written into their part of a bus-wide
+    word.
+
+    Throughput: one beat per cycle (``acc``: ``B / lanes`` cycles, ``param``:
+    ``B / 8 / lanes``; ``ldc``: 8 bytes per cycle, :func:`snpu.verif.timing.ldc_cycles`).
     ``done`` pulses the cycle after the last write.
     """
 
     def __init__(self, config: CoreConfig):
         self._cfg = config
         c = config
-        self._reader = DmaReader()
-        self._realign = Realigner()
-        self._spu = SparseProcessingUnit(8, addr_bits=(c.nbuf_bytes // 8 - 1).bit_length())
+        B = c.axi_bytes
+        self._reader = DmaReader(data_bits=c.axi_data_bits)
+        self._realign = Realigner(B)
+        self._spu = SparseProcessingUnit(B, addr_bits=(c.nbuf_bytes // B - 1).bit_length())
         # per requested row: its destination word address and (wbuf / widx) its lane; deep
         # enough to cover a row's round trip (request, data, skid buffer, write) when rows
         # are one beat long
@@ -91,12 +110,11 @@ class LoadUnit(wiring.Component):
             "error": Out(ErrorCode),
             # AXI read channels (arid chosen by the core's arbiter)
             "arvalid": Out(1), "arready": In(1), "araddr": Out(32), "arlen": Out(8),
-            "rvalid": In(1), "rready": Out(1), "rdata": In(64), "rresp": In(2), "rlast": In(1),
+            "arsize": Out(3),
+            "rvalid": In(1), "rready": Out(1), "rdata": In(c.axi_data_bits), "rresp": In(2),
+            "rlast": In(1),
             # buffers
-            "nbuf_w": Out(write_port_signature(c.nbuf_bytes // 8, 8)),
-            "nidx_w": Out(write_port_signature(c.nidx_bytes // 8, 1)),
-            "wbuf_w": Out(write_port_signature(c.wbuf_bytes // 8, 8)),
-            "widx_w": Out(write_port_signature(c.widx_bytes // 8, 8)),
+            **buffer_write_ports(c, Out),
             "w_lane": Out(range(c.lanes)),
             "acc_w": Out(stream.Signature(acc_write_layout(c))),
             "param_w": Out(param_write_signature(c)),
@@ -107,6 +125,9 @@ class LoadUnit(wiring.Component):
         m = Module()
         c = self._cfg
         P = c.lanes
+        B = c.axi_bytes               # bytes of a beat and of a buffer write
+        lgB = (B - 1).bit_length()
+        k64 = lgB - 3                 # bits of a 64-bit part's index inside a word
         m.submodules.reader = reader = self._reader
         m.submodules.realign = realign = self._realign
         m.submodules.spu = spu = self._spu
@@ -115,7 +136,7 @@ class LoadUnit(wiring.Component):
         # cleared by `start`: an ldc that ends early (a bad stream) leaves no word behind
         m.submodules.words = words = ResetInserter(self.start)(
             SkidBuffer(realign.o.payload.shape()))
-        for name in ("arvalid", "araddr", "arlen", "rready"):
+        for name in ("arvalid", "araddr", "arlen", "arsize", "rready"):
             m.d.comb += getattr(self, name).eq(getattr(reader, name))
         for name in ("arready", "rvalid", "rdata", "rresp", "rlast"):
             m.d.comb += getattr(reader, name).eq(getattr(self, name))
@@ -237,7 +258,7 @@ class LoadUnit(wiring.Component):
         with m.Else():
             m.d.comb += [reader.req.valid.eq(row_req), reader.req.payload.addr.eq(ext_row),
                          reader.req.payload.length.eq(a.cols),
-                         reader.req.payload.tag.eq(dst_row[:3])]
+                         reader.req.payload.tag.eq(dst_row[:lgB])]
         req_fire = reader.req.valid & reader.req.ready
         with m.If(fetch_header & req_fire):
             m.d.sync += [fetch_header.eq(0), fetch_wait.eq(1), words_expected.eq(1)]
@@ -248,6 +269,17 @@ class LoadUnit(wiring.Component):
                 m.d.sync += fetch_body.eq(0)
         index_err = Signal()
         beat = reader.beats
+        # ldc on a bus wider than 64 bits: which 8-byte part of the beat goes next
+        part = Signal(max(1, k64))
+        part_going = Signal()     # the current beat's first part has gone
+        part_now = Signal(max(1, k64))
+        part_last = Signal()
+        if k64:
+            m.d.comb += [part_now.eq(Mux(part_going, part, beat.payload.offset[3:])),
+                         part_last.eq(part_now == (beat.payload.offset + beat.payload.count
+                                                   - 1)[3:lgB])]
+        else:
+            m.d.comb += [part_now.eq(0), part_last.eq(1)]
         header_beat = compressed & fetch_wait
         # (after a bad row the expander still runs: its words are dropped, see `discard`)
         feed = compressed & ~fetch_wait & ~expander.finished
@@ -256,13 +288,21 @@ class LoadUnit(wiring.Component):
         with m.If(~compressed):
             m.d.comb += beat.ready.eq(realign.i.ready)
         with m.Elif(feed):
-            m.d.comb += [expander.i.valid.eq(beat.valid), expander.i.payload.eq(beat.payload.data),
-                         beat.ready.eq(expander.i.ready)]
+            # the beat's 8-byte words, one per cycle (a stream's words are 8-aligned)
+            m.d.comb += [expander.i.valid.eq(beat.valid),
+                         expander.i.payload.eq(beat.payload.data.word_select(part_now, 64)),
+                         beat.ready.eq(expander.i.ready & part_last)]
+            with m.If(expander.i.valid & expander.i.ready):
+                m.d.sync += [part_going.eq(~part_last), part.eq(part_now + 1)]
         with m.Else():  # the header, or words nobody needs any more (after an error)
             m.d.comb += beat.ready.eq(1)
+        with m.If(self.start):
+            m.d.sync += part_going.eq(0)
         with m.If(compressed & beat.valid & beat.ready):
-            m.d.sync += words_arrived.eq(words_arrived + 1)
-        length = beat.payload.data  # the header: stream bytes after it
+            m.d.sync += words_arrived.eq(words_arrived + (beat.payload.count >> 3))
+        # the header: stream bytes after it (its 8 bytes at the beat's offset)
+        length = (beat.payload.data.word_select(beat.payload.offset[3:], 64) if k64
+                  else beat.payload.data)
         with m.If(header_beat & beat.valid):
             m.d.sync += fetch_wait.eq(0)
             with m.If((length[:3] != 0) | (length[3:] > words_bound)):
@@ -283,42 +323,64 @@ class LoadUnit(wiring.Component):
 
         # ---- Write side: realigned (ld) or expanded (ldc) words, through `words`, into the
         # buffer.
+        expanded = Signal(words.i.payload.shape())  # an expanded 8-byte word, in part 0
+        m.d.comb += [expanded.data.eq(expander.o.payload.data),
+                     expanded.be.eq(expander.o.payload.be),
+                     expanded.last.eq(expander.o.payload.last)]
         m.d.comb += [words.i.valid.eq(Mux(compressed, expander.o.valid, realign.o.valid)),
-                     words.i.payload.eq(Mux(compressed, expander.o.payload,
-                                            realign.o.payload)),
+                     words.i.payload.eq(Mux(compressed, expanded, realign.o.payload)),
                      realign.o.ready.eq(words.i.ready & ~compressed),
                      expander.o.ready.eq(words.i.ready & compressed)]
-        word = Signal(20)         # word address of the next word of the current row
+        # Addresses in 8-byte words (`addr64`): an ld row writes whole bus-wide words from
+        # its first one on, an ldc row one 8-byte part of a word at a time.
+        word = Signal(20)         # 8-byte word address of the next word of the current row
         in_row = Signal()
         w = words.o.payload
         source_valid = words.o.valid
         # ldc after a bad row: the rows before it are written, the rest expanded and dropped
         discard = compressed & (err != ErrorCode.NONE) & ~rows_fifo.r_rdy & ~in_row
-        addr = Signal(20)
-        m.d.comb += addr.eq(Mux(in_row, word, rows_fifo.r_data[:20]))
+        row_dst = rows_fifo.r_data[:20]
+        addr64 = Signal(20)
+        m.d.comb += addr64.eq(Mux(in_row, word,
+                                  Mux(compressed, row_dst, row_dst & ~((1 << k64) - 1))))
+        addr = Signal(20)         # the bus-wide word's address
+        m.d.comb += addr.eq(addr64 >> k64)
+        data_w = Signal(8 * B)    # the word, its bytes at their lanes
+        be_w = Signal(B)
+        if k64:
+            sub64 = addr64[:k64]
+            m.d.comb += [data_w.eq(Mux(compressed, w.data[:64].replicate(B // 8), w.data)),
+                         be_w.eq(Mux(compressed, w.be[:8] << (sub64 << 3), w.be))]
+        else:
+            m.d.comb += [data_w.eq(w.data), be_w.eq(w.be)]
         accept = Signal()
-        acc_sub = Signal(range(max(1, 8 // P) + 1))  # sub-write of an 8-element word (P < 8)
+        # sub-writes of a word: acc takes at most `lanes` elements per write, param at most
+        # `lanes` channel records (one per bank)
         acc_busy = (buf == BUFFERS["acc"])
-        nsub = max(1, 8 // P)
+        prm_busy = (buf == BUFFERS["param"])
+        per_prm = param_records_per_write(c)
+        nsub_acc, nsub_prm = max(1, B // P), B // 8 // per_prm
+        sub = Signal(range(max(nsub_acc, nsub_prm) + 1))
         sub_last = Signal()
-        m.d.comb += sub_last.eq(acc_sub == nsub - 1)
+        m.d.comb += sub_last.eq(sub == Mux(acc_busy, nsub_acc - 1,
+                                           Mux(prm_busy, nsub_prm - 1, 0)))
         m.d.comb += accept.eq(source_valid & rows_fifo.r_rdy &
-                              Mux(acc_busy, self.acc_w.ready & sub_last, 1))
+                              Mux(acc_busy, self.acc_w.ready & sub_last, sub_last))
         m.d.comb += words.o.ready.eq(accept | discard)
         with m.If(accept):
-            m.d.sync += [in_row.eq(~w.last), word.eq(addr + 1)]
+            m.d.sync += [in_row.eq(~w.last), word.eq(addr64 + Mux(compressed, 1, B // 8))]
             with m.If(w.last):
                 m.d.comb += [rows_fifo.r_en.eq(1), word_done.eq(1)]
 
         valid_word = source_valid & rows_fifo.r_rdy
         # nbuf (+ the sparse processing unit), nidx, wbuf, widx, param
         for name, port in (("nbuf", self.nbuf_w), ("wbuf", self.wbuf_w), ("widx", self.widx_w)):
-            m.d.comb += [port.addr.eq(addr), port.data.eq(w.data),
-                         port.en.eq(Mux(accept & (buf == BUFFERS[name]), w.be, 0))]
+            m.d.comb += [port.addr.eq(addr), port.data.eq(data_w),
+                         port.en.eq(Mux(accept & (buf == BUFFERS[name]), be_w, 0))]
         m.d.comb += self.w_lane.eq(rows_fifo.r_data[20:])  # the lane of the row being written
         m.d.comb += [
             spu.i.valid.eq(accept & (buf == BUFFERS["nbuf"]) & (r.nidx_mode | compressed)),
-            spu.i.payload.data.eq(w.data), spu.i.payload.be.eq(w.be), spu.i.payload.addr.eq(addr),
+            spu.i.payload.data.eq(data_w), spu.i.payload.be.eq(be_w), spu.i.payload.addr.eq(addr),
             # ldc: the index of non-zero values (threshold 0, no groups)
             spu.thresh.eq(Mux(compressed, 0, r.thresh)),
             spu.group_log2.eq(Mux(compressed, 0, r.group_log2)),
@@ -328,34 +390,41 @@ class LoadUnit(wiring.Component):
         nidx_raw = accept & (buf == BUFFERS["nidx"])
         spu_word = spu.o.payload.addr
         with m.If(spu.o.valid):
-            shift = spu_word[:3] << 3
+            # a neuron-buffer word's B index bits, in their part of an index word (which
+            # holds the bits of 8 neuron-buffer words)
+            shift = spu_word[:3] * B
             m.d.comb += [self.nidx_w.addr.eq(spu_word >> 3),
                          self.nidx_w.data.eq(spu.o.payload.bits << shift),
                          self.nidx_w.en.eq(spu.o.payload.be << shift)]
         with m.Elif(nidx_raw):
-            m.d.comb += [self.nidx_w.addr.eq(addr), self.nidx_w.data.eq(w.data),
-                         self.nidx_w.en.eq(Cat(*[w.be[k].replicate(8) for k in range(8)]))]
-        m.d.comb += [self.param_w.addr.eq(addr), self.param_w.data.eq(w.data),
-                     self.param_w.en.eq(Mux(accept & (buf == BUFFERS["param"]), w.be, 0))]
+            m.d.comb += [self.nidx_w.addr.eq(addr), self.nidx_w.data.eq(data_w),
+                         self.nidx_w.en.eq(Cat(*[be_w[k].replicate(8) for k in range(B)]))]
+        prm_sub = sub[:max(1, (nsub_prm - 1).bit_length())] if nsub_prm > 1 else 0
+        m.d.comb += [self.param_w.addr.eq((addr << k64) + prm_sub * per_prm),
+                     self.param_w.data.eq(data_w.word_select(prm_sub, 64 * per_prm)),
+                     self.param_w.en.eq(Mux(valid_word & prm_busy,
+                                            be_w.word_select(prm_sub, 8 * per_prm), 0))]
+        with m.If(valid_word & prm_busy):
+            m.d.sync += sub.eq(Mux(sub_last, 0, sub + 1))
 
-        # acc: the word's 8 bytes are 8 consecutive elements; a sub-write covers `per` of them,
-        # all in one accumulator row (P and 8 are powers of two), bank = element % P
-        per = min(8, P)
-        elem0 = Signal(23)
-        m.d.comb += elem0.eq((addr << 3) + acc_sub * per)
+        # acc: the word's B bytes are B consecutive elements; a sub-write covers `per` of
+        # them, all in one accumulator row (P and B are powers of two), bank = element % P
+        per = min(B, P)
+        elem0 = Signal(26)
+        m.d.comb += elem0.eq((addr << lgB) + sub * per)
         base_bank = Signal(range(P))
         m.d.comb += base_bank.eq(elem0 % P)
         for g in range(P):
             k = Signal(signed(8), name=f"acc_k{g}")
             m.d.comb += k.eq(g - base_bank)
-            j = Signal(3, name=f"acc_j{g}")
-            m.d.comb += j.eq(acc_sub * per + k[:3])
-            m.d.comb += [self.acc_w.payload.data[g].eq(w.data.word_select(j, 8).as_signed()),
-                         self.acc_w.payload.en[g].eq((k >= 0) & (k < per) & w.be.bit_select(j, 1))]
+            j = Signal(lgB, name=f"acc_j{g}")
+            m.d.comb += j.eq(sub * per + k[:lgB])
+            m.d.comb += [self.acc_w.payload.data[g].eq(data_w.word_select(j, 8).as_signed()),
+                         self.acc_w.payload.en[g].eq((k >= 0) & (k < per) & be_w.bit_select(j, 1))]
         m.d.comb += [self.acc_w.payload.row.eq(elem0 // P),
                      self.acc_w.valid.eq(valid_word & acc_busy)]
         with m.If(self.acc_w.valid & self.acc_w.ready):
-            m.d.sync += acc_sub.eq(Mux(sub_last, 0, acc_sub + 1))
+            m.d.sync += sub.eq(Mux(sub_last, 0, sub + 1))
 
         # ---- Completion.
         running = Signal()

@@ -13,13 +13,43 @@ from .row_broadcast import RowBroadcast
 from .side_source import SideSource
 
 
-def write_port_signature(depth: int, granularity: int) -> wiring.Signature:
-    """A 64-bit write port: word address, data and one enable per ``granularity`` bits."""
+def write_port_signature(depth: int, granularity: int, width: int = 64) -> wiring.Signature:
+    """A ``width``-bit write port of a memory of ``depth`` such words: word address, data
+    and one enable per ``granularity`` bits."""
     return wiring.Signature({
         "addr": Out(range(depth)),
-        "data": Out(64),
-        "en": Out(64 // granularity),
+        "data": Out(width),
+        "en": Out(width // granularity),
     })
+
+
+def wide_read_port(m: Module, mem: Memory, addr: Value, en: Value, data: Value,
+                   name: str) -> None:
+    """Reads 64-bit words from ``mem``, whose words may be wider (a multiple of 64 bits:
+    the width the LD unit writes, the AXI bus's): ``mem``'s word ``addr >> k`` is read when
+    ``en`` is high, and its 64-bit part ``addr % 2**k`` appears on ``data`` the next cycle,
+    holding while ``en`` is low (a synchronous read port, as for a 64-bit memory)."""
+    parts = mem.shape // 64
+    rp = mem.read_port()
+    if parts == 1:
+        m.d.comb += [rp.addr.eq(addr), rp.en.eq(en), data.eq(rp.data)]
+        return
+    k = (parts - 1).bit_length()
+    part = Signal(k, name=f"{name}_part")
+    with m.If(en):
+        m.d.sync += part.eq(addr[:k])
+    m.d.comb += [rp.addr.eq(addr >> k), rp.en.eq(en), data.eq(rp.data.word_select(part, 64))]
+
+
+def buffer_write_ports(config: CoreConfig, flow) -> dict:
+    """The MX unit's buffers' write ports (``flow`` ``In`` on the MX unit, ``Out`` on the
+    LD unit that drives them): words of the AXI bus's width, byte enables (``nidx``: bit
+    enables)."""
+    W, B = config.axi_data_bits, config.axi_bytes
+    return {"nbuf_w": flow(write_port_signature(config.nbuf_bytes // B, 8, W)),
+            "nidx_w": flow(write_port_signature(config.nidx_bytes // B, 1, W)),
+            "wbuf_w": flow(write_port_signature(config.wbuf_bytes // B, 8, W)),
+            "widx_w": flow(write_port_signature(config.widx_bytes // B, 8, W))}
 
 
 #: Stride entries the neuron side's stride-to-direct expander takes per cycle.  4 is what the
@@ -45,9 +75,11 @@ class MatrixUnit(wiring.Component):
     ``results[g]``.  Weights and neurons must not be written while an fc that reads them runs
     (the dependency tokens of the ISA guarantee it).
 
-    Memories are 64 bits wide with a synchronous read port each; ``nidx`` writes have bit
-    enables (the sparse processing unit writes one bit per loaded byte), the others byte
-    enables.  Throughput: ``lanes`` pairs per cycle.
+    Memories are written a word of the AXI bus's width at a time (``axi_data_bits``: 64,
+    128 or 256; the LD unit's words) and read 64 bits at a time through a synchronous read
+    port each (:func:`wide_read_port`); ``nidx`` writes have bit enables (the sparse
+    processing unit writes one bit per loaded byte), the others byte enables.  Throughput:
+    ``lanes`` pairs per cycle.
 
     Parameters
     ----------
@@ -61,9 +93,10 @@ class MatrixUnit(wiring.Component):
         self._lanes = [MatrixLane(g, P) for g in range(P)]
         self._nsrc = SideSource(STRIDE_WINDOW)
         self._broadcast = RowBroadcast(P)
-        self._nidx = Memory(shape=64, depth=config.nidx_bytes // 8, init=[])
+        W, B = config.axi_data_bits, config.axi_bytes
+        self._nidx = Memory(shape=W, depth=config.nidx_bytes // B, init=[])
         self._mems = {
-            name: [Memory(shape=64, depth=size // 8, init=[]) for _ in range(P)]
+            name: [Memory(shape=W, depth=size // B, init=[]) for _ in range(P)]
             for name, size in (("nbuf", config.nbuf_bytes), ("wbuf", config.wbuf_bytes),
                                ("widx", config.widx_bytes))
         }
@@ -74,10 +107,7 @@ class MatrixUnit(wiring.Component):
             "cfg": In(FC_CONFIG),
             "results": Out(stream.Signature(RESULT)).array(P),
             "pairs": Out(32),
-            "nbuf_w": In(write_port_signature(config.nbuf_bytes // 8, 8)),
-            "nidx_w": In(write_port_signature(config.nidx_bytes // 8, 1)),
-            "wbuf_w": In(write_port_signature(config.wbuf_bytes // 8, 8)),
-            "widx_w": In(write_port_signature(config.widx_bytes // 8, 8)),
+            **buffer_write_ports(config, In),
             "w_lane": In(range(P)),
         })
 
@@ -107,10 +137,9 @@ class MatrixUnit(wiring.Component):
             bc.start.eq(self.start), bc.rows.eq(c.rows), bc.merge.eq(modes.merge),
         ]
         wp = nidx.write_port(granularity=1)
-        rp = nidx.read_port()
         m.d.comb += [wp.addr.eq(self.nidx_w.addr), wp.data.eq(self.nidx_w.data),
-                     wp.en.eq(self.nidx_w.en),
-                     rp.addr.eq(nsrc.mem_addr), rp.en.eq(nsrc.mem_en), nsrc.mem_data.eq(rp.data)]
+                     wp.en.eq(self.nidx_w.en)]
+        wide_read_port(m, nidx, nsrc.mem_addr, nsrc.mem_en, nsrc.mem_data, "nidx")
         wiring.connect(m, nsrc.chunks, bc.i_chunks)
         wiring.connect(m, nsrc.entries, bc.i_entries)
 
@@ -126,15 +155,14 @@ class MatrixUnit(wiring.Component):
                 mem = mems[g]
                 m.submodules[f"{name}{g}"] = mem
                 wp = mem.write_port(granularity=8)
-                rp = mem.read_port()
                 port = getattr(self, f"{name}_w")
                 enable = port.en
                 if name in ("wbuf", "widx"):
                     enable = Mux(self.w_lane == g, port.en, 0)
-                m.d.comb += [wp.addr.eq(port.addr), wp.data.eq(port.data), wp.en.eq(enable),
-                             rp.addr.eq(getattr(lane, f"{name}_addr")),
-                             rp.en.eq(getattr(lane, f"{name}_en")),
-                             getattr(lane, f"{name}_data").eq(rp.data)]
+                m.d.comb += [wp.addr.eq(port.addr), wp.data.eq(port.data), wp.en.eq(enable)]
+                wide_read_port(m, mem, getattr(lane, f"{name}_addr"),
+                               getattr(lane, f"{name}_en"), getattr(lane, f"{name}_data"),
+                               f"{name}{g}")
             busy.append(lane.busy)
             error.append(lane.error)
             pairs.append(lane.pairs)

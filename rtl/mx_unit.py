@@ -8,7 +8,7 @@ from snpu.config import CoreConfig
 from snpu.verif.isa import Unit
 
 from .lane import FC_CONFIG
-from .matrix_unit import MatrixUnit, write_port_signature
+from .matrix_unit import MatrixUnit, buffer_write_ports
 from .microcode import args_layout, registers_layout
 from .side_source import Fmt
 from .status import ErrorCode
@@ -97,10 +97,7 @@ class MatrixController(wiring.Component):
             "regs": In(registers_layout(Unit.MX)),
             "done": Out(1),
             "error": Out(ErrorCode),
-            "nbuf_w": In(write_port_signature(config.nbuf_bytes // 8, 8)),
-            "nidx_w": In(write_port_signature(config.nidx_bytes // 8, 1)),
-            "wbuf_w": In(write_port_signature(config.wbuf_bytes // 8, 8)),
-            "widx_w": In(write_port_signature(config.widx_bytes // 8, 8)),
+            **buffer_write_ports(config, In),
             "w_lane": In(range(P)),
             "acc_w": Out(stream.Signature(data.StructLayout({"row": rows, "data": signed(32)}))).array(P),
             "acc_rd": Out(stream.Signature(data.StructLayout({"row": rows}))).array(P),

@@ -4,17 +4,23 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .dma_reader import BEAT
+from .dma_reader import beat_layout
 
-#: a destination word: its data, byte enables, and whether it is the row's last word
-WORD = data.StructLayout({"data": 64, "be": 8, "last": 1})
+
+def word_layout(word_bytes: int = 8) -> data.StructLayout:
+    """A destination word: its data, byte enables, and whether it is the row's last word."""
+    return data.StructLayout({"data": 8 * word_bytes, "be": word_bytes, "last": 1})
+
+
+WORD = word_layout(8)  #: a 64-bit destination word
 
 
 def _rotate_bytes(m: Module, value: Value, amount: Value, name: str) -> Value:
-    """Rotate a 64-bit value left by ``amount`` bytes (an 8:1 multiplexer per byte)."""
-    out = Signal(64, name=name)
+    """Rotate ``value`` left by ``amount`` bytes (an n:1 multiplexer per byte)."""
+    n = len(value) // 8
+    out = Signal(len(value), name=name)
     with m.Switch(amount):
-        for k in range(8):
+        for k in range(n):
             with m.Case(k):
                 m.d.comb += out.eq(value.rotate_left(8 * k))
     return out
@@ -22,50 +28,56 @@ def _rotate_bytes(m: Module, value: Value, amount: Value, name: str) -> Value:
 
 class Realigner(wiring.Component):
     """Repacks rows: source beats (valid bytes at any lanes) in, destination words out, each
-    row's first byte landing at byte lane ``tag[:3]`` of its first beat.
+    row's first byte landing at byte lane ``tag % word_bytes`` of its first beat (beats and
+    words are ``word_bytes`` wide: 8 by default, the AXI bus's width in the LD unit).
 
     A beat with ``first`` set begins a row (no gap between rows is needed).  Output words are
     consecutive; their byte enables mark the row's bytes; a row's last word has ``last``
     set.  A classic
     rotate-and-merge datapath: each beat is rotated so its bytes sit at their destination
-    lanes, the part that wraps past lane 7 carries into the next word.
+    lanes, the part that wraps past the last lane carries into the next word.
 
     Throughput one beat per cycle; one extra cycle at the end of a row whose bytes spill
     into one more word than beats.  Latency 1 cycle.
     """
 
-    i: In(stream.Signature(BEAT))
-    o: Out(stream.Signature(WORD))
+    def __init__(self, word_bytes: int = 8):
+        self.word_bytes = word_bytes
+        super().__init__({"i": In(stream.Signature(beat_layout(word_bytes))),
+                          "o": Out(stream.Signature(word_layout(word_bytes)))})
 
     def elaborate(self, platform):
         m = Module()
-        fill = Signal(4)       # next destination lane to fill in the current word (0..7)
-        cur = Signal(64)
-        cur_be = Signal(8)
+        n = self.word_bytes
+        lg = (n - 1).bit_length()
+        fill = Signal(lg + 1)  # next destination lane to fill in the current word (0..n-1)
+        cur = Signal(8 * n)
+        cur_be = Signal(n)
         flush = Signal()       # the row's final partial word must still leave
         out_free = Signal()
         m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
 
         p = self.i.payload
-        fill_eff = Signal(4)
-        cur_be_eff = Signal(8)
-        m.d.comb += [fill_eff.eq(Mux(p.first, p.tag[:3], fill)),
+        fill_eff = Signal(lg + 1)
+        cur_be_eff = Signal(n)
+        m.d.comb += [fill_eff.eq(Mux(p.first, p.tag[:lg], fill)),
                      cur_be_eff.eq(Mux(p.first, 0, cur_be))]
-        valid_mask = Signal(8)
+        valid_mask = Signal(n)
         m.d.comb += valid_mask.eq(((1 << p.count) - 1) << p.offset)
-        amount = Signal(3)
-        m.d.comb += amount.eq(fill_eff[:3] - p.offset)
+        amount = Signal(lg)
+        m.d.comb += amount.eq(fill_eff[:lg] - p.offset)
         rot = _rotate_bytes(m, p.data, amount, "rot")
-        rot_be = Signal(8)
-        m.d.comb += rot_be.eq(Cat(valid_mask, valid_mask).bit_select((8 - amount).as_unsigned()[:4], 8))
-        here = Signal(8)  # lanes at or above `fill`: this word
-        m.d.comb += here.eq(Cat(*[k >= fill_eff for k in range(8)]))
-        word_be = Signal(8)
+        rot_be = Signal(n)
+        m.d.comb += rot_be.eq(Cat(valid_mask, valid_mask).bit_select(
+            (n - amount).as_unsigned()[:lg + 1], n))
+        here = Signal(n)  # lanes at or above `fill`: this word
+        m.d.comb += here.eq(Cat(*[k >= fill_eff for k in range(n)]))
+        word_be = Signal(n)
         m.d.comb += word_be.eq(cur_be_eff | (rot_be & here))
-        total = Signal(5)
+        total = Signal(lg + 2)
         m.d.comb += total.eq(fill_eff + p.count)
         spill = Signal()  # this beat completes the current word
-        m.d.comb += spill.eq(total >= 8)
+        m.d.comb += spill.eq(total >= n)
 
         m.d.comb += self.i.ready.eq(out_free & ~flush)
         with m.If(out_free):
@@ -82,7 +94,7 @@ class Realigner(wiring.Component):
                     self.o.valid.eq(1), self.o.payload.data.eq(merged),
                     self.o.payload.be.eq(word_be),
                     self.o.payload.last.eq(p.last & (carry_be == 0)),
-                    cur.eq(rot), cur_be.eq(carry_be), fill.eq(total - 8),
+                    cur.eq(rot), cur_be.eq(carry_be), fill.eq(total - n),
                     flush.eq(p.last & (carry_be != 0)),
                 ]
             with m.Elif(p.last):
@@ -95,4 +107,4 @@ class Realigner(wiring.Component):
 
     @staticmethod
     def _lane_mask(lanes: Value) -> Value:
-        return Cat(*[lanes[k].replicate(8) for k in range(8)])
+        return Cat(*[lanes[k].replicate(8) for k in range(len(lanes))])

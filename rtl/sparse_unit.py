@@ -36,8 +36,8 @@ class SparseProcessingUnit(wiring.Component):
     """
 
     def __init__(self, beat_bytes: int = 8, addr_bits: int = 13):
-        if beat_bytes not in (4, 8, 16):
-            raise ValueError(f"beat_bytes must be 4, 8 or 16, got {beat_bytes}")
+        if beat_bytes not in (4, 8, 16, 32):
+            raise ValueError(f"beat_bytes must be 4, 8, 16 or 32, got {beat_bytes}")
         self._n = beat_bytes
         self._in_layout = data.StructLayout({"data": 8 * beat_bytes, "be": beat_bytes,
                                              "addr": addr_bits})

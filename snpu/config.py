@@ -45,7 +45,8 @@ class CoreConfig:
     param_rows:
         Requantisation parameter rows (``P`` channels each).
     axi_data_bits:
-        AXI4 data bus width (64 only, for now).
+        AXI4 data bus width: 64, 128 or 256.  The LD unit reads and writes its buffers a
+        bus word per cycle; instruction fetch and ST use 8-byte (narrow) beats.
     queue_depth:
         Instruction queue depth in front of each unit.
     token_depth:
@@ -91,7 +92,7 @@ class CoreConfig:
              "a power of two in lanes..65536"),
             ("param_rows", _pow2(self.param_rows) and self.param_rows <= 4096,
              "a power of two <= 4096"),
-            ("axi_data_bits", self.axi_data_bits == 64, "64"),
+            ("axi_data_bits", self.axi_data_bits in (64, 128, 256), "64, 128 or 256"),
             ("queue_depth", _pow2(self.queue_depth) and 2 <= self.queue_depth <= 64,
              "a power of two in 2..64"),
             ("token_depth", 1 <= self.token_depth <= 255, "in 1..255"),

@@ -19,7 +19,7 @@ def test_defaults_and_round_trip(tmp_path):
     ({"lanes": 12}, "lanes=12 must be a power of two"),
     ({"chunk_bits": 32}, "chunk_bits=32 must be 64"),
     ({"nidx_bytes": 64}, "nidx_bytes=64"),
-    ({"axi_data_bits": 128}, "axi_data_bits=128 must be 64"),
+    ({"axi_data_bits": 96}, "axi_data_bits=96 must be 64, 128 or 256"),
 ])
 def test_bad_parameters_are_named(kw, message):
     with pytest.raises(ConfigError, match=message):

@@ -271,8 +271,7 @@ class Machine:
             accesses.append(Access("nidx", int(dst.min()) // 8 if dst.size else 0,
                                    int(dst.max()) // 8 + 1 if dst.size else 0, True))
         self.stats.dma_read_bytes += int(src.size)
-        # the accumulators take `lanes` int8 -> int32 elements per cycle
-        beat = max(1, c.axi_bytes // c.lanes) if buf == "acc" else 1
+        beat = timing.ld_word_cycles(c, buf, bool(src[0] >= isa.LOCAL_BASE))
         cycles = timing.ld_cycles(src[::i.cols], i.cols, c.axi_bytes, beat)
         if self.far is not None:
             cycles += self.far.extra(src[::i.cols], i.cols, c.axi_bytes, write=False)
@@ -343,6 +342,7 @@ class Machine:
             accesses.append(Access("nidx", int(dst.min()) // 8, int(dst.max()) // 8 + 1, True))
         accesses.append(self._span(buf, dst, True))
         self.stats.dma_read_bytes += length
+        # (acc: the sub-writes of the bus-wide word an 8-byte dense word lands in)
         beat = max(1, c.axi_bytes // c.lanes) if buf == "acc" else 1
         nonzero = act_compress.chunk_nonzeros(rows)
         cycles = timing.ldc_cycles(nonzero, i.cols, beat)
@@ -351,8 +351,10 @@ class Machine:
                                      write=False)
             cycles += self.far.extra(np.array([i.ext + act_compress.HEADER]), body,
                                      c.axi_bytes, write=False) if body else 0
-        return _Exec(cycles + self._bus_wait(np.array([i.ext]), length, 1, False, cycles),
-                     accesses)
+        # the stream's words go to the expander 8 bytes per cycle: a wider beat holds the
+        # port that many cycles
+        return _Exec(cycles + self._bus_wait(np.array([i.ext]), length, c.axi_bytes // 8,
+                                             False, cycles), accesses)
 
     def _stc(self, i: Instr) -> _Exec:
         c = self.config
@@ -366,8 +368,10 @@ class Machine:
         accesses = self._mem_write(dst, stream, "stc", "STORE_BUS")
         self.stats.dma_write_bytes += int(stream.size)
         cycles = timing.stc_cycles(act_compress.chunk_nonzeros(rows), i.cols)
+        # (ST writes 8-byte beats on any bus: timing.ST_BEAT_BYTES)
         if self.far is not None:
-            cycles += self.far.extra(np.array([i.ext]), stream.size, c.axi_bytes, write=True)
+            cycles += self.far.extra(np.array([i.ext]), stream.size, timing.ST_BEAT_BYTES,
+                                     write=True)
         return _Exec(cycles + self._bus_wait(np.array([i.ext]), stream.size, 1, True, cycles),
                      [self._span("obuf", src, False), *accesses])
 
@@ -637,9 +641,9 @@ class Machine:
         self._check_unique(dst, "st: external destination")
         accesses = self._mem_write(dst, self.obuf[src], "st", "STORE_BUS")
         self.stats.dma_write_bytes += int(dst.size)
-        cycles = timing.st_cycles(dst[::i.cols], i.cols, c.axi_bytes)
+        cycles = timing.st_cycles(dst[::i.cols], i.cols, timing.ST_BEAT_BYTES)
         if self.far is not None:
-            cycles += self.far.extra(dst[::i.cols], i.cols, c.axi_bytes, write=True)
+            cycles += self.far.extra(dst[::i.cols], i.cols, timing.ST_BEAT_BYTES, write=True)
         return _Exec(cycles + self._bus_wait(dst, i.cols, 1, True, cycles),
                      [self._span("obuf", src, False), *accesses])
 
@@ -654,9 +658,11 @@ class Machine:
         starts = starts[starts < isa.LOCAL_BASE]
         if not starts.size:
             return 0
-        beats = timing.bus_cycles(starts, cols, self.config.axi_bytes, beat_cycles)
+        # ST's bursts are narrow (8-byte beats) on any bus
+        width = timing.ST_BEAT_BYTES if write else self.config.axi_bytes
+        beats = timing.bus_cycles(starts, cols, width, beat_cycles)
         if self.far is not None:  # the port is held while the far memory answers
-            beats += self.far.extra(starts, cols, self.config.axi_bytes, write)
+            beats += self.far.extra(starts, cols, width, write)
         want = self.now + timing.DMA_LATENCY
         start = (self.bus.write if write else self.bus.read)(
             want, beats, self.coords, self.on_bus_delay, cycles - timing.DMA_LATENCY)

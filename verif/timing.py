@@ -29,6 +29,9 @@ BUS_BURST_OVERHEAD = 1
 LD_BURST_OVERHEAD = 1
 #: ld: the fewest cycles a row takes (one-beat rows wait for the read requests in flight)
 LD_ROW_MIN = 2.0
+#: st / stc: bytes per write beat on any bus (a bus wider than 64 bits takes them as narrow
+#: beats on the byte lanes of their address)
+ST_BEAT_BYTES = 8
 #: st: cycles from issue to its first write beat
 ST_LATENCY = 9
 #: st: cycles per burst besides its beats (the address and the write response)
@@ -119,6 +122,21 @@ def ld_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: in
     tail = int(beat_cycles > 1) * (1 + int(off[-1] > 0))
     return (DMA_LATENCY + LD_WRITE_LATENCY + tail
             + int(round(float(np.maximum(per_row, LD_ROW_MIN).sum()))))
+
+
+def ld_word_cycles(config, buf: str, local: bool) -> int:
+    """Cycles the LD unit spends per bus-wide word it writes into ``buf``: the
+    accumulators take ``lanes`` int8 -> int32 elements per cycle, the parameter memory
+    ``lanes`` channel records of 8 bytes (one per bank), local memory (64 bits wide) gives
+    8 bytes per cycle; the other buffers take a word per cycle."""
+    words = config.axi_bytes // 8
+    if buf == "acc":
+        cycles = max(1, config.axi_bytes // config.lanes)
+    elif buf == "param":
+        cycles = max(1, words // config.lanes)
+    else:
+        cycles = 1
+    return max(cycles, words) if local else cycles
 
 
 def bus_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: int = 1) -> int:

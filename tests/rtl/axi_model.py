@@ -13,8 +13,9 @@ from collections import deque
 
 class AxiMemory:
     def __init__(self, bus, data: bytearray, rng: random.Random, idle: float = 0.3,
-                 error_ranges=(), id_bits=True):
+                 error_ranges=(), id_bits=True, beat_bytes: int = 8):
         self.bus, self.mem, self.rng, self.idle = bus, data, rng, idle
+        self.beat = beat_bytes
         self.error_ranges = list(error_ranges)
         self.reads: deque = deque()
         self.writes: deque = deque()
@@ -41,7 +42,8 @@ class AxiMemory:
                 b.arvalid, b.araddr, b.arlen, b.arid if self.has_id else b.arvalid)
             ctx.set(b.arready, 0)
             if valid:
-                assert addr % 8 == 0 and (addr % 4096) + (length + 1) * 8 <= 4096, \
+                n = self.beat
+                assert addr % n == 0 and (addr % 4096) + (length + 1) * n <= 4096, \
                     f"burst {addr:#x}+{length + 1} beats crosses 4 KiB or is unaligned"
                 assert length < 16
                 self.reads.append((addr, length + 1, rid if self.has_id else 0))
@@ -56,9 +58,10 @@ class AxiMemory:
             addr, beats, rid = self.reads.popleft()
             for k in range(beats):
                 await self._idle(ctx)
-                a = addr + 8 * k
+                n = self.beat
+                a = addr + n * k
                 ctx.set(b.rvalid, 1)
-                ctx.set(b.rdata, int.from_bytes(self.mem[a:a + 8].ljust(8, b"\0"), "little"))
+                ctx.set(b.rdata, int.from_bytes(self.mem[a:a + n].ljust(n, b"\0"), "little"))
                 ctx.set(b.rresp, 2 if self._error(a) else 0)
                 ctx.set(b.rlast, int(k == beats - 1))
                 if self.has_id:

@@ -21,9 +21,10 @@ REGS = ("ext_stride", "dst_stride", "ext_stride3", "dst_stride3", "nidx_mode", "
         "group_log2", "group_t3", "group_t4")
 
 
-def small_config(lanes):
+def small_config(lanes, axi_data_bits=64):
     return CoreConfig(lanes=lanes, nbuf_bytes=1024, nidx_bytes=256, wbuf_bytes=512,
-                      widx_bytes=256, acc_words=64, obuf_bytes=256, param_rows=8)
+                      widx_bytes=256, acc_words=64, obuf_bytes=256, param_rows=8,
+                      axi_data_bits=axi_data_bits)
 
 
 class Buffers:
@@ -39,10 +40,10 @@ class Buffers:
         self.param = np.zeros(c.param_bytes, np.uint8)
 
     @staticmethod
-    def _write_bytes(arr, word, data, en):
-        for j in range(8):
+    def _write_bytes(arr, word, data, en, n=8):
+        for j in range(n):
             if en >> j & 1:
-                arr[8 * word + j] = (data >> (8 * j)) & 0xFF
+                arr[n * word + j] = (data >> (8 * j)) & 0xFF
 
     def monitor(self, dut, rng):
         c = self.c
@@ -59,16 +60,19 @@ class Buffers:
                     dut.param_w.addr, dut.param_w.data, dut.param_w.en,
                     dut.acc_w.valid, dut.acc_w.payload)
                 (na, nd, ne, ia, idt, ie, wa, wd, we, xa, xd, xe, lane, pa, pd, pe, av, ap) = v
-                self._write_bytes(self.nbuf, na, nd, ne)
-                self._write_bytes(self.wbuf[lane], wa, wd, we)
-                self._write_bytes(self.widx[lane], xa, xd, xe)
-                self._write_bytes(self.param, pa, pd, pe)
+                n = c.axi_bytes  # the buffers' write ports are a bus word wide
+                self._write_bytes(self.nbuf, na, nd, ne, n)
+                self._write_bytes(self.wbuf[lane], wa, wd, we, n)
+                self._write_bytes(self.widx[lane], xa, xd, xe, n)
+                for j in range(len(dut.param_w.en)):  # consecutive channel records
+                    if pe >> j & 1:
+                        self.param[8 * pa + j] = (pd >> (8 * j)) & 0xFF
                 if ie:
-                    bits = np.unpackbits(self.nidx[8 * ia:8 * ia + 8], bitorder="little")
-                    for b in range(64):
+                    bits = np.unpackbits(self.nidx[n * ia:n * ia + n], bitorder="little")
+                    for b in range(8 * n):
                         if ie >> b & 1:
                             bits[b] = idt >> b & 1
-                    self.nidx[8 * ia:8 * ia + 8] = np.packbits(bits, bitorder="little")
+                    self.nidx[n * ia:n * ia + n] = np.packbits(bits, bitorder="little")
                 if av and ready:
                     for g in range(c.lanes):
                         if ap.en >> g & 1:
@@ -114,7 +118,8 @@ def _random_ld(rng, c: CoreConfig, ext_size):
 def _run(c, ops, mem, rng, error_ranges=()):
     dut = LoadUnit(c)
     bufs = Buffers(c)
-    axi = AxiMemory(dut, mem, rng, idle=0.25, error_ranges=error_ranges, id_bits=False)
+    axi = AxiMemory(dut, mem, rng, idle=0.25, error_ranges=error_ranges, id_bits=False,
+                    beat_bytes=c.axi_bytes)
     results = []
 
     async def driver(ctx):
@@ -133,12 +138,14 @@ def _run(c, ops, mem, rng, error_ranges=()):
     return bufs, results
 
 
-@pytest.mark.parametrize("lanes", [4, 16])
+@pytest.mark.parametrize("lanes,bus", [(4, 64), (16, 64), (1, 128), (4, 128), (16, 256)])
 @pytest.mark.parametrize("seed", range(3))
 @seeded
-def test_loads_match_golden(lanes, seed):
+def test_loads_match_golden(lanes, bus, seed):
+    """Random loads into every buffer on a 64-bit bus and on the wider ones (bus-wide
+    writes, acc and param in sub-writes)."""
     rng = random.Random(seed)
-    c = small_config(lanes)
+    c = small_config(lanes, bus)
     mem = bytearray(rng.randrange(256) for _ in range(8192))
     ops = [_random_ld(rng, c, len(mem)) for _ in range(12)]
     bufs, errors = _run(c, ops, mem, rng)

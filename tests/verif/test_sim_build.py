@@ -83,3 +83,16 @@ def test_ram_array_verilog():
         assert f"input wire [15:0] r{p}_addr" in v and f"output reg [63:0] r{p}_data" in v
         assert f"if (r{p}_en) r{p}_data <= mem[r{p}_addr];" in v
         assert f"if (w{p}_en[7]) mem[w{p}_addr][63:56] <= w{p}_data[63:56];" in v
+
+
+def test_ram_array_verilog_with_wide_ports():
+    """A 128-bit bus: the ports take two 64-bit words at once; the storage stays 64-bit
+    words (what the testbench loads and dumps)."""
+    ram = RamArray(depth=1 << 10, ports=1, word_bytes=16)
+    ram._MustUse__silence = True
+    v = ram.verilog()
+    assert "reg [63:0] mem [1023:0];" in v
+    assert "input wire [8:0] r0_addr" in v and "output reg [127:0] r0_data" in v
+    assert "if (r0_en) r0_data <= {mem[{r0_addr, 1'd1}], mem[{r0_addr, 1'd0}]};" in v
+    assert "input wire [15:0] w0_en" in v
+    assert "if (w0_en[9]) mem[{w0_addr, 1'd1}][15:8] <= w0_data[79:72];" in v

@@ -33,19 +33,29 @@ class _Lfsr(Elaboratable):
         return m
 
 
+def _next_beat(addr: Value, size: Value, max_size: int) -> Value:
+    """The address of an INCR burst's beat after the one at ``addr``, beats of ``2**size``
+    bytes (sizes 3 to ``max_size``; a narrow burst's first beat may be unaligned)."""
+    nxt = (addr[3:] + 1) << 3
+    for sz in range(4, max_size + 1):
+        nxt = Mux(size == sz, (addr[sz:] + 1) << sz, nxt)
+    return nxt[:32]
+
+
 class _Port:
     """One port of :class:`RamArray`: its signals, as ``Memory`` ports name them."""
 
-    def __init__(self, name: str, addr_bits: int, write: bool):
+    def __init__(self, name: str, addr_bits: int, write: bool, word_bytes: int = 8):
         self.addr = Signal(addr_bits, name=f"{name}_addr")
-        self.data = Signal(64, name=f"{name}_data")
-        self.en = Signal(8 if write else 1, name=f"{name}_en")
+        self.data = Signal(8 * word_bytes, name=f"{name}_data")
+        self.en = Signal(word_bytes if write else 1, name=f"{name}_en")
 
 
 class RamArray(Elaboratable):
     """The words of :class:`AxiRam`: ``depth`` 64-bit words with synchronous, non-transparent
     read ports (``data`` holds while ``en`` is low) and byte-enabled write ports, one each
-    per AXI port.
+    per AXI port.  The ports are ``word_bytes`` wide (the AXI bus's width: 8, 16 or 32
+    bytes; addresses in such words), the storage stays in 64-bit words.
 
     It is a Verilog module of its own (:meth:`verilog`) instantiated here, not an Amaranth
     ``Memory``: Amaranth writes a memory's initial contents word by word, and converting the
@@ -58,11 +68,13 @@ class RamArray(Elaboratable):
     MODULE = "snpu_sim_ram_array"
     DUMP_FILE = "snpu_ram.hex"
 
-    def __init__(self, depth: int, ports: int):
-        self.depth, self.addr_bits = depth, max(1, (depth - 1).bit_length())
+    def __init__(self, depth: int, ports: int, word_bytes: int = 8):
+        self.depth, self.word_bytes = depth, word_bytes
+        self.parts = word_bytes // 8
+        self.addr_bits = max(1, (depth // self.parts - 1).bit_length())
         self.dump = Signal()
-        self.reads = [_Port(f"r{p}", self.addr_bits, False) for p in range(ports)]
-        self.writes = [_Port(f"w{p}", self.addr_bits, True) for p in range(ports)]
+        self.reads = [_Port(f"r{p}", self.addr_bits, False, word_bytes) for p in range(ports)]
+        self.writes = [_Port(f"w{p}", self.addr_bits, True, word_bytes) for p in range(ports)]
 
     def read_port(self, p: int) -> _Port:
         return self.reads[p]
@@ -82,7 +94,12 @@ class RamArray(Elaboratable):
 
     def verilog(self) -> str:
         """The module's Verilog (one module per memory size and port count)."""
-        a = self.addr_bits
+        a, n, k = self.addr_bits, self.word_bytes, (self.parts - 1).bit_length()
+        bits = 8 * n
+
+        def word(p, j):  # the 64-bit word of part j of port p's wide word
+            return f"mem[{{{p}_addr, {k}'d{j}}}]" if k else f"mem[{p}_addr]"
+
         ports = ["input wire clk", "input wire dump"]
         body = [f"  reg [63:0] mem [{self.depth - 1}:0];",
                 # zero at time 0 (Verilator does so anyway; Icarus would start at X)
@@ -92,13 +109,15 @@ class RamArray(Elaboratable):
                 f'    if (dump) $writememh("{self.DUMP_FILE}", mem);']
         for p in range(len(self.reads)):
             ports += [f"input wire [{a - 1}:0] r{p}_addr", f"input wire r{p}_en",
-                      f"output reg [63:0] r{p}_data"]
-            body.append(f"    if (r{p}_en) r{p}_data <= mem[r{p}_addr];")
+                      f"output reg [{bits - 1}:0] r{p}_data"]
+            parts = ", ".join(word(f"r{p}", j) for j in reversed(range(self.parts)))
+            body.append(f"    if (r{p}_en) r{p}_data <= "
+                        + (f"{{{parts}}};" if self.parts > 1 else f"{parts};"))
         for p in range(len(self.writes)):
-            ports += [f"input wire [{a - 1}:0] w{p}_addr", f"input wire [7:0] w{p}_en",
-                      f"input wire [63:0] w{p}_data"]
-            body += [f"    if (w{p}_en[{b}]) mem[w{p}_addr][{8 * b + 7}:{8 * b}] <= "
-                     f"w{p}_data[{8 * b + 7}:{8 * b}];" for b in range(8)]
+            ports += [f"input wire [{a - 1}:0] w{p}_addr", f"input wire [{n - 1}:0] w{p}_en",
+                      f"input wire [{bits - 1}:0] w{p}_data"]
+            body += [f"    if (w{p}_en[{b}]) {word(f'w{p}', b // 8)}[{8 * (b % 8) + 7}:"
+                     f"{8 * (b % 8)}] <= w{p}_data[{8 * b + 7}:{8 * b}];" for b in range(n)]
         body.append("  end")
         lines = [f"module {self.MODULE}(", "  " + ",\n  ".join(ports), ");", *body,
                  "endmodule", ""]
@@ -106,7 +125,8 @@ class RamArray(Elaboratable):
 
 
 class AxiRam(wiring.Component):
-    """An AXI4 slave RAM of ``size`` bytes (64-bit data, INCR bursts, write strobes) with
+    """An AXI4 slave RAM of ``size`` bytes (``data_bits`` of data: 64, 128 or 256; INCR
+    bursts, narrow ones too: a beat of ``2**size`` bytes at a time; write strobes) with
     ``ports`` independent AXI4 slave ports ``axi[p]`` onto the same memory (a multi-channel
     memory: each port has its own queues and serves a beat per cycle; two ports writing the
     same word in one cycle is undefined, and the golden model reports it as a race first).
@@ -122,7 +142,7 @@ class AxiRam(wiring.Component):
     to a file (:class:`RamArray`).
     """
 
-    def __init__(self, size: int, id_bits: int = 1, ports: int = 1):
+    def __init__(self, size: int, id_bits: int = 1, ports: int = 1, data_bits: int = 64):
         if size % 8 or size & (size - 1):
             raise ValueError(f"size must be a power of two, got {size}")
         if ports < 1:
@@ -130,9 +150,10 @@ class AxiRam(wiring.Component):
         self._size = size
         self._id_bits = id_bits
         self.ports = ports
-        self.mem = RamArray(size // 8, ports)
+        self._bytes = data_bits // 8
+        self.mem = RamArray(size // 8, ports, self._bytes)
         super().__init__({
-            "axi": In(AxiSignature(id_bits)).array(ports),
+            "axi": In(AxiSignature(id_bits, data_bits)).array(ports),
             "stall_rate": In(8),
             "err_lo": In(32),
             "err_hi": In(32),
@@ -161,8 +182,11 @@ class AxiRam(wiring.Component):
         bus = self.axi[p]
         mem = self.mem
         sfx = "" if p == 0 else f"_{p}"
-        m.submodules[f"ar{sfx}"] = arq = SyncFIFOBuffered(width=40, depth=4)
-        m.submodules[f"rdata{sfx}"] = rq = SyncFIFOBuffered(width=67, depth=8)
+        n = self._bytes
+        lg = (n - 1).bit_length()
+        bits = 8 * n
+        m.submodules[f"ar{sfx}"] = arq = SyncFIFOBuffered(width=43, depth=4)
+        m.submodules[f"rdata{sfx}"] = rq = SyncFIFOBuffered(width=bits + 3, depth=8)
         stall = []
         for k, seed in enumerate((0xACE1, 0x1D2C, 0xBEEF, 0x7A31, 0x0F0F)):
             lfsr = _Lfsr((seed + 0x3C5 * p) & 0xFFFF or 1)
@@ -173,9 +197,10 @@ class AxiRam(wiring.Component):
 
         # ---- Reads: queue bursts, read one word per cycle into the data queue.
         m.d.comb += [bus.arready.eq(arq.w_rdy & ~st_ar), arq.w_en.eq(bus.arvalid & bus.arready),
-                     arq.w_data.eq(Cat(bus.araddr, bus.arlen))]
+                     arq.w_data.eq(Cat(bus.araddr, bus.arlen, bus.arsize))]
         rp = mem.read_port(p)
         cur_addr = Signal(32)
+        cur_size = Signal(3)  # the burst's beat: 2**cur_size bytes
         cur_left = Signal(9)
         busy = Signal()
         inflight = Signal()
@@ -195,20 +220,23 @@ class AxiRam(wiring.Component):
             m.d.comb += arq.r_en.eq(1)
             a = arq.r_data[:32]
             is_far = (a >= self.far_lo) & (a < self.far_hi)
-            m.d.sync += [busy.eq(1), cur_addr.eq(a), cur_left.eq(arq.r_data[32:] + 1),
+            m.d.sync += [busy.eq(1), cur_addr.eq(a), cur_left.eq(arq.r_data[32:40] + 1),
+                         cur_size.eq(arq.r_data[40:]),
                          far_rd.eq(is_far), wait.eq(Mux(is_far, self.far_latency, 0))]
-        m.d.comb += [rp.addr.eq(cur_addr[3:]), rp.en.eq(issue)]
+        m.d.comb += [rp.addr.eq(cur_addr[lg:]), rp.en.eq(issue)]
         with m.If(issue):
             with m.If(far_rd & (self.far_beat > 1)):
                 m.d.sync += pace.eq(self.far_beat - 1)
-            m.d.sync += [cur_addr.eq(cur_addr + 8), cur_left.eq(cur_left - 1),
+            # the next beat: aligned to its size (a narrow burst's first beat may not be)
+            m.d.sync += [cur_addr.eq(_next_beat(cur_addr, cur_size, lg)),
+                         cur_left.eq(cur_left - 1),
                          meta.eq(Cat(self._resp(cur_addr), cur_left == 1))]
             with m.If(cur_left == 1):
                 m.d.sync += busy.eq(0)
         m.d.sync += inflight.eq(issue)
         m.d.comb += [rq.w_en.eq(inflight), rq.w_data.eq(Cat(rp.data, meta))]
-        m.d.comb += [bus.rvalid.eq(rq.r_rdy & ~st_r), bus.rdata.eq(rq.r_data[:64]),
-                     bus.rresp.eq(rq.r_data[64:66]), bus.rlast.eq(rq.r_data[66]),
+        m.d.comb += [bus.rvalid.eq(rq.r_rdy & ~st_r), bus.rdata.eq(rq.r_data[:bits]),
+                     bus.rresp.eq(rq.r_data[bits:bits + 2]), bus.rlast.eq(rq.r_data[bits + 2]),
                      rq.r_en.eq(bus.rvalid & bus.rready)]
         # echo the burst's id: bursts are answered in order, so a small id queue suffices
         idq = SyncFIFOBuffered(width=self._id_bits, depth=8)
@@ -219,13 +247,15 @@ class AxiRam(wiring.Component):
         # ---- Writes: one burst at a time.
         wp = mem.write_port(p)
         w_addr = Signal(32)
+        w_size = Signal(3)
         w_err = Signal(2)
         w_id = Signal(self._id_bits)
         with m.FSM(name=f"write{sfx}"):
             with m.State("ADDR"):
                 m.d.comb += bus.awready.eq(~st_aw)
                 with m.If(bus.awvalid & bus.awready):
-                    m.d.sync += [w_addr.eq(bus.awaddr), w_err.eq(RESP_OKAY), w_id.eq(bus.awid)]
+                    m.d.sync += [w_addr.eq(bus.awaddr), w_size.eq(bus.awsize),
+                                 w_err.eq(RESP_OKAY), w_id.eq(bus.awid)]
                     m.next = "DATA"
             with m.State("DATA"):
                 w_far = (w_addr >= self.far_lo) & (w_addr < self.far_hi) & (self.far_beat > 1)
@@ -236,10 +266,10 @@ class AxiRam(wiring.Component):
                 with m.If(bus.wvalid & bus.wready & w_far):
                     m.d.sync += w_pace.eq(self.far_beat - 1)
                 resp = self._resp(w_addr)
-                m.d.comb += [wp.addr.eq(w_addr[3:]), wp.data.eq(bus.wdata),
+                m.d.comb += [wp.addr.eq(w_addr[lg:]), wp.data.eq(bus.wdata),
                              wp.en.eq(Mux(bus.wvalid & bus.wready & (resp == RESP_OKAY), bus.wstrb, 0))]
                 with m.If(bus.wvalid & bus.wready):
-                    m.d.sync += w_addr.eq(w_addr + 8)
+                    m.d.sync += w_addr.eq(_next_beat(w_addr, w_size, lg))
                     with m.If(resp != RESP_OKAY):
                         m.d.sync += w_err.eq(resp)
                     with m.If(bus.wlast):
@@ -275,7 +305,8 @@ class SimTop(wiring.Component):
                              f"{self.array.ports}")
         self.memory = memory
         id_bits = self.array.axi[0].signature.id_bits
-        self.ram = AxiRam(mem_bytes, id_bits, self.array.ports) if memory == "hdl" else None
+        self.ram = (AxiRam(mem_bytes, id_bits, self.array.ports, config.axi_data_bits)
+                    if memory == "hdl" else None)
         ports = {name: member for name, member in self.array.signature.members.items()
                  if name != "axi"}
         if memory == "hdl":
@@ -284,7 +315,7 @@ class SimTop(wiring.Component):
             ports.update({"clk": In(1), "rst": In(1)})
             ports.update({n: self.ram.signature.members[n] for n in self._ram_inputs})
         else:
-            ports["axi"] = Out(AxiSignature(id_bits))
+            ports["axi"] = Out(AxiSignature(id_bits, config.axi_data_bits))
         super().__init__(ports)
 
     def elaborate(self, platform):
