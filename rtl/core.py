@@ -229,7 +229,6 @@ class Core(wiring.Component):
             m.d.comb += getattr(st, k).eq(getattr(ssp, f"m_{k}"))
         lax = local.axi
         # LD's reads of local memory (64 bits wide): through the upsizer on a wider bus
-        lrd = lsp
         if self._ld_upsizer is not None:
             m.submodules.ld_upsizer = up = ResetInserter(self.start)(self._ld_upsizer)
             for k in ("arvalid", "araddr", "arlen", "rready"):
