@@ -83,11 +83,10 @@ class ParamMemory(wiring.Component):
             # this bank's record of the write: the k-th, k = (g - first) mod P
             k = Signal(range(P), name=f"record{g}")
             m.d.comb += k.eq((g - first)[:(P - 1).bit_length()]) if P > 1 else k.eq(0)
+            part = k[:(n - 1).bit_length()] if n > 1 else 0  # its part of the write
             m.d.comb += [wp.addr.eq((self.w.addr + k) // P),
-                         wp.data.eq(self.w.data.word_select(k[:max(1, (n - 1).bit_length())]
-                                                            if n > 1 else 0, 64)),
-                         wp.en.eq(Mux(k < n, self.w.en.word_select(
-                             k[:max(1, (n - 1).bit_length())] if n > 1 else 0, 8), 0)),
+                         wp.data.eq(self.w.data.word_select(part, 64)),
+                         wp.en.eq(Mux(k < n, self.w.en.word_select(part, 8), 0)),
                          rp.addr.eq(self.r_row), rp.en.eq(self.r_en),
                          self.r_data[g].eq(rp.data)]
         return m

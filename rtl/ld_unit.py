@@ -399,7 +399,7 @@ class LoadUnit(wiring.Component):
         with m.Elif(nidx_raw):
             m.d.comb += [self.nidx_w.addr.eq(addr), self.nidx_w.data.eq(data_w),
                          self.nidx_w.en.eq(Cat(*[be_w[k].replicate(8) for k in range(B)]))]
-        prm_sub = sub[:max(1, (nsub_prm - 1).bit_length())] if nsub_prm > 1 else 0
+        prm_sub = sub[:(nsub_prm - 1).bit_length()] if nsub_prm > 1 else 0
         m.d.comb += [self.param_w.addr.eq((addr << k64) + prm_sub * per_prm),
                      self.param_w.data.eq(data_w.word_select(prm_sub, 64 * per_prm)),
                      self.param_w.en.eq(Mux(valid_word & prm_busy,
