@@ -42,15 +42,39 @@ def sum_tree(values: list[Value]) -> Value:
     return terms[0]
 
 
-def encode_onehot(m: Module, onehot: Value, name: str = "position") -> Value:
-    """Index of the set bit of a one-hot value (OR trees, no priority chain)."""
-    n = len(onehot)
-    out = Signal(range(max(n, 2)), name=name)
-    for b in range(len(out)):
-        m.d.comb += out[b].eq(Cat(onehot[k] for k in range(n) if k >> b & 1).any())
-    return out
-
-
 def lowest_set(value: Value) -> Value:
     """``value & -value``: only the lowest set bit of ``value`` remains."""
     return (value & (~value + 1))[:len(value)]
+
+
+def at_most_one(value: Value) -> Value:
+    """Whether ``value`` has at most one bit set (a tree of any / several flags, no carry
+    chain)."""
+    level = [(value[k], C(0)) for k in range(len(value))]  # (any set, several set)
+    while len(level) > 1:
+        pairs = []
+        for k in range(0, len(level), 2):
+            if k + 1 == len(level):
+                pairs.append(level[k])
+                continue
+            (a_any, a_many), (b_any, b_many) = level[k], level[k + 1]
+            pairs.append((a_any | b_any, a_many | b_many | (a_any & b_any)))
+        level = pairs
+    return ~level[0][1]
+
+
+def lowest_set_index(value: Value) -> Value:
+    """Index of the lowest set bit of ``value`` (``len(value) - 1`` when none is set), for a
+    power-of-two width: a tree of 2:1 multiplexers on the halves' any-bits, no carry
+    chain."""
+    if len(value) & (len(value) - 1):
+        raise ValueError(f"width {len(value)} is not a power of two")
+
+    def tree(lo: int, hi: int):  # (any bit set, index of the lowest) of value[lo:hi]
+        if hi - lo == 1:
+            return value[lo], C(0, 0)
+        mid = (lo + hi) // 2
+        (a_any, a_idx), (b_any, b_idx) = tree(lo, mid), tree(mid, hi)
+        return a_any | b_any, Mux(a_any, Cat(a_idx, C(0, 1)), Cat(b_idx, C(1, 1)))
+
+    return tree(0, len(value))[1]

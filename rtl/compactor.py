@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .bits import encode_onehot, lowest_set, popcount_bytes, sum_tree
+from .bits import at_most_one, popcount_bytes, sum_tree
 from .layouts import ADDR, CHUNK, combined_layout, pairs_layout
 
 
@@ -20,9 +20,11 @@ class Compactor(wiring.Component):
     pair and passes through.  The row's last item produces a beat with ``last`` set even when
     it holds no pair, so every row ends with exactly one ``last`` beat.
 
-    Throughput: an item with ``k`` pairs takes ``max(1, ceil(k / lanes))`` cycles; an item is
-    taken in the cycle it arrives.  Latency 3 cycles (select; position and per-byte
-    counts; ranks and addresses).
+    Throughput: an item with ``k`` pairs takes ``max(1, ceil(k / lanes))`` cycles, from the
+    cycle it arrives; it is taken (``i.ready``) in its last one, and only the bits it has
+    left to select are held meanwhile (its other fields stay on the input).  Latency 3
+    cycles (select, and mask the bits each offset counts; per-byte counts; offsets and
+    addresses).
 
     Parameters
     ----------
@@ -58,22 +60,22 @@ class Compactor(wiring.Component):
         advance = Signal()
         m.d.comb += advance.eq(~self.o.valid | self.o.ready)
 
-        # The item being worked on: the held one, or the one arriving this cycle.
+        # The item being worked on is the input's: it is taken in the cycle its last pairs
+        # are selected, so only the bits still to select are held (from its second cycle on).
         busy = Signal()
-        held = Signal(combined_layout())
-        cur = Signal(combined_layout())
-        cur_valid = Signal()
-        m.d.comb += [
-            cur.eq(Mux(busy, held, self.i.payload)),
-            cur_valid.eq(busy | self.i.valid),
-            self.i.ready.eq(advance & ~busy),
-        ]
+        held_bits = Signal(CHUNK)
+        cur = self.i.payload
+        cur_valid = self.i.valid
 
         # Select up to L lowest set bits.
-        rem = cur.bits
+        rem = Mux(busy, held_bits, cur.n_bits & cur.w_bits)
         picked = [Signal(CHUNK, name=f"picked{j}") for j in range(L)]
+        below = [Signal(CHUNK, name=f"below{j}") for j in range(L)]  # positions below a pick
         if L == 1:
-            m.d.comb += picked[0].eq(lowest_set(rem))
+            # rem - 1 clears the lowest set bit and sets the ones below it: one carry chain
+            # gives both the pick and the mask below it
+            dec = Signal(CHUNK)
+            m.d.comb += [dec.eq(rem - 1), picked[0].eq(rem & ~dec), below[0].eq(~rem & dec)]
         else:
             # prefix[k] = set bits of rem below position k (saturating at L)
             width = range(L + 1)
@@ -82,66 +84,67 @@ class Compactor(wiring.Component):
             for k in range(1, CHUNK):
                 m.d.comb += prefix[k].eq(Mux(prefix[k - 1] == L, L, prefix[k - 1] + rem[k - 1]))
             for j in range(L):
-                m.d.comb += picked[j].eq(Cat(rem[k] & (prefix[k] == j) for k in range(CHUNK)))
+                m.d.comb += [picked[j].eq(Cat(rem[k] & (prefix[k] == j) for k in range(CHUNK))),
+                             below[j].eq(picked[j] - 1)]
         taken = Signal(CHUNK)
         m.d.comb += taken.eq(Cat(*[Cat(*(p[k] for p in picked)).any() for k in range(CHUNK)]))
         rest = Signal(CHUNK)
         m.d.comb += rest.eq(Mux(cur.stride, 0, rem & ~taken))
         finished = Signal()
-        m.d.comb += finished.eq(rest == 0)
+        # (one lane: no bit left after the lowest, from the bits themselves, not from `rest`)
+        m.d.comb += finished.eq(cur.stride | (at_most_one(rem) if L == 1 else rest == 0))
         emit = Signal()
-        m.d.comb += emit.eq(cur.stride | (taken != 0) | (cur.last & finished))
+        m.d.comb += emit.eq(cur.stride | rem.any() | (cur.last & finished))  # a pick: a bit left
 
+        m.d.comb += self.i.ready.eq(advance & finished)
         with m.If(advance & cur_valid):
-            with m.If(finished):
-                m.d.sync += busy.eq(0)
-            with m.Else():
-                m.d.sync += [busy.eq(1), held.eq(cur), held.bits.eq(rest)]
+            m.d.sync += [busy.eq(~finished), held_bits.eq(rest)]
 
-        # Stage A: the picked bits and the masks below them.
+        # Stage A: per pick, the bits below it that count towards each side's offset: the
+        # side's kept bits in packed storage (the pair's rank), every position otherwise (its
+        # position p is the number of positions below it); none for a stride item.
         a_valid, a_last, a_stride = Signal(), Signal(), Signal()
         a_sel = Signal(L)
-        a_onehot = [Signal(CHUNK, name=f"a_onehot{j}") for j in range(L)]
-        a_below = [Signal(CHUNK, name=f"a_below{j}") for j in range(L)]
-        a_n_bits, a_w_bits = Signal(CHUNK), Signal(CHUNK)
+        a_n_below = [Signal(CHUNK, name=f"a_n_below{j}") for j in range(L)]
+        a_w_below = [Signal(CHUNK, name=f"a_w_below{j}") for j in range(L)]
         a_n_base, a_w_base = Signal(ADDR), Signal(ADDR)
         a_pair = Signal()
         with m.If(advance):
             m.d.sync += a_valid.eq(cur_valid & emit)
             m.d.sync += [
                 a_last.eq(cur.last & finished), a_stride.eq(cur.stride), a_pair.eq(cur.pair),
-                a_n_bits.eq(cur.n_bits), a_w_bits.eq(cur.w_bits),
                 a_n_base.eq(cur.n_base), a_w_base.eq(cur.w_base),
             ]
+            # (what counts is known without the selection: one AND after its carry chain)
+            counted_n = Mux(cur.stride, 0, Mux(self.n_packed, cur.n_bits, (1 << CHUNK) - 1))
+            counted_w = Mux(cur.stride, 0, Mux(self.w_packed, cur.w_bits, (1 << CHUNK) - 1))
             for j in range(L):
-                m.d.sync += [a_onehot[j].eq(picked[j]), a_below[j].eq(picked[j] - 1),
-                             a_sel[j].eq(picked[j] != 0)]
+                # (one lane: a pick exists when any bit is left, known before the carry chain)
+                m.d.sync += [a_sel[j].eq(rem.any() if L == 1 else picked[j] != 0),
+                             a_n_below[j].eq(counted_n & below[j]),
+                             a_w_below[j].eq(counted_w & below[j])]
 
-        # Stage B: position; per-byte counts of each side's bits below the pick.
-        b_valid, b_last, b_stride = Signal(), Signal(), Signal()
+        # Stage B: per-byte counts of those bits.
+        b_valid, b_last = Signal(), Signal()
         b_sel = Signal(L)
         b_n_base, b_w_base = Signal(ADDR), Signal(ADDR)
-        b_pos = [Signal(6, name=f"b_pos{j}") for j in range(L)]
         b_n_parts = [[Signal(4, name=f"b_np{j}_{k}") for k in range(CHUNK // 8)] for j in range(L)]
         b_w_parts = [[Signal(4, name=f"b_wp{j}_{k}") for k in range(CHUNK // 8)] for j in range(L)]
         with m.If(advance):
-            m.d.sync += [b_valid.eq(a_valid), b_last.eq(a_last), b_stride.eq(a_stride),
+            m.d.sync += [b_valid.eq(a_valid), b_last.eq(a_last),
                          b_sel.eq(Mux(a_stride, a_pair, a_sel)),
                          b_n_base.eq(a_n_base), b_w_base.eq(a_w_base)]
             for j in range(L):
-                m.d.sync += b_pos[j].eq(encode_onehot(m, a_onehot[j], name=f"pos{j}"))
-                for dst, bits, tag in ((b_n_parts[j], a_n_bits, "n"), (b_w_parts[j], a_w_bits, "w")):
-                    parts = popcount_bytes(m, bits & a_below[j], name=f"{tag}pc{j}_")
+                for dst, bits, tag in ((b_n_parts[j], a_n_below[j], "n"),
+                                       (b_w_parts[j], a_w_below[j], "w")):
+                    parts = popcount_bytes(m, bits, name=f"{tag}pc{j}_")
                     m.d.sync += [d.eq(p) for d, p in zip(dst, parts)]
 
-        # Stage C: ranks and addresses.
+        # Stage C: offsets and addresses.
         with m.If(advance):
             m.d.sync += [self.o.valid.eq(b_valid), self.o.payload.last.eq(b_last),
                          self.o.payload.valid.eq(b_sel)]
             for j in range(L):
-                n_rank, w_rank = sum_tree(b_n_parts[j]), sum_tree(b_w_parts[j])
-                n_off = Mux(b_stride, 0, Mux(self.n_packed, n_rank, b_pos[j]))
-                w_off = Mux(b_stride, 0, Mux(self.w_packed, w_rank, b_pos[j]))
-                m.d.sync += [self.o.payload.n_addr[j].eq(b_n_base + n_off),
-                             self.o.payload.w_addr[j].eq(b_w_base + w_off)]
+                m.d.sync += [self.o.payload.n_addr[j].eq(b_n_base + sum_tree(b_n_parts[j])),
+                             self.o.payload.w_addr[j].eq(b_w_base + sum_tree(b_w_parts[j]))]
         return m

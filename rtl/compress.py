@@ -211,7 +211,7 @@ class ChunkExpander(wiring.Component):
         m = Module()
         rows_left = Signal(12)
         cols = Signal(16)
-        col = Signal(16)          # the row's values expanded so far (a multiple of 8)
+        left_in_row = Signal(16)  # the row's values not yet expanded
         mask = Signal(64)
         byte = Signal(3)          # the chunk's dense word being made
         value_left = Signal(4)    # value words of the chunk not yet taken
@@ -223,29 +223,27 @@ class ChunkExpander(wiring.Component):
         m.d.comb += self.finished.eq(~busy)
 
         with m.If(self.start):
-            m.d.sync += [rows_left.eq(self.rows), cols.eq(self.cols), col.eq(0),
+            m.d.sync += [rows_left.eq(self.rows), cols.eq(self.cols), left_in_row.eq(self.cols),
                          busy.eq((self.rows != 0) & (self.cols != 0)), head.eq(1),
                          skipping.eq(0)]
 
         # mask word -> the chunk's value words
         count = Signal(7)
         m.d.comb += count.eq(popcount(m, self.i.payload, "mask_count"))
-        left_in_row = Signal(16)
-        m.d.comb += left_in_row.eq(cols - col)
         last_word_of_row = left_in_row <= 8
         chunk_last = last_word_of_row | (byte == 7)
 
+        # The current mask byte and its count, registered (written when the mask arrives and
+        # when the byte advances), so the word's decisions start at registers.
         keep = Signal(8)
-        m.d.comb += keep.eq(mask.word_select(byte, 8))
         need = Signal(4)
-        m.d.comb += need.eq(popcount(m, keep, "need"))
+        next_keep = Signal(8)
+        m.d.comb += next_keep.eq(mask.word_select((byte + 1)[:3], 8))  # (byte 0 after 7)
         take_word = Signal()
         m.d.comb += take_word.eq((window_n < need) & (value_left != 0))
         merged = Signal(128)
         m.d.comb += merged.eq(Mux(take_word, window | (self.i.payload << (window_n * 8)),
                                   window))
-        have = Signal(5)
-        m.d.comb += have.eq(window_n + Mux(take_word, 8, 0))
 
         dense = _expand(m, merged[:64], keep, "dense")
         be = Signal(8)
@@ -259,7 +257,9 @@ class ChunkExpander(wiring.Component):
             m.d.comb += self.i.ready.eq(1)
             with m.If(self.i.valid):
                 m.d.sync += [mask.eq(self.i.payload), value_left.eq((count + 7) >> 3),
-                             byte.eq(0), window.eq(0), window_n.eq(0), head.eq(0)]
+                             byte.eq(0), window.eq(0), window_n.eq(0), head.eq(0),
+                             keep.eq(self.i.payload[:8]),
+                             need.eq(popcount(m, self.i.payload[:8], "first_need"))]
         with m.Elif(skipping):
             m.d.comb += self.i.ready.eq(1)
             with m.If(self.i.valid):
@@ -268,17 +268,24 @@ class ChunkExpander(wiring.Component):
                     m.d.sync += [skipping.eq(0), head.eq(rows_left != 0),
                                  busy.eq(rows_left != 0)]
         with m.Else():
-            enough = (have >= need) & (~take_word | self.i.valid)
+            # (a value word taken makes enough bytes: the window held fewer than `need` <= 8)
+            enough = Mux(take_word, self.i.valid, window_n >= need)
             m.d.comb += [self.o.valid.eq(enough),
                          self.i.ready.eq(take_word & self.o.ready)]
             with m.If(self.o.valid & self.o.ready):
-                shifted = merged >> (need * 8)
-                m.d.sync += [window.eq(shifted[:64]), window_n.eq(have - need),
-                             value_left.eq(value_left - take_word), byte.eq(byte + 1)]
+                # the window after this word's bytes: the rest of the new value word when one
+                # is taken (the window then held fewer bytes than needed), else the rest of
+                # the window; both shifts start at registers, take_word only selects
+                rest_of_word = self.i.payload >> ((need - window_n)[:4] * 8)
+                rest_of_window = window >> (need * 8)
+                m.d.sync += [window.eq(Mux(take_word, rest_of_word, rest_of_window)[:64]),
+                             window_n.eq(Mux(take_word, window_n + 8 - need, window_n - need)),
+                             value_left.eq(value_left - take_word), byte.eq(byte + 1),
+                             keep.eq(next_keep), need.eq(popcount(m, next_keep, "next_need"))]
                 with m.If(last_word_of_row):
-                    m.d.sync += [col.eq(0), rows_left.eq(rows_left - 1)]
+                    m.d.sync += [left_in_row.eq(cols), rows_left.eq(rows_left - 1)]
                 with m.Else():
-                    m.d.sync += col.eq(col + 8)
+                    m.d.sync += left_in_row.eq(left_in_row - 8)
                 with m.If(chunk_last):
                     rest = value_left - take_word
                     the_end = last_word_of_row & (rows_left == 1)

@@ -75,8 +75,7 @@ class ConnectionUnit(wiring.Component):
         m.submodules.out_queue = oq = self._out_queue
         and_out = Signal(combined_layout())
         m.d.comb += [
-            and_out.stride.eq(0), and_out.bits.eq(n.bits & w.bits),
-            and_out.n_bits.eq(n.bits), and_out.w_bits.eq(w.bits),
+            and_out.stride.eq(0), and_out.n_bits.eq(n.bits), and_out.w_bits.eq(w.bits),
             and_out.n_base.eq(n.base), and_out.w_base.eq(w.base),
             and_out.pair.eq(0), and_out.last.eq(n.last),
         ]

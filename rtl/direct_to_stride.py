@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .bits import encode_onehot, lowest_set
+from .bits import lowest_set, lowest_set_index
 from .layouts import ADDR, CHUNK, chunk_layout, entry_layout
 
 from snpu.verif.index import STRIDE_ESCAPE as ESCAPE
@@ -39,12 +39,14 @@ class DirectToStride(wiring.Component):
         busy = Signal()           # holding a chunk
         rem = Signal(CHUNK)
         last = Signal()
-        chunk_lo = Signal(17)
+        chunk_lo = Signal(17)     # the chunk's first position, a multiple of CHUNK
         row_base = Signal(ADDR)
         first_chunk = Signal(init=1)
         low = Signal(CHUNK)
         m.d.comb += low.eq(lowest_set(rem))
-        offset = encode_onehot(m, low, name="offset")
+        # (its index from a multiplexer tree on rem, beside the carry chain of `low`)
+        offset = Signal(range(CHUNK))
+        m.d.comb += offset.eq(lowest_set_index(rem))
 
         t_free = Signal()
         m.d.comb += t_free.eq(~t_valid | t_ready)
@@ -60,8 +62,8 @@ class DirectToStride(wiring.Component):
                     with m.Else():
                         m.d.sync += chunk_lo.eq(chunk_lo + CHUNK)
             with m.Elif(rem != 0):
-                m.d.sync += [t_valid.eq(1), t.pos.eq(chunk_lo + offset), t.end.eq(0),
-                             t.base.eq(row_base), rem.eq(rem & ~low)]
+                m.d.sync += [t_valid.eq(1), t.pos.eq(Cat(offset, chunk_lo[len(offset):])),
+                             t.end.eq(0), t.base.eq(row_base), rem.eq(rem & ~low)]
             with m.Else():
                 m.d.sync += busy.eq(0)
                 with m.If(last):

@@ -26,12 +26,12 @@ def entry_layout() -> data.StructLayout:
 
 
 def combined_layout() -> data.StructLayout:
-    """The connection unit's output: either a combined chunk (``stride = 0``) or one entry of
-    the merged stride index (``stride = 1``) with its pair's addresses in the bases."""
+    """The connection unit's output: either a combined chunk (``stride = 0``: its combined
+    bits are ``n_bits & w_bits``, formed by the compactor) or one entry of the merged stride
+    index (``stride = 1``) with its pair's addresses in the bases."""
     return data.StructLayout({
         "stride": 1,
-        "bits": CHUNK,      # combined bits (chunk)
-        "n_bits": CHUNK,    # neuron-side bits (chunk, for ranks in packed storage)
+        "n_bits": CHUNK,    # neuron-side bits (chunk; also for ranks in packed storage)
         "w_bits": CHUNK,    # weight-side bits
         "n_base": ADDR,
         "w_base": ADDR,

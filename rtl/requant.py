@@ -8,6 +8,8 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from snpu.verif.numerics import SHIFT_MAX
+
 REQUANT_IN = data.StructLayout({
     "acc": signed(32),
     "bias": signed(32),
@@ -15,6 +17,12 @@ REQUANT_IN = data.StructLayout({
     "shift": unsigned(6),
     "relu": 1,
 })
+
+#: bits of the product ``wrap32(acc + bias) * mult`` (exact: 32 x 16 bits)
+PRODUCT_BITS = 48
+#: bits of the shifted product ``u`` kept before rounding: the values whose rounded result
+#: ``floor((u + 1) / 2)`` is not saturated (-256..254) fit nine signed bits
+KEPT_BITS = 9
 
 
 class Requantizer(wiring.Component):
@@ -25,8 +33,17 @@ class Requantizer(wiring.Component):
     ``-128..127`` (``0..127`` with ReLU).  ``shift`` above 47 is never produced by the golden
     model's parameter check; the hardware treats it as 47.
 
-    Throughput one element per cycle; latency 4 cycles (bias add, multiply, round + shift,
-    saturate).  Back-pressure on ``o`` stalls the pipeline.
+    How, without a 48-bit rounding adder and shifter: with ``u = floor(2 p / 2**shift)``
+    (the product ``p`` shifted one place less), the rounded result is
+    ``floor((u + 1) / 2)``.  Only whether ``u`` fits :data:`KEPT_BITS` signed bits and, if
+    so, its low bits matter: outside that range the result saturates by the sign of ``p``.
+    So the third stage selects nine bits of ``2 p`` and tests the bits above them against a
+    mask of the positions at or above ``shift + 8`` (made in the second stage, beside the
+    multiply); the last stage adds one, halves and saturates nine bits.
+
+    Throughput one element per cycle; latency 4 cycles (bias add; multiply and mask;
+    select and range test; round and saturate).  Back-pressure on ``o`` stalls the
+    pipeline.
     """
 
     i: In(stream.Signature(REQUANT_IN))
@@ -39,29 +56,42 @@ class Requantizer(wiring.Component):
         advance = Signal()
         m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
         p = self.i.payload
+        P, K = PRODUCT_BITS, KEPT_BITS
+        T = P + 1  # bits of 2 p
 
-        v1, mult1, shift1, relu1, valid1 = (Signal(signed(32)), Signal(signed(16)), Signal(6),
-                                            Signal(), Signal())
-        prod2, shift2, relu2, valid2 = Signal(signed(48)), Signal(6), Signal(), Signal()
-        res3, relu3, valid3 = Signal(signed(48)), Signal(), Signal()
-        shift_eff = Signal(6)
-        m.d.comb += shift_eff.eq(Mux(shift2 > 47, 47, shift2))
-        half = Signal(48)
-        m.d.comb += half.eq((Const(1, 48) << shift_eff) >> 1)
+        # stage 1: bias add; the shift clamped
+        v1, mult1, shift1 = Signal(signed(32)), Signal(signed(16)), Signal(range(SHIFT_MAX + 1))
+        relu1, valid1 = Signal(), Signal()
+        # stage 2: the product, and the positions of 2 p that must equal its sign
+        prod2, shift2, relu2, valid2 = Signal(signed(P)), Signal.like(shift1), Signal(), Signal()
+        above2 = Signal(T)
+        # stage 3: the low bits of u = 2 p >> shift, and whether u fits them
+        u3, fits3, neg3, relu3, valid3 = Signal(signed(K)), Signal(), Signal(), Signal(), Signal()
+
+        twice = Signal(signed(T))
+        m.d.comb += twice.eq(Cat(C(0, 1), prod2))
+        off_sign = Signal(T)  # bit j: bit j of 2 p differs from its sign
+        m.d.comb += off_sign.eq(twice ^ prod2[-1].replicate(T))
+        rounded = Signal(signed(K + 1))
+        m.d.comb += rounded.eq((u3 + 1) >> 1)
         with m.If(advance):
             m.d.sync += [
-                v1.eq((p.acc + p.bias)[:32]), mult1.eq(p.mult), shift1.eq(p.shift),
+                v1.eq((p.acc + p.bias)[:32]), mult1.eq(p.mult),
+                shift1.eq(Mux(p.shift > SHIFT_MAX, SHIFT_MAX, p.shift)),
                 relu1.eq(p.relu), valid1.eq(self.i.valid),
                 prod2.eq(v1 * mult1), shift2.eq(shift1), relu2.eq(relu1), valid2.eq(valid1),
-                res3.eq((prod2 + half.as_signed()) >> shift_eff), relu3.eq(relu2),
-                valid3.eq(valid2),
+                above2.eq(Cat(shift1 + (K - 1) <= j for j in range(T))),
+                u3.eq((twice >> shift2)[:K]), fits3.eq(~(off_sign & above2).any()),
+                neg3.eq(prod2[-1]), relu3.eq(relu2), valid3.eq(valid2),
                 self.o.valid.eq(valid3),
             ]
             lo = Mux(relu3, 0, -128)
-            with m.If(res3 > 127):
+            with m.If(~fits3):
+                m.d.sync += self.o.payload.y.eq(Mux(neg3, lo, 127))
+            with m.Elif(rounded > 127):
                 m.d.sync += self.o.payload.y.eq(127)
-            with m.Elif(res3 < lo):
+            with m.Elif(rounded < lo):
                 m.d.sync += self.o.payload.y.eq(lo)
             with m.Else():
-                m.d.sync += self.o.payload.y.eq(res3[:8])
+                m.d.sync += self.o.payload.y.eq(rounded[:8])
         return m

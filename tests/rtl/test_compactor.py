@@ -27,7 +27,7 @@ def _reference(items, n_packed, w_packed):
         else:
             nb = np.array([(it["n_bits"] >> k) & 1 for k in range(CH)], bool)
             wb = np.array([(it["w_bits"] >> k) & 1 for k in range(CH)], bool)
-            comb = np.array([(it["bits"] >> k) & 1 for k in range(CH)], bool)
+            comb = nb & wb
             pos = np.flatnonzero(comb)
             nr = ix.ranks(ix.Index.direct(nb), pos) if n_packed else pos
             wr = ix.ranks(ix.Index.direct(wb), pos) if w_packed else pos
@@ -50,7 +50,7 @@ def test_pairs_match_index_library(lanes, seed):
     for _ in range(30):
         kind = rng.random()
         if kind < 0.15:
-            items.append(dict(stride=1, bits=0, n_bits=0, w_bits=0,
+            items.append(dict(stride=1, n_bits=0, w_bits=0,
                               n_base=rng.randrange(1000), w_base=rng.randrange(1000),
                               pair=rng.randrange(2), last=rng.randrange(2)))
             continue
@@ -60,7 +60,7 @@ def test_pairs_match_index_library(lanes, seed):
         if kind > 0.9:  # edge cases: only first / only last
             nb[:] = wb[:] = False
             nb[0 if kind > 0.95 else -1] = wb[0 if kind > 0.95 else -1] = True
-        items.append(dict(stride=0, bits=_bits(nb & wb), n_bits=_bits(nb), w_bits=_bits(wb),
+        items.append(dict(stride=0, n_bits=_bits(nb), w_bits=_bits(wb),
                           n_base=rng.randrange(1000), w_base=rng.randrange(1000), pair=0,
                           last=int(rng.random() < 0.3)))
     items[-1]["last"] = 1
@@ -97,7 +97,7 @@ def test_one_pair_per_lane_per_cycle_when_pairs_are_available(lanes):
 
     async def producer(ctx):
         for k in range(n_items):
-            await stream_put(ctx, dut.i, dict(stride=0, bits=(1 << CH) - 1, n_bits=0, w_bits=0,
+            await stream_put(ctx, dut.i, dict(stride=0, n_bits=(1 << CH) - 1, w_bits=(1 << CH) - 1,
                                               n_base=0, w_base=0, pair=0, last=int(k == n_items - 1)))
 
     async def consumer(ctx):

@@ -48,3 +48,37 @@ def test_matches_golden_numerics(seed):
     for (acc, bias, mult, shift, relu), y in zip(cases, got):
         want = int(numerics.requantize(np.array([acc]), bias, mult, shift, bool(relu))[0])
         assert y == want, (acc, bias, mult, shift, relu)
+
+
+def test_rounding_and_saturation_edges_at_every_shift():
+    """Products just around the rounding and saturation thresholds of every shift (the
+    hardware keeps only ten bits of the shifted product and a range test, not the product
+    shifted in full), with both multiplier signs, ReLU or not, and shifts above 47."""
+    rng = random.Random(7)
+    cases = []
+    for shift in range(64):
+        s = min(shift, numerics.SHIFT_MAX)
+        half = (1 << s) >> 1
+        for t in (127, 128, -128, -129, 0, -1, 255, 256, -256, -257, 511, 512, -513):
+            for d in (-1, 0, 1):
+                product = t * (1 << s) + rng.choice((0, half, -half)) + d
+                mult = rng.choice((1, -1, 3, 32767, -32768))
+                acc = max(-2**31, min(2**31 - 1, product // mult))
+                cases.append((acc, 0, mult, shift, rng.randrange(2)))
+    dut = Requantizer()
+    got = []
+
+    async def producer(ctx):
+        for acc, bias, mult, shift, relu in cases:
+            await stream_put(ctx, dut.i, {"acc": acc, "bias": bias, "mult": mult, "shift": shift,
+                                          "relu": relu})
+
+    async def consumer(ctx):
+        for _ in cases:
+            got.append((await stream_get(ctx, dut.o)).y)
+
+    simulate(dut, producer, consumer)
+    for (acc, bias, mult, shift, relu), y in zip(cases, got):
+        want = int(numerics.requantize(np.array([acc]), bias, mult,
+                                       min(shift, numerics.SHIFT_MAX), bool(relu))[0])
+        assert y == want, (acc, bias, mult, shift, relu)
