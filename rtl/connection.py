@@ -13,7 +13,9 @@ class ConnectionUnit(wiring.Component):
     """Produces the combined connection index of one row.
 
     * ``merge = 0``: both sides arrive as direct-index chunks (a stride side has already been
-      expanded by its source, claim 9); the combined chunk is their bitwise AND (claim 7).
+      expanded by its source, claim 9); the combined chunk is their bitwise AND (claim 7),
+      which the :class:`~.compactor.Compactor` forms from the two sides' bits the item
+      carries (it needs them for the ranks anyway).
     * ``merge = 1``: both sides arrive as stride entries (a direct side has been converted by
       its source, claim 10); a :class:`StrideMerge` intersects them (claim 8).
 
