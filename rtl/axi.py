@@ -10,6 +10,7 @@ instruction fetch and the ST unit make *narrow* bursts of 8-byte beats (``arsize
 ``awsize`` 3: each beat on the byte lanes of its address), as AXI4 allows.
 """
 
+from amaranth import Cat, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -21,6 +22,52 @@ MAX_BURST = 16  #: beats per burst
 BOUNDARY = 4096  #: bursts never cross a multiple of this
 
 RESP_OKAY, RESP_EXOKAY, RESP_SLVERR, RESP_DECERR = 0, 1, 2, 3
+
+PAGE_BITS = (BOUNDARY - 1).bit_length()    #: address bits inside a 4 KiB page
+BURST_BITS = (MAX_BURST - 1).bit_length()  #: bits of a beat's index inside a burst
+
+
+def burst_limit(m: Module, addr: Value, beat_log2: int) -> Signal:
+    """Beats a burst starting at the beat-aligned ``addr`` may have: ``MAX_BURST``, or fewer
+    when the 4 KiB boundary is nearer.  It is nearer only in the page's last ``MAX_BURST``
+    beats (the offset's bits above a burst's worth all ones), so no subtraction of the whole
+    page offset is needed."""
+    beat = addr[beat_log2:beat_log2 + BURST_BITS]
+    near_end = addr[beat_log2 + BURST_BITS:PAGE_BITS].all() & (beat != 0)
+    limit = Signal(range(MAX_BURST + 1))
+    m.d.comb += limit.eq(Mux(near_end, MAX_BURST - beat, MAX_BURST))
+    return limit
+
+
+def burst_size(m: Module, beats_left: Value, limit: Value) -> tuple[Signal, Signal]:
+    """``(min(beats_left, limit), beats_left <= limit)``: the next burst's beats, and whether
+    it is the last, from comparisons of ``limit``'s width (``limit <= MAX_BURST``)."""
+    few = beats_left[BURST_BITS + 1:] == 0
+    burst, last = Signal(range(MAX_BURST + 1)), Signal()
+    m.d.comb += [burst.eq(Mux(few & (beats_left[:BURST_BITS + 1] < limit), beats_left, limit)),
+                 last.eq(few & (beats_left[:BURST_BITS + 1] <= limit))]
+    return burst, last
+
+
+def next_burst_address(m: Module, addr: Value, burst: Value, beat_log2: int) -> Signal:
+    """``addr + burst`` beats, for a burst that does not cross the 4 KiB boundary: the page
+    offset's sum, and the page number incremented (in parallel) when the burst ends exactly
+    at the boundary."""
+    in_page = Signal(PAGE_BITS + 1)
+    m.d.comb += in_page.eq(addr[:PAGE_BITS] + (burst << beat_log2))
+    page_next = Signal(len(addr) - PAGE_BITS)
+    m.d.comb += page_next.eq(addr[PAGE_BITS:] + 1)
+    out = Signal(len(addr))
+    m.d.comb += out.eq(Mux(in_page[PAGE_BITS], Cat(in_page[:PAGE_BITS], page_next),
+                           Cat(in_page[:PAGE_BITS], addr[PAGE_BITS:])))
+    return out
+
+
+def beats_spanned(addr: Value, length: Value, beat_log2: int) -> Value:
+    """Beats of ``2**beat_log2`` bytes that the bytes ``[addr, addr + length)`` touch
+    (``length >= 1``): one short sum, not the difference of the first and last beats'
+    addresses."""
+    return (addr[:beat_log2] + length + ((1 << beat_log2) - 1)) >> beat_log2
 
 
 class AxiReadSignature(wiring.Signature):

@@ -6,7 +6,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .axi import BOUNDARY, MAX_BURST, RESP_OKAY
+from .axi import RESP_OKAY, beats_spanned, burst_limit, burst_size, next_burst_address
 
 #: a request: the bytes ``[addr, addr + length)``; ``tag`` travels with its beats
 REQUEST = data.StructLayout({"addr": 32, "length": 17, "tag": 16})
@@ -80,34 +80,16 @@ class DmaReader(wiring.Component):
         m.d.comb += self.req.ready.eq(~busy & inflight.w_rdy)
         m.d.comb += [inflight.w_data.eq(self.req.payload), inflight.w_en.eq(self.req.valid & self.req.ready)]
         first = self.req.payload.addr & ~(B - 1)
-        # beats the bytes span: (byte lane of the first + length + B - 1) / B, one short adder
-        # (not the difference of the first and last beats' addresses)
-        span = self.req.payload.addr[:lg] + self.req.payload.length + (B - 1)
         with m.If(self.req.valid & self.req.ready):
-            m.d.sync += [busy.eq(1), next_addr.eq(first), beats_left.eq(span >> lg)]
-        # The burst: at most MAX_BURST beats, and none past the 4 KiB boundary.  Fewer than
-        # MAX_BURST beats are left before it only in the boundary's last MAX_BURST beats
-        # (the address bits above a burst's worth all ones), so no subtraction of the whole
-        # page offset is needed.
-        PB = (BOUNDARY - 1).bit_length()        # page offset bits
-        MB = (MAX_BURST - 1).bit_length()       # beat-in-burst bits
-        beat_in_burst = next_addr[lg:lg + MB]
-        near_end = next_addr[lg + MB:PB].all() & (beat_in_burst != 0)
-        limit = Signal(range(MAX_BURST + 1))
-        m.d.comb += limit.eq(Mux(near_end, MAX_BURST - beat_in_burst, MAX_BURST))
-        burst = Signal(range(MAX_BURST + 1))
-        few_left = (beats_left[MB + 1:] == 0) & (beats_left[:MB + 1] < limit)
-        last_burst = (beats_left[MB + 1:] == 0) & (beats_left[:MB + 1] <= limit)
-        m.d.comb += burst.eq(Mux(few_left, beats_left, limit))
+            m.d.sync += [busy.eq(1), next_addr.eq(first),
+                         beats_left.eq(beats_spanned(self.req.payload.addr,
+                                                     self.req.payload.length, lg))]
+        # the burst: at most MAX_BURST beats, none past the 4 KiB boundary (rtl/axi.py's
+        # helpers keep the adders and comparisons short)
+        burst, last_burst = burst_size(m, beats_left, burst_limit(m, next_addr, lg))
         m.d.comb += [self.arvalid.eq(busy), self.araddr.eq(next_addr), self.arlen.eq(burst - 1)]
-        # the next burst's address: the page offset plus the burst, and the page number
-        # incremented (in parallel) when the burst ends exactly at the boundary
-        in_page = Signal(PB + 1)
-        m.d.comb += in_page.eq(next_addr[:PB] + (burst << lg))
-        page_next = Signal(32 - PB)
-        m.d.comb += page_next.eq(next_addr[PB:] + 1)
         with m.If(self.arvalid & self.arready):
-            m.d.sync += [next_addr.eq(Cat(in_page[:PB], Mux(in_page[PB], page_next, next_addr[PB:]))),
+            m.d.sync += [next_addr.eq(next_burst_address(m, next_addr, burst, lg)),
                          beats_left.eq(beats_left - burst)]
             with m.If(last_burst):
                 m.d.sync += busy.eq(0)

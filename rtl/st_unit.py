@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from snpu.config import CoreConfig
 from snpu.verif.isa import Unit
 
-from .axi import BOUNDARY, MAX_BURST, RESP_OKAY
+from .axi import MAX_BURST, RESP_OKAY, beats_spanned, burst_limit, burst_size, next_burst_address
 from .compress import ChunkCompressor, stream_misaligned
 from .dma_reader import BEAT
 from .microcode import args_layout, op_codes, registers_layout
@@ -201,23 +201,20 @@ class StoreUnit(wiring.Component):
         aw_busy = Signal()
         aw_addr = Signal(32)
         aw_left = Signal(14)  # beats of the row not yet covered by a burst
-        first = wr.ext & ~7
-        last = (wr.ext + wr.cols - 1) & ~7
         with m.If(~aw_busy & rows_write.r_rdy):
             m.d.comb += rows_write.r_en.eq(1)
-            m.d.sync += [aw_busy.eq(1), aw_addr.eq(first), aw_left.eq(((last - first) >> 3) + 1)]
-        to_boundary = Signal(10)
-        m.d.comb += to_boundary.eq((BOUNDARY - aw_addr[:12]) >> 3)
-        limit = Signal(range(MAX_BURST + 1))
-        m.d.comb += limit.eq(Mux(to_boundary < MAX_BURST, to_boundary, MAX_BURST))
+            m.d.sync += [aw_busy.eq(1), aw_addr.eq(wr.ext & ~7),
+                         aw_left.eq(beats_spanned(wr.ext, wr.cols, 3))]
+        limit = burst_limit(m, aw_addr, 3)
+        row_burst, row_last_burst = burst_size(m, aw_left, limit)
         burst = Signal(range(MAX_BURST + 1))
+        aw_next = next_burst_address(m, aw_addr, burst, 3)  # after this burst (rows, stc)
         # stc: a burst of the queued words once `limit` are there (fewer at the stream's
         # end), then the header's single beat at ext
         header_aw = Signal()
         stream_ready = (unclaimed >= limit) | (stream_end & (unclaimed != 0))
         with m.If(~compress):
-            m.d.comb += [burst.eq(Mux(aw_left < limit, aw_left, limit)),
-                         self.awvalid.eq(aw_busy & bursts.w_rdy)]
+            m.d.comb += [burst.eq(row_burst), self.awvalid.eq(aw_busy & bursts.w_rdy)]
         with m.Elif(header_aw):
             m.d.comb += [burst.eq(1), self.awvalid.eq(bursts.w_rdy)]
         with m.Else():
@@ -235,12 +232,12 @@ class StoreUnit(wiring.Component):
             with m.If(aw_fire & header_aw):
                 m.d.sync += header_aw.eq(0)
             with m.Elif(aw_fire):
-                m.d.sync += aw_addr.eq(aw_addr + (burst << 3))
+                m.d.sync += aw_addr.eq(aw_next)
             with m.If(push_header):
                 m.d.sync += header_aw.eq(1)
         with m.Elif(aw_fire):
-            m.d.sync += [aw_addr.eq(aw_addr + (burst << 3)), aw_left.eq(aw_left - burst)]
-            with m.If(aw_left == burst):
+            m.d.sync += [aw_addr.eq(aw_next), aw_left.eq(aw_left - burst)]
+            with m.If(row_last_burst):
                 m.d.sync += aw_busy.eq(0)
                 m.d.comb += row_issued.eq(1)
         m.d.sync += pending_rows.eq(pending_rows + push_write - row_issued)

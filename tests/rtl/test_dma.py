@@ -88,3 +88,45 @@ def test_read_error_is_reported_and_data_still_flows():
 
     simulate(top, bench, processes=[axi.ar, axi.r])
     assert result == {"error": 1, "bytes": 100}
+
+
+@pytest.mark.parametrize("beat_log2", [3, 5])
+def test_burst_helpers_follow_the_axi_rules(beat_log2):
+    """rtl/axi.py's burst arithmetic against the rule it shortens: at most 16 beats, none
+    past a 4 KiB boundary, the last burst when the beats left fit, the next address after
+    the burst, and the beats a byte range touches."""
+    from amaranth.sim import Simulator
+
+    from snpu.rtl.axi import beats_spanned, burst_limit, burst_size, next_burst_address
+
+    B = 1 << beat_log2
+    m = Module()
+    addr, left, length = Signal(32), Signal(14), Signal(17)
+    limit = burst_limit(m, addr, beat_log2)
+    burst, last = burst_size(m, left, limit)
+    after = next_burst_address(m, addr, burst, beat_log2)
+    span = Signal(14)
+    m.d.comb += span.eq(beats_spanned(addr, length, beat_log2))
+    rng = random.Random(beat_log2)
+    cases = [(page * 4096 + off, rng.choice([1, 2, 15, 16, 17, 300, rng.randrange(1, 1 << 13)]))
+             for page in (0, 1, 0xFFFFE) for off in range(0, 4096, B)]
+    failures = []
+
+    async def bench(ctx):
+        for a, n in cases:
+            ctx.set(addr, a)
+            ctx.set(left, n)
+            ctx.set(length, n)
+            want_limit = min(16, (4096 - a % 4096) // B)
+            want_burst = min(n, want_limit)
+            want = (want_limit, want_burst, n <= want_limit, (a + want_burst * B) % 2**32,
+                    ((a % B) + n + B - 1) // B)
+            got = (ctx.get(limit), ctx.get(burst), bool(ctx.get(last)), ctx.get(after),
+                   ctx.get(span))
+            if got != want:
+                failures.append((a, n, got, want))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert not failures, failures[:5]
