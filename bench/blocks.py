@@ -13,7 +13,7 @@ A block alone can only be faster than inside the core (no routing congestion, no
 through its neighbours), so every block listed below the 125 MHz target must get faster
 before the core can reach it; the core's own figure is ``snpu synth`` (``core_synth.json``).
 The blocks are built for the small 1-lane configuration of ``core_synth.json``; lane-level
-blocks are those of one lane.  About 15 minutes for every block with one seed.
+blocks are those of one lane.  About 20 minutes for every block with one seed.
 """
 
 from __future__ import annotations
