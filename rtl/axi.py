@@ -58,8 +58,8 @@ def next_burst_address(m: Module, addr: Value, burst: Value, beat_log2: int) -> 
     page_next = Signal(len(addr) - PAGE_BITS)
     m.d.comb += page_next.eq(addr[PAGE_BITS:] + 1)
     out = Signal(len(addr))
-    m.d.comb += out.eq(Mux(in_page[PAGE_BITS], Cat(in_page[:PAGE_BITS], page_next),
-                           Cat(in_page[:PAGE_BITS], addr[PAGE_BITS:])))
+    m.d.comb += out.eq(Cat(in_page[:PAGE_BITS], Mux(in_page[PAGE_BITS], page_next,
+                                                    addr[PAGE_BITS:])))
     return out
 
 

@@ -241,11 +241,11 @@ class ChunkExpander(wiring.Component):
         m.d.comb += next_keep.eq(mask.word_select((byte + 1)[:3], 8))  # (byte 0 after 7)
         take_word = Signal()
         m.d.comb += take_word.eq((window_n < need) & (value_left != 0))
-        merged = Signal(128)
+        merged = Signal(64)  # this word's packed bytes (the window's rest is shifted apart)
         m.d.comb += merged.eq(Mux(take_word, window | (self.i.payload << (window_n * 8)),
                                   window))
 
-        dense = _expand(m, merged[:64], keep, "dense")
+        dense = _expand(m, merged, keep, "dense")
         be = Signal(8)
         m.d.comb += be.eq(Mux(last_word_of_row, (Const(1, 9) << left_in_row[:4]) - 1, 0xFF))
         m.d.comb += [self.o.payload.data.eq(dense), self.o.payload.be.eq(be),
