@@ -99,15 +99,19 @@ class DmaReader(wiring.Component):
         m.d.comb += head.eq(inflight.r_data)
         started = Signal()
         remaining = Signal(17)
+        # `remaining` is below 2 ** (lg + 1): the bytes left are compared with the room in
+        # the beat in lg + 1 bits, not 17 (no carry chain before the realigner's sums)
+        remaining_small = Signal()
         offset = Signal(lg)
         m.d.comb += offset.eq(Mux(started, 0, head.addr[:lg]))
         rem = Mux(started, remaining, head.length)
+        small = Mux(started, remaining_small, head.length[lg + 1:] == 0)
         room = Signal(lg + 1)
         m.d.comb += room.eq(B - offset)
+        is_last = Signal()   # the rest of the request fits this beat
+        m.d.comb += is_last.eq(small & (rem[:lg + 1] <= room))
         count = Signal(lg + 1)
-        m.d.comb += count.eq(Mux(rem < room, rem, room))
-        is_last = Signal()
-        m.d.comb += is_last.eq(rem == count)
+        m.d.comb += count.eq(Mux(is_last, rem[:lg + 1], room))
         m.d.comb += [
             self.beats.valid.eq(self.rvalid & inflight.r_rdy),
             self.beats.payload.data.eq(self.rdata),
@@ -126,7 +130,9 @@ class DmaReader(wiring.Component):
                 m.d.comb += inflight.r_en.eq(1)
                 m.d.sync += started.eq(0)
             with m.Else():
-                m.d.sync += [started.eq(1), remaining.eq(rem - count)]
+                left = rem - room
+                m.d.sync += [started.eq(1), remaining.eq(left),
+                             remaining_small.eq(left[lg + 1:] == 0)]
         with m.If(self.clear):
             m.d.sync += self.error.eq(0)
         return m

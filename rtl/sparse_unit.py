@@ -59,13 +59,17 @@ class SparseProcessingUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self._n
-        xs = [self.i.payload.data[8 * k:8 * k + 8].as_signed() for k in range(n)]
-        # |x| as 8-bit unsigned: |-128| = 128 fits.
-        mags = [Mux(x < 0, -x, x)[:8] for x in xs]
+
+        def above(x, t):
+            """``|x| > t`` for an int8 ``x`` and ``0 <= t < 128``, without negating ``x``:
+            for ``x < 0``, ``|x| = ~x + 1``, so ``|x| > t`` is ``~x >= t`` (seven bits)."""
+            return Mux(x[7], ~x[:7] >= t, x[:7] > t)
+
+        xs = [self.i.payload.data[8 * k:8 * k + 8] for k in range(n)]
         keep = Signal(n)
         small = Signal(n)
-        m.d.comb += [keep[k].eq(mags[k] > self.thresh) for k in range(n)]
-        m.d.comb += [small[k].eq(mags[k] <= self.t3) for k in range(n)]
+        m.d.comb += [keep[k].eq(above(xs[k], self.thresh)) for k in range(n)]
+        m.d.comb += [small[k].eq(~above(xs[k], self.t3)) for k in range(n)]
 
         # Group survival for each supported group size; pick by group_log2.
         survive = {0: Const(-1, n)}
