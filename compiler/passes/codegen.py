@@ -127,26 +127,55 @@ def emit_nodes(em: Kernels, g: Graph, order: list[tuple[str, int | None]], prefi
 #: operators whose channel pieces are one loop over weight tiles each (:func:`kernels.conv`,
 #: :func:`kernels.fc`): pieces next to each other in the program are one kernel
 TILED = ("Conv", "Gemm", "MatMul")
+#: operators whose kernels walk output rows (``rows``): row pieces next to each other in the
+#: program are one kernel
+ROWED = ("Conv", "MaxPool", "AveragePool", "Add", "Sum", "Affine")
+#: operators computing each channel alone (on channel views of their maps): channel pieces
+#: next to each other in the program are one kernel
+PER_CHANNEL = ("MaxPool", "AveragePool", "GlobalAveragePool", "Add", "Sum", "Affine")
+
+
+def _merged(n, last: Piece, piece: Piece) -> Piece | None:
+    """``last`` and ``piece`` (pieces of node ``n``, in this order in the program) as one
+    piece, or ``None`` where they are not one kernel (:func:`_kernel_units`)."""
+    if last.images is not None or piece.images is not None:
+        return None
+    if (n.op in TILED and last.rows is None and piece.rows is None and last.channels
+            and piece.channels and last.channels[1] == piece.channels[0]):
+        return Piece(channels=(last.channels[0], piece.channels[1]))
+    if (n.op in ROWED and last.channels == piece.channels and last.rows and piece.rows
+            and last.rows[1] == piece.rows[0]):
+        return Piece(channels=last.channels, rows=(last.rows[0], piece.rows[1]))
+    if (n.op in PER_CHANNEL and last.rows == piece.rows and last.channels and piece.channels
+            and last.channels[1] == piece.channels[0]):
+        return Piece(channels=(last.channels[0], piece.channels[1]), rows=last.rows)
+    return None
 
 
 def _kernel_units(order: list[tuple[str, int | None]], nodes: dict) -> list[tuple]:
-    """The kernels of ``order``: ``(position, node, piece index, piece)``.  Channel pieces of
-    a convolution or fully connected layer that follow each other in the program, with
-    adjacent channel ranges, are one kernel over the union of their channels (the first
-    piece's position and index): each piece is a loop over its weight tiles against the
-    same input, so together they are the same loop over all their tiles -- the same
-    computation and on-chip footprint per tile, in one loop instead of several with a
-    prologue each.  Pieces the order search put apart keep their own kernels."""
+    """The kernels of ``order``: ``(position, node, piece index, piece)``.  Pieces of a node
+    that follow each other in the program are one kernel over their union (the first
+    piece's position and index) where its kernel walks that dimension anyway:
+
+    * channel pieces of a convolution or fully connected layer with adjacent channel
+      ranges: each piece is a loop over its weight tiles against the same input, so
+      together they are the same loop over all their tiles;
+    * row pieces (of the same channels) with adjacent row ranges: each piece is a loop over
+      tiles of its output rows, so together they are the same loop over all their rows
+      (a convolution's pieces load the same weights again; one kernel loads them once).
+
+    Either way: the same computation and on-chip footprint per tile, in one loop instead of
+    several with a prologue each.  Pieces the order search put apart keep their own
+    kernels (the memory plan sees the same tensors live either way: they are live from
+    their first piece's kernel to their last)."""
     out: list[tuple] = []
     for k, (name, index) in enumerate(order):
         n = nodes[name]
         piece = n.meta["pieces"][index] if index is not None else None
-        if out and piece is not None and out[-1][1] == name and n.op in TILED:
-            last = out[-1][3]
-            if (piece.images is None and piece.rows is None and last.images is None
-                    and last.rows is None and piece.channels and last.channels
-                    and last.channels[1] == piece.channels[0]):
-                out[-1] = out[-1][:3] + (Piece(channels=(last.channels[0], piece.channels[1])),)
+        if out and piece is not None and out[-1][1] == name and out[-1][3] is not None:
+            both = _merged(n, out[-1][3], piece)
+            if both is not None:
+                out[-1] = out[-1][:3] + (both,)
                 continue
         out.append((k, name, index, piece))
     return out

@@ -181,3 +181,40 @@ def test_bad_schedule_mode_is_a_clear_error():
     m, shape = _split_model("add", np.random.default_rng(0))
     with pytest.raises(CompileError, match="--schedule 'fastest'"):
         compile_model(m, CompileOptions(config=TEST_CORE, schedule=ScheduleOptions("fastest")))
+
+
+def test_pieces_next_to_each_other_are_one_kernel():
+    """codegen._kernel_units: adjacent row pieces (same channels) of a node that walks rows,
+    adjacent channel pieces of a convolution (whole rows) or of a per-channel layer, are one
+    kernel when nothing runs between them; pieces apart, or of other shapes, are not."""
+    from types import SimpleNamespace
+
+    from snpu.compiler.passes.codegen import _kernel_units
+    from snpu.compiler.passes.split import Piece
+
+    def node(op, *pieces):
+        return SimpleNamespace(op=op, meta={"pieces": list(pieces)})
+
+    nodes = {
+        "conv": node("Conv", Piece(rows=(0, 4)), Piece(rows=(4, 9)), Piece(rows=(9, 12))),
+        "convc": node("Conv", Piece(channels=(0, 16)), Piece(channels=(16, 32))),
+        "convcr": node("Conv", Piece(channels=(0, 16), rows=(0, 4)),
+                       Piece(channels=(16, 32), rows=(0, 4))),
+        "fc": node("Gemm", Piece(channels=(0, 8)), Piece(channels=(8, 16))),
+        "aff": node("Affine", Piece(channels=(0, 8), rows=(0, 2)), Piece(channels=(8, 16), rows=(0, 2)),
+                    Piece(channels=(0, 8), rows=(2, 4))),
+        "img": node("Conv", Piece(images=(0, 1)), Piece(images=(1, 2))),
+        "other": node("Relu"),
+    }
+    order = [("conv", 0), ("conv", 1), ("other", None), ("conv", 2),
+             ("convc", 0), ("convc", 1), ("convcr", 0), ("convcr", 1), ("fc", 0), ("fc", 1),
+             ("aff", 0), ("aff", 1), ("aff", 2), ("img", 0), ("img", 1)]
+    got = [(name, index, piece) for _, name, index, piece in _kernel_units(order, nodes)]
+    assert got == [
+        ("conv", 0, Piece(rows=(0, 9))), ("other", None, None), ("conv", 2, Piece(rows=(9, 12))),
+        ("convc", 0, Piece(channels=(0, 32))),
+        ("convcr", 0, Piece(channels=(0, 16), rows=(0, 4))),  # a convolution's channel
+        ("convcr", 1, Piece(channels=(16, 32), rows=(0, 4))),  # pieces merge over whole rows
+        ("fc", 0, Piece(channels=(0, 16))),
+        ("aff", 0, Piece(channels=(0, 16), rows=(0, 2))), ("aff", 2, Piece(channels=(0, 8), rows=(2, 4))),
+        ("img", 0, Piece(images=(0, 1))), ("img", 1, Piece(images=(1, 2)))]
