@@ -4,6 +4,7 @@
           -> fold_constants      (Constant, ConstantOfShape, Shape arithmetic, weight transforms)
           -> remove_noops        (Dropout, Identity)
           -> [random_weights]    (option: seeded Kaiming-normal weights)
+          -> fold_shuffle        (channel shuffles -> the weights of the convolutions reading them)
           -> fold_affine         (BatchNormalization, Mul/Add by channel vectors -> Affine,
                                   folded into the convolution before it)
           -> fuse_relu           (ReLU into the producer's requantisation)
@@ -52,6 +53,7 @@ from .passes.codegen_mesh import codegen_mesh
 from .passes.parallelize import parallelize
 from .passes.place_parts import place_parts
 from .passes.fold_affine import fold_affine
+from .passes.fold_shuffle import fold_shuffle
 from .passes.fold_constants import fold_constants
 from .passes.fuse_relu import fuse_relu
 from .passes.neurons import NeuronOptions, neurons
@@ -122,6 +124,7 @@ def pipeline(options: CompileOptions, calibration: list, image: MemoryImage) -> 
     if options.random_weights is not None:
         passes.append(("random_weights", lambda g: random_weights(g, options.random_weights)))
     passes += [
+        ("fold_shuffle", fold_shuffle),
         ("fold_affine", fold_affine),
         ("fuse_relu", fuse_relu),
         ("partition", lambda g: partition(g, force_host=set(options.force_host),

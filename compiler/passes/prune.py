@@ -46,15 +46,18 @@ def prune(graph: Graph, options: PruneOptions = PruneOptions()) -> Graph:
         w = g.const(n.inputs[1])
         if w is None:
             continue
-        before = float(np.count_nonzero(w)) / max(w.size, 1)
-        if n.name in options.keep_dense or w.size < options.min_weights or \
+        # a convolution that took a channel shuffle in (fold_shuffle) counts its own weights,
+        # not the zeros outside its groups
+        size = n.meta.get("own_weights", w.size)
+        before = float(np.count_nonzero(w)) / max(size, 1)
+        if n.name in options.keep_dense or size < options.min_weights or \
                 (options.density >= 1.0 and not options.group_size):  # nothing to remove
             n.meta["prune"] = {"density": before, "pruned": False}
             continue
         rows = _rows(n, w)  # [out, in] view in the core's order
         keep = rows != 0
         if options.density < 1.0:
-            k = int(round(options.density * rows.size))
+            k = int(round(options.density * size))
             if k < np.count_nonzero(rows):
                 thresh = np.partition(np.abs(rows).reshape(-1), rows.size - max(k, 1))[rows.size - max(k, 1)]
                 keep &= np.abs(rows) >= thresh
@@ -72,7 +75,7 @@ def prune(graph: Graph, options: PruneOptions = PruneOptions()) -> Graph:
         new = _unrows(n, w, pruned)
         name = g.add_const(n.inputs[1] + "/pruned", new)
         n.inputs = [n.inputs[0], name] + n.inputs[2:]
-        n.meta["prune"] = {"density": float(np.count_nonzero(pruned)) / max(pruned.size, 1),
+        n.meta["prune"] = {"density": float(np.count_nonzero(pruned)) / max(size, 1),
                            "density_before": before, "pruned": True}
     g.remove_unused()
     return g

@@ -94,6 +94,51 @@ def fire_cnn(seed: int = 0, size: int = 16) -> onnx.ModelProto:
                   inits, "fire_cnn")
 
 
+def shuffle_cnn(seed: int = 0, pooled_shuffle: bool = False) -> onnx.ModelProto:
+    """A ShuffleNet unit: grouped 1x1 convolution, channel shuffle (Reshape, Transpose,
+    Reshape), depthwise 3x3 convolution with BatchNorm, grouped 1x1 convolution and a
+    residual sum; then a second shuffle read by a convolution and (``pooled_shuffle``) also
+    by a max pooling.  Input ``x`` [1, 12, 10, 10], output ``y`` [1, 12, 10, 10]."""
+    rng = np.random.default_rng(seed)
+    n = rng.standard_normal
+    H = helper.make_node
+    c, g = 12, 3
+
+    def shape(name, dims):
+        return numpy_helper.from_array(np.array(dims, np.int64), name)
+
+    inits = [_const("w_in", n((c, c // g, 1, 1)) * 0.4), _const("w_dw", n((c, 1, 3, 3)) * 0.4),
+             _const("bn_s", 1 + 0.1 * n(c)), _const("bn_b", 0.1 * n(c)),
+             _const("bn_m", 0.1 * n(c)), _const("bn_v", 1 + 0.1 * np.abs(n(c))),
+             _const("w_out", n((c, c // g, 1, 1)) * 0.4), _const("w_last", n((c, c, 3, 3)) * 0.2),
+             shape("split", [1, g, c // g, 10, 10]), shape("merge", [1, c, 10, 10])]
+
+    def shuffle(x, tag):
+        return [H("Reshape", [x, "split"], [f"{tag}_s"], name=f"{tag}_split"),
+                H("Transpose", [f"{tag}_s"], [f"{tag}_t"], perm=[0, 2, 1, 3, 4], name=f"{tag}_swap"),
+                H("Reshape", [f"{tag}_t", "merge"], [f"{tag}_m"], name=f"{tag}_merge")]
+
+    nodes = [H("Conv", ["x", "w_in"], ["a"], group=g, name="gconv_in"),
+             H("Relu", ["a"], ["ar"], name="relu_in"),
+             *shuffle("ar", "sh1"),
+             H("Conv", ["sh1_m", "w_dw"], ["d"], pads=[1, 1, 1, 1], group=c, name="dwconv"),
+             H("BatchNormalization", ["d", "bn_s", "bn_b", "bn_m", "bn_v"], ["dn"], name="bn"),
+             H("Conv", ["dn", "w_out"], ["o"], group=g, name="gconv_out"),
+             H("Add", ["o", "x"], ["r"], name="residual"),
+             H("Relu", ["r"], ["rr"], name="relu_out"),
+             *shuffle("rr", "sh2"),
+             H("Conv", ["sh2_m", "w_last"], ["y0"], pads=[1, 1, 1, 1], name="conv_last")]
+    if pooled_shuffle:
+        nodes += [H("MaxPool", ["sh2_m"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                    name="pool"),
+                  H("Add", ["y0", "p"], ["y"], name="sum")]
+    else:
+        nodes += [H("Identity", ["y0"], ["y"], name="out")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 10, 10])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 10, 10])],
+                  inits, "shuffle_cnn")
+
+
 def tiny_mlp(seed: int = 0, sizes=(48, 96, 40, 10)) -> onnx.ModelProto:
     """MatMul + Add (bias) + ReLU layers; wide enough that layers are tiled on TEST_CORE."""
     rng = np.random.default_rng(seed)
