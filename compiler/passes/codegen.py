@@ -162,7 +162,10 @@ def _kernel_units(order: list[tuple[str, int | None]], nodes: dict) -> list[tupl
       together they are the same loop over all their tiles;
     * row pieces (of the same channels) with adjacent row ranges: each piece is a loop over
       tiles of its output rows, so together they are the same loop over all their rows
-      (a convolution's pieces load the same weights again; one kernel loads them once).
+      (a convolution's pieces load the same weights again; one kernel loads them once);
+    * channel pieces (of the same rows) of a per-channel layer with adjacent channel
+      ranges: each piece is the layer on a channel view, so together they are the layer on
+      the view of their union.
 
     Either way: the same computation and on-chip footprint per tile, in one loop instead of
     several with a prologue each.  Pieces the order search put apart keep their own
