@@ -103,6 +103,17 @@ def _conv_shape(node, shapes, consts):
     return [(x[0], w[0], oh, ow)]
 
 
+def ungrouped_weights(w: np.ndarray, groups: int) -> np.ndarray:
+    """The weights ``w`` (out, in / groups, kh, kw) of a convolution of ``groups`` groups as
+    an ungrouped convolution's (out, in, kh, kw): zero outside each group's block."""
+    co, cig, kh, kw = w.shape
+    og = co // groups
+    full = np.zeros((co, cig * groups, kh, kw), w.dtype)
+    for k in range(groups):
+        full[k * og:(k + 1) * og, k * cig:(k + 1) * cig] = w[k * og:(k + 1) * og]
+    return full
+
+
 @op("Conv", _conv_shape)
 def conv(node, inputs):
     x, w = np.asarray(inputs[0], np.float32), np.asarray(inputs[1], np.float32)

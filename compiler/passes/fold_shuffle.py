@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
+from ..ops import ungrouped_weights
 
 #: the transpose of a channel shuffle (N, g, C/g, H, W) -> (N, C/g, g, H, W)
 SHUFFLE_PERM = [0, 2, 1, 3, 4]
@@ -30,26 +31,26 @@ SHUFFLE_PERM = [0, 2, 1, 3, 4]
 
 def fold_shuffle(graph: Graph) -> Graph:
     g = graph.copy()
-    for first, transpose, last, groups in _shuffles(g):
-        x = first.inputs[0]
+    for x, convs, groups in _shuffles(g):
         c = g.tensor(x).shape[1]
         # output channel j * groups + i is input channel i * (c / groups) + j
         src = np.arange(c).reshape(groups, c // groups).T.reshape(-1)
-        for conv in g.consumers()[last.outputs[0]]:
+        for conv in convs:
             w = g.const(conv.inputs[1])
-            conv.inputs = [x, g.add_const(conv.inputs[1] + "/unshuffled",
-                                          _renamed(w, int(conv.attrs.get("group", 1)), src))] \
+            full = ungrouped_weights(w, int(conv.attrs.get("group", 1)))
+            renamed = np.zeros_like(full)
+            renamed[:, src] = full  # W'[:, src(c)] = W[:, c]
+            conv.inputs = [x, g.add_const(conv.inputs[1] + "/unshuffled", renamed)] \
                 + conv.inputs[2:]
             conv.attrs["group"] = 1
-            conv.meta["own_weights"] = conv.meta.get("own_weights", int(w.size))
-            conv.meta["folded_shuffle"] = transpose.name
-    g.remove_unused()
+            conv.meta.setdefault("own_weights", int(w.size))
+    g.remove_unused()  # the shuffle's three nodes
     return g
 
 
-def _shuffles(g: Graph) -> list[tuple[Node, Node, Node, int]]:
+def _shuffles(g: Graph) -> list[tuple[str, list[Node], int]]:
     """Every channel shuffle whose consumers are all convolutions with constant weights:
-    ``(reshape, transpose, reshape, groups)``."""
+    ``(the shuffle's input, the convolutions, groups)``."""
     producers, consumers = g.producers(), g.consumers()
     out = []
     for t in g.nodes:
@@ -71,18 +72,5 @@ def _shuffles(g: Graph) -> list[tuple[Node, Node, Node, int]]:
         if not convs or any(n.op != "Conv" or n.inputs[0] != last.outputs[0]
                             or g.const(n.inputs[1]) is None for n in convs):
             continue
-        out.append((first, t, last, int(split[1])))
-    return out
-
-
-def _renamed(w: np.ndarray, groups: int, src: np.ndarray) -> np.ndarray:
-    """Weights ``w`` (out, in / groups, kh, kw) of a convolution of ``groups`` groups as an
-    ungrouped convolution's reading input channel ``src[c]`` where ``w`` read ``c``."""
-    co, cig, kh, kw = w.shape
-    og = co // groups
-    full = np.zeros((co, cig * groups, kh, kw), w.dtype)
-    for k in range(groups):
-        full[k * og:(k + 1) * og, k * cig:(k + 1) * cig] = w[k * og:(k + 1) * og]
-    out = np.zeros_like(full)
-    out[:, src] = full
+        out.append((first.inputs[0], convs, int(split[1])))
     return out

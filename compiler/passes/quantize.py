@@ -163,15 +163,8 @@ def _matrix_params(g: Graph, n, sx: float, sy: float, relu: bool) -> dict:
     """Per-channel int8 weights [out, in] in the core's order, int32 bias, requantisation."""
     w = g.const(n.inputs[1])
     if n.op == "Conv":
-        groups = int(n.attrs.get("group", 1))
-        co, cig, kh, kw = w.shape
-        ci = cig * groups
-        full = np.zeros((co, kh, kw, ci), w.dtype)
-        og = co // groups
-        for gi in range(groups):
-            full[gi * og:(gi + 1) * og, :, :, gi * cig:(gi + 1) * cig] = \
-                w[gi * og:(gi + 1) * og].transpose(0, 2, 3, 1)
-        rows = full.reshape(co, -1)
+        full = ops.ungrouped_weights(w, int(n.attrs.get("group", 1)))
+        rows = full.transpose(0, 2, 3, 1).reshape(full.shape[0], -1)  # (ky, kx, c) patches
     elif n.op == "Gemm" and n.attrs.get("transB", 0):
         rows = w
     else:
