@@ -94,7 +94,7 @@ class Core(wiring.Component):
     def __init__(self, config: CoreConfig | None = None):
         self._cfg = config = config or CoreConfig()
         self._fetch = InstructionCache(config.icache_lines)
-        self._dispatch = Dispatcher()
+        self._dispatch = Dispatcher(config)
         self._queues = {u: SyncFIFOBuffered(width=micro_layout(u).size, depth=config.queue_depth)
                         for u in UNITS}
         self._front = {u: UnitFrontEnd(u) for u in UNITS}

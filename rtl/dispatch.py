@@ -4,9 +4,10 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from snpu.config import CoreConfig
 from snpu.verif import isa
 from snpu.verif.isa import HEADER_BITS, LOOP_DEPTH, NUM_UNIT_BITS, OPCODE_BITS, Unit
-from snpu.verif.sequencer import STREAMS
+from snpu.verif.sequencer import PING_PONG_LOADS, PING_PONG, STREAMS, half_sizes
 
 from .icache import FETCH_REQ, FETCHED
 from .predecode import Kind
@@ -19,6 +20,8 @@ FRAME = data.StructLayout({
     "start": PC_BITS, "end": PC_BITS, "left": _LOOP.field("count").width,
     **{f"inc_{s}": signed(_INC_BITS) for s in STREAMS},
     **{f"off_{s}": 32 for s in STREAMS},
+    "flip": 1,          # the loop flips ping-pong operands on odd iterations
+    "odd": 1,           # its current iteration is odd
 })
 
 
@@ -39,7 +42,10 @@ class Dispatcher(wiring.Component):
     frame pops (enclosing frames ending on the same word are handled in the same cycle).  A
     ``ld`` / ``st`` with ``walk=1`` is dispatched with ``ext`` plus the sum of the frames'
     offsets for its stream (each frame's offset is its iteration number times its
-    increment).  The next word is requested in the cycle the current one is dispatched, so
+    increment).  Inside ``flip`` loops, while an odd number of them are on odd iterations,
+    the ping-pong operands of the word (:func:`snpu.verif.sequencer.ping_pong`) have their
+    half bit inverted: an XOR of one bit per operand, from registers.  The next word is
+    requested in the cycle the current one is dispatched, so
     with cache hits one instruction is dispatched per cycle.  That request's address comes
     from registers only (the current word's pc and the frames), not from the word, and it
     says whether it is sequential (the word after the current one): the cache looks those
@@ -61,7 +67,9 @@ class Dispatcher(wiring.Component):
     ``units_idle``; ``halt`` does the same and then raises ``halted``.
     """
 
-    def __init__(self):
+    def __init__(self, config: CoreConfig | None = None):
+        #: the bit of each ping-pong buffer's half (its size is a power of two)
+        self._half_bit = {b: h.bit_length() - 1 for b, h in half_sizes(config or CoreConfig()).items()}
         super().__init__({
             "start": In(1),          # request word 0 (the cycle after the core's start)
             "rom_words": In(PC_BITS + 1),
@@ -78,6 +86,21 @@ class Dispatcher(wiring.Component):
     def queue(self, unit: Unit):
         return getattr(self, f"q_{unit.name.lower()}")
 
+    def _flip_mask(self, word, o: isa.Opcode, name: str, flipped):
+        """What inverts operand ``name`` of opcode ``o``'s ``word`` into the other half of
+        its buffer while ``flipped``: its half bit, or 0 if it is no ping-pong operand."""
+        width = o.field(name).width
+        if o.mnemonic in ("ld", "ldc") and name == "dst":
+            buf = word[o.offsets["buf"]:o.offsets["buf"] + o.field("buf").width]
+            mask = C(0, width)
+            for code, b in PING_PONG_LOADS.items():
+                mask = Mux(buf == code, C(1 << self._half_bit[b], width), mask)
+            return Mux(flipped, mask, 0)
+        b = PING_PONG.get(o.mnemonic, {}).get(name)
+        if b is None:
+            return C(0, width)
+        return Mux(flipped, C(1 << self._half_bit[b], width), 0)
+
     def elaborate(self, platform):
         m = Module()
         word = self.fetch_resp.payload.word
@@ -93,6 +116,10 @@ class Dispatcher(wiring.Component):
         for s in STREAMS:
             m.d.comb += offset[s].eq(sum(Mux(depth > k, frames[k][f"off_{s}"], 0)
                                          for k in range(LOOP_DEPTH)))
+        # an odd number of flip loops on odd iterations: ping-pong operands in the other half
+        flipped = Signal()
+        m.d.comb += flipped.eq(Cat(*[(depth > k) & frames[k].flip & frames[k].odd
+                                     for k in range(LOOP_DEPTH)]).xor())
 
         # ---- Decode: legality, kind and target come predecoded with the word; here the
         # operand fields become the target unit's microinstruction.
@@ -131,6 +158,7 @@ class Dispatcher(wiring.Component):
                         member = getattr(mu.args, o.mnemonic)
                         for f in o.fields:
                             v = word[o.offsets[f.name]:o.offsets[f.name] + f.width]
+                            v = v ^ self._flip_mask(word, o, f.name, flipped)
                             if f.name == "ext" and "walk" in o.offsets:
                                 walk = word[o.offsets["walk"]]
                                 if o.mnemonic == "st":
@@ -282,7 +310,8 @@ class Dispatcher(wiring.Component):
                     with m.Case(k):
                         f = frames[k]
                         m.d.sync += [f.start.eq(pc + 1), f.end.eq(loop_end), f.left.eq(count - 1),
-                                     last_trip[k].eq(count == 1)]
+                                     last_trip[k].eq(count == 1),
+                                     f.flip.eq(_field(word, _LOOP, "flip")), f.odd.eq(0)]
                         for s, name in STREAMS.items():
                             m.d.sync += [f[f"inc_{s}"].eq(_field(word, _LOOP, name)),
                                          f[f"off_{s}"].eq(0)]
@@ -292,7 +321,8 @@ class Dispatcher(wiring.Component):
             for k in range(LOOP_DEPTH):
                 f = frames[k]
                 with m.If(jump[k]):
-                    m.d.sync += [f.left.eq(f.left - 1), last_trip[k].eq(f.left == 1)]
+                    m.d.sync += [f.left.eq(f.left - 1), last_trip[k].eq(f.left == 1),
+                                 f.odd.eq(~f.odd)]
                     for s in STREAMS:
                         m.d.sync += f[f"off_{s}"].eq(f[f"off_{s}"] + f[f"inc_{s}"])
 

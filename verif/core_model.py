@@ -23,7 +23,7 @@ from snpu.errors import ExecutionError, IllegalInstruction, IndexFormatError, Sn
 from . import index as ix
 from . import act_compress, isa, layout, numerics, timing
 from .hazards import Access, HazardChecker
-from .sequencer import Sequencer
+from .sequencer import Sequencer, half_sizes
 from .isa import IMPLEMENTED_UNITS, Instr, Unit
 
 
@@ -776,7 +776,7 @@ class Scheduler:
         self.trace: list | None = [] if trace else None
         #: per unit: what the machine calls when another core's transfer delays its DMA
         self.bus_delay = {u: functools.partial(self._delay, u) for u in IMPLEMENTED_UNITS}
-        self.seq = Sequencer(prog, self.cfg.icache_lines)
+        self.seq = Sequencer(prog, self.cfg.icache_lines, half_sizes(self.cfg))
         if self.seq.cache is not None:
             self.seq.cache.bus = machine.bus  # fills and loads share the port
             self.seq.cache.owner = machine.coords

@@ -46,8 +46,33 @@ parameters, activations out); everything else in a body repeats as written.  A l
 cut short at the front (a row of pixel groups that starts on the second of two ping-pong
 halves, say) is one loop, not a loop and a copy of the body's tail before it.  The sequencer
 reads words through the instruction cache, so a body is fetched from external memory once
-and then hits.  The core is started with the ROM's length (``rom_words``): dispatching at or
-past it is ILLEGAL, as is a loop whose body reaches it.
+and then hits.
+
+A double-buffered kernel alternates the halves of its activation buffers from one tile to
+the next.  A loop with ``flip=1`` runs such tiles from one body: on its odd iterations
+(iteration numbers 1, 3, ...) every *ping-pong operand* of the body's words is dispatched
+in the other half of its buffer, its half bit inverted (the address XOR the half's size;
+the sizes are powers of two, so this is one bit):
+
+=============================== ============================================================
+operand                          half
+=============================== ============================================================
+``fc.nbuf``; ``ld`` / ``ldc``    ``nbuf_bytes / 2``
+``dst`` into nbuf
+``fc.nidx``; ``ld`` / ``ldc``    ``nbuf_bytes / 16`` (the direct index of half of nbuf)
+``dst`` into nidx
+``fc.acc``, ``vred.dst/src``,    ``acc_elems / 2``
+``vew.dst/a/b``, ``req.src``;
+``ld`` / ``ldc`` ``dst`` into acc
+``req.dst``, ``st.src``,         ``obuf_bytes / 2``
+``stc.src``
+=============================== ============================================================
+
+Weights, parameters and everything else repeat as written.  With nested flipping loops
+the half is inverted when an odd number of them are on odd iterations.
+
+The core is started with the ROM's length (``rom_words``): dispatching at or past it is
+ILLEGAL, as is a loop whose body reaches it.
 """
 
 from __future__ import annotations
@@ -302,8 +327,10 @@ OPCODES: tuple[Opcode, ...] = (
          _f("w_inc", 24, "bytes per iteration added to walking lds into wbuf / widx / param",
             "sint", default=0),
          _f("out_inc", 24, "bytes per iteration added to walking sts", "sint", default=0),
-         _f("entry", 12, "words of the body the first iteration skips: it starts at word "
-            "pc+1+entry", default=0)),
+         _f("entry", 11, "words of the body the first iteration skips: it starts at word "
+            "pc+1+entry", default=0),
+         _f("flip", 1, "1: odd iterations use the other half of every ping-pong operand "
+            "(nbuf, nidx, acc, obuf) of the body", "flag", default=0)),
         "Hardware loop: run the next `body` words `count` times, then continue after them; "
         "the first time from word `entry` of the body on (a loop whose first iteration is "
         "the tail of its body).  "
@@ -313,7 +340,10 @@ OPCODES: tuple[Opcode, ...] = (
         "for activations loaded (nbuf, nidx, acc), `w_inc` for weights and parameters loaded "
         "(wbuf, widx, param), `out_inc` for stores (mod 2**32); the first iteration is iteration "
         "0.  An inner loop word the first iteration skips does not run: words of its body "
-        "that iteration reaches run once, as plain words.  Zero `body`, `entry` not below "
+        "that iteration reaches run once, as plain words.  With `flip=1`, on the loop's odd "
+        "iterations every ping-pong operand of its body (see Loops above) addresses the "
+        "other half of its buffer; nested flipping loops compose (the half flips when an odd "
+        "number of them are on odd iterations).  Zero `body`, `entry` not below "
         "`body`, a fourth level, a body leaving its enclosing body or running past the ROM "
         "(`rom_words`) is ILLEGAL at this word.",
         "if count > 0: run words [pc+1+entry, pc+body], then count-1 times words "

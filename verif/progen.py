@@ -28,6 +28,7 @@ from . import act_compress, isa, layout, numerics
 from .index import FORMAT_CODES
 from .isa import Unit
 from .program import Program
+from .sequencer import half_sizes
 
 LD, MX, VX, ST, NET = Unit.LD, Unit.MX, Unit.VX, Unit.ST, Unit.NET
 FMT = FORMAT_CODES
@@ -333,15 +334,25 @@ def random_program(rng, cfg: CoreConfig, kind: str | None = None) -> Program:
 
 
 def loop_program(rng, cfg: CoreConfig, *, shape=None, rotated: bool | None = None,
-                 mem_bytes=1 << 18) -> Program:
+                 flip: bool | None = None, mem_bytes=1 << 18) -> Program:
     """Hardware loops: ``y = requant(x)`` over tiles ``x[t0, t1, t2]`` of ``n`` int8 values,
-    walked by up to three nested loops (activation and output streams move; the innermost
-    one may be rotated -- ``rotated``, default random -- its first iteration entering the
-    body at its load), with a zero-trip loop and a one-trip loop in the middle and random
-    ``cfg`` padding in the bodies (so bodies cross instruction-cache lines).  Each tile
-    follows the load / compute / store token protocol whose tokens balance over one
-    iteration: LD -> VX (acc loaded), VX -> LD (acc free), VX -> ST (obuf ready), ST -> VX
-    (obuf free)."""
+    walked by up to three nested loops (activation and output streams move), with a
+    zero-trip loop and a one-trip loop in the middle and random ``cfg`` padding in the
+    bodies (so bodies cross instruction-cache lines).  The innermost loop is one of
+    (``flip`` and ``rotated``, default random):
+
+    * plain: each iteration loads, requantises and stores one tile;
+    * rotated: iteration t stores tile t - 1, then loads and computes tile t; its first
+      iteration enters the body at the load (``entry``), the last tile is stored after it;
+    * ``flip``: software-pipelined over the two halves of acc and obuf: iteration t
+      requantises and stores tile t - 1 while it loads tile t into the other half; the
+      body is written for even iterations and the loop flips its halves on odd ones, so
+      the requantisation reads what the previous iteration loaded only if the flips are
+      right.  Rotated too (the first iteration only loads).
+
+    Each tile follows the load / compute / store token protocol whose tokens balance over
+    one iteration: LD -> VX (acc loaded), VX -> LD (acc free), VX -> ST (obuf ready), ST ->
+    VX (obuf free)."""
     P = cfg.lanes
     t0, t1, t2 = shape or (int(rng.integers(1, 4)), int(rng.integers(1, 4)), int(rng.integers(1, 6)))
     n = P * int(rng.integers(1, 4))
@@ -357,23 +368,36 @@ def loop_program(rng, cfg: CoreConfig, *, shape=None, rotated: bool | None = Non
     p.emit("cfg", reg="st.src_stride", value=0, signal=[VX])              # obuf starts free
     relu = int(rng.integers(0, 2))
     p.meta = {"kind": "loop", "x": x, "mult": mult, "shift": shift, "relu": relu}
+    halves = half_sizes(cfg)
+    acc1, ob1 = halves["acc"], halves["obuf"]
 
     def pad():  # cfg no-ops of random length: bodies of any size
         return [isa.make("cfg", reg="vx.k1_stride", value=0)
                 for _ in range(int(rng.integers(0, 4)))]
 
-    def store(ext):
-        return isa.make("st", src=0, ext=ext & 0xFFFFFFFF, cols=n, walk=1, wait=[VX],
+    def store(ext, src=0):
+        return isa.make("st", src=src, ext=ext & 0xFFFFFFFF, cols=n, walk=1, wait=[VX],
                         signal=[VX])
 
-    load_and_compute = [
-        isa.make("ld", buf="acc", ext=xa, dst=0, cols=n, walk=1, wait=[VX], signal=[VX]),
-        *pad(),
-        isa.make("req", dst=0, src=0, param=0, n_i=n // P, relu=relu, wait=[LD, ST],
-                 signal=[LD, ST])]
+    def load(dst=0):
+        return isa.make("ld", buf="acc", ext=xa, dst=dst, cols=n, walk=1, wait=[VX], signal=[VX])
+
+    def compute(src=0, dst=0):
+        return isa.make("req", dst=dst, src=src, param=0, n_i=n // P, relu=relu, wait=[LD, ST],
+                        signal=[LD, ST])
+
+    load_and_compute = [load(), *pad(), compute()]
+    if flip is None:
+        flip = not rng.integers(0, 3)
     if rotated is None:
         rotated = not rng.integers(0, 2)
-    if not rotated:  # the tile's words in order
+    if flip:  # iteration t (even as written): tile t - 1 from the halves 1, tile t into 0
+        tile = [compute(acc1, ob1), store(y - n, ob1), *pad(), load(0)]
+        last = (t2 - 1) % 2  # the last tile's halves, after the loop
+        inner = [isa.make("loop", count=t2, body=len(tile), in_inc=n, out_inc=n,
+                          entry=len(tile) - 1, flip=1),
+                 *tile, compute(last * acc1, last * ob1), store(y + (t2 - 1) * n, last * ob1)]
+    elif not rotated:  # the tile's words in order
         tile = [*load_and_compute, *pad(), store(y)]
         inner = [isa.make("loop", count=t2, body=len(tile), in_inc=n, out_inc=n), *tile]
     else:  # rotated: iteration t stores tile t - 1, then loads and computes tile t; the

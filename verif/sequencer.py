@@ -13,7 +13,10 @@ body it reaches run once, as plain words).  After the last word of the innermost
 body, the sequencer jumps back to the body's first word while iterations remain, else pops
 the frame (and the enclosing frame may end on the same word).  A ``ld`` / ``st`` with ``walk
 = 1`` is dispatched with ``ext`` plus, for every frame, the frame's iteration number times
-its increment for the instruction's stream (:func:`stream`), modulo 2**32.
+its increment for the instruction's stream (:func:`stream`), modulo 2**32.  A loop with
+``flip = 1`` dispatches its body's words on its odd iterations with every ping-pong operand
+(:func:`ping_pong`) in the other half of its buffer (:func:`flipped`); with nested flipping
+loops, when an odd number of them are on odd iterations.
 
 Faults (``ILLEGAL`` at the word): dispatching at or past ``rom_words`` (running off the end
 without ``halt``); an illegal word; a ``loop`` whose body would reach ``rom_words``, leave
@@ -59,12 +62,47 @@ def stream(ins: Instr) -> str | None:
     return None
 
 
+#: per opcode, its ping-pong operands and the buffer each addresses (a load's ``dst``: by
+#: the buffer it loads, :data:`PING_PONG_LOADS`)
+PING_PONG = {"fc": {"nbuf": "nbuf", "nidx": "nidx", "acc": "acc"},
+             "vred": {"dst": "acc", "src": "acc"}, "vew": {"dst": "acc", "a": "acc", "b": "acc"},
+             "req": {"src": "acc", "dst": "obuf"}, "st": {"src": "obuf"}, "stc": {"src": "obuf"}}
+PING_PONG_LOADS = {isa.BUFFERS[b]: b for b in ("nbuf", "nidx", "acc")}
+
+
+def ping_pong(ins: Instr) -> dict[str, str]:
+    """The operands of ``ins`` a ``flip`` loop moves to the other half of their buffer, and
+    each one's buffer (``nbuf``, ``nidx``, ``acc`` or ``obuf``)."""
+    if ins.op in ("ld", "ldc"):
+        b = PING_PONG_LOADS.get(ins.args["buf"])
+        return {"dst": b} if b is not None else {}
+    return PING_PONG.get(ins.op, {})
+
+
+def half_sizes(config) -> dict[str, int]:
+    """The size of half of each ping-pong buffer, in its operands' units (a power of two):
+    what :func:`flipped` inverts."""
+    return {"nbuf": config.nbuf_bytes // 2, "nidx": config.nbuf_bytes // 16,
+            "acc": config.acc_elems // 2, "obuf": config.obuf_bytes // 2}
+
+
+def flipped(ins: Instr, halves: dict[str, int]) -> Instr:
+    """``ins`` with every ping-pong operand in the other half of its buffer (``halves``:
+    :func:`half_sizes`)."""
+    ops = ping_pong(ins)
+    if not ops:
+        return ins
+    return Instr(ins.op, {**ins.args, **{f: ins.args[f] ^ halves[b] for f, b in ops.items()}},
+                 ins.wait, ins.signal)
+
+
 @dataclass
 class Frame:
     start: int          #: first word of the body
     end: int            #: last word of the body
     left: int           #: iterations after the current one
     inc: dict[str, int]  #: bytes per iteration, per stream
+    flip: bool = False  #: odd iterations flip the body's ping-pong operands
     iteration: int = 0
 
 
@@ -129,11 +167,14 @@ class Sequencer:
     """Presents the words of a decoded ROM in dispatch order (see the module docstring).
 
     ``prog`` holds an :class:`~snpu.verif.isa.Instr` per word, or the
-    :class:`~snpu.errors.IllegalInstruction` its word raised.
+    :class:`~snpu.errors.IllegalInstruction` its word raised.  ``halves``
+    (:func:`half_sizes`): what a ``flip`` loop inverts; needed once one flips a word.
     """
 
-    def __init__(self, prog: list, cache_lines: int | None):
+    def __init__(self, prog: list, cache_lines: int | None,
+                 halves: dict[str, int] | None = None):
         self.prog = prog
+        self.halves = halves
         self.rom_words = len(prog)
         self.pc = 0
         self.frames: list[Frame] = []
@@ -167,12 +208,17 @@ class Sequencer:
                                         f"body, which ends at word {self.frames[-1].end}")
             if len(self.frames) == LOOP_DEPTH:
                 raise self._fault(addr, f"loops nest deeper than {LOOP_DEPTH}")
-        elif ins.op in ("ld", "st") and ins.args["walk"] and self.frames:
-            s = stream(ins)
-            off = sum(f.iteration * f.inc[s] for f in self.frames)
-            if off:
-                ins = Instr(ins.op, {**ins.args, "ext": (ins.args["ext"] + off) & 0xFFFFFFFF},
-                            ins.wait, ins.signal)
+        else:
+            if ins.op in ("ld", "st") and ins.args["walk"] and self.frames:
+                s = stream(ins)
+                off = sum(f.iteration * f.inc[s] for f in self.frames)
+                if off:
+                    ins = Instr(ins.op, {**ins.args, "ext": (ins.args["ext"] + off) & 0xFFFFFFFF},
+                                ins.wait, ins.signal)
+            if sum(f.iteration for f in self.frames if f.flip) % 2 and ping_pong(ins):
+                if self.halves is None:
+                    raise ValueError("a flip loop's words need the buffer sizes (halves)")
+                ins = flipped(ins, self.halves)
         self._current = (addr, ins, ready)
         return self._current
 
@@ -185,7 +231,8 @@ class Sequencer:
             if ins.count == 0:
                 return self._finish(addr + ins.body)
             self.frames.append(Frame(addr + 1, addr + ins.body, ins.count - 1,
-                                     {s: ins.args[f] for s, f in STREAMS.items()}))
+                                     {s: ins.args[f] for s, f in STREAMS.items()},
+                                     bool(ins.args["flip"])))
             self.pc = addr + 1 + ins.args["entry"]
             return False
         return self._finish(addr)
@@ -204,11 +251,13 @@ class Sequencer:
         return False
 
 
-def unroll(prog: list, *, limit: int | None = None) -> list[tuple[int, Instr]]:
+def unroll(prog: list, *, limit: int | None = None,
+           halves: dict[str, int] | None = None) -> list[tuple[int, Instr]]:
     """The dynamic instruction stream of a decoded ROM: every word the sequencer dispatches
-    (``loop`` words excluded), with walk offsets applied, up to and including ``halt``.
-    Faults as :meth:`Sequencer.current`; ``limit`` bounds the stream's length."""
-    seq = Sequencer(prog, None)
+    (``loop`` words excluded), with walk offsets and flips (``halves``) applied, up to and
+    including ``halt``.  Faults as :meth:`Sequencer.current`; ``limit`` bounds the stream's
+    length."""
+    seq = Sequencer(prog, None, halves)
     out = []
     while True:
         addr, ins, _ = seq.current(0)
@@ -222,11 +271,12 @@ def unroll(prog: list, *, limit: int | None = None) -> list[tuple[int, Instr]]:
         seq.advance()
 
 
-def dispatch_arrays(prog: list) -> tuple[np.ndarray, np.ndarray]:
+def dispatch_arrays(prog: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The dispatched stream of a well-formed ROM (as :func:`unroll`, ``loop`` words
-    excluded) as two arrays: the ROM word of every dispatched instruction, and its ``ext``
-    with walk offsets applied (0 for instructions without one).  Vectorised: for checking
-    long programs against each other."""
+    excluded) as three arrays: the ROM word of every dispatched instruction, its ``ext``
+    with walk offsets applied (0 for instructions without one), and whether ``flip`` loops
+    dispatch it flipped (1) or as written (0).  Vectorised: for checking long programs
+    against each other."""
     n = len(prog)
     ext = np.zeros(n, np.int64)
     inc_of = {s: np.zeros(n, np.int64) for s in STREAMS}  # per word: what it adds per stream
@@ -235,9 +285,10 @@ def dispatch_arrays(prog: list) -> tuple[np.ndarray, np.ndarray]:
             ext[k] = ins.args["ext"]
             if ins.args["walk"]:
                 inc_of[stream(ins)][k] = 1
+    empty = np.zeros(0, np.int64)
 
-    def expand(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        idx_parts, ext_parts, k, run = [], [], lo, lo
+    def expand(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        idx_parts, ext_parts, flip_parts, k, run = [], [], [], lo, lo
         while k < hi:
             ins = prog[k]
             if ins.op != "loop":
@@ -246,28 +297,32 @@ def dispatch_arrays(prog: list) -> tuple[np.ndarray, np.ndarray]:
             if run < k:
                 idx_parts.append(np.arange(run, k))
                 ext_parts.append(ext[run:k])
+                flip_parts.append(np.zeros(k - run, np.int64))
             body, c, entry = ins.args["body"], ins.args["count"], ins.args["entry"]
             if c and entry:  # the first iteration, from word `entry` of the body
-                fi, fe = expand(k + 1 + entry, k + 1 + body)
+                fi, fe, ff = expand(k + 1 + entry, k + 1 + body)
                 idx_parts.append(fi)
                 ext_parts.append(fe)
-            bi, be = expand(k + 1, k + 1 + body)
+                flip_parts.append(ff)
+            bi, be, bf = expand(k + 1, k + 1 + body)
             step = sum(inc_of[s][bi] * ins.args[f] for s, f in STREAMS.items())
             first = int(bool(entry))  # iterations run in full: first .. c-1
             full = max(0, c - first)
             iteration = np.repeat(np.arange(first, first + full), len(bi))
             idx_parts.append(np.tile(bi, full))
             ext_parts.append(np.tile(be, full) + iteration * np.tile(step, full))
+            flip_parts.append(np.tile(bf, full) ^ (iteration & ins.args["flip"]))
             k = run = k + 1 + body
         if run < hi:
             idx_parts.append(np.arange(run, hi))
             ext_parts.append(ext[run:hi])
+            flip_parts.append(np.zeros(hi - run, np.int64))
         if not idx_parts:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        return np.concatenate(idx_parts), np.concatenate(ext_parts)
+            return empty, empty, empty
+        return np.concatenate(idx_parts), np.concatenate(ext_parts), np.concatenate(flip_parts)
 
-    idx, e = expand(0, n)
-    return idx, e & 0xFFFFFFFF
+    idx, e, f = expand(0, n)
+    return idx, e & 0xFFFFFFFF, f
 
 
 def dispatch_count(prog: list) -> int:

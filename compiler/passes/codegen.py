@@ -11,7 +11,7 @@ from snpu.config import CoreConfig
 from snpu.errors import CompileError
 from snpu.verif.image import MemoryImage
 from snpu.verif.program import Program
-from snpu.verif.sequencer import dispatch_count
+from snpu.verif.sequencer import dispatch_count, half_sizes
 
 from .. import kernels
 from ..emit import Kernels
@@ -46,7 +46,7 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
         prog.instrs = pair_cfg(prog.instrs)
         dispatched = dispatch_count(prog.instrs)
         if loops:
-            prog.instrs = reroll(prog.instrs)
+            prog.instrs = reroll(prog.instrs, halves=half_sizes(config))
         words = prog.place_rom()
         segments.append({"kind": "core", "rom": prog.rom_name, "nodes": list(sg["nodes"]),
                          "words": words, "instructions": len(words),

@@ -43,7 +43,7 @@ from snpu.errors import CompileError
 from snpu.verif import isa
 from snpu.verif.image import MemoryImage
 from snpu.verif.program import Program
-from snpu.verif.sequencer import dispatch_count
+from snpu.verif.sequencer import dispatch_count, half_sizes
 
 from .. import kernels
 from ..emit import Kernels
@@ -485,7 +485,7 @@ class _Segment:
             dispatched += dispatch_count(p.instrs)
             nops += self.em[xy].nops
             if loops:
-                p.instrs = reroll(p.instrs)
+                p.instrs = reroll(p.instrs, halves=half_sizes(p.config))
             p.place_rom()
             roms[f"{xy[0]}_{xy[1]}"] = p.rom_name
             counts[f"{xy[0]}_{xy[1]}"] = len(p.instrs)

@@ -30,10 +30,11 @@ import numpy as np
 
 from snpu.verif import isa
 from snpu.verif.isa import LOOP_DEPTH, Instr
-from snpu.verif.sequencer import STREAMS, dispatch_arrays, stream
+from snpu.verif.sequencer import STREAMS, dispatch_arrays, flipped, ping_pong, stream
 
 MAX_BODY = (1 << isa.OPCODE_BY_NAME["loop"].field("body").width) - 1
 MAX_COUNT = (1 << isa.OPCODE_BY_NAME["loop"].field("count").width) - 1
+MAX_ENTRY = (1 << isa.OPCODE_BY_NAME["loop"].field("entry").width) - 1
 _INC = isa.OPCODE_BY_NAME["loop"].field("in_inc").width
 INC_MIN, INC_MAX = -(1 << (_INC - 1)), (1 << (_INC - 1)) - 1
 #: how many later occurrences of an item are tried as the period of a run starting at it
@@ -49,9 +50,11 @@ class Item:
     """A plain instruction, or a loop word with its body (``words``)."""
 
     words: list[Instr]
-    key: int                     #: structure: equal keys mean equal but for ld / st ext
+    key: int                     #: structure: equal keys mean equal but for ld / st ext and
+    #: the halves of ping-pong operands
     exts: list[int]              #: ext of every ld / st word, in order
     depth: int                   #: loops nested in the item
+    halves: tuple[int, ...] = ()  #: the half (0 / 1) of every ping-pong operand, in order
 
     @property
     def size(self) -> int:
@@ -59,20 +62,62 @@ class Item:
 
 
 class _Keys:
-    """Structure keys: equal for instructions equal but for a load's or store's ext."""
+    """Structure keys: equal for instructions equal but for a load's or store's ext and,
+    given ``halves`` (:func:`~snpu.verif.sequencer.half_sizes`), the halves of their
+    ping-pong operands (which a ``flip`` loop alternates)."""
 
-    def __init__(self):
+    def __init__(self, halves: dict[str, int] | None = None):
         self.ids: dict = {}
+        self.halves = halves
 
     def of(self, token) -> int:
         return self.ids.setdefault(token, len(self.ids))
 
 
 def _plain(ins: Instr, keys: _Keys) -> Item:
+    halves = _halves_of([ins], keys.halves)
+    if halves:
+        ops = ping_pong(ins)
+        ins_key = Instr(ins.op, {k: v & ~keys.halves[ops[k]] if k in ops else v
+                                 for k, v in ins.args.items()}, ins.wait, ins.signal)
+    else:
+        ins_key = ins
     if ins.op in ("ld", "st"):
-        args = tuple(v for k, v in ins.args.items() if k != "ext")
-        return Item([ins], keys.of((ins.op, args, ins.wait, ins.signal)), [ins.args["ext"]], 0)
-    return Item([ins], keys.of((ins.op, tuple(ins.args.values()), ins.wait, ins.signal)), [], 0)
+        args = tuple(v for k, v in ins_key.args.items() if k != "ext")
+        return Item([ins], keys.of((ins.op, args, ins.wait, ins.signal)), [ins.args["ext"]], 0,
+                    halves)
+    return Item([ins], keys.of((ins.op, tuple(ins_key.args.values()), ins.wait, ins.signal)),
+                [], 0, halves)
+
+
+def _halves_of(words: list[Instr], halves: dict[str, int] | None) -> tuple[int, ...]:
+    """The half of every ping-pong operand of ``words``, in order (none without ``halves``)."""
+    if halves is None:
+        return ()
+    return tuple(int(bool(w.args[f] & halves[b])) for w in words for f, b in ping_pong(w).items())
+
+
+def _flips(items: list[Item], p: int, L: int, r: int) -> tuple[int, int]:
+    """For ``r`` copies of ``items[p:p+L]``: how many leading copies keep the halves of
+    their ping-pong operands as the first copy's, or alternate every one of them from copy
+    to copy (a ``flip`` loop), and which (0 / 1)."""
+    def halves(k):
+        return [h for it in items[p + k * L:p + (k + 1) * L] for h in it.halves]
+
+    first = halves(0)
+    if r < 2 or not first:
+        return r, 0
+    second = halves(1)
+    if second == first:
+        flip = 0
+    elif all(a != b for a, b in zip(first, second)):
+        flip = 1
+    else:
+        return 1, 0
+    for k in range(2, r):
+        if halves(k) != (second if k % 2 and flip else first):
+            return k, flip
+    return r, flip
 
 
 def _steps(items: list[Item], p: int, L: int, r: int) -> tuple[int, list[int]]:
@@ -141,12 +186,13 @@ def _inner_moves(body: list[Instr]) -> list[frozenset[str]]:
 
 
 def _loop(body_items: list[Item], r: int, steps: list[int], keys: _Keys,
-          tail: int = 0) -> Item | None:
+          tail: int = 0, flip: int = 0) -> Item | None:
     """A loop running ``body_items`` ``r`` times, its lds / sts moving by ``steps`` per
-    copy; ``None`` if the increments cannot express the steps.  With ``tail``: the copies
-    are followed by the first ``tail`` items of one more copy, which the loop runs too --
-    as a rotated loop whose first iteration enters at them (ISA ``entry``): its body is the
-    other items (at the addresses of the copy before the first), then those."""
+    copy, with ``flip`` its ping-pong operands alternating halves; ``None`` if the
+    increments cannot express the steps.  With ``tail``: the copies are followed by the
+    first ``tail`` items of one more copy, which the loop runs too -- as a rotated loop
+    whose first iteration enters at them (ISA ``entry``): its body is the other items (at
+    the addresses and halves of the copy before the first), then those."""
     if tail:
         n_ext = sum(len(it.exts) for it in body_items[:tail])
         body_items = body_items[tail:] + body_items[:tail]
@@ -157,6 +203,8 @@ def _loop(body_items: list[Item], r: int, steps: list[int], keys: _Keys,
         return None
     incs, walks = plan
     skipped = sum(it.size for it in body_items[:len(body_items) - tail]) if tail else 0
+    if skipped > MAX_ENTRY:
+        return None
     words = []
     for k, w in enumerate(body):
         if k in walks and (w.args["walk"] != walks[k] or (k < skipped and walks[k])):
@@ -164,25 +212,30 @@ def _loop(body_items: list[Item], r: int, steps: list[int], keys: _Keys,
             if k < skipped and walks[k]:  # the first iteration skips it: one copy back
                 ext = (ext - incs[stream(w)]) & 0xFFFFFFFF
             w = Instr(w.op, {**w.args, "ext": ext, "walk": walks[k]}, w.wait, w.signal)
+        if k < skipped and flip:  # in the other half, one copy back
+            w = flipped(w, keys.halves)
         words.append(w)
-    head = isa.make("loop", count=r + bool(tail), body=len(words), entry=skipped,
+    head = isa.make("loop", count=r + bool(tail), body=len(words), entry=skipped, flip=flip,
                     **{f: incs[s] for s, f in STREAMS.items()})
     key = keys.of(("loop", r, tuple(sorted(incs.items())), tuple(it.key for it in body_items),
-                   tuple(sorted(walks.items())), skipped))
+                   tuple(sorted(walks.items())), skipped, flip))
     exts = [w.args["ext"] for w in words if w.op in ("ld", "st")]
-    return Item([head] + words, key, exts, 1 + max(it.depth for it in body_items))
+    return Item([head] + words, key, exts, 1 + max(it.depth for it in body_items),
+                _halves_of(words, keys.halves))
 
 
-def _tail(items: list[Item], p: int, L: int, r: int,
-          steps: list[int] | None = None) -> tuple[int, list[int] | None]:
-    """How many items after ``r`` copies of ``items[p:p+L]`` (moving by ``steps``) are the
-    first items of one more copy (its lds / sts moved on by the same steps): the most
-    fewer than ``L``, and the steps; ``(0, None)`` if none.
+def _tail(items: list[Item], p: int, L: int, r: int, steps: list[int] | None = None,
+          flip: int = 0) -> tuple[int, list[int] | None, int]:
+    """How many items after ``r`` copies of ``items[p:p+L]`` (moving by ``steps``, their
+    halves alternating with ``flip``) are the first items of one more copy (its lds / sts
+    moved on by the same steps, its halves flipped again with ``flip``): the most fewer
+    than ``L``, the steps and the flip; ``(0, None, 0)`` if none.
 
     With one copy (``steps`` unknown) the start of the next must be at least two words (a
-    loop saves one) and fixes each stream's step; the rest of the block runs once, and only
-    what walks already (under an inner loop) moves with it.  ``(0, None)`` as well if its
-    loads and stores do not move by one step per stream."""
+    loop saves one) and fixes each stream's step and the flip; the rest of the block runs
+    once, and only what walks already (under an inner loop) moves with it.  ``(0, None,
+    0)`` as well if its loads and stores do not move by one step per stream, or its halves
+    neither stay nor all alternate."""
     e = p + r * L
     last = items[e - L:e]
     for k in range(min(L - 1, len(items) - e), 0, -1):
@@ -190,20 +243,29 @@ def _tail(items: list[Item], p: int, L: int, r: int,
             continue
         now = [x for it in items[e:e + k] for x in it.exts]
         before = [x for it in last[:k] for x in it.exts]
+        h_now = [h for it in items[e:e + k] for h in it.halves]
+        h_before = [h for it in last[:k] for h in it.halves]
         if steps is not None:
-            if all(a == b + d for a, b, d in zip(now, before, steps)):
-                return k, steps
+            if all(a == b + d for a, b, d in zip(now, before, steps)) \
+                    and all(a == b ^ flip for a, b in zip(h_now, h_before)):
+                return k, steps, flip
             continue
         if sum(it.size for it in items[e:e + k]) < 2:
             break
+        if h_now == h_before:
+            f = 0
+        elif all(a != b for a, b in zip(h_now, h_before)):
+            f = 1
+        else:
+            return 0, None, 0
         mem = [w for it in last for w in it.words if w.op in ("ld", "st")]
         inc: dict[str, int] = {}
         for w, a, b in zip(mem, now, before):
             if (a - b or w.args["walk"]) and inc.setdefault(stream(w), a - b) != a - b:
-                return 0, None
+                return 0, None, 0
         return k, ([a - b for a, b in zip(now, before)]
-                   + [inc.get(stream(w), 0) if w.args["walk"] else 0 for w in mem[len(now):]])
-    return 0, None
+                   + [inc.get(stream(w), 0) if w.args["walk"] else 0 for w in mem[len(now):]]), f
+    return 0, None, 0
 
 
 def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int,
@@ -243,18 +305,19 @@ def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int,
             if r < 2:  # one copy and the start of another: a rotated loop of two iterations,
                 # if no longer block repeats
                 if pairs and fallback is None:
-                    tail, steps = _tail(items, p, L, 1)
-                    two = _loop(items[p:q], 1, steps, keys, tail) if tail else None
+                    tail, steps, flip = _tail(items, p, L, 1)
+                    two = _loop(items[p:q], 1, steps, keys, tail, flip) if tail else None
                     fallback = (two, L + tail) if two is not None else None
                 continue
             r, steps = _steps(items, p, L, r)
+            r, flip = _flips(items, p, L, r)
             if r < 2 or (r - 1) * words <= 1:
                 continue
-            tail = _tail(items, p, L, r, steps)[0] if r < MAX_COUNT else 0
-            loop = _loop(items[p:q], r, steps, keys, tail) if tail else None
+            tail = _tail(items, p, L, r, steps, flip)[0] if r < MAX_COUNT else 0
+            loop = _loop(items[p:q], r, steps, keys, tail, flip) if tail else None
             if loop is None:
                 tail = 0
-                loop = _loop(items[p:q], r, steps, keys)
+                loop = _loop(items[p:q], r, steps, keys, 0, flip)
             if loop is not None:
                 span = L * r + tail
                 break
@@ -265,18 +328,22 @@ def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int,
     return out
 
 
-def reroll(instrs: list[Instr], *, max_depth: int = LOOP_DEPTH) -> list[Instr]:
+def reroll(instrs: list[Instr], *, max_depth: int = LOOP_DEPTH,
+           halves: dict[str, int] | None = None) -> list[Instr]:
     """Instruction stream (ending in ``halt``; it may hold loops already, e.g. the ones
     :func:`~snpu.compiler.emit_loops.repeat` emits, entered at their first word) -> the same
-    stream with hardware loops."""
+    stream with hardware loops.  Given ``halves`` (the core's,
+    :func:`~snpu.verif.sequencer.half_sizes`), copies whose ping-pong operands alternate
+    halves become ``flip`` loops."""
     for k, w in enumerate(instrs):
         if w.op == "loop" and w.args["entry"]:
             raise ValueError(f"reroll: the loop at word {k} has an entry (the input's loops "
                              "are the emitter's, entered at their first word)")
-    keys = _Keys()
-    items = _roll(_items(_absorb_copies(_unroll_small(instrs)), keys, max_depth), max_depth, keys)
+    keys = _Keys(halves)
+    items = _roll(_items(_absorb_copies(_unroll_small(instrs, halves=halves), halves), keys,
+                         max_depth), max_depth, keys)
     out = [w for it in items for w in it.words]
-    if not same_stream(out, instrs):
+    if not same_stream(out, instrs, halves):
         raise AssertionError("re-rolled program does not unroll to the original stream")
     return out
 
@@ -295,7 +362,8 @@ def _roll(items: list[Item], max_depth: int, keys: _Keys) -> list[Item]:
     return items
 
 
-def _unroll_small(words: list[Instr], limit: int | None = None) -> list[Instr]:
+def _unroll_small(words: list[Instr], limit: int | None = None,
+                  halves: dict[str, int] | None = None) -> list[Instr]:
     """Write out the flat-bodied loops that dispatch at most ``limit`` words: the emitter
     starts its loops on iteration boundaries, once its tokens are steady; re-rolled from
     the flat words, the loop can start where the repetition does (often a few words into
@@ -311,12 +379,12 @@ def _unroll_small(words: list[Instr], limit: int | None = None) -> list[Instr]:
             continue
         inc = {s: w.args[f] for s, f in STREAMS.items()}
         for t in range(w.args["count"]):
-            out += [_unwalked(_walked(x, inc, t)) for x in body]
+            out += [_unwalked(_walked(x, inc, t, w.args["flip"], halves)) for x in body]
         k += 1 + w.body
     return out
 
 
-def _absorb_copies(words: list[Instr]) -> list[Instr]:
+def _absorb_copies(words: list[Instr], halves: dict[str, int] | None = None) -> list[Instr]:
     """Loops with a flat body (the emitter's, :mod:`~snpu.compiler.emit_loops`) take in
     the copies of their body written out right before or after them: a copy equal to the
     body moved back by one iteration, or on by ``count`` iterations (walking loads and
@@ -331,12 +399,14 @@ def _absorb_copies(words: list[Instr]) -> list[Instr]:
         L, count = w.body, w.args["count"]
         body = list(words[k + 1:k + 1 + L])
         inc = {s: w.args[f] for s, f in STREAMS.items()}
-        while count < MAX_COUNT and len(out) >= L and _is_copy(out[len(out) - L:], body, inc, -1):
+        flip = w.args["flip"]
+        while count < MAX_COUNT and len(out) >= L \
+                and _is_copy(out[len(out) - L:], body, inc, -1, flip, halves):
             del out[len(out) - L:]
-            body = [_walked(x, inc, -1) for x in body]
+            body = [_walked(x, inc, -1, flip, halves) for x in body]
             count += 1
         k += 1 + L
-        while count < MAX_COUNT and _is_copy(words[k:k + L], body, inc, count):
+        while count < MAX_COUNT and _is_copy(words[k:k + L], body, inc, count, flip, halves):
             k += L
             count += 1
         out.append(Instr("loop", {**w.args, "count": count}, w.wait, w.signal))
@@ -344,18 +414,23 @@ def _absorb_copies(words: list[Instr]) -> list[Instr]:
     return out
 
 
-def _walked(x: Instr, inc: dict[str, int], t: int) -> Instr:
-    """Body word ``x`` as iteration ``t`` dispatches it (walk flag kept)."""
+def _walked(x: Instr, inc: dict[str, int], t: int, flip: int = 0,
+            halves: dict[str, int] | None = None) -> Instr:
+    """Body word ``x`` as iteration ``t`` of a loop with increments ``inc`` (and ``flip``)
+    dispatches it (walk flag kept)."""
+    if flip and t % 2:
+        x = flipped(x, halves)
     if x.op not in ("ld", "st") or not x.args["walk"]:
         return x
     return Instr(x.op, {**x.args, "ext": (x.args["ext"] + t * inc[stream(x)]) & 0xFFFFFFFF},
                  x.wait, x.signal)
 
 
-def _is_copy(copy: list[Instr], body: list[Instr], inc: dict[str, int], t: int) -> bool:
+def _is_copy(copy: list[Instr], body: list[Instr], inc: dict[str, int], t: int,
+             flip: int = 0, halves: dict[str, int] | None = None) -> bool:
     """Is ``copy`` (flat words) iteration ``t`` of a flat loop ``body``?"""
     return len(copy) == len(body) and all(
-        c == _unwalked(_walked(b, inc, t)) for c, b in zip(copy, body))
+        c == _unwalked(_walked(b, inc, t, flip, halves)) for c, b in zip(copy, body))
 
 
 def _items(words: list[Instr], keys: _Keys, max_depth: int) -> list[Item]:
@@ -372,20 +447,30 @@ def _items(words: list[Instr], keys: _Keys, max_depth: int) -> list[Item]:
         head = Instr("loop", {**w.args, "body": len(inner)}, w.wait, w.signal)
         walks = tuple((j, x.args["walk"]) for j, x in enumerate(inner) if x.op in ("ld", "st"))
         key = keys.of(("loop", w.args["count"], tuple(w.args[f] for f in STREAMS.values()),
-                       tuple(it.key for it in body), walks))
+                       tuple(it.key for it in body), walks, w.args["flip"]))
         out.append(Item([head] + inner, key, [e for it in body for e in it.exts],
-                        1 + max((it.depth for it in body), default=0)))
+                        1 + max((it.depth for it in body), default=0),
+                        tuple(h for it in body for h in it.halves)))
         k += 1 + w.body
     return out
 
 
-def same_stream(a: list[Instr], b: list[Instr]) -> bool:
-    """Do programs ``a`` and ``b`` dispatch the same instructions (walk offsets applied)?"""
+def same_stream(a: list[Instr], b: list[Instr], halves: dict[str, int] | None = None) -> bool:
+    """Do programs ``a`` and ``b`` dispatch the same instructions (walk offsets and, with
+    ``halves``, flips applied)?"""
     keys: dict = {}
 
+    def key_of(w):
+        return keys.setdefault(_plain_key(w), len(keys))
+
     def stream_of(words):
-        key = np.array([keys.setdefault(_plain_key(w), len(keys)) for w in words], np.int64)
-        idx, ext = dispatch_arrays(words)
+        key = np.array([key_of(w) for w in words], np.int64)
+        idx, ext, flip = dispatch_arrays(words)
+        if flip.any():
+            if halves is None:
+                raise ValueError("same_stream: flip loops need the buffer halves")
+            other = np.array([key_of(flipped(w, halves)) for w in words], np.int64)
+            return np.where(flip == 1, other[idx], key[idx]), ext
         return key[idx], ext
 
     (ka, ea), (kb, eb) = stream_of(a), stream_of(b)

@@ -209,23 +209,71 @@ def _group(half: int, x: int, y: int) -> list:
             isa.make("st", src=64 * half, ext=y, cols=8, wait=[VX], signal=[VX])]
 
 
+def _rows(group, width: int, rows: int) -> list:
+    """``rows`` rows of ``width`` pixel groups alternating halves, then ``halt``."""
+    prog, k = [], 0
+    for r in range(rows):
+        for c in range(width):
+            prog += group(k % 2, 0x1000 + 0x400 * r + 0x40 * c, 0x9000 + 0x200 * r + 0x20 * c)
+            k += 1
+    return prog + [isa.make("halt")]
+
+
 @pytest.mark.parametrize("width,rows", [(7, 1), (5, 6), (9, 3), (9, 4), (3, 7), (2, 5)])
 def test_rows_of_an_odd_number_of_ping_pong_groups_are_rotated_loops(width, rows):
     """Rows of an odd number of pixel groups alternate between starting on the first and
     on the second half: each row is a loop of group pairs entered at its second half where
     the row starts on it (``entry``), and the rows a loop of row pairs.  The stream is the
     flat program's, and the ROM does not grow with the width or the rows."""
-    prog, k = [], 0
-    for r in range(rows):
-        for c in range(width):
-            prog += _group(k % 2, 0x1000 + 0x400 * r + 0x40 * c, 0x9000 + 0x200 * r + 0x20 * c)
-            k += 1
-    prog.append(isa.make("halt"))
+    prog = _rows(_group, width, rows)
     out = reroll(prog)
     assert same_stream(out, prog)
     if width % 2:
         assert any(w.op == "loop" and w.args["entry"] for w in out)
     assert len(out) <= 24, "\n".join(map(str, out))
+
+
+#: the halves of ``_group``'s buffers (acc and obuf halves of 64)
+HALVES = {"nbuf": 512, "nidx": 64, "acc": 64, "obuf": 64}
+
+
+def _steady_group(half: int, x: int, y: int) -> list:
+    """A ping-pong pixel group whose tokens are the same in both halves (precise tokens:
+    the load waits for the requantisation two groups back)."""
+    LD, VX, ST = isa.Unit.LD, isa.Unit.VX, isa.Unit.ST
+    return [isa.make("ld", buf="acc", ext=x, dst=64 * half, cols=8, wait=[VX], signal=[VX]),
+            isa.make("req", dst=64 * half, src=64 * half, param=0, n_i=2, wait=[LD, ST],
+                     signal=[LD, ST]),
+            isa.make("st", src=64 * half, ext=y, cols=8, wait=[VX], signal=[VX])]
+
+
+@pytest.mark.parametrize("width,rows", [(8, 1), (7, 1), (4, 6), (5, 6), (9, 3), (3, 7), (1, 9)])
+def test_groups_alternating_halves_become_flip_loops(width, rows):
+    """Pixel groups alternating the halves of acc and obuf, with the same tokens in both:
+    one group is the body of a ``flip`` loop (odd iterations use the other halves); rows
+    of an odd number of groups start on alternate halves, and the loop over rows flips as
+    well (nested flips compose).  The stream, flips applied, is the flat program's."""
+    prog = _rows(_steady_group, width, rows)
+    out = reroll(prog, halves=HALVES)
+    assert same_stream(out, prog, HALVES)
+    assert [_unwalked(i) for _, i in unroll(out, halves=HALVES)] == prog
+    assert any(w.op == "loop" and w.args["flip"] for w in out)
+    assert len(out) <= 6 + (width == 1), "\n".join(map(str, out))
+    assert len(reroll(prog)) > len(out)  # without the halves: no flips, longer
+
+
+def test_a_flip_loop_with_the_start_of_one_more_copy_is_rotated():
+    """Groups that end on the first words of one more group: a rotated ``flip`` loop whose
+    skipped words are written in the other half (the copy before the first)."""
+    prog = []
+    for k in range(5):
+        prog += _steady_group(k % 2, 0x1000 + 0x40 * k, 0x9000 + 0x20 * k)
+    prog += _steady_group(1, 0x1000 + 0x40 * 5, 0x9000 + 0x20 * 5)[:2]
+    prog.append(isa.make("halt"))
+    out = reroll(prog, halves=HALVES)
+    assert same_stream(out, prog, HALVES)
+    assert [_unwalked(i) for _, i in unroll(out, halves=HALVES)] == prog
+    assert out[0].op == "loop" and out[0].args["flip"] and out[0].args["entry"]
 
 
 def test_an_idle_network_unit_keeps_the_emitters_history_bounded():

@@ -22,7 +22,7 @@ from snpu.verif import golden, isa
 from snpu.verif.image import MemoryImage
 from snpu.verif.numerics import pack_params
 from snpu.verif.program import Program
-from snpu.verif.sequencer import unroll
+from snpu.verif.sequencer import half_sizes, unroll
 
 from .models import TEST_CORE, fire_cnn, inputs, tiny_cnn
 
@@ -62,7 +62,7 @@ def _work(k: Kernels) -> list:
     (token no-ops and carriers)."""
     regs = {r.name: r.reset for r in isa.REGISTERS}
     out = []
-    for _, ins in unroll(k.p.instrs):
+    for _, ins in unroll(k.p.instrs, halves=half_sizes(k.p.config)):
         if ins.op == "cfg":
             name = isa.REGISTER_BY_NUMBER[ins.args["reg"]].name
             writes = [(name, ins.args["value"])]
@@ -76,10 +76,10 @@ def _work(k: Kernels) -> list:
     return out
 
 
-def _balanced(instrs) -> None:
+def _balanced(instrs, config: CoreConfig = TEST_CORE) -> None:
     """Every channel ends the program empty: as many waits as signals."""
     given, taken = {}, {}
-    for _, ins in unroll(instrs):
+    for _, ins in unroll(instrs, halves=half_sizes(config)):
         for u in ins.signal:
             given[(ins.unit, u)] = given.get((ins.unit, u), 0) + 1
         for v in ins.wait:
@@ -104,7 +104,7 @@ def _both(body, n: int, after=None):
 def _check(flat: Kernels, looped: Kernels) -> None:
     assert _work(looped) == _work(flat)
     for k in (flat, looped):
-        _balanced(k.p.instrs)
+        _balanced(k.p.instrs, k.p.config)
     runs = [golden.run_image(k.p.place_rom(), k.p.image, TEST_CORE, check_races=True)
             for k in (flat, looped)]
     np.testing.assert_array_equal(runs[0].ext[OUT], runs[1].ext[OUT])

@@ -20,7 +20,7 @@ def test_writes_of_one_unit_pair_up_inside_their_own_body():
     assert [str(i) for i in out] == [
         "cfg reg=ld.ext_stride value=1 reg2=ld.dst_stride value2=2",
         "cfg reg=ld.ext_stride3 value=3",
-        "loop count=3 body=2 in_inc=0 w_inc=0 out_inc=0 entry=0",
+        "loop count=3 body=2 in_inc=0 w_inc=0 out_inc=0 entry=0 flip=0",
         "cfg reg=mx.nvec value=4 reg2=mx.nstride value2=5",
         str(prog[6]),
         # the body's last word and the one after the loop stay apart

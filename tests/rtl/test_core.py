@@ -59,8 +59,18 @@ def test_random_programs(kind, seed):
 @pytest.mark.parametrize("seed", range(2))
 def test_rotated_loops(seed):
     """A loop whose first iteration enters its body (``entry``), nested in two more."""
-    p = progen.loop_program(np.random.default_rng(2000 + seed), TEST_CORE, rotated=True)
+    p = progen.loop_program(np.random.default_rng(2000 + seed), TEST_CORE, rotated=True,
+                            flip=False)
     assert any(i.op == "loop" and i.args["entry"] for i in p.instrs)
+    _check(rtl_sim.run(p.place_rom(), p.image, TEST_CORE, seed=seed), seed)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_flip_loops(seed):
+    """A software-pipelined loop over the halves of acc and obuf (``flip``): each
+    iteration requantises what the one before loaded into the other half."""
+    p = progen.loop_program(np.random.default_rng(2100 + seed), TEST_CORE, flip=True)
+    assert any(i.op == "loop" and i.args["flip"] for i in p.instrs)
     _check(rtl_sim.run(p.place_rom(), p.image, TEST_CORE, seed=seed), seed)
 
 

@@ -17,7 +17,7 @@ from snpu.rtl.microcode import PC_BITS, UNITS, op_codes
 from snpu.rtl.predecode import Predecoder
 from snpu.rtl.status import ErrorCode
 from snpu.verif import isa, progen
-from snpu.verif.sequencer import unroll
+from snpu.verif.sequencer import half_sizes, unroll
 from snpu.verif.tb.amaranth_sim import seeded, simulate
 
 from ..verif.strategies import legal_instr
@@ -27,8 +27,8 @@ class _Predecoded(Elaboratable):
     """The dispatcher behind the RTL predecoder, as the instruction cache feeds it: the
     test's cache model gives plain words (``word``, ``pc``)."""
 
-    def __init__(self):
-        self.disp = Dispatcher()
+    def __init__(self, config=None):
+        self.disp = Dispatcher(config)
         self.word = Signal(128)
         self.pc = Signal(PC_BITS)
 
@@ -45,10 +45,11 @@ class _Predecoded(Elaboratable):
         return m
 
 
-def _dispatch(words, rng=None, units_idle=True):
-    """Run the dispatcher over a ROM served by a model cache (random latency with ``rng``);
-    returns [(unit, micro)] until halt or an error, and the final (error, error_pc)."""
-    dut = _Predecoded()
+def _dispatch(words, rng=None, units_idle=True, config=None):
+    """Run the dispatcher (of a core of ``config``) over a ROM served by a model cache
+    (random latency with ``rng``); returns [(unit, micro)] until halt or an error, and the
+    final (error, error_pc)."""
+    dut = _Predecoded(config)
     out, res = [], {}
     rom = list(words)
 
@@ -159,13 +160,14 @@ SMALL = CoreConfig(lanes=4, nbuf_bytes=1024, nidx_bytes=128, wbuf_bytes=1024, wi
 @pytest.mark.parametrize("seed", range(6))
 @seeded
 def test_loops_dispatch_the_unrolled_stream(seed):
-    """Nested, zero-trip and one-trip loops, walking loads and stores, bodies of any length,
-    a cache answering after random delays: the microinstructions are the golden
-    sequencer's stream, ext offsets included."""
-    p = progen.loop_program(np.random.default_rng(seed), SMALL)
+    """Nested, zero-trip and one-trip loops, walking loads and stores, flipping halves,
+    bodies of any length, a cache answering after random delays: the microinstructions
+    are the golden sequencer's stream, ext offsets and flipped halves included."""
+    p = progen.loop_program(np.random.default_rng(seed), SMALL, flip=seed % 2 == 1)
     words = p.place_rom()
-    expected = [ins for _, ins in unroll(isa.decode_program(words)) if ins.unit is not None]
-    out, res = _dispatch(words, random.Random(seed))
+    expected = [ins for _, ins in unroll(isa.decode_program(words), halves=half_sizes(SMALL))
+                if ins.unit is not None]
+    out, res = _dispatch(words, random.Random(seed), config=SMALL)
     assert res["error"] == ErrorCode.NONE
     assert [u for u, _ in out] == [i.unit for i in expected]
     for (u, micro), ins in zip(out, expected):
@@ -196,3 +198,28 @@ def test_an_entry_outside_the_body_is_illegal():
              isa.encode(isa.make("halt"))]
     _, res = _dispatch(words)
     assert res == {"error": ErrorCode.ILLEGAL, "pc": 1}
+
+
+def test_nested_flip_loops_dispatch_the_golden_halves():
+    """Two nested ``flip`` loops: their flips compose (the half inverts when an odd number
+    of them are on odd iterations), on every kind of ping-pong operand, and weights,
+    parameters and external addresses stay as written."""
+    acc, ob, nb = SMALL.acc_elems // 2, SMALL.obuf_bytes // 2, SMALL.nbuf_bytes // 2
+    prog = [isa.make("loop", count=3, body=8, flip=1, in_inc=16),
+            isa.make("loop", count=2, body=6, flip=1, out_inc=8),
+            isa.make("ld", buf="nbuf", ext=64, dst=nb + 4, cols=8, walk=1),
+            isa.make("ld", buf="acc", ext=96, dst=8, cols=8),
+            isa.make("ld", buf="param", ext=128, dst=1, cols=8),
+            isa.make("fc", nbuf=8, nidx=1, wbuf=16, widx=4, acc=acc + 4, n_in=8, rows=4),
+            isa.make("vew", dst=2, a=acc + 3, b=5, n_o=1, n_i=1, ma=1, mb=1),
+            isa.make("st", src=ob + 2, ext=200, cols=8, walk=1),
+            isa.make("req", dst=4, src=130, param=1, n_o=1, n_i=1),
+            isa.make("halt")]
+    words = [isa.encode(i) for i in prog]
+    expected = [ins for _, ins in unroll(prog, halves=half_sizes(SMALL)) if ins.unit is not None]
+    assert len({ins.args["nbuf"] for ins in expected if ins.op == "fc"}) == 2
+    out, res = _dispatch(words, random.Random(7), config=SMALL)
+    assert res["error"] == ErrorCode.NONE
+    assert [u for u, _ in out] == [i.unit for i in expected]
+    for (u, micro), ins in zip(out, expected):
+        _check_micro(u, micro, ins)

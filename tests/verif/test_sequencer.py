@@ -10,7 +10,8 @@ from snpu.verif import golden, isa
 from snpu.verif.isa import make
 from snpu.verif.program import Program
 from snpu.verif.progen import loop_program
-from snpu.verif.sequencer import InstructionCache, dispatch_arrays, dispatch_count, unroll
+from snpu.verif.sequencer import (InstructionCache, dispatch_arrays, dispatch_count, half_sizes,
+                                  ping_pong, unroll)
 
 SMALL = CoreConfig(lanes=4, nbuf_bytes=1024, nidx_bytes=128, wbuf_bytes=1024, widx_bytes=512,
                    acc_words=64, obuf_bytes=256, param_rows=8)
@@ -90,19 +91,51 @@ def _nested_example():
     return prog
 
 
+def test_flip_loops_alternate_the_halves_of_ping_pong_operands():
+    """Odd iterations of a ``flip`` loop use the other half of nbuf / nidx / acc / obuf
+    operands (not weights, parameters or external addresses); nested flipping loops
+    compose: the half flips when an odd number of them are on odd iterations."""
+    h = half_sizes(SMALL)
+    assert h == {"nbuf": 512, "nidx": 64, "acc": 128, "obuf": 128}
+    prog = [make("loop", count=2, body=5, flip=1),
+            make("loop", count=2, body=2, flip=1),
+            make("fc", nbuf=8, nidx=1, wbuf=16, widx=4, acc=0, n_in=8, rows=4),
+            make("ld", buf="wbuf", ext=100, dst=32, cols=8),
+            make("req", dst=4, src=130, param=1, n_o=1, n_i=1),
+            make("st", src=4, ext=200, cols=8),
+            make("halt")]
+    got = [(i.op, i.args) for _, i in unroll(prog, halves=h)]
+    fcs = [(a["nbuf"], a["nidx"], a["acc"], a["wbuf"], a["widx"]) for op, a in got if op == "fc"]
+    # outer 0: inner 0, 1; outer 1: inner 0, 1 (flipped once more)
+    assert fcs == [(8, 1, 0, 16, 4), (520, 65, 128, 16, 4), (520, 65, 128, 16, 4), (8, 1, 0, 16, 4)]
+    assert [a["dst"] for op, a in got if op == "ld"] == [32] * 4  # weights stay
+    assert [(a["dst"], a["src"]) for op, a in got if op == "req"] == [(4, 130), (132, 2)]
+    assert [(a["src"], a["ext"]) for op, a in got if op == "st"] == [(4, 200), (132, 200)]
+    with pytest.raises(ValueError, match="halves"):
+        unroll(prog)
+    _, _, flip = dispatch_arrays(prog)
+    assert flip.tolist() == [0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0]  # the halt last
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_dispatch_arrays_and_count_match_the_sequencer(seed):
     """The vectorised stream (the re-roller's exactness check) is :func:`unroll`'s."""
     rng = np.random.default_rng(seed)
     prog = (_nested_example() if seed == 0 else _entry_example() if seed == 1
-            else loop_program(rng, SMALL).instrs)
-    stream = unroll(prog)
-    idx, ext = dispatch_arrays(prog)
+            else loop_program(rng, SMALL, flip=seed % 2 == 0).instrs)
+    stream = unroll(prog, halves=half_sizes(SMALL))
+    idx, ext, flip = dispatch_arrays(prog)
     assert dispatch_count(prog) == len(stream) == len(idx)
     assert idx.tolist() == [a for a, _ in stream]
     assert ext.tolist() == [i.args.get("ext", 0) if i.op in ("ld", "st") else 0 for _, i in stream]
+    moved = [int(any(i.args[f] != prog[a].args[f] for f in ping_pong(i))) for a, i in stream]
+    assert [m for m, i in zip(moved, stream) if ping_pong(i[1])] == \
+        [f for f, i in zip(flip.tolist(), stream) if ping_pong(i[1])]
     if seed:
         assert any(i.op == "loop" for i in prog)
+    if seed > 1 and seed % 2 == 0:
+        flips = [i.args["count"] for i in prog if i.op == "loop" and i.args["flip"]]
+        assert flips and any(moved) == (max(flips) > 1)
 
 
 @pytest.mark.parametrize("prog,message,word", [
