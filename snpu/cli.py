@@ -409,8 +409,9 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None,
               "threshold (the same computation without sparse skipping; a speedup baseline).")
 @click.option("--optimize", type=click.Choice(["size", "speed"]), default="size",
               show_default=True,
-              help="size: the fewest ROM words; speed: dependency tokens that let the load, "
-                   "compute and store units overlap more (fewer cycles, more ROM words; one "
+              help="size: few ROM words; speed: dependency tokens that let the load, "
+                   "compute and store units overlap more (fewer cycles; ROM words: more for "
+                   "most networks, fewer for some, see bench/results/rom_bounds.json; one "
                    "core).")
 @click.option("--neuron-threshold", type=int, default=0, show_default=True,
               help="Sparse processing unit (claim 5): keep input neurons with |x| > this "

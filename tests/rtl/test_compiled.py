@@ -11,6 +11,7 @@ from snpu.compiler import check, runtime
 from snpu.compiler.passes.neurons import NeuronOptions
 from snpu.compiler.pipeline import CompileOptions, compile_model
 from snpu.config import CoreConfig
+from snpu.verif import isa
 
 from ..compiler.models import TEST_CORE, fire_cnn, inputs, tiny_cnn
 
@@ -46,8 +47,8 @@ def test_digits_cnn_on_the_rtl():
 @pytest.mark.parametrize("build", [lambda: None, lambda: fire_cnn(4)], ids=["digits", "fire_cnn"])
 def test_programs_compiled_for_speed_on_the_rtl(build):
     """``--optimize speed``: precise tokens, loops that leave their last iteration's tokens
-    to the code after them, carriers, channels drained at halt -- bit-exact on the RTL,
-    with the golden model's cycle counters."""
+    to the code after them, carriers, channels drained at halt, loops over ping-pong groups
+    that flip halves -- bit-exact on the RTL, with the golden model's cycle counters."""
     sys.path.insert(0, str(DIGITS))
     from train import split
 
@@ -64,6 +65,8 @@ def test_programs_compiled_for_speed_on_the_rtl(build):
     assert c.report["options"]["optimize"] == "speed"
     if m is not None:  # token no-ops and carriers: tokens a loop's last iteration left
         assert any(s.get("token_nops") for s in c.report["segments"] if s["kind"] == "core")
+    words = [isa.decode(w) for s in c.segments if s["kind"] == "core" for w in c.rom(s["rom"])]
+    assert any(i.op == "loop" and i.args["flip"] for i in words)
     _rtl_matches(c, xs)
 
 
