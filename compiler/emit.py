@@ -21,7 +21,12 @@ every conflicting pair of accesses on different units with a token:
   before the end of a kernel's loop (:meth:`repeat`: a loop's body words are shared by its
   iterations, so later code must not add signals to them) or, inside a loop, before the
   previous iteration (every iteration's words then take signals from the next iteration
-  only, which :mod:`.emit_loops` needs to prove a steady state);
+  only, which :mod:`.emit_loops` needs to prove a steady state) -- unless, with
+  ``pre_loop``, ``A`` lies before the loop altogether: it is no iteration's word, and the
+  loop's first iterations then wait as the steady ones do (the previous layer's last
+  computes on each half), so the loop takes them in instead of leaving them flat.  Such a
+  token may live long; the caller checks that no channel fills
+  (:mod:`snpu.verif.token_flow`);
 * where the latest instruction is a word of a hardware loop's body (*sealed*: it gives
   the same tokens in every iteration) and does not give ``u`` a token already, a
   *carrier* takes its place: a ``cfg`` on ``v`` rewriting a register's value, signalling
@@ -152,12 +157,14 @@ class Emitter:
     """Wraps a :class:`~snpu.verif.program.Program`; see the module docstring."""
 
     def __init__(self, program: Program, net: bool = False, loops: bool = True,
-                 overlap: bool = False):
+                 overlap: bool = False, pre_loop: bool = False):
         """``net``: the program uses the NET unit (``send`` / ``recv`` on an array), which
         reads and writes the same address space as LD and ST.  ``loops``: kernels' loops
         (:meth:`repeat`) may become hardware loops as they are emitted.  ``overlap``: the
         tokens that let units overlap most (module docstring), for fewer cycles and more
-        ROM words."""
+        ROM words.  ``pre_loop``: precise waits inside a loop may also take their tokens
+        from words before the loop (module docstring); the caller checks the program for
+        full channels (:mod:`snpu.verif.token_flow`)."""
         self.p = program
         self.loops = loops
         #: while a loop is emitted (:mod:`.emit_loops`): instruction index -> its footprint
@@ -186,9 +193,14 @@ class Emitter:
         self.snap_at: list[dict[int, tuple[int, ...]]] = [{} for _ in range(NU)]
         #: inside a loop: the previous iteration's first instruction (see above)
         self.loop_floor = 0
+        #: inside a loop: the outermost loop's first instruction (words before it are no
+        #: iteration's, so a precise token may still come from them)
+        self.loop_start: int | None = None
         #: waits take the token from the conflicting instruction (:meth:`overlapped`);
         #: else from the other unit's latest instruction
         self.precise = overlap
+        #: precise tokens inside a loop may come from words before it
+        self.pre_loop = pre_loop
         #: decide waits from all a unit knows (tokens pass knowledge on), or only from the
         #: tokens it took itself (``overlap``)
         self.transitive = not overlap
@@ -322,7 +334,10 @@ class Emitter:
         instruction giving it (module docstring)."""
         given = self.sig_list.get((v, u), _NO_TOKENS)
         snap = self.snap_at[v].get(count)
-        precise = self.precise and index >= max(self.loop_floor, self.sealed) and snap is not None
+        precise = (self.precise and snap is not None and index >= self.sealed
+                   and (index >= self.loop_floor
+                        or (self.pre_loop and self.loop_start is not None
+                            and index < self.loop_start)))
         if (precise or self.fold) and given and given[-1][v] >= count:
             # an instruction at or after it gives one already (one added for an earlier
             # wait, or with ``fold`` a token a loop's last iteration left): the first such

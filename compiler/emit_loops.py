@@ -78,7 +78,7 @@ def repeat(em: Emitter, n: int, body: Callable[[int], None],
     With ``em.loops`` false, or where no steady state is found, every iteration is
     emitted; otherwise the rest after the steady state is one ``loop`` (module docstring).
     """
-    outer_floor = em.loop_floor
+    outer_floor, outer_start = em.loop_floor, em.loop_start
     starts: list[int] = []
 
     def iteration(i: int) -> None:
@@ -86,12 +86,14 @@ def repeat(em: Emitter, n: int, body: Callable[[int], None],
         # emit.py): each iteration's words then take signals from the next one alone
         starts.append(len(em.p.instrs))
         em.loop_floor = max(outer_floor, starts[-2] if len(starts) > 1 else starts[-1])
+        if outer_start is None:
+            em.loop_start = starts[0]
         body(i)
 
     try:
         _repeat(em, n, iteration, state)
     finally:
-        em.loop_floor = outer_floor
+        em.loop_floor, em.loop_start = outer_floor, outer_start
 
 
 def _repeat(em: Emitter, n: int, body: Callable[[int], None], state: Callable[[], object]) -> None:

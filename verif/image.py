@@ -200,6 +200,12 @@ class MemoryImage:
         other._next = self._next
         return other
 
+    def restore(self, copy: "MemoryImage") -> None:
+        """Become ``copy`` again (one :meth:`copy_image` made): what was placed and written
+        since is gone."""
+        self.size, self.data, self.growable = copy.size, copy.data.copy(), copy.growable
+        self.regions, self._next = dict(copy.regions), copy._next
+
     def region(self, name: str) -> Region:
         try:
             return self.regions[name]

@@ -12,6 +12,7 @@ from snpu.errors import CompileError
 from snpu.verif.image import MemoryImage
 from snpu.verif.program import Program
 from snpu.verif.sequencer import dispatch_count, half_sizes
+from snpu.verif.token_flow import deadlock
 
 from .. import kernels
 from ..emit import Kernels
@@ -28,7 +29,36 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
     """``dense``: compile every layer in dense mode (no weight index, no activation
     threshold): the same computation without sparse skipping, the baseline of sparse
     speedups.  ``loops``: re-roll each segment into hardware loops (:mod:`.reroll`).
-    ``overlap``: tokens for the most overlap between units (:mod:`..emit`)."""
+    ``overlap``: tokens for the most overlap between units (:mod:`..emit`).
+
+    With ``overlap`` a loop's first iterations also take precise tokens from the words
+    before the loop (``Emitter(pre_loop=True)``), which keeps them like the steady ones
+    but lets a token live longer.  Every segment is then checked for a deadlock on its
+    token channels (:func:`snpu.verif.token_flow.deadlock`, exact for every timing); if
+    one would deadlock, the pass runs again without those tokens, and a program that
+    deadlocks even then is an error."""
+    if not overlap:
+        return _codegen(graph, config, image, dense, loops, False, False)
+    before = image.copy_image()
+    try:
+        return _codegen(graph, config, image, dense, loops, True, True)
+    except _Deadlock:
+        image.restore(before)
+    try:
+        return _codegen(graph, config, image, dense, loops, True, False)
+    except _Deadlock as e:
+        raise CompileError(f"--optimize speed: the program would deadlock on its token "
+                           f"channels (token_depth={config.token_depth}, queue_depth="
+                           f"{config.queue_depth}): {e}; use --optimize size or deeper "
+                           "channels") from None
+
+
+class _Deadlock(Exception):
+    pass
+
+
+def _codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool, loops: bool,
+             overlap: bool, pre_loop: bool) -> Graph:
     g = graph.copy()
     segments = []
     layer = 0
@@ -38,7 +68,7 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
             continue
         k = len(segments)
         prog = Program(config, image=image, rom_name=f"rom:{k}")
-        em = Kernels(prog, loops=loops, overlap=overlap)
+        em = Kernels(prog, loops=loops, overlap=overlap, pre_loop=pre_loop)
         order = subgraph_units(g, sg)
         stats = emit_nodes(em, g, order, f"{k}:", layer, dense)
         layer += len(order)
@@ -47,6 +77,10 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
         dispatched = dispatch_count(prog.instrs)
         if loops:
             prog.instrs = reroll(prog.instrs, halves=half_sizes(config))
+        if overlap:
+            stuck = deadlock(prog.instrs, config.token_depth, config.queue_depth)
+            if stuck is not None:
+                raise _Deadlock(f"segment {k}: {stuck}")
         words = prog.place_rom()
         segments.append({"kind": "core", "rom": prog.rom_name, "nodes": list(sg["nodes"]),
                          "words": words, "instructions": len(words),

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from snpu.compiler import check, runtime
+from snpu.compiler.passes import codegen as codegen_pass
 from snpu.compiler.emit import Kernels
 from snpu.compiler.pipeline import CompileOptions, compile_model
 from snpu.config import CoreConfig
@@ -224,3 +225,41 @@ def test_shallow_token_channels(depth):
     c = compile_model(m, CompileOptions(config=cfg, density=0.3, optimize="speed"))
     reps = runtime.run_batch(c, xs, check_races=True)
     assert check.compare(c, xs, reps, onnxruntime=False).bit_exact == 1
+
+
+def test_tokens_from_before_a_loop_keep_its_first_iterations_steady(monkeypatch):
+    """In speed mode a loop's first iterations may take precise tokens from the words
+    before the loop (not only the latest instruction's): they then wait as the steady
+    iterations do and the loop takes them in -- fewer words, race-free, bit-exact."""
+    m = tiny_cnn(4)
+    xs = inputs(m, 1)
+    opts = CompileOptions(config=TEST_CORE, density=0.3, optimize="speed")
+    words = {}
+    for pre_loop in (True, False):
+        with monkeypatch.context() as mp:
+            if not pre_loop:
+                run = codegen_pass._codegen
+                mp.setattr(codegen_pass, "_codegen", lambda *a: run(*a[:-1], False))
+            c = compile_model(m, opts)
+        words[pre_loop] = sum(s.get("instructions", 0) for s in c.report["segments"])
+        reps = runtime.run_batch(c, xs, check_races=True)
+        assert check.compare(c, xs, reps, onnxruntime=False).bit_exact == 1
+    assert words[True] < words[False]
+
+
+def test_channels_too_shallow_for_tokens_from_before_a_loop(monkeypatch):
+    """With two tokens per channel those tokens would fill one (the timing-free check,
+    :mod:`snpu.verif.token_flow`, finds the deadlock): codegen emits the program again
+    without them, and it runs.  A program that deadlocks even then is an error."""
+    cfg = CoreConfig(**{**TEST_CORE.to_dict(), "token_depth": 2})
+    m = tiny_cnn(4)
+    tries = []
+    run = codegen_pass._codegen
+    monkeypatch.setattr(codegen_pass, "_codegen", lambda *a: (tries.append(a[-1]), run(*a))[1])
+    c = compile_model(m, CompileOptions(config=cfg, density=0.3, optimize="speed"))
+    assert tries == [True, False]
+    xs = inputs(m, 1)
+    assert check.compare(c, xs, runtime.run_batch(c, xs), onnxruntime=False).bit_exact == 1
+    monkeypatch.setattr(codegen_pass, "deadlock", lambda *a: "ST waits for ever")
+    with pytest.raises(CompileError, match="would deadlock on its token channels.*ST waits"):
+        compile_model(m, CompileOptions(config=cfg, density=0.3, optimize="speed"))
