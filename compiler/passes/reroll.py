@@ -443,6 +443,11 @@ def _items(words: list[Instr], keys: _Keys, max_depth: int) -> list[Item]:
             k += 1
             continue
         body = _roll(_items(words[k + 1:k + 1 + w.body], keys, max_depth - 1), max_depth - 1, keys)
+        one = _merged(w, body, keys)
+        if one is not None:
+            out.append(one)
+            k += 1 + w.body
+            continue
         inner = [x for it in body for x in it.words]
         head = Instr("loop", {**w.args, "body": len(inner)}, w.wait, w.signal)
         walks = tuple((j, x.args["walk"]) for j, x in enumerate(inner) if x.op in ("ld", "st"))
@@ -453,6 +458,24 @@ def _items(words: list[Instr], keys: _Keys, max_depth: int) -> list[Item]:
                         tuple(h for it in body for h in it.halves)))
         k += 1 + w.body
     return out
+
+
+def _merged(outer: Instr, body: list[Item], keys: _Keys) -> Item | None:
+    """A loop whose re-rolled body is one loop of ``c`` iterations run from its start, each
+    outer iteration moving its streams by ``c`` inner increments (an emitter's loop over
+    row pairs around a flip loop over the two rows): one loop of ``count * c`` iterations,
+    a nesting level fewer; ``None`` where it is not that."""
+    if len(body) != 1 or body[0].words[0].op != "loop":
+        return None
+    inner = body[0].words[0]
+    a, b = outer.args, inner.args
+    c = b["count"]
+    if (a["entry"] or b["entry"] or a["flip"] or not c or (b["flip"] and c % 2)
+            or a["count"] * c > MAX_COUNT or any(a[f] != c * b[f] for f in STREAMS.values())):
+        return None
+    head = Instr("loop", {**b, "count": a["count"] * c}, inner.wait, inner.signal)
+    return Item([head] + body[0].words[1:], keys.of(("merged", body[0].key, a["count"])),
+                body[0].exts, body[0].depth, body[0].halves)
 
 
 def same_stream(a: list[Instr], b: list[Instr], halves: dict[str, int] | None = None) -> bool:

@@ -316,3 +316,21 @@ def test_a_long_loop_keeps_only_the_tokens_it_may_still_read():
         assert len(log.items) < 16 and log.base > 1000
         with pytest.raises(IndexError, match="forgotten"):
             log[0]
+
+
+def test_an_emitter_loop_over_row_pairs_around_a_flip_loop_becomes_one_loop():
+    """The emitter loops over pairs of rows when a row holds an odd number of ping-pong
+    groups; re-rolled, the pair is a flip loop of two rows.  The two loops become one over
+    all the rows (a nesting level fewer, which an enclosing loop over weight tiles needs)."""
+    width, pairs = 5, 40  # more than UNROLL_LIMIT dispatched words: the loop is kept
+    flat = _rows(_steady_group, width, 2)[:-1]  # the first row pair, as the loop's body
+    row_in, row_out = 0x400, 0x200
+    body = [isa.make(i.op, **{**i.args, "walk": 1}, wait=i.wait, signal=i.signal)
+            if i.op in ("ld", "st") else i for i in flat]
+    prog = ([isa.make("loop", count=pairs, body=len(body), in_inc=2 * row_in,
+                      out_inc=2 * row_out)] + body + [isa.make("halt")])
+    out = reroll(prog, halves=HALVES)
+    assert same_stream(out, prog, HALVES)
+    loops = [w for w in out if w.op == "loop"]
+    assert loops[0].args["count"] == 2 * pairs and loops[0].args["flip"], "\n".join(map(str, out))
+    assert len(loops) == 2 and len(out) <= 7, "\n".join(map(str, out))
