@@ -410,9 +410,9 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None,
 @click.option("--optimize", type=click.Choice(["size", "speed"]), default="size",
               show_default=True,
               help="size: few ROM words; speed: dependency tokens that let the load, "
-                   "compute and store units overlap more (fewer cycles; ROM words: more for "
-                   "most networks, fewer for some, see bench/results/rom_bounds.json; one "
-                   "core).")
+                   "compute and store units overlap more (fewer cycles; ROM words: fewer "
+                   "for some networks, more for others, see bench/results/compiler.json; "
+                   "one core).")
 @click.option("--neuron-threshold", type=int, default=0, show_default=True,
               help="Sparse processing unit (claim 5): keep input neurons with |x| > this "
                    "(int8 units) in core layers.")
