@@ -31,26 +31,25 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
     speedups.  ``loops``: re-roll each segment into hardware loops (:mod:`.reroll`).
     ``overlap``: tokens for the most overlap between units (:mod:`..emit`).
 
-    With ``overlap`` a loop's first iterations also take precise tokens from the words
-    before the loop (``Emitter(pre_loop=True)``), which keeps them like the steady ones
-    but lets a token live longer.  Every segment is then checked for a deadlock on its
-    token channels (:func:`snpu.verif.token_flow.deadlock`, exact for every timing); if
-    one would deadlock, the pass runs again without those tokens, and a program that
-    deadlocks even then is an error."""
-    if not overlap:
-        return _codegen(graph, config, image, dense, loops, False, False)
-    before = image.copy_image()
+    Every segment is checked for a deadlock on its token channels
+    (:func:`snpu.verif.token_flow.deadlock`, exact for every timing): a program that would
+    deadlock is an error, not a hang.  With ``overlap`` a loop's first iterations also take
+    precise tokens from the words before the loop (``Emitter(pre_loop=True)``), which keeps
+    them like the steady ones but lets a token live longer; if a segment would deadlock,
+    the pass runs again without those tokens."""
+    if overlap:
+        before = image.copy_image()
+        try:
+            return _codegen(graph, config, image, dense, loops, True, True)
+        except _Deadlock:
+            image.restore(before)
     try:
-        return _codegen(graph, config, image, dense, loops, True, True)
-    except _Deadlock:
-        image.restore(before)
-    try:
-        return _codegen(graph, config, image, dense, loops, True, False)
+        return _codegen(graph, config, image, dense, loops, overlap, False)
     except _Deadlock as e:
-        raise CompileError(f"--optimize speed: the program would deadlock on its token "
-                           f"channels (token_depth={config.token_depth}, queue_depth="
-                           f"{config.queue_depth}): {e}; use --optimize size or deeper "
-                           "channels") from None
+        raise CompileError(f"the program would deadlock on its token channels (token_depth="
+                           f"{config.token_depth}, queue_depth={config.queue_depth}): {e}; "
+                           "use deeper channels" + (" or --optimize size" if overlap else "")
+                           ) from None
 
 
 class _Deadlock(Exception):
@@ -77,10 +76,9 @@ def _codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool, 
         dispatched = dispatch_count(prog.instrs)
         if loops:
             prog.instrs = reroll(prog.instrs, halves=half_sizes(config))
-        if overlap:
-            stuck = deadlock(prog.instrs, config.token_depth, config.queue_depth)
-            if stuck is not None:
-                raise _Deadlock(f"segment {k}: {stuck}")
+        stuck = deadlock(prog.instrs, config.token_depth, config.queue_depth)
+        if stuck is not None:
+            raise _Deadlock(f"segment {k}: {stuck}")
         words = prog.place_rom()
         segments.append({"kind": "core", "rom": prog.rom_name, "nodes": list(sg["nodes"]),
                          "words": words, "instructions": len(words),

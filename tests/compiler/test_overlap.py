@@ -250,7 +250,8 @@ def test_tokens_from_before_a_loop_keep_its_first_iterations_steady(monkeypatch)
 def test_channels_too_shallow_for_tokens_from_before_a_loop(monkeypatch):
     """With two tokens per channel those tokens would fill one (the timing-free check,
     :mod:`snpu.verif.token_flow`, finds the deadlock): codegen emits the program again
-    without them, and it runs.  A program that deadlocks even then is an error."""
+    without them, and it runs.  A program that deadlocks even then is an error, in either
+    mode."""
     cfg = CoreConfig(**{**TEST_CORE.to_dict(), "token_depth": 2})
     m = tiny_cnn(4)
     tries = []
@@ -261,5 +262,9 @@ def test_channels_too_shallow_for_tokens_from_before_a_loop(monkeypatch):
     xs = inputs(m, 1)
     assert check.compare(c, xs, runtime.run_batch(c, xs), onnxruntime=False).bit_exact == 1
     monkeypatch.setattr(codegen_pass, "deadlock", lambda *a: "ST waits for ever")
-    with pytest.raises(CompileError, match="would deadlock on its token channels.*ST waits"):
+    with pytest.raises(CompileError, match="would deadlock on its token channels.*ST waits"
+                                           ".*or --optimize size"):
         compile_model(m, CompileOptions(config=cfg, density=0.3, optimize="speed"))
+    # the default mode's programs are checked too: an error, not a hang
+    with pytest.raises(CompileError, match="would deadlock on its token channels.*ST waits"):
+        compile_model(m, CompileOptions(config=cfg, density=0.3))
