@@ -97,6 +97,14 @@ def _halves_of(words: list[Instr], halves: dict[str, int] | None) -> tuple[int, 
     return tuple(int(bool(w.args[f] & halves[b])) for w in words for f, b in ping_pong(w).items())
 
 
+def _flip_between(a: list[int], b: list[int]) -> int | None:
+    """Halves ``b`` after halves ``a``: 0 if they stay, 1 if every one alternates, ``None``
+    if some do and some do not."""
+    if a == b:
+        return 0
+    return 1 if all(x != y for x, y in zip(a, b)) else None
+
+
 def _flips(items: list[Item], p: int, L: int, r: int) -> tuple[int, int]:
     """For ``r`` copies of ``items[p:p+L]``: how many leading copies keep the halves of
     their ping-pong operands as the first copy's, or alternate every one of them from copy
@@ -108,11 +116,8 @@ def _flips(items: list[Item], p: int, L: int, r: int) -> tuple[int, int]:
     if r < 2 or not first:
         return r, 0
     second = halves(1)
-    if second == first:
-        flip = 0
-    elif all(a != b for a, b in zip(first, second)):
-        flip = 1
-    else:
+    flip = _flip_between(first, second)
+    if flip is None:
         return 1, 0
     for k in range(2, r):
         if halves(k) != (second if k % 2 and flip else first):
@@ -252,11 +257,8 @@ def _tail(items: list[Item], p: int, L: int, r: int, steps: list[int] | None = N
             continue
         if sum(it.size for it in items[e:e + k]) < 2:
             break
-        if h_now == h_before:
-            f = 0
-        elif all(a != b for a, b in zip(h_now, h_before)):
-            f = 1
-        else:
+        f = _flip_between(h_before, h_now)
+        if f is None:
             return 0, None, 0
         mem = [w for it in last for w in it.words if w.op in ("ld", "st")]
         inc: dict[str, int] = {}

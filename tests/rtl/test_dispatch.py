@@ -124,6 +124,13 @@ def _check_micro(u, micro, ins):
             assert getattr(member, f.name) == ins.args[f.name], f.name
 
 
+def _check_stream(out, expected):
+    """The dispatcher's microinstructions ``out`` are the golden stream ``expected``."""
+    assert [u for u, _ in out] == [i.unit for i in expected]
+    for (u, micro), ins in zip(out, expected):
+        _check_micro(u, micro, ins)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.one_of(st.integers(0, (1 << 128) - 1),
                           legal_instr().filter(lambda i: i.op != "loop").map(isa.encode)),
@@ -148,9 +155,7 @@ def test_legality_matches_the_isa(words):
         assert res == {"error": ErrorCode.ILLEGAL, "pc": len(words)}
     else:
         assert res["error"] == ErrorCode.NONE
-    assert [u for u, _ in out] == [i.unit for i in expected]
-    for (u, micro), ins in zip(out, expected):
-        _check_micro(u, micro, ins)
+    _check_stream(out, expected)
 
 
 SMALL = CoreConfig(lanes=4, nbuf_bytes=1024, nidx_bytes=128, wbuf_bytes=1024, widx_bytes=512,
@@ -169,9 +174,7 @@ def test_loops_dispatch_the_unrolled_stream(seed):
                 if ins.unit is not None]
     out, res = _dispatch(words, random.Random(seed), config=SMALL)
     assert res["error"] == ErrorCode.NONE
-    assert [u for u, _ in out] == [i.unit for i in expected]
-    for (u, micro), ins in zip(out, expected):
-        _check_micro(u, micro, ins)
+    _check_stream(out, expected)
 
 
 @pytest.mark.parametrize("prog,pc", [
@@ -220,6 +223,4 @@ def test_nested_flip_loops_dispatch_the_golden_halves():
     assert len({ins.args["nbuf"] for ins in expected if ins.op == "fc"}) == 2
     out, res = _dispatch(words, random.Random(7), config=SMALL)
     assert res["error"] == ErrorCode.NONE
-    assert [u for u, _ in out] == [i.unit for i in expected]
-    for (u, micro), ins in zip(out, expected):
-        _check_micro(u, micro, ins)
+    _check_stream(out, expected)
