@@ -44,17 +44,19 @@ class Dispatcher(wiring.Component):
     offsets for its stream (each frame's offset is its iteration number times its
     increment).  Inside ``flip`` loops, while an odd number of them are on odd iterations,
     the ping-pong operands of the word (:func:`snpu.verif.sequencer.ping_pong`) have their
-    half bit inverted: an XOR of one bit per operand, from registers.  The next word is
-    requested in the cycle the current one is dispatched, so
-    with cache hits one instruction is dispatched per cycle.  That request's address comes
-    from registers only (the current word's pc and the frames), not from the word, and it
-    says whether it is sequential (the word after the current one): the cache looks those
-    up at once and registers any other first, so a jump back costs a cycle
-    (:data:`~snpu.verif.timing.LOOP_JUMP_CYCLES`).  A ``loop`` word takes one cycle more
-    (its body's end and legality are registered before it is consumed), and the loop words
-    whose successor depends on their fields, a zero-trip loop (the word after its body)
-    and a loop whose first iteration enters its body at ``entry``, ask for it a cycle
-    after that (and the cache registers it: two cycles).
+    half bit inverted: an XOR of one bit per operand, from registers.
+
+    **Fetch timing.**  The next word's address is registered in the cycle the current one
+    is dispatched and held until the cache takes it; the cache looks it up and reads it the
+    cycle after, so a word takes two cycles on cache hits
+    (:data:`~snpu.verif.timing.DISPATCH_CYCLES`), a jump back to a body's start no more
+    than the next word.  The address comes from registers (the current word's pc, the
+    frames, and which frames end at that word, compared while its request was out), so no
+    path runs from the fetched word through the cache's lookup into its block RAM.  A
+    ``loop`` word takes two cycles more (:data:`~snpu.verif.timing.LOOP_WORD_CYCLES`: its
+    body's end and entry are registered, then its legality, before it is consumed), and its
+    successor, even for a zero-trip loop or one entering its body at ``entry``, comes
+    from those registers.
 
     **Legality** is generated from the ISA tables (:mod:`snpu.verif.isa`).  What depends on
     the word alone (known opcode, reserved bits, enumerations, tokens, ``cfg`` registers and
@@ -170,39 +172,41 @@ class Dispatcher(wiring.Component):
                                 v = (v + Mux(walk, off, 0))[:32]
                             m.d.comb += getattr(member, f.name).eq(v)
 
-        # ---- The loop word's context checks.  A loop word takes two cycles: in the first
-        # its body's end and legality are computed into registers, in the second it is
-        # consumed (or faults) from them, so no sum over the fetched word lies on the path
-        # to the next request.
+        # ---- The loop word's context checks.  A loop word takes three cycles: in the first
+        # its body's end and entry are computed into registers, in the second the checks
+        # against the ROM and the frames are computed from those, in the third it is
+        # consumed (or faults) from them: no sum over the fetched word lies before a
+        # comparison, nor any of them on the path to the next request.
         body = _field(word, _LOOP, "body")
         count = _field(word, _LOOP, "count")
-        end_now = Signal(PC_BITS + 1)
-        m.d.comb += end_now.eq(pc + body)
         top_end = Signal(PC_BITS)
         with m.Switch(depth):
             for k in range(1, LOOP_DEPTH + 1):
                 with m.Case(k):
                     m.d.comb += top_end.eq(frames[k - 1].end)
-        loop_seen = Signal()               # the registers below hold the current loop word's
+        loop_seen = Signal()               # the next four registers hold the current loop word's
         loop_end = Signal(PC_BITS + 1)     # its body's last word
-        loop_ok = Signal()                 # its body fits the ROM and the enclosing body
         loop_zero = Signal()               # it runs its body zero times
         loop_late = Signal()               # it runs zero times or enters inside its body
         loop_entry = Signal(PC_BITS + 1)   # its first iteration's first word
+        loop_checked = Signal()            # the next three hold its checks
+        loop_ok = Signal()                 # its body fits the ROM and the enclosing body
         loop_end_ends = Signal(LOOP_DEPTH)  # which frames end where its body does
         loop_end_last = Signal()           # its body ends the ROM
         consume = Signal()       # the current word is dispatched / executed this cycle
         with m.If(consume):
-            m.d.sync += loop_seen.eq(0)
+            m.d.sync += [loop_seen.eq(0), loop_checked.eq(0)]
         with m.Elif(self.fetch_resp.valid & is_loop):
             entry = _field(word, _LOOP, "entry")
-            m.d.sync += [loop_late.eq((count == 0) | (entry != 0)), loop_entry.eq(pc + 1 + entry)]
-            m.d.sync += [loop_seen.eq(1), loop_end.eq(end_now), loop_zero.eq(count == 0),
-                         loop_ok.eq((end_now < self.rom_words) & (depth < LOOP_DEPTH)
-                                    & ((depth == 0) | (end_now <= top_end)))]
-            m.d.sync += [loop_end_ends[k].eq(frames[k].end == end_now)
-                         for k in range(LOOP_DEPTH)]
-            m.d.sync += loop_end_last.eq(end_now + 1 == self.rom_words)
+            m.d.sync += [loop_seen.eq(1), loop_end.eq(pc + body), loop_zero.eq(count == 0),
+                         loop_late.eq((count == 0) | (entry != 0)), loop_entry.eq(pc + 1 + entry)]
+            with m.If(loop_seen):
+                m.d.sync += [loop_checked.eq(1),
+                             loop_ok.eq((loop_end < self.rom_words) & (depth < LOOP_DEPTH)
+                                        & ((depth == 0) | (loop_end <= top_end))),
+                             loop_end_last.eq(loop_end + 1 == self.rom_words)]
+                m.d.sync += [loop_end_ends[k].eq(frames[k].end == loop_end)
+                             for k in range(LOOP_DEPTH)]
 
         # ---- Next word: after `last` is done, go on after it or back to a body's start.
         # Walking down from the top frame: a frame ending at `last` with no iterations left
@@ -230,81 +234,57 @@ class Dispatcher(wiring.Component):
         # The word after the current one, from registers only (its pc and the frames), so
         # the request does not wait for the word's decode: right for every word but a
         # zero-trip loop or one with an entry (a legal loop word never ends a body, so a loop
-        # that runs its body from its first word goes on at pc + 1 too).  A zero-trip loop
-        # skips to the word after its body, from `skip_next`; a loop with an entry goes on
-        # at `loop_entry`: those requests go out a cycle later.
-        # `ends_pc` (a register): which frames end at the current word, compared while its
-        # request was out, so no comparison lies between the frames and the next request.
+        # that runs its body from its first word goes on at pc + 1 too), whose successors
+        # come from the registers of the loop word's first cycle.
+        # `ends_pc` (a register): which frames end at the current word; `pc_last`: it is
+        # the ROM's last word.
         ends_pc = Signal(LOOP_DEPTH)
+        pc_last = Signal()
         seq_next, seq_popped, seq_jump = walk(pc, ends_pc, "seq")
+
+        # ---- Requests to the cache, from registers only: the address of the word after the
+        # current one is registered in the cycle that word is consumed (word 0: in the start
+        # cycle) and held until the cache takes it, so no path runs from the fetched word
+        # through the cache's lookup into its block RAM.  A word then takes two cycles
+        # (:data:`~snpu.verif.timing.DISPATCH_CYCLES`): a request cycle, then its read.
+        go = Signal()            # the current word goes on to a successor (or start)
+        m.d.comb += go.eq((consume & ~pre.halt) | self.start)
         zero_trip = is_loop & loop_zero
-        # a loop word whose successor is asked for a cycle later: a zero-trip loop, or one
-        # whose first iteration enters its body at `loop_entry` (one register: as short a
-        # path to the request as `zero_trip`'s)
+        # a loop word going on at the word after its body (zero trips) or at its entry
         late = is_loop & loop_late
         skip_next, skip_popped, skip_jump = walk(loop_end, loop_end_ends, "skip")
         jump = Mux(is_loop, skip_jump, seq_jump)
         pops = Signal(range(LOOP_DEPTH + 1))
         m.d.comb += pops.eq(Mux(is_loop, sum(skip_popped), sum(seq_popped)))
-
-        # ---- Requests to the cache: word 0 after start, then the next word in the cycle
-        # the current one is consumed (held until the cache takes it).
-        push = Signal()          # ... and it is a loop that runs its body
-        first = self.start  # ask for word 0
-        want = Signal()          # ask for seq_next (or word 0) now
-        skip = Signal()          # ask for skip_next (or loop_entry) next cycle
-        m.d.comb += [want.eq((consume & ~pre.halt & ~late) | first),
-                     skip.eq(consume & late)]
-        addr = Signal(PC_BITS + 1)
-        m.d.comb += addr.eq(Mux(first, 0, seq_next))
-        # the next word would lie past the ROM (no halt): ILLEGAL at that word
+        nxt = Signal(PC_BITS + 1)
+        m.d.comb += nxt.eq(Mux(self.start, 0, Mux(zero_trip, skip_next,
+                                                  Mux(late, loop_entry, seq_next))))
+        # the successor lies past the ROM (no halt): ILLEGAL at that word.  A jump goes back
+        # into a body and an entry lies inside one, both inside the ROM; pc + 1 lies past it
+        # only after the last word (`pc_last`, compared while the word's request was out),
+        # a skipped body's end + 1 only when that body ends the ROM (`loop_end_last`).
         past_rom = Signal()
-        skip_past_rom = Signal()
-        # (a jump goes back into a body, which lies inside the ROM; pc + 1 lies past it only
-        # after the last word, known when that word's request was out: `pc_last`; a skipped
-        # body's end is the ROM's last word: `loop_end_last`)
-        pc_last = Signal()
-        m.d.comb += [past_rom.eq(want & Mux(first, self.rom_words == 0,
-                                            ~seq_jump.any() & pc_last)),
-                     skip_past_rom.eq(consume & zero_trip & ~skip_jump.any() & loop_end_last)]
-        bad_pc = Mux(skip, skip_next, addr)
+        m.d.comb += past_rom.eq(go & Mux(self.start, self.rom_words == 0,
+                                         Mux(zero_trip, ~skip_jump.any() & loop_end_last,
+                                             ~late & ~seq_jump.any() & pc_last)))
         req_pending = Signal()
         req_pc = Signal(PC_BITS)
-        req_seq = Signal()
-        # the request is the word after the current one (the cache's last access): the
-        # cache looks it up at once; a jump, word 0 or a skip it registers first
-        seq_now = ~first & ~seq_jump.any()
-        m.d.comb += [self.fetch_req.valid.eq((req_pending | (want & ~past_rom)) & ~self.stop),
-                     self.fetch_req.payload.pc.eq(Mux(req_pending, req_pc, addr)),
-                     self.fetch_req.payload.seq.eq(Mux(req_pending, req_seq, seq_now))]
-        # Compared when the current word goes (or a request is held: the frames do not change
-        # meanwhile), against the frames as they are after this cycle (a loop word going now
-        # is pushed if its registered checks say so, its body ending at loop_end); the
-        # comparisons wait for neither the word's decode nor the cache's handshake.  (Also
-        # when a halt or a zero-trip loop goes: nothing uses those values.)
-        asked = self.fetch_req.payload.pc
-        pushing = loop_seen & loop_ok & ~loop_zero
-        with m.If(consume | first | req_pending):
-            for k in range(LOOP_DEPTH):
-                m.d.sync += ends_pc[k].eq(Mux(pushing & (depth == k), loop_end == asked,
-                                              frames[k].end == asked))
-            m.d.sync += pc_last.eq(asked + 1 == self.rom_words)
-        # `req_pc` follows the address while no request is pending (a zero-trip loop's
-        # successor, or a loop's entry, when the word is one), so the cache's answer only
-        # decides `req_pending`
-        with m.If(~req_pending):
-            m.d.sync += [req_pc.eq(Mux(first, addr, Mux(zero_trip, skip_next,
-                                                         Mux(late, loop_entry, addr)))),
-                         req_seq.eq(~late & seq_now)]
+        m.d.comb += [self.fetch_req.valid.eq(req_pending & ~self.stop),
+                     self.fetch_req.payload.pc.eq(req_pc)]
+        with m.If(go):
+            m.d.sync += [req_pending.eq(~past_rom), req_pc.eq(nxt)]
+        with m.Elif(self.fetch_req.ready):
+            m.d.sync += req_pending.eq(0)
+        # While a request is out the frames are those its word will run under (they change
+        # only when a word is consumed), so which frames end at that word, and whether it is
+        # the ROM's last, are compared then, into registers: no comparison lies between the
+        # frames and the next request.
         with m.If(req_pending):
-            m.d.sync += req_pending.eq(~self.fetch_req.ready)
-        with m.Else():
-            m.d.sync += req_pending.eq((skip & ~skip_past_rom) |
-                                       (want & ~past_rom & ~self.fetch_req.ready))
+            m.d.sync += [ends_pc[k].eq(frames[k].end == req_pc) for k in range(LOOP_DEPTH)]
+            m.d.sync += pc_last.eq(req_pc + 1 == self.rom_words)
 
         # ---- Frame updates when a word is consumed.
         with m.If(consume & is_loop & ~loop_zero):
-            m.d.comb += push.eq(1)
             with m.Switch(depth):
                 for k in range(LOOP_DEPTH):
                     with m.Case(k):
@@ -338,7 +318,7 @@ class Dispatcher(wiring.Component):
         queue_ready = Cat(*[self.queue(u).ready for u in UNITS])
         m.d.comb += consume.eq(offered & ((pre.to_unit & queue_ready).any()
                                           | (pre.wait_idle & self.units_idle)
-                                          | (pre.loop & loop_seen & loop_ok)))
+                                          | (pre.loop & loop_checked & loop_ok)))
         m.d.comb += resp.ready.eq(consume)
         for k, u in enumerate(UNITS):
             m.d.comb += self.queue(u).valid.eq(offered & pre.to_unit[k])
@@ -351,13 +331,13 @@ class Dispatcher(wiring.Component):
                     with m.If(resp.payload.error):
                         m.d.sync += [self.error.eq(ErrorCode.FETCH), self.error_pc.eq(pc)]
                         m.next = "DRAIN"
-                    with m.Elif(~legal | (is_loop & loop_seen & ~loop_ok)):
+                    with m.Elif(~legal | (is_loop & loop_checked & ~loop_ok)):
                         m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), self.error_pc.eq(pc)]
                         m.next = "DRAIN"
                     with m.Elif(consume & pre.halt):
                         m.next = "DRAIN"
-                with m.If((past_rom | skip_past_rom) & ~self.stop):
-                    m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), self.error_pc.eq(bad_pc)]
+                with m.If(past_rom & ~self.stop):
+                    m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), self.error_pc.eq(nxt)]
                     m.next = "DRAIN"
             with m.State("DRAIN"):
                 with m.If(self.units_idle):

@@ -19,8 +19,8 @@ from .predecode import PREDECODED, Predecoder
 
 #: a word as the cache delivers it, with its predecoded part (computed as the line fills)
 FETCHED = data.StructLayout({"word": 128, "pc": PC_BITS, "error": 1, "pre": PREDECODED})
-#: a request: the ROM word, and whether it is the one after the last word asked for
-FETCH_REQ = data.StructLayout({"pc": PC_BITS, "seq": 1})
+#: a request: the ROM word
+FETCH_REQ = data.StructLayout({"pc": PC_BITS})
 BEATS_PER_LINE = LINE_WORDS * 2
 FILL_SLOTS = 2
 
@@ -28,13 +28,10 @@ FILL_SLOTS = 2
 class InstructionCache(wiring.Component):
     """Direct-mapped instruction cache of ``lines`` lines of :data:`LINE_WORDS` words.
 
-    ``req`` takes the ROM word index of the next word the sequencer needs, and ``seq``: it
-    is the word after the last one asked for.  The tags are only ever looked up from
-    registers, so the lookup does not wait for the sequencer's decision: a sequential
-    request is looked up (as the word after the cache's current one) in the cycle it comes,
-    any other is registered first and looked up the cycle after (a jump costs a cycle).  If
-    the word's line is present and filled, it is read from block RAM at once and comes out
-    on ``resp`` the next cycle (one word per cycle on sequential hits); otherwise it comes
+    ``req`` takes the ROM word index of the next word the sequencer needs, from registers
+    (the dispatcher holds it in one), while ``resp`` holds no word: the cache looks its line
+    up against the tags at once.  If the line is present and filled, the word is read from
+    block RAM in that cycle and comes out on ``resp`` the next one; otherwise it comes
     out once its line has arrived.  Each lookup is one access, classified against the tags:
     a miss writes the line's tag and queues its fill; then, if the next line of the ROM is
     not present, its tag is written and its fill queued (the prefetch).  Fills are 8-beat
@@ -104,13 +101,9 @@ class InstructionCache(wiring.Component):
         def filling(idx):
             return Cat(*[slot_v[k] & (slot_line[k][:IB] == idx) for k in range(FILL_SLOTS)]).any()
 
-        # ---- The word looked up: a registered jump, else the word after the current one.
-        staged = Signal()              # a non-sequential request waits in `staged_pc`
-        staged_pc = Signal(PC_BITS)
+        # ---- The word looked up: the request's (from the dispatcher's registers).
         cur = Signal(PC_BITS)          # the word of the last access (the one resp gives)
-        cur_next = Signal(PC_BITS)     # cur + 1, registered: no adder before the lookup
-        look = Signal(PC_BITS)
-        m.d.comb += look.eq(Mux(staged, staged_pc, cur_next))
+        look = self.req.payload.pc
         # ---- Lookup of its line and of the next line against the tags.
         line = Signal(LB)
         m.d.comb += line.eq(look[W:])
@@ -120,9 +113,8 @@ class InstructionCache(wiring.Component):
         t_port = tags.read_port(domain="comb")
         n_port = tags.read_port(domain="comb")
         m.d.comb += [t_port.addr.eq(index), n_port.addr.eq(nxt[:IB])]
-        # (kept as nets: the tag lookup must not be remapped around the late `req.valid`)
-        present = Signal(attrs={"keep": 1})
-        next_present = Signal(attrs={"keep": 1})
+        present = Signal()
+        next_present = Signal()
         m.d.comb += [present.eq(valid.bit_select(index, 1) & (t_port.data == line[IB:])),
                      next_present.eq(valid.bit_select(nxt[:IB], 1) & (n_port.data == nxt[IB:]))]
         want_next = Signal()
@@ -133,23 +125,18 @@ class InstructionCache(wiring.Component):
         clash = ((~present & filling(index)) | (want_next & filling(nxt[:IB])))
         pend = Signal()             # the prefetch of a missed line's successor, next cycle
         pend_line = Signal(LB)
-        out_busy = Signal()         # resp holds a word nobody has taken yet
         waiting = Signal()          # an accepted request whose line is not ready yet
         accept = Signal()           # the looked-up word is an access now
+        read = Signal()             # the read port holds a word for resp (from the last read on)
         # room for the fills: no adder between the lookup and `accept`
         room = Signal()
         m.d.comb += room.eq(Mux(fills_needed == 2, count <= FILL_SLOTS - 2,
                                 Mux(fills_needed == 1, count <= FILL_SLOTS - 1, 1)))
-        lookup_ok = Signal(attrs={"keep": 1})   # everything but the handshake
+        lookup_ok = Signal()        # everything but the handshake
         m.d.comb += lookup_ok.eq(~waiting & ~pend & ~clash & room)
-        seq_now = self.req.valid & self.req.payload.seq & ~staged
-        m.d.comb += accept.eq((staged | seq_now) & ~out_busy & lookup_ok)
-        # a sequential request is taken when it is an access; another one into the stage
-        m.d.comb += self.req.ready.eq(~staged & Mux(self.req.payload.seq, accept, 1))
-        with m.If(self.req.valid & ~self.req.payload.seq & ~staged):
-            m.d.sync += [staged.eq(1), staged_pc.eq(self.req.payload.pc)]
-        with m.Elif(accept):
-            m.d.sync += staged.eq(0)
+        # a request is an access once resp holds no word: `read`, a register, not resp's
+        # handshake (the dispatcher asks for the next word only as it takes the current one)
+        m.d.comb += [accept.eq(self.req.valid & ~read & lookup_ok), self.req.ready.eq(accept)]
 
         # ---- Tag writes and fill slots (at most one new slot per cycle).
         tw = tags.write_port()
@@ -177,18 +164,22 @@ class InstructionCache(wiring.Component):
             m.d.comb += hit.eq(1)
             with m.If(want_next):
                 m.d.comb += [new.eq(1), prefetched.eq(1)]
-        m.d.comb += [tw.addr.eq(new_line[:IB]), tw.data.eq(new_line[IB:]), tw.en.eq(new)]
+        # The tag is written the cycle after (from registers: the lookup does not reach the
+        # tag RAM's write enable).  No lookup can read it meanwhile: after an access `read`
+        # or `waiting` holds the next one off a cycle at least, and a prefetch's write
+        # (`pend`) is followed by the missed word's fill.
+        m.d.sync += [tw.addr.eq(new_line[:IB]), tw.data.eq(new_line[IB:]), tw.en.eq(new)]
 
-        # ---- Reading the word: at once on a ready hit, else when its line is ready.
+        # ---- Reading the word: at once on a ready hit, else when its line is ready.  The
+        # read port reads the requested word whenever resp is free (from registers: the tag
+        # lookup only decides whether what it read is the word, `read`).
         rp = mem.read_port()
         hit_now = accept & present & ready.bit_select(index, 1)
         late = waiting & ready.bit_select(cur[W:W + IB], 1)
-        # (the address does not wait for `accept`: a request is only taken when not waiting)
         m.d.comb += [rp.addr.eq(Mux(waiting, cur[:W + IB], look[:W + IB])),
-                     rp.en.eq(hit_now | late)]
-        read = Signal()  # the read port holds a word for resp (from the last read on)
+                     rp.en.eq((self.req.valid & ~read & ~waiting) | late)]
         with m.If(accept):
-            m.d.sync += [cur.eq(look), cur_next.eq(look + 1)]
+            m.d.sync += cur.eq(look)
         with m.If(accept & ~hit_now):
             m.d.sync += waiting.eq(1)
         with m.Elif(late):
@@ -197,8 +188,7 @@ class InstructionCache(wiring.Component):
             m.d.sync += read.eq(1)
         with m.Elif(self.resp.ready):
             m.d.sync += read.eq(0)
-        m.d.comb += [out_busy.eq(read & ~self.resp.ready),
-                     self.resp.valid.eq(read),
+        m.d.comb += [self.resp.valid.eq(read),
                      self.resp.payload.word.eq(rp.data[:128]),
                      self.resp.payload.error.eq(rp.data[128]),
                      self.resp.payload.pre.eq(rp.data[129:]),
@@ -214,22 +204,30 @@ class InstructionCache(wiring.Component):
         m.d.comb += [self.arvalid.eq(has_ar),
                      self.araddr.eq(self.rom_base + (slot_line[ar_slot] << (W + 4))),
                      self.arlen.eq(BEATS_PER_LINE - 1)]
+        # A word's two beats are registered (`low`, `high`); the cycle after its second
+        # beat it is predecoded from those registers and written (no bus input feeds the
+        # predecoder), and the line is ready the cycle after its last word is written.
         beat = Signal(range(BEATS_PER_LINE))
-        low = Signal(64)
-        low_err = Signal()
+        low, high = Signal(64), Signal(64)
+        low_err, word_err = Signal(), Signal()
+        w_pend = Signal()                  # `low`, `high` hold a word to write now
+        w_addr = Signal(W + IB)
         wp = mem.write_port()
         m.submodules.predecode = pre = Predecoder()
-        m.d.comb += pre.word.eq(Cat(low, self.rdata))
+        m.d.comb += [pre.word.eq(Cat(low, high)),
+                     wp.addr.eq(w_addr), wp.data.eq(Cat(low, high, word_err, pre.out)),
+                     wp.en.eq(w_pend)]
         done = Signal()  # the oldest slot's last beat
         m.d.comb += self.rready.eq(slot_v[0] & slot_ar[0])
         err = self.rresp != RESP_OKAY
+        m.d.sync += w_pend.eq(0)
         with m.If(self.rvalid & self.rready):
             m.d.sync += beat.eq(beat + 1)
             with m.If(~beat[0]):
                 m.d.sync += [low.eq(self.rdata), low_err.eq(err)]
             with m.Else():
-                m.d.comb += [wp.addr.eq(Cat(beat[1:], slot_line[0][:IB])),
-                             wp.data.eq(Cat(low, self.rdata, low_err | err, pre.out)), wp.en.eq(1)]
+                m.d.sync += [high.eq(self.rdata), word_err.eq(low_err | err), w_pend.eq(1),
+                             w_addr.eq(Cat(beat[1:], slot_line[0][:IB]))]
             with m.If(beat == BEATS_PER_LINE - 1):
                 m.d.comb += done.eq(1)
         # slot bookkeeping: pop the oldest when done, push the new one at the end
@@ -248,9 +246,9 @@ class InstructionCache(wiring.Component):
                 m.d.sync += slot_line[k].eq(slot_line[k + 1])
         # the new line's valid and ready bits, decoded from `new_line` before `new` gates them
         sel = Signal(L)
-        fill_done = Signal(L)   # the line whose last beat arrived
-        m.d.comb += [sel.eq(Const(1, L) << new_line[:IB]),
-                     fill_done.eq(Mux(done, Const(1, L) << slot_line[0][:IB], 0))]
+        fill_done = Signal(L)   # the line whose last word was written (registered)
+        m.d.comb += sel.eq(Const(1, L) << new_line[:IB])
+        m.d.sync += fill_done.eq(Mux(done, Const(1, L) << slot_line[0][:IB], 0))
         with m.If(new):
             m.d.sync += slot_line[n_after].eq(new_line)
         m.d.sync += [valid.eq(valid | Mux(new, sel, 0)),
@@ -258,6 +256,5 @@ class InstructionCache(wiring.Component):
 
         with m.If(self.start):
             m.d.sync += [valid.eq(0), ready.eq(0), waiting.eq(0), read.eq(0), pend.eq(0),
-                         staged.eq(0),
-                         counted.eq(0), self.hits.eq(0), self.misses.eq(0), self.prefetches.eq(0)]
+                         fill_done.eq(0), counted.eq(0), self.hits.eq(0), self.misses.eq(0), self.prefetches.eq(0)]
         return m

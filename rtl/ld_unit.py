@@ -71,8 +71,10 @@ class LoadUnit(wiring.Component):
     row's (into nbuf with the sparse processing unit at threshold 0: the neuron index
     comes along).  A stream shorter than its chunks need is ``INDEX``, never a hang.
 
-    The realigned (or expanded) words pass a :class:`~.skid.SkidBuffer` before they are
-    written: no combinational path runs from the buffers' write side (the accumulator
+    The bus's beats pass a :class:`~.skid.SkidBuffer` before the realigner and the expander
+    see them, and the realigned (or expanded) words another before they are
+    written: no combinational path runs from the bus into the realigner or the expander, nor
+    from the buffers' write side (the accumulator
     arbiter's ``ready``, the row FIFO) back into the expander, the realigner and the AXI
     read channel.
 
@@ -268,7 +270,13 @@ class LoadUnit(wiring.Component):
             with m.If(body_left == piece):
                 m.d.sync += fetch_body.eq(0)
         index_err = Signal()
-        beat = reader.beats
+        # the bus's beats are registered before anything is computed on them (the
+        # realigner's shifts, the expander's mask count): no bus input feeds those
+        m.submodules.beats = beats = ResetInserter(self.start)(
+            SkidBuffer(reader.beats.payload.shape()))
+        m.d.comb += [beats.i.valid.eq(reader.beats.valid), beats.i.payload.eq(reader.beats.payload),
+                     reader.beats.ready.eq(beats.i.ready)]
+        beat = beats.o
         # ldc on a bus wider than 64 bits: which 8-byte part of the beat goes next
         part = Signal(max(1, k64))
         part_going = Signal()     # the current beat's first part has gone

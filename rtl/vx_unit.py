@@ -23,7 +23,8 @@ class VectorUnit(wiring.Component):
     An address generator walks the instruction's loop nest and reads one accumulator word
     (``lanes`` elements) per cycle: ``k1 * k2`` reads per output word for ``vred``, two (``a``
     then ``b``) for ``vew``, one (plus a parameter row) for ``req``.  Words flow through the
-    :class:`VectorAlu` (2 cycles) or ``lanes`` :class:`Requantizer` s (4 cycles) and are
+    :class:`VectorAlu` (2 cycles) or ``lanes`` :class:`Requantizer` s (4 cycles), a cycle
+    after they are read (the read data is registered first), and are
     written back to ``acc`` or to the output cache.  The VX unit has priority on the
     accumulator ports, so it never stalls.
 
@@ -105,9 +106,10 @@ class VectorUnit(wiring.Component):
         wr = Signal(24)                                   # where its result goes
         m.d.comb += [rd.eq(Mux(is_vew & half, b_o + i * P, rd_cur)), wr.eq(dst_o + i * P)]
         last_j = (j1 == k1 - 1) & (j2 == k2 - 1)
-        dst_limit = Mux(is_req, c.obuf_bytes, c.acc_elems)
+        # (the limits less a word are constants: no adder before the comparisons)
+        dst_last = Mux(is_req, c.obuf_bytes - P, c.acc_elems - P)
         bad = Signal(ErrorCode)
-        with m.If((rd + P > c.acc_elems) | (wr + P > dst_limit) | (is_req & (param + i >= c.param_rows))):
+        with m.If((rd > c.acc_elems - P) | (wr > dst_last) | (is_req & (param + i >= c.param_rows))):
             m.d.comb += bad.eq(ErrorCode.RANGE)
         # only the operands and strides the operation uses must be multiples of lanes
         used = Mux(is_vred, r.k1_stride | r.k2_stride, Mux(is_vew, b | r.b_stride, 0))
@@ -161,27 +163,36 @@ class VectorUnit(wiring.Component):
                          dst_o.eq(Mux(self.op == CODES["vew"], self.args.vew.dst,
                                       Mux(self.op == CODES["req"], self.args.req.dst, self.args.vred.dst)))]
 
-        # ---- One cycle later: the data.
+        # ---- One cycle later the data comes out of the buffers; it is registered, with what
+        # goes along, before anything is computed on it (no block RAM output feeds a
+        # multiplier: that path limited the core's clock).
         d_valid, d_first, d_last, d_half = Signal(), Signal(), Signal(), Signal()
         d_wr = Signal(24)
         m.d.sync += [d_valid.eq(issue), d_first.eq((j1 == 0) & (j2 == 0)), d_last.eq(last_j),
                      d_half.eq(half), d_wr.eq(wr)]
+        e_valid, e_first, e_last, e_half = Signal(), Signal(), Signal(), Signal()
+        e_wr = Signal(24)
+        e_acc = Signal(data.ArrayLayout(signed(32), P))
+        e_prm = Signal(data.ArrayLayout(64, P))
+        m.d.sync += [e_valid.eq(d_valid), e_first.eq(d_first), e_last.eq(d_last),
+                     e_half.eq(d_half), e_wr.eq(d_wr), e_acc.eq(self.acc_rd_data),
+                     e_prm.eq(self.prm_data)]
         a_reg = Signal(data.ArrayLayout(signed(32), P))
-        with m.If(d_valid & is_vew & ~d_half):
-            m.d.sync += a_reg.eq(self.acc_rd_data)
+        with m.If(e_valid & is_vew & ~e_half):
+            m.d.sync += a_reg.eq(e_acc)
 
         # ALU path (vred, vew)
-        to_alu = d_valid & (is_vred | (is_vew & d_half))
+        to_alu = e_valid & (is_vred | (is_vew & e_half))
         ap = alu.i.payload
         m.d.comb += [
             alu.i.valid.eq(to_alu),
             ap.op.eq(Mux(is_vew, AluOp.EW, Mux(mode == REDUCE_OPS["max"], AluOp.MAX, AluOp.SUM))),
-            ap.a.eq(Mux(is_vew, a_reg, self.acc_rd_data)),
-            ap.b.eq(self.acc_rd_data),
+            ap.a.eq(Mux(is_vew, a_reg, e_acc)),
+            ap.b.eq(e_acc),
             ap.ma.eq(ma), ap.mb.eq(mb), ap.relu.eq(relu),
-            ap.first.eq(Mux(is_vew, 1, d_first)), ap.last.eq(Mux(is_vew, 1, d_last)),
+            ap.first.eq(Mux(is_vew, 1, e_first)), ap.last.eq(Mux(is_vew, 1, e_last)),
             alu.o.ready.eq(1),
-            alu_dst.w_en.eq(to_alu & Mux(is_vew, 1, d_last)), alu_dst.w_data.eq(d_wr),
+            alu_dst.w_en.eq(to_alu & Mux(is_vew, 1, e_last)), alu_dst.w_data.eq(e_wr),
             alu_dst.r_en.eq(alu.o.valid),
             self.acc_wr_en.eq(alu.o.valid),
             self.acc_wr.row.eq(alu_dst.r_data // P),
@@ -190,16 +201,16 @@ class VectorUnit(wiring.Component):
         ]
 
         # requantisation path (req)
-        to_rq = d_valid & is_req
+        to_rq = e_valid & is_req
         for k, rq in enumerate(self._rq):
-            prm = self.prm_data[k]
+            prm = e_prm[k]
             m.d.comb += [rq.i.valid.eq(to_rq), rq.o.ready.eq(1),
-                         rq.i.payload.acc.eq(self.acc_rd_data[k]),
+                         rq.i.payload.acc.eq(e_acc[k]),
                          rq.i.payload.bias.eq(prm[0:32].as_signed()),
                          rq.i.payload.mult.eq(prm[32:48].as_signed()),
                          rq.i.payload.shift.eq(prm[48:54]),
                          rq.i.payload.relu.eq(relu)]
-        m.d.comb += [rq_dst.w_en.eq(to_rq), rq_dst.w_data.eq(d_wr), rq_dst.r_en.eq(self._rq[0].o.valid),
+        m.d.comb += [rq_dst.w_en.eq(to_rq), rq_dst.w_data.eq(e_wr), rq_dst.r_en.eq(self._rq[0].o.valid),
                      self.obuf_en.eq(self._rq[0].o.valid), self.obuf_addr.eq(rq_dst.r_data),
                      self.obuf_data.eq(Cat(*[rq.o.payload.y for rq in self._rq]))]
 
@@ -210,6 +221,6 @@ class VectorUnit(wiring.Component):
         m.d.sync += self.done.eq(0)
         with m.If(self.start):
             m.d.sync += running.eq(1)
-        with m.Elif(running & ~gen & ~d_valid & (pending == 0)):
+        with m.Elif(running & ~gen & ~d_valid & ~e_valid & (pending == 0)):
             m.d.sync += [running.eq(0), self.done.eq(1), self.error.eq(err)]
         return m

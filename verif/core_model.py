@@ -887,13 +887,9 @@ class Scheduler:
                                 self.dispatched > self.max_instructions:
                             raise self._error(f"more than {self.max_instructions} instructions", pc)
                 if go:
-                    jumped = seq.advance()
-                    self.next_dispatch = t + timing.DISPATCH_CYCLES + \
-                        (timing.LOOP_JUMP_CYCLES if jumped else 0)
-                    if ins.op == "loop":
-                        self.next_dispatch += timing.LOOP_WORD_CYCLES + (
-                            timing.ZERO_TRIP_CYCLES if ins.args["count"] == 0
-                            else timing.ENTRY_CYCLES if ins.args["entry"] else 0)
+                    seq.advance()
+                    self.next_dispatch = t + timing.DISPATCH_CYCLES + (
+                        timing.LOOP_WORD_CYCLES if ins.op == "loop" else 0)
                     progress = True
 
     def _delay(self, u: Unit, d: int) -> None:

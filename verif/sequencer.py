@@ -140,7 +140,7 @@ class InstructionCache:
         self.tags[k] = line
         start = self.bus.read(t + timing.FETCH_LATENCY, timing.LINE_FILL_BEATS, self.owner,
                               lambda d: self._delayed(k, line, d))
-        self.ready_at[k] = start + timing.LINE_FILL_BEATS
+        self.ready_at[k] = start + timing.LINE_FILL_BEATS + timing.FILL_WRITE_CYCLES
 
     def _delayed(self, k: int, line: int, d: int) -> None:
         """Another core's transfer took ``d`` cycles of the port while ``line`` filled."""

@@ -18,8 +18,9 @@ import numpy as np
 
 #: cycles from issuing an AXI burst to its first beat, including address generation
 DMA_LATENCY = 12
-#: ld / ldc: the cycle a word spends in the LD unit's skid buffer before it is written
-LD_WRITE_LATENCY = 1
+#: ld / ldc: the cycles a word spends in the LD unit's two skid buffers (the bus's beats
+#: registered, then the realigned or expanded words) before it is written
+LD_WRITE_LATENCY = 2
 #: the longest AXI burst (beats); a row is split into bursts of at most this many beats
 MAX_BURST = 16
 #: cycles the shared memory port spends per burst besides its beats (the interconnect's
@@ -57,16 +58,20 @@ FC_EXPAND_ROW_MIN = 11.5
 #: pipeline fill/drain of the MX unit per instruction (measured: 23 cycles from start to the
 #: last sum beyond the lane's work; the lanes start a cycle after the instruction)
 FC_PIPELINE = 23
-#: pipeline fill/drain of the VX unit per vred / vew (address generator, ALU, write back)
-VX_PIPELINE = 8
+#: pipeline fill/drain of the VX unit per vred / vew (address generator, read, read data
+#: registered, ALU, write back)
+VX_PIPELINE = 9
 #: pipeline fill/drain of the VX unit per req (the requantisers take 4 cycles)
-REQ_PIPELINE = 10
+REQ_PIPELINE = 11
 #: cycles a vew reads per output word (a, then b)
 VEW_READS = 2
 #: cycles of a cfg instruction
 CFG_CYCLES = 3
-#: cycles to dispatch one instruction once its word is in the instruction cache
-DISPATCH_CYCLES = 1
+#: cycles to dispatch one instruction once its word is in the instruction cache: the
+#: dispatcher registers the next word's address as it dispatches the current one, the
+#: cache reads it the cycle after (a jump back to a loop body's start, or a loop's entry or
+#: the word after a zero-trip body, costs no more than the next word)
+DISPATCH_CYCLES = 2
 #: cycles of a send besides one per flit (reading the first word of local memory, the last
 #: flits draining into the router; measured on the RTL, bench/noc.py)
 NET_SEND_OVERHEAD = 3
@@ -82,20 +87,16 @@ TOKEN_CYCLES = 2
 HOP_CYCLES = 2
 #: cycles more in the source router: its local port's routing stage
 INJECT_CYCLES = 1
-#: cycles lost when the sequencer jumps back to the start of a loop body (the instruction
-#: cache registers a non-sequential request before looking it up)
-LOOP_JUMP_CYCLES = 1
 #: cycles a ``loop`` word takes beyond :data:`DISPATCH_CYCLES` (the dispatcher registers
-#: its body's end and legality first), and more when it skips a zero-trip body (the word
-#: after the body is asked for a cycle later, and the cache registers that jump), or when
-#: its first iteration enters the body at ``entry`` (the same two cycles)
-LOOP_WORD_CYCLES = 1
-ZERO_TRIP_CYCLES = 2
-ENTRY_CYCLES = 2
+#: its body's end and entry, then its legality, before it is consumed)
+LOOP_WORD_CYCLES = 2
 #: cycles from requesting an instruction-cache line fill to its first beat
 FETCH_LATENCY = DMA_LATENCY
 #: beats of one line fill (64 bytes over the 8-byte bus)
 LINE_FILL_BEATS = 8
+#: cycles from a line's last beat to its words being readable (the last word is
+#: predecoded and written from registers)
+FILL_WRITE_CYCLES = 1
 
 
 def _rows(row_starts: np.ndarray, cols: int, axi_bytes: int):
