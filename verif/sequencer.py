@@ -222,22 +222,22 @@ class Sequencer:
         self._current = (addr, ins, ready)
         return self._current
 
-    def advance(self) -> bool:
-        """The current word was dispatched (or executed, for ``loop``).  Returns whether the
-        sequencer jumped back (a loop's next iteration)."""
+    def advance(self) -> None:
+        """The current word was dispatched (or executed, for ``loop``)."""
         addr, ins, _ = self._current
         self._current = None
         if ins.op == "loop":
             if ins.count == 0:
-                return self._finish(addr + ins.body)
+                self._finish(addr + ins.body)
+                return
             self.frames.append(Frame(addr + 1, addr + ins.body, ins.count - 1,
                                      {s: ins.args[f] for s, f in STREAMS.items()},
                                      bool(ins.args["flip"])))
             self.pc = addr + 1 + ins.args["entry"]
-            return False
-        return self._finish(addr)
+            return
+        self._finish(addr)
 
-    def _finish(self, last: int) -> bool:
+    def _finish(self, last: int) -> None:
         """Word ``last`` is done: go on after it, or back to the start of a body it ends."""
         self.pc = last + 1
         while self.frames and self.frames[-1].end == last:
@@ -246,9 +246,8 @@ class Sequencer:
                 f.left -= 1
                 f.iteration += 1
                 self.pc = f.start
-                return True
+                return
             self.frames.pop()
-        return False
 
 
 def unroll(prog: list, *, limit: int | None = None,
