@@ -256,5 +256,6 @@ class InstructionCache(wiring.Component):
 
         with m.If(self.start):
             m.d.sync += [valid.eq(0), ready.eq(0), waiting.eq(0), read.eq(0), pend.eq(0),
-                         fill_done.eq(0), counted.eq(0), self.hits.eq(0), self.misses.eq(0), self.prefetches.eq(0)]
+                         fill_done.eq(0), counted.eq(0),
+                         self.hits.eq(0), self.misses.eq(0), self.prefetches.eq(0)]
         return m

@@ -72,11 +72,10 @@ class LoadUnit(wiring.Component):
     comes along).  A stream shorter than its chunks need is ``INDEX``, never a hang.
 
     The bus's beats pass a :class:`~.skid.SkidBuffer` before the realigner and the expander
-    see them, and the realigned (or expanded) words another before they are
-    written: no combinational path runs from the bus into the realigner or the expander, nor
-    from the buffers' write side (the accumulator
-    arbiter's ``ready``, the row FIFO) back into the expander, the realigner and the AXI
-    read channel.
+    see them, and the realigned (or expanded) words another before they are written: no
+    combinational path runs from the bus into the realigner or the expander, nor from the
+    buffers' write side (the accumulator arbiter's ``ready``, the row FIFO) back into the
+    expander, the realigner and the AXI read channel.
 
     The read path is as wide as the AXI bus (``axi_data_bits``: 64, 128 or 256): beats,
     realigned words and the writes into ``nbuf`` / ``nidx`` / ``wbuf`` / ``widx`` carry
@@ -274,8 +273,7 @@ class LoadUnit(wiring.Component):
         # realigner's shifts, the expander's mask count): no bus input feeds those
         m.submodules.beats = beats = ResetInserter(self.start)(
             SkidBuffer(reader.beats.payload.shape()))
-        m.d.comb += [beats.i.valid.eq(reader.beats.valid), beats.i.payload.eq(reader.beats.payload),
-                     reader.beats.ready.eq(beats.i.ready)]
+        wiring.connect(m, reader.beats, beats.i)
         beat = beats.o
         # ldc on a bus wider than 64 bits: which 8-byte part of the beat goes next
         part = Signal(max(1, k64))

@@ -165,24 +165,21 @@ class VectorUnit(wiring.Component):
 
         # ---- One cycle later the data comes out of the buffers; it is registered, with what
         # goes along, before anything is computed on it (no block RAM output feeds a
-        # multiplier: that path limited the core's clock).
-        d_valid, d_first, d_last, d_half = Signal(), Signal(), Signal(), Signal()
-        d_wr = Signal(24)
-        m.d.sync += [d_valid.eq(issue), d_first.eq((j1 == 0) & (j2 == 0)), d_last.eq(last_j),
-                     d_half.eq(half), d_wr.eq(wr)]
-        e_valid, e_first, e_last, e_half = Signal(), Signal(), Signal(), Signal()
-        e_wr = Signal(24)
+        # multiplier: that path limited the core's clock).  A read word's control: `d` as
+        # the buffers give its data, `e` beside its registered data.
+        read_ctl = data.StructLayout({"valid": 1, "first": 1, "last": 1, "half": 1, "wr": 24})
+        d, e = Signal(read_ctl), Signal(read_ctl)
         e_acc = Signal(data.ArrayLayout(signed(32), P))
         e_prm = Signal(data.ArrayLayout(64, P))
-        m.d.sync += [e_valid.eq(d_valid), e_first.eq(d_first), e_last.eq(d_last),
-                     e_half.eq(d_half), e_wr.eq(d_wr), e_acc.eq(self.acc_rd_data),
-                     e_prm.eq(self.prm_data)]
+        m.d.sync += [d.valid.eq(issue), d.first.eq((j1 == 0) & (j2 == 0)), d.last.eq(last_j),
+                     d.half.eq(half), d.wr.eq(wr),
+                     e.eq(d), e_acc.eq(self.acc_rd_data), e_prm.eq(self.prm_data)]
         a_reg = Signal(data.ArrayLayout(signed(32), P))
-        with m.If(e_valid & is_vew & ~e_half):
+        with m.If(e.valid & is_vew & ~e.half):
             m.d.sync += a_reg.eq(e_acc)
 
         # ALU path (vred, vew)
-        to_alu = e_valid & (is_vred | (is_vew & e_half))
+        to_alu = e.valid & (is_vred | (is_vew & e.half))
         ap = alu.i.payload
         m.d.comb += [
             alu.i.valid.eq(to_alu),
@@ -190,9 +187,9 @@ class VectorUnit(wiring.Component):
             ap.a.eq(Mux(is_vew, a_reg, e_acc)),
             ap.b.eq(e_acc),
             ap.ma.eq(ma), ap.mb.eq(mb), ap.relu.eq(relu),
-            ap.first.eq(Mux(is_vew, 1, e_first)), ap.last.eq(Mux(is_vew, 1, e_last)),
+            ap.first.eq(Mux(is_vew, 1, e.first)), ap.last.eq(Mux(is_vew, 1, e.last)),
             alu.o.ready.eq(1),
-            alu_dst.w_en.eq(to_alu & Mux(is_vew, 1, e_last)), alu_dst.w_data.eq(e_wr),
+            alu_dst.w_en.eq(to_alu & Mux(is_vew, 1, e.last)), alu_dst.w_data.eq(e.wr),
             alu_dst.r_en.eq(alu.o.valid),
             self.acc_wr_en.eq(alu.o.valid),
             self.acc_wr.row.eq(alu_dst.r_data // P),
@@ -201,7 +198,7 @@ class VectorUnit(wiring.Component):
         ]
 
         # requantisation path (req)
-        to_rq = e_valid & is_req
+        to_rq = e.valid & is_req
         for k, rq in enumerate(self._rq):
             prm = e_prm[k]
             m.d.comb += [rq.i.valid.eq(to_rq), rq.o.ready.eq(1),
@@ -210,7 +207,7 @@ class VectorUnit(wiring.Component):
                          rq.i.payload.mult.eq(prm[32:48].as_signed()),
                          rq.i.payload.shift.eq(prm[48:54]),
                          rq.i.payload.relu.eq(relu)]
-        m.d.comb += [rq_dst.w_en.eq(to_rq), rq_dst.w_data.eq(e_wr), rq_dst.r_en.eq(self._rq[0].o.valid),
+        m.d.comb += [rq_dst.w_en.eq(to_rq), rq_dst.w_data.eq(e.wr), rq_dst.r_en.eq(self._rq[0].o.valid),
                      self.obuf_en.eq(self._rq[0].o.valid), self.obuf_addr.eq(rq_dst.r_data),
                      self.obuf_data.eq(Cat(*[rq.o.payload.y for rq in self._rq]))]
 
@@ -221,6 +218,6 @@ class VectorUnit(wiring.Component):
         m.d.sync += self.done.eq(0)
         with m.If(self.start):
             m.d.sync += running.eq(1)
-        with m.Elif(running & ~gen & ~d_valid & ~e_valid & (pending == 0)):
+        with m.Elif(running & ~gen & ~d.valid & ~e.valid & (pending == 0)):
             m.d.sync += [running.eq(0), self.done.eq(1), self.error.eq(err)]
         return m
