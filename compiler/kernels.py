@@ -362,15 +362,18 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
                 _store_pixels(k, Y, oy, ox0, out0 + r0, R, g, ob, Rp)
 
         # rows differ only in where they load and store: a loop over rows (or row pairs,
-        # so that the ping-pong halves come back to where they started)
-        groups = -(-ow // G)
-        period = 1 if groups % 2 == 0 and (len(cchunks) == 1 or groups * len(cchunks) % 2 == 0) else 2
+        # so that the ping-pong halves come back to where they started); the whole groups
+        # of every row first, then every row's last, shorter group (:func:`column_passes`)
         spans = row_spans(rows, cols, ow)
         head = [s for s in spans[:1] if s[1:] != (0, ow)]
         tail = [s for s in spans[len(head):][-1:] if s[1:] != (0, ow)]
         for span in head:
             row(*span)
-        loop_rows(ctx, (rows[0] + len(head), rows[1] - len(tail)), period, row)
+        for xa, xb in column_passes(ow, G, not ctx.k.precise):
+            groups = -(-(xb - xa) // G)
+            period = 1 if groups % 2 == 0 and (len(cchunks) == 1 or groups * len(cchunks) % 2 == 0) else 2
+            loop_rows(ctx, (rows[0] + len(head), rows[1] - len(tail)), period,
+                      lambda oy, xa=xa, xb=xb: row(oy, xa, xb))
         for span in tail:
             row(*span)
     return {"format": fmt, "density": float(np.count_nonzero(w)) / w.size,
@@ -386,6 +389,31 @@ def row_spans(rows: tuple[int, int], cols: tuple[int, int] | None,
     r0, r1 = rows
     a, b = cols or (0, width)
     return [(y, a if y == r0 else 0, b if y == r1 - 1 else width) for y in range(r0, r1)]
+
+
+def column_passes(width: int, per: int, split: bool = True) -> list[tuple[int, int]]:
+    """The column ranges ``[x0, x1)`` a kernel walking rows of ``width`` pixels in groups
+    of at most ``per`` covers in separate passes over the rows: the whole groups, then the
+    last, shorter group (a row of 14 pixels in groups of 5: columns 0-10 in groups of 5
+    for every row, then columns 10-14 for every row).  Each pass has the same groups in
+    every row, so each is one loop over the rows with a body of one row of equal groups;
+    rows of 5, 5, 4 would need a body of all three (or of two rows, for the ping-pong
+    halves to come back) and a different group size in the middle of it.  ``split``
+    false: one pass (the speed mode's kernels: with precise tokens every pass is
+    software-pipelined on its own, and its ramp costs more words than the split saves)."""
+    if not (split and _split_row(width, per)):
+        return [(0, width)]
+    whole = width // per * per
+    return [(0, whole), (whole, width)]
+
+
+def _split_row(width: int, per: int) -> bool:
+    """Are rows of ``width`` pixels in groups of ``per`` walked in two passes
+    (:func:`column_passes`)?  Where the whole groups are an even number: the ping-pong
+    halves then come back after every row of each pass.  With an odd number of whole
+    groups the whole row is an even number of groups already."""
+    whole = width // per
+    return width % per != 0 and whole >= 2 and whole % 2 == 0
 
 
 def loop_rows(ctx: LayerContext, rows: tuple[int, int], period: int,
@@ -658,12 +686,18 @@ def global_pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout) -> di
 
 
 def _pixel_groups(X: TensorLayout, per: int, rows: tuple[int, int] | None = None,
-                  cols: tuple[int, int] | None = None):
+                  cols: tuple[int, int] | None = None, split: bool = True):
     """``(y, x0, pixels)`` of groups of at most ``per`` pixels covering ``rows`` of ``X``
-    (with ``cols``, as :func:`row_spans`)."""
+    (with ``cols``, as :func:`row_spans`); where :func:`column_passes` splits rows, every
+    row's whole groups first, then every row's last, shorter group."""
+    rest = []
     for y, a, b in row_spans(rows or (0, X.h), cols, X.w):
-        for x0 in range(a, b, per):
-            yield y, x0, min(per, b - x0)
+        whole = a + (b - a) // per * per if split and _split_row(b - a, per) else b
+        for x0 in range(a, whole, per):
+            yield y, x0, min(per, whole - x0)
+        if whole < b:
+            rest.append((y, whole, b - whole))
+    yield from rest
 
 
 def _channel_chunks(c: int, P: int, words_budget: int) -> list[tuple[int, int]]:
@@ -687,7 +721,7 @@ def add(ctx: LayerContext, node, inputs: list[TensorLayout], Y: TensorLayout,
     for c0, c1 in chunks:
         c, cp = c1 - c0, _r(c1 - c0, P)
         per = max(1, min(X.w, ctx.acc_half // (regions * cp), ctx.ob_half // cp, 4095))
-        for y, x0, g in _pixel_groups(X, per, rows, cols):
+        for y, x0, g in _pixel_groups(X, per, rows, cols, not ctx.k.precise):
             half = ctx.alternate()
             ab, ob = half * ctx.acc_half, half * ctx.ob_half
             regs = [ab + i * g * cp for i in range(regions)]
@@ -776,7 +810,7 @@ def _requantize_map(ctx: LayerContext, X: TensorLayout, Y: TensorLayout, bias, m
         c, cp = c1 - c0, _r(c1 - c0, P)
         row = ctx.load_params([(bias[c0:c1], mult[c0:c1], shift[c0:c1])])[0]
         per = max(1, min(X.w, ctx.acc_half // cp, ctx.ob_half // cp, 4095))
-        for y, x0, g in _pixel_groups(X, per, rows, cols):
+        for y, x0, g in _pixel_groups(X, per, rows, cols, not ctx.k.precise):
             half = ctx.alternate()
             ab, ob = half * ctx.acc_half, half * ctx.ob_half
             _load_pixels(k, X, y, x0, c0, c, g, ab, cp)

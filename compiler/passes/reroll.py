@@ -14,7 +14,10 @@ body at the items the copy is cut to (ISA ``entry``).
 Items are instructions or loops found by an earlier pass, so loops nest (up to
 ``LOOP_DEPTH``): each pass turns, at every position, the shortest repeating block into a
 loop, and the next pass finds the repetitions of those loops; the passes allow bodies of
-growing size, so the innermost repetitions everywhere are rolled up first.
+growing size, so the innermost repetitions everywhere are rolled up first.  Where that
+leaves a repeating block with loops too deep to nest in another, the copies' innermost
+loops are written out again and the copies rolled, if that saves words
+(:func:`_shallow_loop`).
 
 The result is exact by construction: the sequencer (:func:`snpu.verif.sequencer.unroll`)
 dispatches the very instructions of the input, in order, tokens included, so the program's
@@ -290,6 +293,7 @@ def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int,
     while p < n:
         loop, span = None, 1
         fallback = None
+        deep = None  # (L, r): the first block that repeats but holds loops too deep to nest
         occ = where[ids[p]]
         start = bisect.bisect_right(occ, p)
         for q in occ[start:start + CANDIDATES]:
@@ -297,13 +301,15 @@ def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int,
             words = size_upto[q] - size_upto[p]
             if (2 * L > n - p and not pairs) or L >= n - p or words > max_body:
                 break
-            if deep_upto[q] != deep_upto[p]:
-                continue
             block = ids[p:q]
             r = 1
             while (r < MAX_COUNT and p + (r + 1) * L <= n
                    and ids[p + r * L:p + (r + 1) * L] == block):
                 r += 1
+            if deep_upto[q] != deep_upto[p]:
+                if (r >= 2 or pairs) and (deep is None or (r >= 2 and deep[1] < 2)):
+                    deep = (q - p, r)
+                continue
             if r < 2:  # one copy and the start of another: a rotated loop of two iterations,
                 # if no longer block repeats
                 if pairs and fallback is None:
@@ -323,10 +329,133 @@ def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int,
             if loop is not None:
                 span = L * r + tail
                 break
+        # where nothing else repeats: a too-deep block's copies with inner loops written
+        # out, before a rotated pair; a too-deep rotated pair after one
+        if loop is None and deep is not None and deep[1] >= 2:
+            loop, span = _shallow_loop(items, p, *deep, depth_left, keys, max_body) or (None, 1)
         if loop is None and fallback is not None:
             loop, span = fallback
+        if loop is None and deep is not None and deep[1] < 2:
+            loop, span = _shallow_loop(items, p, *deep, depth_left, keys, max_body) or (None, 1)
         out.append(loop or items[p])
         p += span
+    return out
+
+
+def _shallow_loop(items: list[Item], p: int, L: int, r: int, depth_left: int, keys: _Keys,
+                  max_body: int) -> tuple[Item, int] | None:
+    """A loop over ``r`` copies of ``items[p:p+L]`` (one copy and the start of another:
+    a rotated loop of two iterations) that hold loops too deep to nest in another loop (an
+    inner repetition was rolled up first, and the blocks around it repeat too): the
+    too-deep items with their innermost loops written out (:func:`_shallower`), if the
+    loop then has fewer words than what it replaces.  Returns the loop and how many items
+    it replaces, or ``None``."""
+    flat: list[Item] = []
+    ends = {0: 0}  # flat items -> the items they write out (at the items' boundaries)
+    for j in range(min(len(items) - p, (r + 1) * L)):
+        it = items[p + j]
+        try:
+            flat += _shallower(it, depth_left - 1, keys) if it.depth >= depth_left else [it]
+        except _EntryInside:
+            return None
+        ends[len(flat)] = j + 1
+    Lf = next(f for f, j in ends.items() if j == L)
+    if any([it.key for it in flat[k * Lf:(k + 1) * Lf]] != [it.key for it in flat[:Lf]]
+           for k in range(1, r)) or sum(it.size for it in flat[:Lf]) > max_body:
+        return None
+    if r >= 2:
+        r, steps = _steps(flat, 0, Lf, r)
+        r, flip = _flips(flat, 0, Lf, r)
+        if r < 2:
+            return None
+        tail = _tail(flat, 0, Lf, r, steps, flip)[0] if r < MAX_COUNT else 0
+        loop = _loop(flat[:Lf], r, steps, keys, tail, flip) \
+            if tail and r * Lf + tail in ends else None
+        if loop is None:
+            tail = 0
+            loop = _loop(flat[:Lf], r, steps, keys, 0, flip)
+    else:
+        tail, steps, flip = _tail(flat, 0, Lf, 1)
+        loop = _loop(flat[:Lf], 1, steps, keys, tail, flip) \
+            if tail and Lf + tail in ends else None
+    if loop is None:
+        return None
+    span = ends[r * Lf + tail]
+    if loop.size >= sum(it.size for it in items[p:p + span]):
+        return None
+    return loop, span
+
+
+def _shallower(it: Item, depth: int, keys: _Keys) -> list[Item]:
+    """Item ``it`` at most ``depth`` loops deep: its innermost loops written out (each
+    iteration's words as the loop dispatches them, walk flags kept), as often as needed;
+    the result's items (plain instructions or one loop)."""
+    words = it.words
+    while _depth(words) > depth:
+        words = _expand_innermost(words, keys.halves)
+    out, k = [], 0
+    while k < len(words):
+        w = words[k]
+        n = 1 + w.body if w.op == "loop" else 1
+        part = words[k:k + n]
+        if w.op == "loop":
+            out.append(Item(part, keys.of(("shallow", tuple(_plain(x, keys).key for x in part))),
+                            [x.args["ext"] for x in part if x.op in ("ld", "st")],
+                            _depth(part), _halves_of(part, keys.halves)))
+        else:
+            out.append(_plain(w, keys))
+        k += n
+    return out
+
+
+class _EntryInside(Exception):
+    """A loop enters its body inside an inner loop (:func:`_expand_innermost`)."""
+
+
+def _depth(words: list[Instr]) -> int:
+    """How many loops deep the words nest."""
+    deepest, ends = 0, []
+    for k, w in enumerate(words):
+        while ends and ends[-1] < k:
+            ends.pop()
+        if w.op == "loop":
+            ends.append(k + w.body)
+            deepest = max(deepest, len(ends))
+    return deepest
+
+
+def _expand_innermost(words: list[Instr], halves: dict[str, int] | None) -> list[Instr]:
+    """``words`` with every loop that holds no loop written out: its iterations' words as
+    dispatched (the first from its entry), walk flags kept, so that the loops around them
+    still move them; an enclosing loop's entry is moved to the same word."""
+    out, k = [], 0
+    while k < len(words):
+        w = words[k]
+        if w.op != "loop":
+            out.append(w)
+            k += 1
+            continue
+        body = words[k + 1:k + 1 + w.body]
+        if any(x.op == "loop" for x in body):
+            inner, entry = [], None
+            j = 0
+            while j < len(body):  # expand item by item, to find where the entry lands
+                if j == w.args["entry"]:
+                    entry = len(inner)
+                n = 1 + body[j].body if body[j].op == "loop" else 1
+                inner += _expand_innermost(body[j:j + n], halves)
+                j += n
+            if w.args["entry"] and entry is None:
+                raise _EntryInside()  # (the re-roller's entries start items: not met)
+            args = {**w.args, "body": len(inner), "entry": entry or 0}
+            out.append(Instr("loop", args, w.wait, w.signal))
+            out += inner
+        else:
+            inc = {s: w.args[f] for s, f in STREAMS.items()}
+            for t in range(w.args["count"]):
+                out += [_walked(x, inc, t, w.args["flip"], halves)
+                        for x in body[w.args["entry"] if t == 0 else 0:]]
+        k += 1 + w.body
     return out
 
 

@@ -334,3 +334,66 @@ def test_an_emitter_loop_over_row_pairs_around_a_flip_loop_becomes_one_loop():
     loops = [w for w in out if w.op == "loop"]
     assert loops[0].args["count"] == 2 * pairs and loops[0].args["flip"], "\n".join(map(str, out))
     assert len(loops) == 2 and len(out) <= 7, "\n".join(map(str, out))
+
+
+def _tiles(tiles: int, rows: int, width: int) -> list:
+    """``tiles`` weight tiles, each a weight load and ``rows`` rows of ``width`` ping-pong
+    pixel groups (the same input for every tile, its own outputs), then ``halt``."""
+    prog = []
+    for t in range(tiles):
+        prog.append(isa.make("ld", buf="wbuf", ext=0x40000 + 0x100 * t, dst=0, cols=64))
+        k = 0
+        for r in range(rows):
+            for c in range(width):
+                prog += _steady_group(k % 2, 0x1000 + 0x400 * r + 0x40 * c,
+                                      0x9000 + 0x4000 * t + 0x200 * r + 0x20 * c)
+                k += 1
+    return prog + [isa.make("halt")]
+
+
+@pytest.mark.parametrize("max_depth", [2, 3])
+def test_an_inner_loop_too_deep_for_the_blocks_around_it_is_written_out(max_depth):
+    """Rolled innermost first, a row's two pixel groups are a flip loop, the rows a loop
+    around it, and the weight tiles around those would be one loop too deep.  The flip
+    loops are then written out again inside the loop over rows, so that the tiles still
+    become a loop: fewer words than three copies of the rows.  The stream is the flat
+    program's, flips and walks applied."""
+    prog = _tiles(3, 4, 2)
+    inner = _tiles(1, 4, 2)
+    out = reroll(prog, halves=HALVES, max_depth=max_depth)
+    assert same_stream(out, prog, HALVES)
+    assert [_unwalked(i) for _, i in unroll(out, halves=HALVES)] == prog
+    assert out[0].op == "loop" and out[0].args["count"] == 3 and out[0].args["w_inc"] == 0x100
+    assert len(out) < 2 * len(reroll(inner, halves=HALVES, max_depth=max_depth)), \
+        "\n".join(map(str, out))
+    depth, ends = 0, []
+    for k, w in enumerate(out):
+        ends = [e for e in ends if e >= k]
+        if w.op == "loop":
+            ends.append(k + w.body)
+            depth = max(depth, len(ends))
+    assert depth <= max_depth
+
+
+def test_rows_of_uneven_pixel_groups_are_walked_in_two_passes():
+    """A row of 14 pixels in groups of 5 is walked as 5, 5 in every row, then 4 in every
+    row (each pass one loop over rows of equal groups), where the whole groups are an even
+    number; 11 groups of 5 and one of 1 stay one pass (12 groups, the halves come back)."""
+    from snpu.compiler.kernels import _pixel_groups, column_passes
+    from snpu.compiler.memory import TensorLayout
+
+    assert column_passes(14, 5) == [(0, 10), (10, 14)]
+    assert column_passes(7, 3) == [(0, 6), (6, 7)]
+    assert column_passes(56, 5) == [(0, 56)]
+    assert column_passes(12, 4) == [(0, 12)] and column_passes(4, 5) == [(0, 4)]
+    assert column_passes(14, 5, split=False) == [(0, 14)]
+    X = TensorLayout(0, 3, 14, 8, 8, 14 * 8)
+    groups = list(_pixel_groups(X, 5))
+    assert groups == [(y, x, 5) for y in range(3) for x in (0, 5)] + [(y, 10, 4) for y in range(3)]
+    assert list(_pixel_groups(X, 5, split=False)) == [(y, x, min(5, 14 - x)) for y in range(3)
+                                                      for x in (0, 5, 10)]
+    # a block of pixels (a core's share on an array): partial first and last rows
+    part = list(_pixel_groups(X, 5, rows=(0, 3), cols=(3, 12)))
+    covered = sorted((y, x + i) for y, x, g in part for i in range(g))
+    assert covered == sorted({(0, x) for x in range(3, 14)} | {(1, x) for x in range(14)}
+                             | {(2, x) for x in range(12)})
