@@ -96,7 +96,9 @@ class InstructionCache(wiring.Component):
         slot_line = Array(Signal(LB, name=f"slot_line{k}") for k in range(FILL_SLOTS))
         count = Signal(range(FILL_SLOTS + 1))
         m.d.comb += count.eq(sum(slot_v[k] for k in range(FILL_SLOTS)))
-        m.d.comb += self.idle.eq(count == 0)
+        push = Signal()                 # a new slot, queued the cycle after its lookup
+        push_line = Signal(LB)
+        m.d.comb += self.idle.eq((count == 0) & ~push)
 
         def filling(idx):
             return Cat(*[slot_v[k] & (slot_line[k][:IB] == idx) for k in range(FILL_SLOTS)]).any()
@@ -164,18 +166,23 @@ class InstructionCache(wiring.Component):
             m.d.comb += hit.eq(1)
             with m.If(want_next):
                 m.d.comb += [new.eq(1), prefetched.eq(1)]
-        # The tag is written the cycle after (from registers: the lookup does not reach the
-        # tag RAM's write enable).  No lookup can read it meanwhile: after an access `read`
-        # or `waiting` holds the next one off a cycle at least, and a prefetch's write
-        # (`pend`) is followed by the missed word's fill.
-        m.d.sync += [tw.addr.eq(new_line[:IB]), tw.data.eq(new_line[IB:]), tw.en.eq(new)]
+        # The tag is written, and the new slot queued, the cycle after (from registers: the
+        # lookup reaches neither the tag RAM's write enable nor the slots).  No lookup can
+        # see either meanwhile: after an access `read` or `waiting` holds the next one off a
+        # cycle at least, and a prefetch's write (`pend`) is followed by the missed word's
+        # fill.
+        m.d.sync += [tw.addr.eq(new_line[:IB]), tw.data.eq(new_line[IB:]), tw.en.eq(new),
+                     push.eq(new), push_line.eq(new_line)]
 
         # ---- Reading the word: at once on a ready hit, else when its line is ready.  The
         # read port reads the requested word whenever resp is free (from registers: the tag
         # lookup only decides whether what it read is the word, `read`).
         rp = mem.read_port()
         hit_now = accept & present & ready.bit_select(index, 1)
-        late = waiting & ready.bit_select(cur[W:W + IB], 1)
+        # (a missed line's ready bit is cleared as its slot is queued, a cycle after the
+        # lookup: until then it is the evicted line's)
+        late = (waiting & ready.bit_select(cur[W:W + IB], 1)
+                & ~(push & (push_line[:IB] == cur[W:W + IB])))
         m.d.comb += [rp.addr.eq(Mux(waiting, cur[:W + IB], look[:W + IB])),
                      rp.en.eq((self.req.valid & ~read & ~waiting) | late)]
         with m.If(accept):
@@ -239,23 +246,23 @@ class InstructionCache(wiring.Component):
         ar_after = Mux(done, ar_done >> 1, ar_done)
         n_after = Signal(range(FILL_SLOTS + 1))
         m.d.comb += n_after.eq(count - done)
-        m.d.sync += [slot_v.eq(after_pop_v | Mux(new, 1 << n_after, 0)),
+        m.d.sync += [slot_v.eq(after_pop_v | Mux(push, 1 << n_after, 0)),
                      slot_ar.eq(after_pop_ar | ar_after)]
         with m.If(done):
             for k in range(FILL_SLOTS - 1):
                 m.d.sync += slot_line[k].eq(slot_line[k + 1])
-        # the new line's valid and ready bits, decoded from `new_line` before `new` gates them
+        # the new line's valid and ready bits, decoded from `push_line`
         sel = Signal(L)
         fill_done = Signal(L)   # the line whose last word was written (registered)
-        m.d.comb += sel.eq(Const(1, L) << new_line[:IB])
+        m.d.comb += sel.eq(Const(1, L) << push_line[:IB])
         m.d.sync += fill_done.eq(Mux(done, Const(1, L) << slot_line[0][:IB], 0))
-        with m.If(new):
-            m.d.sync += slot_line[n_after].eq(new_line)
-        m.d.sync += [valid.eq(valid | Mux(new, sel, 0)),
-                     ready.eq((ready | fill_done) & ~Mux(new, sel, 0))]
+        with m.If(push):
+            m.d.sync += slot_line[n_after].eq(push_line)
+        m.d.sync += [valid.eq(valid | Mux(push, sel, 0)),
+                     ready.eq((ready | fill_done) & ~Mux(push, sel, 0))]
 
         with m.If(self.start):
             m.d.sync += [valid.eq(0), ready.eq(0), waiting.eq(0), read.eq(0), pend.eq(0),
-                         fill_done.eq(0), counted.eq(0),
+                         fill_done.eq(0), counted.eq(0), push.eq(0),
                          self.hits.eq(0), self.misses.eq(0), self.prefetches.eq(0)]
         return m

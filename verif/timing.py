@@ -90,8 +90,9 @@ INJECT_CYCLES = 1
 #: cycles a ``loop`` word takes beyond :data:`DISPATCH_CYCLES` (the dispatcher registers
 #: its body's end and entry, then its legality, before it is consumed)
 LOOP_WORD_CYCLES = 2
-#: cycles from requesting an instruction-cache line fill to its first beat
-FETCH_LATENCY = DMA_LATENCY
+#: cycles from an instruction-cache lookup that needs a line to the line's first beat: the
+#: fill is queued the cycle after the lookup (from registers), then requested as a DMA burst
+FETCH_LATENCY = DMA_LATENCY + 1
 #: beats of one line fill (64 bytes over the 8-byte bus)
 LINE_FILL_BEATS = 8
 #: cycles from a line's last beat to its words being readable (the last word is
