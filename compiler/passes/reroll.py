@@ -17,7 +17,8 @@ loop, and the next pass finds the repetitions of those loops; the passes allow b
 growing size, so the innermost repetitions everywhere are rolled up first.  Where that
 leaves a repeating block with loops too deep to nest in another, the copies' innermost
 loops are written out again and the copies rolled, if that saves words
-(:func:`_shallow_loop`).
+(:func:`_shallow_loop`); these choices are greedy, so where any was made the stream is
+rolled again without them, and the shorter result kept.
 
 The result is exact by construction: the sequencer (:func:`snpu.verif.sequencer.unroll`)
 dispatches the very instructions of the input, in order, tokens included, so the program's
@@ -67,11 +68,15 @@ class Item:
 class _Keys:
     """Structure keys: equal for instructions equal but for a load's or store's ext and,
     given ``halves`` (:func:`~snpu.verif.sequencer.half_sizes`), the halves of their
-    ping-pong operands (which a ``flip`` loop alternates)."""
+    ping-pong operands (which a ``flip`` loop alternates).  Also the run's settings:
+    ``shallow``, whether inner loops too deep may be written out (:func:`_shallow_loop`),
+    and how many loops were made so (``written_out``)."""
 
-    def __init__(self, halves: dict[str, int] | None = None):
+    def __init__(self, halves: dict[str, int] | None = None, shallow: bool = True):
         self.ids: dict = {}
         self.halves = halves
+        self.shallow = shallow
+        self.written_out = 0
 
     def of(self, token) -> int:
         return self.ids.setdefault(token, len(self.ids))
@@ -307,7 +312,8 @@ def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int,
                    and ids[p + r * L:p + (r + 1) * L] == block):
                 r += 1
             if deep_upto[q] != deep_upto[p]:
-                if (r >= 2 or pairs) and (deep is None or (r >= 2 and deep[1] < 2)):
+                if keys.shallow and (r >= 2 or pairs) \
+                        and (deep is None or (r >= 2 and deep[1] < 2)):
                     deep = (q - p, r)
                 continue
             if r < 2:  # one copy and the start of another: a rotated loop of two iterations,
@@ -383,6 +389,7 @@ def _shallow_loop(items: list[Item], p: int, L: int, r: int, depth_left: int, ke
     span = ends[r * Lf + tail]
     if loop.size >= sum(it.size for it in items[p:p + span]):
         return None
+    keys.written_out += 1
     return loop, span
 
 
@@ -470,10 +477,14 @@ def reroll(instrs: list[Instr], *, max_depth: int = LOOP_DEPTH,
         if w.op == "loop" and w.args["entry"]:
             raise ValueError(f"reroll: the loop at word {k} has an entry (the input's loops "
                              "are the emitter's, entered at their first word)")
+    words = _absorb_copies(_unroll_small(instrs, halves=halves), halves)
     keys = _Keys(halves)
-    items = _roll(_items(_absorb_copies(_unroll_small(instrs, halves=halves), halves), keys,
-                         max_depth), max_depth, keys)
-    out = [w for it in items for w in it.words]
+    out = [w for it in _roll(_items(words, keys, max_depth), max_depth, keys) for w in it.words]
+    if keys.written_out:  # the choices are greedy: a loop made so can cost a better one
+        keys = _Keys(halves, shallow=False)
+        plain = [w for it in _roll(_items(words, keys, max_depth), max_depth, keys)
+                 for w in it.words]
+        out = plain if len(plain) < len(out) else out
     if not same_stream(out, instrs, halves):
         raise AssertionError("re-rolled program does not unroll to the original stream")
     return out
