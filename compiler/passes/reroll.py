@@ -314,26 +314,16 @@ def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int,
             if deep_upto[q] != deep_upto[p]:
                 if keys.shallow and (r >= 2 or pairs) \
                         and (deep is None or (r >= 2 and deep[1] < 2)):
-                    deep = (q - p, r)
+                    deep = (L, r)
                 continue
             if r < 2:  # one copy and the start of another: a rotated loop of two iterations,
                 # if no longer block repeats
                 if pairs and fallback is None:
-                    tail, steps, flip = _tail(items, p, L, 1)
-                    two = _loop(items[p:q], 1, steps, keys, tail, flip) if tail else None
-                    fallback = (two, L + tail) if two is not None else None
+                    fallback = _pair(items, p, L, keys)
                 continue
-            r, steps = _steps(items, p, L, r)
-            r, flip = _flips(items, p, L, r)
-            if r < 2 or (r - 1) * words <= 1:
-                continue
-            tail = _tail(items, p, L, r, steps, flip)[0] if r < MAX_COUNT else 0
-            loop = _loop(items[p:q], r, steps, keys, tail, flip) if tail else None
-            if loop is None:
-                tail = 0
-                loop = _loop(items[p:q], r, steps, keys, 0, flip)
-            if loop is not None:
-                span = L * r + tail
+            run = _run(items, p, L, r, keys)
+            if run is not None:
+                loop, span = run
                 break
         # where nothing else repeats: a too-deep block's copies with inner loops written
         # out, before a rotated pair; a too-deep rotated pair after one
@@ -346,6 +336,37 @@ def _compress(items: list[Item], depth_left: int, keys: _Keys, max_body: int,
         out.append(loop or items[p])
         p += span
     return out
+
+
+def _run(items: list[Item], p: int, L: int, r: int, keys: _Keys,
+         cut_ok=lambda span: True) -> tuple[Item, int] | None:
+    """A loop over the leading copies of ``r`` copies of ``items[p:p+L]`` that step alike
+    (:func:`_steps`, :func:`_flips`), with the start of one more copy where it follows
+    (:func:`_tail`) and ``cut_ok`` accepts the items the loop would then span; returns the
+    loop and how many items it spans, or ``None`` if fewer than two copies step alike or a
+    loop would not save a word."""
+    r, steps = _steps(items, p, L, r)
+    r, flip = _flips(items, p, L, r)
+    if r < 2 or (r - 1) * sum(it.size for it in items[p:p + L]) <= 1:
+        return None
+    tail = _tail(items, p, L, r, steps, flip)[0] if r < MAX_COUNT else 0
+    loop = _loop(items[p:p + L], r, steps, keys, tail, flip) \
+        if tail and cut_ok(r * L + tail) else None
+    if loop is None:
+        tail = 0
+        loop = _loop(items[p:p + L], r, steps, keys, 0, flip)
+    return (loop, r * L + tail) if loop is not None else None
+
+
+def _pair(items: list[Item], p: int, L: int, keys: _Keys,
+          cut_ok=lambda span: True) -> tuple[Item, int] | None:
+    """One copy of ``items[p:p+L]`` and the start of another as a rotated loop of two
+    iterations (:func:`_tail`), where ``cut_ok`` accepts the items it spans; returns the
+    loop and how many items it spans, or ``None``."""
+    tail, steps, flip = _tail(items, p, L, 1)
+    two = _loop(items[p:p + L], 1, steps, keys, tail, flip) \
+        if tail and cut_ok(L + tail) else None
+    return (two, L + tail) if two is not None else None
 
 
 def _shallow_loop(items: list[Item], p: int, L: int, r: int, depth_left: int, keys: _Keys,
@@ -369,24 +390,11 @@ def _shallow_loop(items: list[Item], p: int, L: int, r: int, depth_left: int, ke
     if any([it.key for it in flat[k * Lf:(k + 1) * Lf]] != [it.key for it in flat[:Lf]]
            for k in range(1, r)) or sum(it.size for it in flat[:Lf]) > max_body:
         return None
-    if r >= 2:
-        r, steps = _steps(flat, 0, Lf, r)
-        r, flip = _flips(flat, 0, Lf, r)
-        if r < 2:
-            return None
-        tail = _tail(flat, 0, Lf, r, steps, flip)[0] if r < MAX_COUNT else 0
-        loop = _loop(flat[:Lf], r, steps, keys, tail, flip) \
-            if tail and r * Lf + tail in ends else None
-        if loop is None:
-            tail = 0
-            loop = _loop(flat[:Lf], r, steps, keys, 0, flip)
-    else:
-        tail, steps, flip = _tail(flat, 0, Lf, 1)
-        loop = _loop(flat[:Lf], 1, steps, keys, tail, flip) \
-            if tail and Lf + tail in ends else None
-    if loop is None:
+    made = (_run(flat, 0, Lf, r, keys, ends.__contains__) if r >= 2
+            else _pair(flat, 0, Lf, keys, ends.__contains__))
+    if made is None:
         return None
-    span = ends[r * Lf + tail]
+    loop, span = made[0], ends[made[1]]
     if loop.size >= sum(it.size for it in items[p:p + span]):
         return None
     keys.written_out += 1
@@ -458,12 +466,18 @@ def _expand_innermost(words: list[Instr], halves: dict[str, int] | None) -> list
             out.append(Instr("loop", args, w.wait, w.signal))
             out += inner
         else:
-            inc = {s: w.args[f] for s, f in STREAMS.items()}
-            for t in range(w.args["count"]):
-                out += [_walked(x, inc, t, w.args["flip"], halves)
-                        for x in body[w.args["entry"] if t == 0 else 0:]]
+            out += _iterations(w, body, halves)
         k += 1 + w.body
     return out
+
+
+def _iterations(loop: Instr, body: list[Instr], halves: dict[str, int] | None) -> list[Instr]:
+    """The words ``loop`` dispatches from its flat ``body`` (the first iteration from its
+    entry), each as :func:`_walked` gives it (walk flag kept)."""
+    inc = {s: loop.args[f] for s, f in STREAMS.items()}
+    return [_walked(x, inc, t, loop.args["flip"], halves)
+            for t in range(loop.args["count"])
+            for x in body[loop.args["entry"] if t == 0 else 0:]]
 
 
 def reroll(instrs: list[Instr], *, max_depth: int = LOOP_DEPTH,
@@ -519,9 +533,7 @@ def _unroll_small(words: list[Instr], limit: int | None = None,
             out.append(w)
             k += 1
             continue
-        inc = {s: w.args[f] for s, f in STREAMS.items()}
-        for t in range(w.args["count"]):
-            out += [_unwalked(_walked(x, inc, t, w.args["flip"], halves)) for x in body]
+        out += [_unwalked(x) for x in _iterations(w, body, halves)]
         k += 1 + w.body
     return out
 
