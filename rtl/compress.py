@@ -76,8 +76,9 @@ class ChunkCompressor(wiring.Component):
 
     Throughput: one input word per cycle, plus one cycle at a chunk's end when its last word
     leaves more than 8 packed bytes (the remainder is pushed a cycle later); one output word
-    per cycle.  Latency: a chunk's words leave after its last input word (the mask goes
-    first).  In the ST unit the reader, not this block, sets the pace
+    per cycle.  Latency: an input word's bytes are found and packed into a register stage,
+    and merged into the packer the cycle after; a chunk's words leave after its last input
+    word is merged (the mask goes first).  In the ST unit the reader, not this block, sets the pace
     (:func:`snpu.verif.timing.stc_cycles`).
 
     Members
@@ -110,20 +111,26 @@ class ChunkCompressor(wiring.Component):
         pend_n = Signal(3)
         flushing = Signal()       # the chunk's remainder is pushed this cycle
 
-        nz = _nonzero_bytes(m, self.i.payload.data, self.i.payload.count, "nz")
-        packed = _compact(m, self.i.payload.data, nz, "packed")
-        k = Signal(4)
-        m.d.comb += k.eq(popcount(m, nz, "nz_count"))
+        # Stage 1 (registered): the input word's non-zero bytes, packed, and their count.
+        in_nz = _nonzero_bytes(m, self.i.payload.data, self.i.payload.count, "in_nz")
+        in_packed = _compact(m, self.i.payload.data, in_nz, "in_packed")
+        staged = Signal()         # the registers below hold a word for the packer
+        nz, packed, k, last = Signal(8), Signal(64), Signal(4), Signal()
+        # Stage 2: the packer merges the staged word into the pending bytes.
         merged = Signal(120)
         m.d.comb += merged.eq(pend | (packed << (pend_n * 8)))
         total = Signal(4)
         m.d.comb += total.eq(pend_n + k)
-        chunk_end = self.i.payload.last | (word_in_chunk == 7)
+        chunk_end = last | (word_in_chunk == 7)
         full_mask = Signal(64)
         m.d.comb += full_mask.eq(mask | (nz << (word_in_chunk * 8)))
 
-        m.d.comb += self.i.ready.eq(~flushing & values.w_rdy & headers.w_rdy)
-        take = self.i.valid & self.i.ready
+        take = Signal()           # the packer takes the staged word
+        m.d.comb += [take.eq(staged & ~flushing & values.w_rdy & headers.w_rdy),
+                     self.i.ready.eq(~staged | take)]
+        with m.If(self.i.ready):
+            m.d.sync += [staged.eq(self.i.valid), nz.eq(in_nz), packed.eq(in_packed),
+                         k.eq(popcount(m, in_nz, "in_nz_count")), last.eq(self.i.payload.last)]
         with m.If(flushing):
             with m.If(values.w_rdy & headers.w_rdy):
                 m.d.comb += [values.w_en.eq(1), values.w_data.eq(pend),
@@ -164,7 +171,7 @@ class ChunkCompressor(wiring.Component):
             with m.If(self.o.valid & self.o.ready):
                 m.d.sync += body_left.eq(body_left - 1)
 
-        m.d.comb += self.idle.eq((word_in_chunk == 0) & ~flushing & (body_left == 0) &
+        m.d.comb += self.idle.eq(~staged & (word_in_chunk == 0) & ~flushing & (body_left == 0) &
                                  ~headers.r_rdy & ~values.r_rdy & (headers.level == 0) &
                                  (values.level == 0))
         return m

@@ -193,13 +193,22 @@ class Dispatcher(wiring.Component):
         loop_ok = Signal()                 # its body fits the ROM and the enclosing body
         loop_end_ends = Signal(LOOP_DEPTH)  # which frames end where its body does
         loop_end_last = Signal()           # its body ends the ROM
+        # and what its frame is pushed with, registered in its first cycle: no adder or
+        # comparison over the fetched word lies before the frames
+        loop_left = Signal.like(frames[0].left)
+        loop_one = Signal()                # it runs its body once
+        loop_flip = Signal()
+        loop_inc = {s: Signal(signed(_INC_BITS), name=f"loop_inc_{s}") for s in STREAMS}
         consume = Signal()       # the current word is dispatched / executed this cycle
         with m.If(consume):
             m.d.sync += [loop_seen.eq(0), loop_checked.eq(0)]
         with m.Elif(self.fetch_resp.valid & is_loop):
             entry = _field(word, _LOOP, "entry")
             m.d.sync += [loop_seen.eq(1), loop_end.eq(pc + body), loop_zero.eq(count == 0),
-                         loop_late.eq((count == 0) | (entry != 0)), loop_entry.eq(pc + 1 + entry)]
+                         loop_late.eq((count == 0) | (entry != 0)), loop_entry.eq(pc + 1 + entry),
+                         loop_left.eq(count - 1), loop_one.eq(count == 1),
+                         loop_flip.eq(_field(word, _LOOP, "flip"))]
+            m.d.sync += [loop_inc[s].eq(_field(word, _LOOP, name)) for s, name in STREAMS.items()]
             with m.If(loop_seen):
                 m.d.sync += [loop_checked.eq(1),
                              loop_ok.eq((loop_end < self.rom_words) & (depth < LOOP_DEPTH)
@@ -249,13 +258,16 @@ class Dispatcher(wiring.Component):
         # (:data:`~snpu.verif.timing.DISPATCH_CYCLES`): a request cycle, then its read.
         go = Signal()            # the current word goes on to a successor (or start)
         m.d.comb += go.eq((consume & ~pre.halt) | self.start)
-        zero_trip = is_loop & loop_zero
+        # Everything below is used only as a word goes, and a loop word goes only once
+        # checked: while a word goes, `loop_checked` (a register) says it is a loop word.
+        going_loop = loop_checked
+        zero_trip = going_loop & loop_zero
         # a loop word going on at the word after its body (zero trips) or at its entry
-        late = is_loop & loop_late
+        late = going_loop & loop_late
         skip_next, skip_popped, skip_jump = walk(loop_end, loop_end_ends, "skip")
-        jump = Mux(is_loop, skip_jump, seq_jump)
+        jump = Mux(going_loop, skip_jump, seq_jump)
         pops = Signal(range(LOOP_DEPTH + 1))
-        m.d.comb += pops.eq(Mux(is_loop, sum(skip_popped), sum(seq_popped)))
+        m.d.comb += pops.eq(Mux(going_loop, sum(skip_popped), sum(seq_popped)))
         nxt = Signal(PC_BITS + 1)
         m.d.comb += nxt.eq(Mux(self.start, 0, Mux(zero_trip, skip_next,
                                                   Mux(late, loop_entry, seq_next))))
@@ -284,17 +296,15 @@ class Dispatcher(wiring.Component):
             m.d.sync += pc_last.eq(req_pc + 1 == self.rom_words)
 
         # ---- Frame updates when a word is consumed.
-        with m.If(consume & is_loop & ~loop_zero):
+        with m.If(consume & going_loop & ~loop_zero):
             with m.Switch(depth):
                 for k in range(LOOP_DEPTH):
                     with m.Case(k):
                         f = frames[k]
-                        m.d.sync += [f.start.eq(pc + 1), f.end.eq(loop_end), f.left.eq(count - 1),
-                                     last_trip[k].eq(count == 1),
-                                     f.flip.eq(_field(word, _LOOP, "flip")), f.odd.eq(0)]
-                        for s, name in STREAMS.items():
-                            m.d.sync += [f[f"inc_{s}"].eq(_field(word, _LOOP, name)),
-                                         f[f"off_{s}"].eq(0)]
+                        m.d.sync += [f.start.eq(pc + 1), f.end.eq(loop_end), f.left.eq(loop_left),
+                                     last_trip[k].eq(loop_one), f.flip.eq(loop_flip), f.odd.eq(0)]
+                        for s in STREAMS:
+                            m.d.sync += [f[f"inc_{s}"].eq(loop_inc[s]), f[f"off_{s}"].eq(0)]
             m.d.sync += depth.eq(depth + 1)
         with m.Elif(consume):
             m.d.sync += depth.eq(depth - pops)
@@ -322,6 +332,13 @@ class Dispatcher(wiring.Component):
         m.d.comb += resp.ready.eq(consume)
         for k, u in enumerate(UNITS):
             m.d.comb += self.queue(u).valid.eq(offered & pre.to_unit[k])
+        # A fault's ROM index: the word's own, or for a successor past the ROM the
+        # successor's, which is `req_pc` from then on (no path from the successor's
+        # computation to a second register).
+        fault_pc = Signal(PC_BITS)
+        fault_past_rom = Signal()
+        past_rom_seen = Signal()
+        m.d.comb += self.error_pc.eq(Mux(fault_past_rom, req_pc, fault_pc))
         with m.FSM():
             with m.State("RUN"):
                 m.d.comb += running.eq(1)
@@ -329,15 +346,18 @@ class Dispatcher(wiring.Component):
                     m.next = "DRAIN"
                 with m.Elif(resp.valid):
                     with m.If(resp.payload.error):
-                        m.d.sync += [self.error.eq(ErrorCode.FETCH), self.error_pc.eq(pc)]
+                        m.d.sync += [self.error.eq(ErrorCode.FETCH), fault_pc.eq(pc)]
                         m.next = "DRAIN"
                     with m.Elif(~legal | (is_loop & loop_checked & ~loop_ok)):
-                        m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), self.error_pc.eq(pc)]
+                        m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), fault_pc.eq(pc)]
                         m.next = "DRAIN"
                     with m.Elif(consume & pre.halt):
                         m.next = "DRAIN"
-                with m.If(past_rom & ~self.stop):
-                    m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), self.error_pc.eq(nxt)]
+                # a successor past the ROM faults the cycle after (no word is requested,
+                # so none is offered meanwhile): no path from `consume` to `error`
+                m.d.sync += past_rom_seen.eq(past_rom & ~self.stop)
+                with m.If(past_rom_seen):
+                    m.d.sync += [self.error.eq(ErrorCode.ILLEGAL), fault_past_rom.eq(1)]
                     m.next = "DRAIN"
             with m.State("DRAIN"):
                 with m.If(self.units_idle):

@@ -11,6 +11,7 @@ from .bits import popcount_bytes, sum_tree
 from .direct_to_stride import DirectToStride
 from .fetch import ByteFetcher
 from .layouts import ADDR, CHUNK, chunk_layout, entry_layout
+from .skid import SkidBuffer
 from .stride_to_direct import MAX_WINDOW, StrideToDirect
 
 
@@ -43,7 +44,10 @@ class SideSource(wiring.Component):
 
     Throughput: one chunk per cycle (dense, direct; stride when a chunk holds at most
     ``window`` entries); one entry per cycle on the entry path.  Row overhead: none for
-    dense / direct, about 3 cycles for stride (count read).
+    dense / direct, about 3 cycles for stride (count read).  Latency (dense / direct): a
+    chunk enters the output queue four cycles after its index word is read (the block RAM's
+    word masked into a register, per-byte counts, their sum, the value base); the stride
+    converter's chunks leave through a :class:`~.skid.SkidBuffer` (a cycle).
 
     Parameters
     ----------
@@ -105,6 +109,7 @@ class SideSource(wiring.Component):
         convert = self._convert
         if convert:
             m.submodules.s2d = s2d = self._s2d
+            m.submodules.out_skid = out_skid = SkidBuffer(chunk_layout())
             m.submodules.d2s = d2s = self._d2s
 
         # Configuration-derived values, computed once at start (short paths afterwards).
@@ -157,22 +162,28 @@ class SideSource(wiring.Component):
                      r_rowlast.eq(row_last),
                      r_mask.eq(Cat(*[tail > b for b in range(CHUNK)]))]  # thermometer
 
-        # receive (stage 1): mask the tail, count the kept elements per byte
+        # receive (stage 1): mask the tail (the block RAM's word goes through one LUT into
+        # a register)
         bits = Signal(CHUNK)
         m.d.comb += bits.eq(Mux(self.fmt == Fmt.DENSE, (1 << CHUNK) - 1, self.mem_data) & r_mask)
+        b_valid, b_clast, b_rowlast = Signal(), Signal(), Signal()
+        b_bits = Signal(CHUNK)
+        m.d.sync += [b_valid.eq(r_valid & ~self.start), b_clast.eq(r_clast),
+                     b_rowlast.eq(r_rowlast), b_bits.eq(bits)]
+        # receive (stage 2): count the kept elements per byte
         q_valid, q_clast, q_rowlast = Signal(), Signal(), Signal()
         q_bits = Signal(CHUNK)
         q_parts = [Signal(4, name=f"q_part{k}") for k in range(CHUNK // 8)]
-        m.d.sync += [q_valid.eq(r_valid & ~self.start), q_clast.eq(r_clast),
-                     q_rowlast.eq(r_rowlast), q_bits.eq(bits)]
-        m.d.sync += [d.eq(p) for d, p in zip(q_parts, popcount_bytes(m, bits, name="kept"))]
-        # receive (stage 2): sum the byte counts
+        m.d.sync += [q_valid.eq(b_valid & ~self.start), q_clast.eq(b_clast),
+                     q_rowlast.eq(b_rowlast), q_bits.eq(b_bits)]
+        m.d.sync += [d.eq(p) for d, p in zip(q_parts, popcount_bytes(m, b_bits, name="kept"))]
+        # receive (stage 3): sum the byte counts
         k_valid, k_clast, k_rowlast = Signal(), Signal(), Signal()
         k_bits = Signal(CHUNK)
         k_kept = Signal(range(CHUNK + 1))
         m.d.sync += [k_valid.eq(q_valid & ~self.start), k_clast.eq(q_clast),
                      k_rowlast.eq(q_rowlast), k_bits.eq(q_bits), k_kept.eq(sum_tree(q_parts))]
-        # receive (stage 3): the value base; into the FIFO
+        # receive (stage 4): the value base; into the FIFO
         rv_vec, rv_row, rv_run = Signal(ADDR), Signal(ADDR), Signal(ADDR)
         run_next = Signal(ADDR)
         m.d.comb += run_next.eq(rv_run + Mux(self.packed, k_kept, CHUNK))
@@ -289,9 +300,12 @@ class SideSource(wiring.Component):
         m.d.comb += fifo_chunk.eq(fifo.r_data)
         with m.If(is_stride):
             if convert:
-                m.d.comb += [self.chunks.valid.eq(s2d.o.valid & ~self.to_entries),
-                             self.chunks.payload.eq(s2d.o.payload),
-                             s2d.o.ready.eq(self.chunks.ready)]
+                # through a skid buffer: the converter's output handshake (which ends its
+                # chunk assembly) does not wait for the lanes' queues
+                wiring.connect(m, s2d.o, out_skid.i)
+                m.d.comb += [self.chunks.valid.eq(out_skid.o.valid & ~self.to_entries),
+                             self.chunks.payload.eq(out_skid.o.payload),
+                             out_skid.o.ready.eq(self.chunks.ready)]
             m.d.comb += [
                 self.entries.valid.eq(emit_term | emit_entry),
                 self.entries.payload.value.eq(Mux(emit_term, 0, fetch.bytes[0])),
@@ -315,7 +329,8 @@ class SideSource(wiring.Component):
                 m.d.comb += to_chunks
 
         m.d.comb += self.error.eq(s_error | (s2d.error if convert else 0))
-        m.d.comb += q_pending.eq(q_valid + k_valid)
-        m.d.comb += self.busy.eq(w_active | r_valid | q_valid | k_valid |
-                                 ~stride_fsm.ongoing("IDLE"))
+        m.d.comb += q_pending.eq(b_valid + q_valid + k_valid)
+        m.d.comb += self.busy.eq(w_active | r_valid | b_valid | q_valid | k_valid |
+                                 ~stride_fsm.ongoing("IDLE")
+                                 | (out_skid.o.valid if convert else 0))
         return m
