@@ -251,6 +251,12 @@ class Dispatcher(wiring.Component):
         pc_last = Signal()
         seq_next, seq_popped, seq_jump = walk(pc, ends_pc, "seq")
 
+        # what the word consumed last cycle does to the frames (see "Frame updates")
+        upd_push = Signal()                 # push a frame at `depth`
+        upd_start = Signal(PC_BITS)         # its body's start
+        upd_jump = Signal(LOOP_DEPTH)       # frames jumping back to their start
+        upd_pops = Signal(range(LOOP_DEPTH + 1))
+
         # ---- Requests to the cache, from registers only: the address of the word after the
         # current one is registered in the cycle that word is consumed (word 0: in the start
         # cycle) and held until the cache takes it, so no path runs from the fetched word
@@ -292,25 +298,38 @@ class Dispatcher(wiring.Component):
         # the ROM's last, are compared then, into registers: no comparison lies between the
         # frames and the next request.
         with m.If(req_pending):
-            m.d.sync += [ends_pc[k].eq(frames[k].end == req_pc) for k in range(LOOP_DEPTH)]
+            # (a frame pushed by the word just consumed is written this cycle: its end is
+            # `loop_end`)
+            m.d.sync += [ends_pc[k].eq(Mux(upd_push & (depth == k), loop_end, frames[k].end)
+                                       == req_pc) for k in range(LOOP_DEPTH)]
             m.d.sync += pc_last.eq(req_pc + 1 == self.rom_words)
 
-        # ---- Frame updates when a word is consumed.
-        with m.If(consume & going_loop & ~loop_zero):
+        # ---- Frame updates, the cycle after a word is consumed: what the word does to the
+        # frames is registered as it goes (`upd_*`), so `consume`, which waits for the
+        # fetched word, only enables those few registers, not every frame's.  The frames
+        # are next read as the following request is out (its `ends_pc`, which takes a
+        # pushed frame's end from `loop_end`) and as the next word goes, two cycles after
+        # this one at the earliest (DISPATCH_CYCLES): by then they are current.
+        pushing = consume & going_loop & ~loop_zero
+        m.d.sync += [upd_push.eq(pushing), upd_start.eq(pc + 1),
+                     upd_jump.eq(Mux(consume & ~pushing, jump, 0)),
+                     upd_pops.eq(Mux(consume & ~pushing, pops, 0))]
+        with m.If(upd_push):
             with m.Switch(depth):
                 for k in range(LOOP_DEPTH):
                     with m.Case(k):
                         f = frames[k]
-                        m.d.sync += [f.start.eq(pc + 1), f.end.eq(loop_end), f.left.eq(loop_left),
-                                     last_trip[k].eq(loop_one), f.flip.eq(loop_flip), f.odd.eq(0)]
+                        m.d.sync += [f.start.eq(upd_start), f.end.eq(loop_end),
+                                     f.left.eq(loop_left), last_trip[k].eq(loop_one),
+                                     f.flip.eq(loop_flip), f.odd.eq(0)]
                         for s in STREAMS:
                             m.d.sync += [f[f"inc_{s}"].eq(loop_inc[s]), f[f"off_{s}"].eq(0)]
             m.d.sync += depth.eq(depth + 1)
-        with m.Elif(consume):
-            m.d.sync += depth.eq(depth - pops)
+        with m.Else():
+            m.d.sync += depth.eq(depth - upd_pops)
             for k in range(LOOP_DEPTH):
                 f = frames[k]
-                with m.If(jump[k]):
+                with m.If(upd_jump[k]):
                     m.d.sync += [f.left.eq(f.left - 1), last_trip[k].eq(f.left == 1),
                                  f.odd.eq(~f.odd)]
                     for s in STREAMS:
