@@ -75,8 +75,6 @@ class ByteFetcher(wiring.Component):
         # avail is a register (kept equal to min(window, fill)): consumers decide on it
         # without a path through the fill arithmetic.
 
-        after = Signal(range(RING_BYTES + 1))
-        m.d.comb += after.eq(fill - self.take)
         issue = Signal()
         # Prefetch from registered state only (not this cycle's take): no path from the
         # consumer to the memory port.
@@ -86,15 +84,27 @@ class ByteFetcher(wiring.Component):
             self.mem_addr.eq(Mux(self.start, self.start_addr[3:], next_word)),
         ]
 
+        # The next fill, avail and rp for every take the consumer may choose, from registers;
+        # its take only selects among them (no adder or comparison after the consumer's
+        # decision).  A take above fill is never chosen (take <= avail <= fill).
+        gained = Signal(range(RING_BYTES + 1))   # the arriving word's bytes from the start
+        m.d.comb += gained.eq(fill + Mux(inflight, WORD_BYTES - skip, 0))
         fill_next = Signal(range(RING_BYTES + 1))
-        m.d.comb += fill_next.eq(Mux(inflight, after + WORD_BYTES - skip, after))
+        avail_next = Signal(range(E + 1))
+        rp_next = Signal(4)
+        with m.Switch(self.take):
+            for k in range(E + 1):
+                with m.Case(k):
+                    left = (gained - k)[:len(fill_next)]
+                    m.d.comb += [fill_next.eq(left), avail_next.eq(Mux(left > E, E, left)),
+                                 rp_next.eq(rp + k)]
         with m.If(self.start):
             m.d.sync += [rp.eq(self.start_addr[:3]), fill.eq(0), self.avail.eq(0), slot.eq(0),
                          inflight.eq(1), skip.eq(self.start_addr[:3]),
                          next_word.eq(self.start_addr[3:] + 1)]
         with m.Else():
-            m.d.sync += [rp.eq(rp + self.take), inflight.eq(issue), fill.eq(fill_next),
-                         self.avail.eq(Mux(fill_next > E, E, fill_next))]
+            m.d.sync += [rp.eq(rp_next), inflight.eq(issue), fill.eq(fill_next),
+                         self.avail.eq(avail_next)]
             with m.If(issue):
                 m.d.sync += next_word.eq(next_word + 1)
             with m.If(inflight):

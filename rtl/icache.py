@@ -212,8 +212,9 @@ class InstructionCache(wiring.Component):
                      self.araddr.eq(self.rom_base + (slot_line[ar_slot] << (W + 4))),
                      self.arlen.eq(BEATS_PER_LINE - 1)]
         # A word's two beats are registered (`low`, `high`); the cycle after its second
-        # beat it is predecoded from those registers and written (no bus input feeds the
-        # predecoder), and the line is ready the cycle after its last word is written.
+        # beat it is predecoded from those registers into the write registers (no bus
+        # input feeds the predecoder, and the predecoder feeds no block RAM input), written
+        # the cycle after, and the line is ready the cycle after its last word is written.
         beat = Signal(range(BEATS_PER_LINE))
         low, high = Signal(64), Signal(64)
         low_err, word_err = Signal(), Signal()
@@ -221,8 +222,8 @@ class InstructionCache(wiring.Component):
         w_addr = Signal(W + IB)
         wp = mem.write_port()
         m.submodules.predecode = pre = Predecoder()
-        m.d.comb += [pre.word.eq(Cat(low, high)),
-                     wp.addr.eq(w_addr), wp.data.eq(Cat(low, high, word_err, pre.out)),
+        m.d.comb += pre.word.eq(Cat(low, high))
+        m.d.sync += [wp.addr.eq(w_addr), wp.data.eq(Cat(low, high, word_err, pre.out)),
                      wp.en.eq(w_pend)]
         done = Signal()  # the oldest slot's last beat
         m.d.comb += self.rready.eq(slot_v[0] & slot_ar[0])
@@ -253,9 +254,11 @@ class InstructionCache(wiring.Component):
                 m.d.sync += slot_line[k].eq(slot_line[k + 1])
         # the new line's valid and ready bits, decoded from `push_line`
         sel = Signal(L)
+        fill_beats = Signal(L)  # the line whose last beat arrived (registered)
         fill_done = Signal(L)   # the line whose last word was written (registered)
         m.d.comb += sel.eq(Const(1, L) << push_line[:IB])
-        m.d.sync += fill_done.eq(Mux(done, Const(1, L) << slot_line[0][:IB], 0))
+        m.d.sync += [fill_beats.eq(Mux(done, Const(1, L) << slot_line[0][:IB], 0)),
+                     fill_done.eq(fill_beats)]
         with m.If(push):
             m.d.sync += slot_line[n_after].eq(push_line)
         m.d.sync += [valid.eq(valid | Mux(push, sel, 0)),
@@ -263,6 +266,6 @@ class InstructionCache(wiring.Component):
 
         with m.If(self.start):
             m.d.sync += [valid.eq(0), ready.eq(0), waiting.eq(0), read.eq(0), pend.eq(0),
-                         fill_done.eq(0), counted.eq(0), push.eq(0),
+                         fill_beats.eq(0), fill_done.eq(0), counted.eq(0), push.eq(0),
                          self.hits.eq(0), self.misses.eq(0), self.prefetches.eq(0)]
         return m
