@@ -13,10 +13,14 @@ from amaranth.lib.wiring import In, Out
 
 from .bits import popcount
 from .realign import WORD
+from .skid import PipeRegister
 
 #: a dense input word of a row: ``count`` valid bytes (1..8) from byte 0; ``last``: the
 #: row's last word
 DENSE = data.StructLayout({"data": 64, "count": 4, "last": 1})
+#: a dense word in the compressor's register stage: its non-zero bytes (mask), those bytes
+#: packed from byte 0, their count, and the row's ``last`` flag
+_STAGED = data.StructLayout({"nz": 8, "packed": 64, "k": 4, "last": 1})
 
 
 def _nonzero_bytes(m: Module, word: Value, count: Value, name: str) -> Value:
@@ -78,8 +82,8 @@ class ChunkCompressor(wiring.Component):
     leaves more than 8 packed bytes (the remainder is pushed a cycle later); one output word
     per cycle.  Latency: an input word's bytes are found and packed into a register stage,
     and merged into the packer the cycle after; a chunk's words leave after its last input
-    word is merged (the mask goes first).  In the ST unit the reader, not this block, sets the pace
-    (:func:`snpu.verif.timing.stc_cycles`).
+    word is merged (the mask goes first).  In the ST unit the reader, not this block, sets
+    the pace (:func:`snpu.verif.timing.stc_cycles`).
 
     Members
     -------
@@ -111,11 +115,16 @@ class ChunkCompressor(wiring.Component):
         pend_n = Signal(3)
         flushing = Signal()       # the chunk's remainder is pushed this cycle
 
-        # Stage 1 (registered): the input word's non-zero bytes, packed, and their count.
+        # Stage 1: the input word's non-zero bytes, packed, and their count, into a
+        # pipeline register.
+        m.submodules.stage = stage = PipeRegister(_STAGED)
         in_nz = _nonzero_bytes(m, self.i.payload.data, self.i.payload.count, "in_nz")
         in_packed = _compact(m, self.i.payload.data, in_nz, "in_packed")
-        staged = Signal()         # the registers below hold a word for the packer
-        nz, packed, k, last = Signal(8), Signal(64), Signal(4), Signal()
+        m.d.comb += [stage.i.valid.eq(self.i.valid), self.i.ready.eq(stage.i.ready),
+                     stage.i.payload.nz.eq(in_nz), stage.i.payload.packed.eq(in_packed),
+                     stage.i.payload.k.eq(popcount(m, in_nz, "in_nz_count")),
+                     stage.i.payload.last.eq(self.i.payload.last)]
+        nz, packed, k, last = (stage.o.payload[f] for f in ("nz", "packed", "k", "last"))
         # Stage 2: the packer merges the staged word into the pending bytes.
         merged = Signal(120)
         m.d.comb += merged.eq(pend | (packed << (pend_n * 8)))
@@ -126,11 +135,8 @@ class ChunkCompressor(wiring.Component):
         m.d.comb += full_mask.eq(mask | (nz << (word_in_chunk * 8)))
 
         take = Signal()           # the packer takes the staged word
-        m.d.comb += [take.eq(staged & ~flushing & values.w_rdy & headers.w_rdy),
-                     self.i.ready.eq(~staged | take)]
-        with m.If(self.i.ready):
-            m.d.sync += [staged.eq(self.i.valid), nz.eq(in_nz), packed.eq(in_packed),
-                         k.eq(popcount(m, in_nz, "in_nz_count")), last.eq(self.i.payload.last)]
+        m.d.comb += [take.eq(stage.o.valid & ~flushing & values.w_rdy & headers.w_rdy),
+                     stage.o.ready.eq(take)]
         with m.If(flushing):
             with m.If(values.w_rdy & headers.w_rdy):
                 m.d.comb += [values.w_en.eq(1), values.w_data.eq(pend),
@@ -171,9 +177,9 @@ class ChunkCompressor(wiring.Component):
             with m.If(self.o.valid & self.o.ready):
                 m.d.sync += body_left.eq(body_left - 1)
 
-        m.d.comb += self.idle.eq(~staged & (word_in_chunk == 0) & ~flushing & (body_left == 0) &
-                                 ~headers.r_rdy & ~values.r_rdy & (headers.level == 0) &
-                                 (values.level == 0))
+        m.d.comb += self.idle.eq(~stage.o.valid & (word_in_chunk == 0) & ~flushing &
+                                 (body_left == 0) & ~headers.r_rdy & ~values.r_rdy &
+                                 (headers.level == 0) & (values.level == 0))
         return m
 
 

@@ -195,6 +195,7 @@ class Dispatcher(wiring.Component):
         loop_end_last = Signal()           # its body ends the ROM
         # and what its frame is pushed with, registered in its first cycle: no adder or
         # comparison over the fetched word lies before the frames
+        loop_start = Signal(PC_BITS)       # its body's first word
         loop_left = Signal.like(frames[0].left)
         loop_one = Signal()                # it runs its body once
         loop_flip = Signal()
@@ -206,7 +207,7 @@ class Dispatcher(wiring.Component):
             entry = _field(word, _LOOP, "entry")
             m.d.sync += [loop_seen.eq(1), loop_end.eq(pc + body), loop_zero.eq(count == 0),
                          loop_late.eq((count == 0) | (entry != 0)), loop_entry.eq(pc + 1 + entry),
-                         loop_left.eq(count - 1), loop_one.eq(count == 1),
+                         loop_start.eq(pc + 1), loop_left.eq(count - 1), loop_one.eq(count == 1),
                          loop_flip.eq(_field(word, _LOOP, "flip"))]
             m.d.sync += [loop_inc[s].eq(_field(word, _LOOP, name)) for s, name in STREAMS.items()]
             with m.If(loop_seen):
@@ -253,7 +254,6 @@ class Dispatcher(wiring.Component):
 
         # what the word consumed last cycle does to the frames (see "Frame updates")
         upd_push = Signal()                 # push a frame at `depth`
-        upd_start = Signal(PC_BITS)         # its body's start
         upd_jump = Signal(LOOP_DEPTH)       # frames jumping back to their start
         upd_pops = Signal(range(LOOP_DEPTH + 1))
 
@@ -311,7 +311,7 @@ class Dispatcher(wiring.Component):
         # pushed frame's end from `loop_end`) and as the next word goes, two cycles after
         # this one at the earliest (DISPATCH_CYCLES): by then they are current.
         pushing = consume & going_loop & ~loop_zero
-        m.d.sync += [upd_push.eq(pushing), upd_start.eq(pc + 1),
+        m.d.sync += [upd_push.eq(pushing),
                      upd_jump.eq(Mux(consume & ~pushing, jump, 0)),
                      upd_pops.eq(Mux(consume & ~pushing, pops, 0))]
         with m.If(upd_push):
@@ -319,7 +319,7 @@ class Dispatcher(wiring.Component):
                 for k in range(LOOP_DEPTH):
                     with m.Case(k):
                         f = frames[k]
-                        m.d.sync += [f.start.eq(upd_start), f.end.eq(loop_end),
+                        m.d.sync += [f.start.eq(loop_start), f.end.eq(loop_end),
                                      f.left.eq(loop_left), last_trip[k].eq(loop_one),
                                      f.flip.eq(loop_flip), f.odd.eq(0)]
                         for s in STREAMS:
