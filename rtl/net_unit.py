@@ -76,11 +76,19 @@ class NetUnit(wiring.Component):
         counters = Array(Signal(COUNT_BITS, name=f"arrived{t}") for t in range(NET_TAGS))
         add = Signal(COUNT_BITS)      # bytes landing this cycle ...
         add_tag = Signal(4)           # ... on this tag
-        take = Signal(COUNT_BITS)     # bytes a recv takes this cycle ...
-        take_tag = Signal(4)          # ... from this tag
+        # A recv takes its bytes off the counter the cycle after it finds them there (from
+        # registers: the comparison stays off the counters' adders); the next recv compares
+        # two cycles later at the earliest (END, IDLE).
+        minus_take = Signal(COUNT_BITS)   # minus the bytes taken this cycle ...
+        take_sel = Signal(NET_TAGS)       # ... from the counter of this bit
+        # One adder per counter: its change is one of four values computed once (an
+        # arrival's length, minus a recv's take, both, none), selected by its tag.
+        both = Signal(COUNT_BITS)
+        m.d.comb += both.eq(add + minus_take)
         for t in range(NET_TAGS):
-            m.d.sync += counters[t].eq(counters[t] + Mux(add_tag == t, add, 0)
-                                       - Mux(take_tag == t, take, 0))
+            adds, takes = add_tag == t, take_sel[t]
+            m.d.sync += counters[t].eq(counters[t] + Mux(adds, Mux(takes, both, add),
+                                                          Mux(takes, minus_take, 0)))
 
         # ---- Instructions.
         op = Signal(range(len(CODES)))
@@ -156,11 +164,11 @@ class NetUnit(wiring.Component):
                         m.next = "HEAD"
             with m.State("RECV"):
                 with m.If(counters[r.tag] >= r.bytes):
-                    m.d.comb += [take.eq(r.bytes), take_tag.eq(r.tag)]
+                    m.d.sync += [minus_take.eq(-r.bytes), take_sel.eq(1 << r.tag)]
                     m.d.sync += self.done.eq(1)
                     m.next = "END"
             with m.State("END"):
-                m.d.sync += self.done.eq(0)
+                m.d.sync += [self.done.eq(0), minus_take.eq(0), take_sel.eq(0)]
                 m.next = "IDLE"
 
         # ---- Arrivals.
