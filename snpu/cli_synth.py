@@ -97,7 +97,9 @@ def _print_placed(what: str, r: dict, target_mhz: float) -> None:
                f"{r['brams']} BRAMs")
     click.echo(f"Fmax {fmax} MHz (min over seeds {', '.join(r['fmax_per_seed'])}: "
                f"{', '.join(str(v) for v in r['fmax_per_seed'].values())}); {met} {target_mhz:g} MHz")
-    cp = r["critical_path"]
-    click.echo(f"critical path: {cp['logic_levels']} logic levels, {cp['from']} -> {cp['to']}")
-    for step in cp["through"]:
-        click.echo(f"  {step['signal']:<48} {step['source'] or ''}")
+    for cp in r["critical_paths"]:
+        split = ", ".join(f"{k} {v:g}" for k, v in cp["delay_ns"].items() if v)
+        click.echo(f"critical path, seed {cp['seed']} ({cp['fmax_mhz']} MHz): "
+                   f"{cp['logic_levels']} logic levels, {cp['from']} -> {cp['to']} (ns: {split})")
+        for step in cp["through"]:
+            click.echo(f"  {step['signal']:<48} {step['source'] or ''}")

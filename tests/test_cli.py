@@ -372,6 +372,17 @@ def test_synth_a_router_reports_area_fmax_and_the_critical_path_with_sources(cli
     assert out["fmax_mhz"] == min(out["fmax_per_seed"].values())
     steps = out["critical_path"]["through"]
     assert steps and any((s["source"] or "").startswith("rtl/") for s in steps)
+    # every seed's critical path, the worst first, with where its delay goes
+    paths = out["critical_paths"]
+    assert [p["seed"] for p in paths] == sorted(
+        (1, 2), key=lambda s: out["fmax_per_seed"][str(s)])
+    assert paths[0]["fmax_mhz"] == out["fmax_mhz"] and paths[0]["through"] == steps
+    for p in paths:
+        ns = p["delay_ns"]
+        assert ns["logic"] > 0 and ns["routing"] > 0
+        assert abs(sum(ns.values()) - 1000 / p["fmax_mhz"]) < 0.05 * 1000 / p["fmax_mhz"]
+    r = cli("synth", "--router", "--seeds", "2")
+    assert r.output.count("critical path, seed") == 2 and "routing" in r.output
 
 
 def test_compile_for_speed(cli, tiny_model):

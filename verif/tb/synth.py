@@ -90,9 +90,8 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
     def used(key):
         return util.get(key, {}).get("used", 0)
 
-    path = report.get("critical_paths", [{}])[0].get("path", [])
-    cells = [step["to"]["cell"] for step in path if step.get("type") == "logic"]
     fmax = per_seed[worst]
+    paths = {s: _critical_path(r, netnames) for s, r in reports.items()}
     return {
         "device": f"LFE5U-{device.upper()}",
         "luts": used("TRELLIS_COMB"),
@@ -102,13 +101,31 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
         "fmax_mhz": round(fmax, 1) if fmax else None,
         "fmax_per_seed": {str(s): round(v, 1) if v else None for s, v in per_seed.items()},
         "target_mhz": target_mhz,
-        "critical_path": {"logic_levels": len(cells),
-                          "from": _short(path[0]["from"]["cell"]) if path else None,
-                          "to": _short(cells[-1]) if cells else None,
-                          "through": _through(path, netnames)},
+        "critical_path": paths[worst],
+        # every seed's critical path, the worst seed's first
+        "critical_paths": [{"seed": s, "fmax_mhz": round(per_seed[s], 1) if per_seed[s] else None,
+                            **paths[s]}
+                           for s in sorted(reports, key=lambda s: per_seed[s] or float("inf"))],
         "placed": True,
         **figures,
     }
+
+
+def _critical_path(report: dict, netnames: dict) -> dict:
+    """A nextpnr report's critical path: its logic levels, endpoints, the signals it runs
+    through (:func:`_through`) and where its delay goes (ns: clock-to-out, logic, routing,
+    setup)."""
+    path = report.get("critical_paths", [{}])[0].get("path", [])
+    cells = [step["to"]["cell"] for step in path if step.get("type") == "logic"]
+    delay: dict[str, float] = {}
+    for step in path:
+        kind = step.get("type", "other")
+        delay[kind] = delay.get(kind, 0.0) + step.get("delay", 0.0)
+    return {"logic_levels": len(cells),
+            "from": _short(path[0]["from"]["cell"]) if path else None,
+            "to": _short(cells[-1]) if cells else None,
+            "delay_ns": {k: round(v, 2) for k, v in delay.items()},
+            "through": _through(path, netnames)}
 
 
 def _through(path: list[dict], netnames: dict) -> list[dict]:
