@@ -40,9 +40,9 @@ class Dispatcher(wiring.Component):
     frame (body start and end, iterations left, increments, offsets); after the last word
     of a body the next request goes back to its start while iterations remain, else the
     frame pops (enclosing frames ending on the same word are handled in the same cycle).  A
-    ``ld`` / ``st`` with ``walk=1`` is dispatched with ``ext`` plus the sum of the frames'
-    offsets for its stream (each frame's offset is its iteration number times its
-    increment).  Inside ``flip`` loops, while an odd number of them are on odd iterations,
+    ``ld`` / ``st`` with ``walk=1`` is dispatched with the sum of the frames' offsets for its
+    stream (each frame's offset is its iteration number times its increment) beside its
+    ``ext`` (``walk``: the unit's front end adds the two).  Inside ``flip`` loops, while an odd number of them are on odd iterations,
     the ping-pong operands of the word (:func:`snpu.verif.sequencer.ping_pong`) have their
     half bit inverted: an XOR of one bit per operand, from registers.
 
@@ -161,16 +161,18 @@ class Dispatcher(wiring.Component):
                         for f in o.fields:
                             v = word[o.offsets[f.name]:o.offsets[f.name] + f.width]
                             v = v ^ self._flip_mask(word, o, f.name, flipped)
-                            if f.name == "ext" and "walk" in o.offsets:
-                                walk = word[o.offsets["walk"]]
-                                if o.mnemonic == "st":
-                                    off = offset["out"]
-                                else:
-                                    buf = word[o.offsets["buf"]:o.offsets["buf"] + 3]
-                                    is_w = Cat(*[buf == b for b in weight_bufs]).any()
-                                    off = Mux(is_w, offset["w"], offset["in"])
-                                v = (v + Mux(walk, off, 0))[:32]
                             m.d.comb += getattr(member, f.name).eq(v)
+                        if "walk" in o.offsets:
+                            # the loops' offset for ext goes beside it (the unit's front
+                            # end adds it)
+                            walk = word[o.offsets["walk"]]
+                            if o.mnemonic == "st":
+                                off = offset["out"]
+                            else:
+                                buf = word[o.offsets["buf"]:o.offsets["buf"] + 3]
+                                is_w = Cat(*[buf == b for b in weight_bufs]).any()
+                                off = Mux(is_w, offset["w"], offset["in"])
+                            m.d.comb += mu.walk.eq(Mux(walk, off, 0))
 
         # ---- The loop word's context checks.  A loop word takes three cycles: in the first
         # its body's end and entry are computed into registers, in the second the checks

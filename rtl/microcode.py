@@ -13,6 +13,10 @@ field       meaning
 ``args``    a union with one member per operation: the instruction's operand fields as the
             ISA defines them; for ``cfg``: ``index`` (the register within the unit) and
             ``value``
+``walk``    (units with a ``walk`` operand: LD, ST) what the enclosing hardware loops add to
+            a ``walk=1`` instruction's ``ext`` (0 otherwise); the unit's front end adds it
+            as it takes the microinstruction, so no adder lies between the instruction
+            cache and the unit's queue
 ==========  ===============================================================================
 
 Nothing here is written by hand: every layout is derived from :mod:`snpu.verif.isa`, so a
@@ -54,6 +58,11 @@ def args_layout(unit: Unit) -> data.UnionLayout:
     return data.UnionLayout(members)
 
 
+def walking_opcodes(unit: Unit) -> list[isa.Opcode]:
+    """The unit's opcodes with a ``walk`` operand (their ``ext`` moves with the loops)."""
+    return [o for o in unit_opcodes(unit) if "walk" in o.offsets]
+
+
 def micro_layout(unit: Unit) -> data.StructLayout:
     return data.StructLayout({
         "op": range(len(op_codes(unit))),
@@ -61,6 +70,7 @@ def micro_layout(unit: Unit) -> data.StructLayout:
         "wait": len(UNITS),
         "signal": len(UNITS),
         "args": args_layout(unit),
+        **({"walk": 32} if walking_opcodes(unit) else {}),
     })
 
 

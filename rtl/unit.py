@@ -4,7 +4,8 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .microcode import PC_BITS, UNITS, RegisterFile, args_layout, micro_layout, op_codes
+from .microcode import (PC_BITS, UNITS, RegisterFile, args_layout, micro_layout, op_codes,
+                        walking_opcodes)
 
 
 class UnitFrontEnd(wiring.Component):
@@ -69,6 +70,12 @@ class UnitFrontEnd(wiring.Component):
                 m.d.comb += self.micro.ready.eq(~self.halt)
                 with m.If(self.micro.valid & ~self.halt):
                     m.d.sync += cur.eq(self.micro.payload)
+                    # a walking load's or store's ext plus the loops' offset
+                    new = self.micro.payload
+                    for o in walking_opcodes(self.unit):
+                        with m.If(new.op == self.codes[o.mnemonic]):
+                            m.d.sync += getattr(cur.args, o.mnemonic).ext.eq(
+                                getattr(new.args, o.mnemonic).ext + new.walk)
                     m.next = "WAIT"
             with m.State("WAIT"):
                 m.d.comb += self.busy.eq(1)
