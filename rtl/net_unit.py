@@ -4,6 +4,7 @@ receiving side, which writes arriving packets into local memory and counts them.
 from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from snpu.config import CoreConfig
@@ -30,7 +31,9 @@ class NetUnit(wiring.Component):
     arrival counter holds ``bytes`` and takes them.
     **Arrivals** (independent of the instructions): a packet's head gives address, tag and
     length; its data flits are written to local memory (byte enables on the last, partial
-    word); when its last flit is written the tag's counter grows by its length.
+    word); the cycle after its last flit is written the tag's counter grows by its length.
+    The 16 counters are a LUT RAM, read and written once a cycle (an arrival's count, or
+    else a recv's take).
 
     Members
     -------
@@ -73,22 +76,39 @@ class NetUnit(wiring.Component):
         m.submodules.tx = tx = self._tx
         m.d.comb += [self.inject.payload.eq(tx.r_data), self.inject.valid.eq(tx.r_rdy),
                      tx.r_en.eq(self.inject.ready)]
-        counters = Array(Signal(COUNT_BITS, name=f"arrived{t}") for t in range(NET_TAGS))
-        add = Signal(COUNT_BITS)      # bytes landing this cycle ...
+        # The arrival counters: a LUT RAM with one read-modify-write per cycle (a word that
+        # was never written reads 0: `written`, registers, is what the core's start clears).
+        counts = Memory(shape=COUNT_BITS, depth=NET_TAGS, init=[])
+        m.submodules.counts = counts
+        written = Signal(NET_TAGS)
+        # a packet's bytes count the cycle after its last flit is written (from registers)
+        add = Signal(COUNT_BITS)      # bytes counted this cycle ...
         add_tag = Signal(4)           # ... on this tag
-        # A recv takes its bytes off the counter the cycle after it finds them there (from
-        # registers: the comparison stays off the counters' adders); the next recv compares
-        # two cycles later at the earliest (END, IDLE).
-        minus_take = Signal(COUNT_BITS)   # minus the bytes taken this cycle ...
-        take_sel = Signal(NET_TAGS)       # ... from the counter of this bit
-        # One adder per counter: its change is one of four values computed once (an
-        # arrival's length, minus a recv's take, both, none), selected by its tag.
-        both = Signal(COUNT_BITS)
-        m.d.comb += both.eq(add + minus_take)
-        for t in range(NET_TAGS):
-            adds, takes = add_tag == t, take_sel[t]
-            m.d.sync += counters[t].eq(counters[t] + Mux(adds, Mux(takes, both, add),
-                                                          Mux(takes, minus_take, 0)))
+        m.d.sync += add.eq(0)
+        # A recv takes its bytes off its counter after it finds them there, from registers
+        # (`taking`): the cycle after, or the one after that if an arrival on another tag
+        # writes first (arrivals are two cycles apart at least); the next recv compares
+        # three cycles later at the earliest (END, IDLE, CHECK).
+        taking = Signal()
+        take = Signal(COUNT_BITS)
+        take_tag = Signal(4)
+        arriving = Signal()
+        took = Signal()               # the take is written this cycle (alone or with the arrival)
+        upd_tag = Signal(4)
+        m.d.comb += [arriving.eq(add != 0),
+                     took.eq(taking & (~arriving | (take_tag == add_tag))),
+                     upd_tag.eq(Mux(arriving, add_tag, take_tag))]
+        rmw = counts.read_port(domain="comb")
+        wp = counts.write_port()
+        m.d.comb += [rmw.addr.eq(upd_tag), wp.addr.eq(upd_tag),
+                     wp.data.eq(Mux(written.bit_select(upd_tag, 1), rmw.data, 0) + add
+                                - Mux(took, take, 0)),
+                     wp.en.eq(arriving | taking)]
+        with m.If(wp.en):
+            m.d.sync += written.eq(written | (1 << upd_tag))
+        with m.If(took):
+            m.d.sync += taking.eq(0)
+        look = counts.read_port(domain="comb")   # the counter a recv compares
 
         # ---- Instructions.
         op = Signal(range(len(CODES)))
@@ -163,12 +183,13 @@ class NetUnit(wiring.Component):
                     with m.If(left == 1):
                         m.next = "HEAD"
             with m.State("RECV"):
-                with m.If(counters[r.tag] >= r.bytes):
-                    m.d.sync += [minus_take.eq(-r.bytes), take_sel.eq(1 << r.tag)]
+                m.d.comb += look.addr.eq(r.tag)
+                with m.If(~taking & (Mux(written.bit_select(r.tag, 1), look.data, 0) >= r.bytes)):
+                    m.d.sync += [taking.eq(1), take.eq(r.bytes), take_tag.eq(r.tag)]
                     m.d.sync += self.done.eq(1)
                     m.next = "END"
             with m.State("END"):
-                m.d.sync += [self.done.eq(0), minus_take.eq(0), take_sel.eq(0)]
+                m.d.sync += self.done.eq(0)
                 m.next = "IDLE"
 
         # ---- Arrivals.
@@ -194,7 +215,7 @@ class NetUnit(wiring.Component):
                 with m.If(self.eject.valid & self.mem_wr.ready):
                     m.d.sync += [a_word.eq(a_word + 1), a_left.eq(Mux(a_left >= 8, a_left - 8, 0))]
                     with m.If(self.eject.payload.last):
-                        m.d.comb += [add.eq(a_head.bytes), add_tag.eq(a_head.tag)]
+                        m.d.sync += [add.eq(a_head.bytes), add_tag.eq(a_head.tag)]
                         m.d.sync += self.bytes_received.eq(self.bytes_received + a_head.bytes)
                         m.next = "HEAD"
         return m
