@@ -42,9 +42,10 @@ class Dispatcher(wiring.Component):
     frame pops (enclosing frames ending on the same word are handled in the same cycle).  A
     ``ld`` / ``st`` with ``walk=1`` is dispatched with the sum of the frames' offsets for its
     stream (each frame's offset is its iteration number times its increment) beside its
-    ``ext`` (``walk``: the unit's front end adds the two).  Inside ``flip`` loops, while an odd number of them are on odd iterations,
-    the ping-pong operands of the word (:func:`snpu.verif.sequencer.ping_pong`) have their
-    half bit inverted: an XOR of one bit per operand, from registers.
+    ``ext`` (``walk``: the unit's front end adds the two).  Inside ``flip`` loops, while an
+    odd number of them are on odd iterations, the ping-pong operands of the word
+    (:func:`snpu.verif.sequencer.ping_pong`) have their half bit inverted: an XOR of one bit
+    per operand, from registers.
 
     **Fetch timing.**  The next word's address is registered in the cycle the current one
     is dispatched and held until the cache takes it; the cache looks it up and reads it the

@@ -183,8 +183,9 @@ class NetUnit(wiring.Component):
                     with m.If(left == 1):
                         m.next = "HEAD"
             with m.State("RECV"):
+                have = Mux(written.bit_select(r.tag, 1), look.data, 0)
                 m.d.comb += look.addr.eq(r.tag)
-                with m.If(~taking & (Mux(written.bit_select(r.tag, 1), look.data, 0) >= r.bytes)):
+                with m.If(~taking & (have >= r.bytes)):
                     m.d.sync += [taking.eq(1), take.eq(r.bytes), take_tag.eq(r.tag)]
                     m.d.sync += self.done.eq(1)
                     m.next = "END"
