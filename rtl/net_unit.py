@@ -98,11 +98,16 @@ class NetUnit(wiring.Component):
         m.d.comb += [arriving.eq(add != 0),
                      took.eq(taking & (~arriving | (take_tag == add_tag))),
                      upd_tag.eq(Mux(arriving, add_tag, take_tag))]
+
+        def count(port, tag):
+            """Counter ``tag`` read on ``port`` (0 if not written since start)."""
+            m.d.comb += port.addr.eq(tag)
+            return Mux(written.bit_select(tag, 1), port.data, 0)
+
         rmw = counts.read_port(domain="comb")
         wp = counts.write_port()
-        m.d.comb += [rmw.addr.eq(upd_tag), wp.addr.eq(upd_tag),
-                     wp.data.eq(Mux(written.bit_select(upd_tag, 1), rmw.data, 0) + add
-                                - Mux(took, take, 0)),
+        m.d.comb += [wp.addr.eq(upd_tag),
+                     wp.data.eq(count(rmw, upd_tag) + add - Mux(took, take, 0)),
                      wp.en.eq(arriving | taking)]
         with m.If(wp.en):
             m.d.sync += written.eq(written | (1 << upd_tag))
@@ -183,9 +188,7 @@ class NetUnit(wiring.Component):
                     with m.If(left == 1):
                         m.next = "HEAD"
             with m.State("RECV"):
-                have = Mux(written.bit_select(r.tag, 1), look.data, 0)
-                m.d.comb += look.addr.eq(r.tag)
-                with m.If(~taking & (have >= r.bytes)):
+                with m.If(~taking & (count(look, r.tag) >= r.bytes)):
                     m.d.sync += [taking.eq(1), take.eq(r.bytes), take_tag.eq(r.tag)]
                     m.d.sync += self.done.eq(1)
                     m.next = "END"
