@@ -29,8 +29,10 @@ class InstructionCache(wiring.Component):
     """Direct-mapped instruction cache of ``lines`` lines of :data:`LINE_WORDS` words.
 
     ``req`` takes the ROM word index of the next word the sequencer needs, from registers
-    (the dispatcher holds it in one), while ``resp`` holds no word: the cache looks its line
-    up against the tags at once.  If the line is present and filled, the word is read from
+    (the dispatcher holds it in one), while ``resp`` holds no word.  Its line is looked up
+    against the tags a cycle before, into registers: ``next_load`` says that ``req`` holds
+    ``next_pc`` from the next cycle on (the dispatcher registers its successor address),
+    else ``req`` holds what it held; both are looked up every cycle.  If the line is present and filled, the word is read from
     block RAM in that cycle and comes out on ``resp`` the next one; otherwise it comes
     out once its line has arrived.  Each lookup is one access, classified against the tags:
     a miss writes the line's tag and queues its fill; then, if the next line of the ROM is
@@ -49,6 +51,8 @@ class InstructionCache(wiring.Component):
         Begin a program: every line becomes invalid.  Lines at or past ``rom_words`` are
         never prefetched.
     req : In(stream(FETCH_REQ))
+    next_pc, next_load : In
+        The address ``req`` carries from the next cycle on, when ``next_load``.
     resp : Out(stream(FETCHED))
     ar*, r* :
         AXI read channels (``arid`` chosen by the core's arbiter).
@@ -68,6 +72,7 @@ class InstructionCache(wiring.Component):
         super().__init__({
             "start": In(1), "rom_base": In(32), "rom_words": In(PC_BITS + 1),
             "req": In(stream.Signature(FETCH_REQ)),
+            "next_pc": In(PC_BITS), "next_load": In(1),
             "resp": Out(stream.Signature(FETCHED)),
             "arvalid": Out(1), "arready": In(1), "araddr": Out(32), "arlen": Out(8),
             "rvalid": In(1), "rready": Out(1), "rdata": In(64), "rresp": In(2), "rlast": In(1),
@@ -106,21 +111,42 @@ class InstructionCache(wiring.Component):
         # ---- The word looked up: the request's (from the dispatcher's registers).
         cur = Signal(PC_BITS)          # the word of the last access (the one resp gives)
         look = self.req.payload.pc
-        # ---- Lookup of its line and of the next line against the tags.
         line = Signal(LB)
         m.d.comb += line.eq(look[W:])
         index = line[:IB]
         nxt = Signal(LB)
         m.d.comb += nxt.eq(line + 1)
-        t_port = tags.read_port(domain="comb")
-        n_port = tags.read_port(domain="comb")
-        m.d.comb += [t_port.addr.eq(index), n_port.addr.eq(nxt[:IB])]
+
+        # ---- Lookup of a request's line and of the next line against the tags, a cycle
+        # before the request is seen: into registers, once for the address the request
+        # holds now (it may be held) and once for the one it will hold from the next cycle
+        # if `next_load` (the dispatcher's successor address); `loaded` picks.  The tags
+        # and valid bits read are those after this cycle: a tag written now (`push`,
+        # `push_line`: the tag RAM's write port) is bypassed, and `start` invalidates all.
+        def lookup(pc, tag):
+            l = Signal(LB, name=f"{tag}_line")
+            nl = Signal(LB, name=f"{tag}_next_line")
+            m.d.comb += [l.eq(pc[W:]), nl.eq(l + 1)]
+
+            def has(x):
+                port = tags.read_port(domain="comb")
+                m.d.comb += port.addr.eq(x[:IB])
+                written = push & (push_line[:IB] == x[:IB])
+                return ~self.start & Mux(written, push_line[IB:] == x[IB:],
+                                         valid.bit_select(x[:IB], 1) & (port.data == x[IB:]))
+            here = Signal(name=f"{tag}_present")
+            want = Signal(name=f"{tag}_want_next")  # the next line is absent and in the ROM
+            m.d.sync += [here.eq(has(l)), want.eq(~has(nl) & ((nl << W) < self.rom_words))]
+            return here, want
+
+        held = lookup(look, "held")
+        ahead = lookup(self.next_pc, "ahead")
+        loaded = Signal()
+        m.d.sync += loaded.eq(self.next_load)
         present = Signal()
-        next_present = Signal()
-        m.d.comb += [present.eq(valid.bit_select(index, 1) & (t_port.data == line[IB:])),
-                     next_present.eq(valid.bit_select(nxt[:IB], 1) & (n_port.data == nxt[IB:]))]
         want_next = Signal()
-        m.d.comb += want_next.eq(~next_present & ((nxt << W) < self.rom_words))
+        m.d.comb += [present.eq(Mux(loaded, ahead[0], held[0])),
+                     want_next.eq(Mux(loaded, ahead[1], held[1]))]
         fills_needed = Signal(range(3))
         m.d.comb += fills_needed.eq((~present).as_unsigned() + want_next)
         # no tag of a line still being filled is rewritten; room for the fills
