@@ -64,8 +64,9 @@ def _check(lines, rom_words, seq, rng, idle=0.3):
         ctx.set(dut.rom_base, base)
         ctx.set(dut.rom_words, rom_words)
         ctx.set(dut.start, 1)
-        # as the dispatcher: each request's address announced a cycle before it is
-        # presented (from the word before's access on), then held until the cache takes it
+        # as the dispatcher: the first request announced in the start cycle, each next one
+        # in the cycle its word before is taken, then held in a register until the cache
+        # takes it; a word may wait on resp a few cycles before it is taken
         ctx.set(dut.next_pc, seq[0])
         ctx.set(dut.next_load, 1)
         await ctx.tick()
@@ -76,16 +77,15 @@ def _check(lines, rom_words, seq, rng, idle=0.3):
             ctx.set(dut.req.payload, {"pc": pc})
             await ctx.tick().until(dut.req.ready)
             ctx.set(dut.req.valid, 0)
-            if k + 1 < len(seq):
-                ctx.set(dut.next_pc, seq[k + 1])
-                ctx.set(dut.next_load, 1)
-            ctx.set(dut.resp.ready, 1)
-            word, wpc = (await ctx.tick().sample(dut.resp.payload.word, dut.resp.payload.pc)
-                         .until(dut.resp.valid))[:2]
-            ctx.set(dut.resp.ready, 0)
-            got.append((wpc, word))
+            ctx.set(dut.next_pc, seq[k + 1] if k + 1 < len(seq) else 0)
+            await ctx.tick().until(dut.resp.valid)
             if rng.random() < 0.2:
                 await ctx.tick().repeat(rng.randrange(1, 4))
+            ctx.set(dut.resp.ready, 1)
+            ctx.set(dut.next_load, int(k + 1 < len(seq)))
+            word, wpc = (await ctx.tick().sample(dut.resp.payload.word, dut.resp.payload.pc))[-2:]
+            ctx.set(dut.resp.ready, 0)
+            got.append((wpc, word))
         await ctx.tick().until(dut.idle)
         counts = [ctx.get(getattr(dut, k)) for k in ("hits", "misses", "prefetches")]
         got.append(counts)
