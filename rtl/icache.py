@@ -29,10 +29,8 @@ class InstructionCache(wiring.Component):
     """Direct-mapped instruction cache of ``lines`` lines of :data:`LINE_WORDS` words.
 
     ``req`` takes the ROM word index of the next word the sequencer needs, from registers
-    (the dispatcher holds it in one), while ``resp`` holds no word.  Its line is looked up
-    against the tags a cycle before, into registers: ``next_load`` says that ``req`` holds
-    ``next_pc`` from the next cycle on (the dispatcher registers its successor address),
-    else ``req`` holds what it held; both are looked up every cycle.  If the line is present and filled, the word is read from
+    (the dispatcher holds it in one), while ``resp`` holds no word: the cache looks its line
+    up against the tags at once.  If the line is present and filled, the word is read from
     block RAM in that cycle and comes out on ``resp`` the next one; otherwise it comes
     out once its line has arrived.  Each lookup is one access, classified against the tags:
     a miss writes the line's tag and queues its fill; then, if the next line of the ROM is
@@ -51,8 +49,6 @@ class InstructionCache(wiring.Component):
         Begin a program: every line becomes invalid.  Lines at or past ``rom_words`` are
         never prefetched.
     req : In(stream(FETCH_REQ))
-    next_pc, next_load : In
-        The address ``req`` carries from the next cycle on, when ``next_load``.
     resp : Out(stream(FETCHED))
     ar*, r* :
         AXI read channels (``arid`` chosen by the core's arbiter).
@@ -72,7 +68,6 @@ class InstructionCache(wiring.Component):
         super().__init__({
             "start": In(1), "rom_base": In(32), "rom_words": In(PC_BITS + 1),
             "req": In(stream.Signature(FETCH_REQ)),
-            "next_pc": In(PC_BITS), "next_load": In(1),
             "resp": Out(stream.Signature(FETCHED)),
             "arvalid": Out(1), "arready": In(1), "araddr": Out(32), "arlen": Out(8),
             "rvalid": In(1), "rready": Out(1), "rdata": In(64), "rresp": In(2), "rlast": In(1),
@@ -111,42 +106,21 @@ class InstructionCache(wiring.Component):
         # ---- The word looked up: the request's (from the dispatcher's registers).
         cur = Signal(PC_BITS)          # the word of the last access (the one resp gives)
         look = self.req.payload.pc
+        # ---- Lookup of its line and of the next line against the tags.
         line = Signal(LB)
         m.d.comb += line.eq(look[W:])
         index = line[:IB]
         nxt = Signal(LB)
         m.d.comb += nxt.eq(line + 1)
-
-        # ---- Lookup of a request's line and of the next line against the tags, a cycle
-        # before the request is seen: into registers, once for the address the request
-        # holds now (it may be held) and once for the one it will hold from the next cycle
-        # if `next_load` (the dispatcher's successor address); `loaded` picks.  The tags
-        # and valid bits read are those after this cycle: a tag written now (`push`,
-        # `push_line`: the tag RAM's write port) is bypassed, and `start` invalidates all.
-        def lookup(pc, tag):
-            l = Signal(LB, name=f"{tag}_line")
-            nl = Signal(LB, name=f"{tag}_next_line")
-            m.d.comb += [l.eq(pc[W:]), nl.eq(l + 1)]
-
-            def has(x):
-                port = tags.read_port(domain="comb")
-                m.d.comb += port.addr.eq(x[:IB])
-                written = push & (push_line[:IB] == x[:IB])
-                return ~self.start & Mux(written, push_line[IB:] == x[IB:],
-                                         valid.bit_select(x[:IB], 1) & (port.data == x[IB:]))
-            here = Signal(name=f"{tag}_present")
-            want = Signal(name=f"{tag}_want_next")  # the next line is absent and in the ROM
-            m.d.sync += [here.eq(has(l)), want.eq(~has(nl) & ((nl << W) < self.rom_words))]
-            return here, want
-
-        held = lookup(look, "held")
-        ahead = lookup(self.next_pc, "ahead")
-        loaded = Signal()
-        m.d.sync += loaded.eq(self.next_load)
+        t_port = tags.read_port(domain="comb")
+        n_port = tags.read_port(domain="comb")
+        m.d.comb += [t_port.addr.eq(index), n_port.addr.eq(nxt[:IB])]
         present = Signal()
+        next_present = Signal()
+        m.d.comb += [present.eq(valid.bit_select(index, 1) & (t_port.data == line[IB:])),
+                     next_present.eq(valid.bit_select(nxt[:IB], 1) & (n_port.data == nxt[IB:]))]
         want_next = Signal()
-        m.d.comb += [present.eq(Mux(loaded, ahead[0], held[0])),
-                     want_next.eq(Mux(loaded, ahead[1], held[1]))]
+        m.d.comb += want_next.eq(~next_present & ((nxt << W) < self.rom_words))
         fills_needed = Signal(range(3))
         m.d.comb += fills_needed.eq((~present).as_unsigned() + want_next)
         # no tag of a line still being filled is rewritten; room for the fills
@@ -201,26 +175,16 @@ class InstructionCache(wiring.Component):
                      push.eq(new), push_line.eq(new_line)]
 
         # ---- Reading the word: at once on a ready hit, else when its line is ready.  The
-        # block RAM is read a cycle before the word is taken, and the word taken into a
-        # register (`out`, what resp gives): no path runs from the block RAM's output into
-        # the dispatcher.  What is read is the word a request may take next cycle, from
-        # registers and the dispatcher's announced successor: while resp holds a word, its
-        # successor (`next_pc`: the request of the next cycle if the word goes now);
-        # while a missed word waits, that word; else the request's word.  (A line is ready
-        # the cycle after its last word is written, so a word read the cycle before may be
-        # the one written then: that write is bypassed.)
+        # read port reads the requested word whenever resp is free (from registers: the tag
+        # lookup only decides whether what it read is the word, `read`).
         rp = mem.read_port()
-        rd_addr = Signal(W + IB)
-        m.d.comb += [rd_addr.eq(Mux(read, self.next_pc[:W + IB],
-                                    Mux(waiting, cur[:W + IB], look[:W + IB]))),
-                     rp.addr.eq(rd_addr), rp.en.eq(1)]
-        rd_word = Signal(len(rp.data))     # the word read last cycle
-        out = Signal(len(rp.data))
         hit_now = accept & present & ready.bit_select(index, 1)
         # (a missed line's ready bit is cleared as its slot is queued, a cycle after the
         # lookup: until then it is the evicted line's)
         late = (waiting & ready.bit_select(cur[W:W + IB], 1)
                 & ~(push & (push_line[:IB] == cur[W:W + IB])))
+        m.d.comb += [rp.addr.eq(Mux(waiting, cur[:W + IB], look[:W + IB])),
+                     rp.en.eq((self.req.valid & ~read & ~waiting) | late)]
         with m.If(accept):
             m.d.sync += cur.eq(look)
         with m.If(accept & ~hit_now):
@@ -228,13 +192,13 @@ class InstructionCache(wiring.Component):
         with m.Elif(late):
             m.d.sync += waiting.eq(0)
         with m.If(hit_now | late):
-            m.d.sync += [read.eq(1), out.eq(rd_word)]
+            m.d.sync += read.eq(1)
         with m.Elif(self.resp.ready):
             m.d.sync += read.eq(0)
         m.d.comb += [self.resp.valid.eq(read),
-                     self.resp.payload.word.eq(out[:128]),
-                     self.resp.payload.error.eq(out[128]),
-                     self.resp.payload.pre.eq(out[129:]),
+                     self.resp.payload.word.eq(rp.data[:128]),
+                     self.resp.payload.error.eq(rp.data[128]),
+                     self.resp.payload.pre.eq(rp.data[129:]),
                      self.resp.payload.pc.eq(cur)]
 
         # ---- Fills: AR for the oldest queued slot, R beats into the oldest requested one.
@@ -261,11 +225,6 @@ class InstructionCache(wiring.Component):
         m.d.comb += pre.word.eq(Cat(low, high))
         m.d.sync += [wp.addr.eq(w_addr), wp.data.eq(Cat(low, high, word_err, pre.out)),
                      wp.en.eq(w_pend)]
-        # the word read, with a write to the address read in the same cycle bypassed
-        bypass = Signal()
-        written = Signal.like(wp.data)
-        m.d.sync += [bypass.eq(wp.en & (wp.addr == rd_addr)), written.eq(wp.data)]
-        m.d.comb += rd_word.eq(Mux(bypass, written, rp.data))
         done = Signal()  # the oldest slot's last beat
         m.d.comb += self.rready.eq(slot_v[0] & slot_ar[0])
         err = self.rresp != RESP_OKAY

@@ -36,56 +36,31 @@ def _accesses(rng, rom_words, n):
 def test_words_and_counts_match_the_model(lines, seed):
     rng = random.Random(seed)
     rom_words = rng.randrange(20, 200)
-    _check(lines, rom_words, _accesses(rng, rom_words, 150), rng)
-
-
-def test_a_prefetch_evicting_the_next_words_line():
-    """A hit's prefetch rewrites the tag of the set the next word's line sits in, the cycle
-    the next word is looked up (a cycle early, into registers): the lookup sees the new
-    tag, and the next word is a miss, not the evicted line's word."""
-    # 4 lines of 4 words: line 5 shares line 1's set.  Word 0's first access prefetches
-    # line 1, word 20's evicts it; word 0 again hits and prefetches line 1 over line 5,
-    # and word 20 is asked for next.
-    seq = [0, 5 * 4, 0, 5 * 4, 1, 5 * 4 + 1, 2 * 4, 6 * 4]
-    for seed in range(3):
-        _check(4, 8 * 4, seq, random.Random(seed), idle=0.0)
-
-
-def _check(lines, rom_words, seq, rng, idle=0.3):
-    """Ask a cache of ``lines`` lines for the words ``seq`` of a random ROM as the
-    dispatcher does; the words must be the ROM's and the counts the model's."""
     base = 64 * rng.randrange(0, 32)
     mem = bytearray(rng.randrange(256) for _ in range(base + 16 * rom_words + 256))
     dut = InstructionCache(lines)
-    axi = AxiMemory(dut, mem, rng, idle=idle, id_bits=False)
+    axi = AxiMemory(dut, mem, rng, idle=0.3, id_bits=False)
+    seq = _accesses(rng, rom_words, 150)
     got = []
 
     async def driver(ctx):
         ctx.set(dut.rom_base, base)
         ctx.set(dut.rom_words, rom_words)
         ctx.set(dut.start, 1)
-        # as the dispatcher: the first request announced in the start cycle, each next one
-        # in the cycle its word before is taken, then held in a register until the cache
-        # takes it; a word may wait on resp a few cycles before it is taken
-        ctx.set(dut.next_pc, seq[0])
-        ctx.set(dut.next_load, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
-        for k, pc in enumerate(seq):
-            ctx.set(dut.next_load, 0)
+        for pc in seq:
             ctx.set(dut.req.valid, 1)
             ctx.set(dut.req.payload, {"pc": pc})
             await ctx.tick().until(dut.req.ready)
             ctx.set(dut.req.valid, 0)
-            ctx.set(dut.next_pc, seq[k + 1] if k + 1 < len(seq) else 0)
-            await ctx.tick().until(dut.resp.valid)
-            if rng.random() < 0.2:
-                await ctx.tick().repeat(rng.randrange(1, 4))
             ctx.set(dut.resp.ready, 1)
-            ctx.set(dut.next_load, int(k + 1 < len(seq)))
-            word, wpc = (await ctx.tick().sample(dut.resp.payload.word, dut.resp.payload.pc))[-2:]
+            word, wpc = (await ctx.tick().sample(dut.resp.payload.word, dut.resp.payload.pc)
+                         .until(dut.resp.valid))[:2]
             ctx.set(dut.resp.ready, 0)
             got.append((wpc, word))
+            if rng.random() < 0.2:
+                await ctx.tick().repeat(rng.randrange(1, 4))
         await ctx.tick().until(dut.idle)
         counts = [ctx.get(getattr(dut, k)) for k in ("hits", "misses", "prefetches")]
         got.append(counts)
@@ -111,7 +86,6 @@ def test_one_word_every_two_cycles_on_hits():
     async def driver(ctx):
         ctx.set(dut.rom_words, 16)
         ctx.set(dut.start, 1)
-        ctx.set(dut.next_load, 1)   # word 0, announced in the start cycle
         await ctx.tick()
         ctx.set(dut.start, 0)
         ctx.set(dut.resp.ready, 1)
@@ -119,8 +93,7 @@ def test_one_word_every_two_cycles_on_hits():
             ticks = 0
             for pc in range(8):
                 # as the dispatcher: a request from a register, the cycle after the last
-                # word was taken (in which it was announced)
-                ctx.set(dut.next_load, 0)
+                # word was taken
                 ctx.set(dut.req.valid, 1)
                 ctx.set(dut.req.payload, {"pc": pc})
                 while True:
@@ -129,8 +102,6 @@ def test_one_word_every_two_cycles_on_hits():
                     if taken:
                         break
                 ctx.set(dut.req.valid, 0)
-                ctx.set(dut.next_pc, (pc + 1) % 8)
-                ctx.set(dut.next_load, 1)
                 while True:
                     _, _, got = await ctx.tick().sample(dut.resp.valid)
                     ticks += 1
