@@ -36,11 +36,28 @@ def _accesses(rng, rom_words, n):
 def test_words_and_counts_match_the_model(lines, seed):
     rng = random.Random(seed)
     rom_words = rng.randrange(20, 200)
+    _check(lines, rom_words, _accesses(rng, rom_words, 150), rng)
+
+
+def test_a_prefetch_evicting_the_next_words_line():
+    """A hit's prefetch rewrites the tag of the set the next word's line sits in, the
+    cycle before the next word is looked up: the lookup sees the new tag, and the next
+    word is a miss, not the evicted line's word."""
+    # 4 lines of 4 words: line 5 shares line 1's set.  Word 0's first access prefetches
+    # line 1, word 20's evicts it; word 0 again hits and prefetches line 1 over line 5,
+    # and word 20 is asked for next.
+    seq = [0, 5 * 4, 0, 5 * 4, 1, 5 * 4 + 1, 2 * 4, 6 * 4]
+    for seed in range(3):
+        _check(4, 8 * 4, seq, random.Random(seed), idle=0.0)
+
+
+def _check(lines, rom_words, seq, rng, idle=0.3):
+    """Ask a cache of ``lines`` lines for the words ``seq`` of a random ROM, one at a
+    time; the words must be the ROM's and the counts the model's."""
     base = 64 * rng.randrange(0, 32)
     mem = bytearray(rng.randrange(256) for _ in range(base + 16 * rom_words + 256))
     dut = InstructionCache(lines)
-    axi = AxiMemory(dut, mem, rng, idle=0.3, id_bits=False)
-    seq = _accesses(rng, rom_words, 150)
+    axi = AxiMemory(dut, mem, rng, idle=idle, id_bits=False)
     got = []
 
     async def driver(ctx):
