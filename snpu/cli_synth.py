@@ -26,6 +26,9 @@ DEVICES = ("25k", "45k", "85k")
               help="Place and route with this many nextpnr seeds; Fmax is their minimum.")
 @click.option("--target", "target_mhz", type=click.FloatRange(1, 1000), default=125.0,
               show_default=True, metavar="MHZ", help="The clock constraint given to nextpnr.")
+@click.option("--timing-weight", type=click.IntRange(0, 1000), default=None, metavar="N",
+              help="nextpnr's placer weighting of timing against wire length "
+                   "(--placer-heap-timingweight; default 100, nextpnr's own 10).")
 @click.option("--no-place", is_flag=True,
               help="Stop after yosys: the per-block area and the deepest paths of the "
                    "netlist, without nextpnr's placement (no Fmax; minutes faster).")
@@ -34,14 +37,15 @@ DEVICES = ("25k", "45k", "85k")
                    "placement), each with its source lines.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def synth(core: str | None, mesh: str | None, router: bool, device: str, seeds: int,
-          target_mhz: float, no_place: bool, paths: int, as_json: bool, **params) -> None:
+          target_mhz: float, timing_weight: int | None, no_place: bool, paths: int,
+          as_json: bool, **params) -> None:
     """Synthesise one core (or --mesh WxH, or --router) inside a registered wrapper (every
     path register to register), place and route it on an ECP5, and print LUTs, flip-flops,
     DSPs, block RAMs, Fmax (the minimum over --seeds nextpnr seeds) and the critical path
     with the Amaranth source line of each signal on it; then the LUTs, FFs, LUT RAMs, block
     RAMs and DSPs of every block holding 1 % of the LUTs or more, and the --paths deepest
     paths of the netlist."""
-    from .verif.tb.synth import synthesize
+    from .verif.tb.synth import TIMING_WEIGHT, synthesize
 
     if router and mesh:
         raise SnpuError("--router synthesises one router; leave out --mesh")
@@ -65,7 +69,8 @@ def synth(core: str | None, mesh: str | None, router: bool, device: str, seeds: 
              f"synthesising {what} for LFE5U-{device.upper()} ({seeds} seeds)")
     with _progress(doing, 0):
         r = synthesize(block, device=device, target_mhz=target_mhz,
-                       seeds=tuple(range(1, seeds + 1)), place=not no_place, paths=paths)
+                       seeds=tuple(range(1, seeds + 1)), place=not no_place, paths=paths,
+                       timing_weight=TIMING_WEIGHT if timing_weight is None else timing_weight)
     r.update({"block": what, "config": None if router else cfg.to_dict(),
               "seconds": round(time.time() - t0, 1)})
     if as_json:
@@ -96,7 +101,8 @@ def _print_placed(what: str, r: dict, target_mhz: float) -> None:
     click.echo(f"{what} on {r['device']}: {r['luts']} LUTs, {r['ffs']} FFs, {r['dsps']} DSPs, "
                f"{r['brams']} BRAMs")
     click.echo(f"Fmax {fmax} MHz (min over seeds {', '.join(r['fmax_per_seed'])}: "
-               f"{', '.join(str(v) for v in r['fmax_per_seed'].values())}); {met} {target_mhz:g} MHz")
+               f"{', '.join(str(v) for v in r['fmax_per_seed'].values())}); {met} {target_mhz:g} MHz "
+               f"(placer timing weight {r['placer_timing_weight']})")
     for cp in r["critical_paths"]:
         split = ", ".join(f"{k} {v:g}" for k, v in cp["delay_ns"].items() if v)
         click.echo(f"critical path, seed {cp['seed']} ({cp['fmax_mhz']} MHz): "
