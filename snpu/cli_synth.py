@@ -28,7 +28,8 @@ DEVICES = ("25k", "45k", "85k")
               show_default=True, metavar="MHZ", help="The clock constraint given to nextpnr.")
 @click.option("--timing-weight", type=click.IntRange(0, 1000), default=None, metavar="N",
               help="nextpnr's placer weighting of timing against wire length "
-                   "(--placer-heap-timingweight; default 100, nextpnr's own 10).")
+                   "(--placer-heap-timingweight); default 100 for a netlist of 10 000 LUTs "
+                   "or more (a core, an array), else nextpnr's own 10 (a router).")
 @click.option("--no-place", is_flag=True,
               help="Stop after yosys: the per-block area and the deepest paths of the "
                    "netlist, without nextpnr's placement (no Fmax; minutes faster).")
@@ -45,7 +46,7 @@ def synth(core: str | None, mesh: str | None, router: bool, device: str, seeds: 
     with the Amaranth source line of each signal on it; then the LUTs, FFs, LUT RAMs, block
     RAMs and DSPs of every block holding 1 % of the LUTs or more, and the --paths deepest
     paths of the netlist."""
-    from .verif.tb.synth import TIMING_WEIGHT, synthesize
+    from .verif.tb.synth import synthesize
 
     if router and mesh:
         raise SnpuError("--router synthesises one router; leave out --mesh")
@@ -70,7 +71,7 @@ def synth(core: str | None, mesh: str | None, router: bool, device: str, seeds: 
     with _progress(doing, 0):
         r = synthesize(block, device=device, target_mhz=target_mhz,
                        seeds=tuple(range(1, seeds + 1)), place=not no_place, paths=paths,
-                       timing_weight=TIMING_WEIGHT if timing_weight is None else timing_weight)
+                       timing_weight=timing_weight)
     r.update({"block": what, "config": None if router else cfg.to_dict(),
               "seconds": round(time.time() - t0, 1)})
     if as_json:

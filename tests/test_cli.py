@@ -381,8 +381,11 @@ def test_synth_a_router_reports_area_fmax_and_the_critical_path_with_sources(cli
         ns = p["delay_ns"]
         assert ns["logic"] > 0 and ns["routing"] > 0
         assert abs(sum(ns.values()) - 1000 / p["fmax_mhz"]) < 0.05 * 1000 / p["fmax_mhz"]
-    r = cli("synth", "--router", "--seeds", "2")
+    # a small netlist places with nextpnr's own timing weight, unless told otherwise
+    assert out["placer_timing_weight"] == 10
+    r = cli("synth", "--router", "--seeds", "2", "--timing-weight", "40")
     assert r.output.count("critical path, seed") == 2 and "routing" in r.output
+    assert "placer timing weight 40" in r.output
 
 
 def test_compile_for_speed(cli, tiny_model):

@@ -31,22 +31,28 @@ def _tool(name: str) -> str:
     return str(path)
 
 
-#: nextpnr's placer weighting of timing against wire length (``--placer-heap-timingweight``;
-#: nextpnr's own default is 10).  On the 1-lane core, where routing is most of every
-#: critical path, 100 gives 10-12 % more Fmax than 10 over the same netlist and seeds
-#: (docs/architecture.md, "Running ROM images on the RTL")
-TIMING_WEIGHT = 100
+#: nextpnr's placer weighting of timing against wire length (``--placer-heap-timingweight``)
+#: for a netlist of at least :data:`LARGE_LUTS` LUTs (before placement), and below it.  A
+#: whole core's critical paths are mostly routing: on the 1-lane core's netlist at c08c959,
+#: seeds 1 / 2 / 3 reach 67.9 / 66.5 / 64.4 MHz with 100 against 60.8 / 61.4 / 57.5 with
+#: nextpnr's default of 10.  A small block places better with the default: the router
+#: reaches 128.6 MHz (the minimum of 3 seeds) with 10, 113.2 with 30, 120.9 with 50 and
+#: 116.3 with 100.
+TIMING_WEIGHT_LARGE, TIMING_WEIGHT_SMALL = 100, 10
+LARGE_LUTS = 10_000
 
 
 def synthesize(block, name: str = "top", device: str = "25k", package: str = "CABGA381",
                target_mhz: float = 125.0, seed: int = 1, workdir: str | None = None,
                seeds: tuple[int, ...] | None = None, place: bool = True,
-               paths: int = 5, timing_weight: int = TIMING_WEIGHT) -> dict:
+               paths: int = 5, timing_weight: int | None = None) -> dict:
     """Synthesise ``block`` (in a :class:`~snpu.rtl.wrapper.RegisteredWrapper`) once, place
     and route it with each of ``seeds`` (default: ``seed`` alone), and report the
     utilisation, the minimum Fmax over the seeds, every seed's Fmax, and the worst seed's
     critical path: its endpoints and the signals it runs through, each with the Amaranth
     source line that made it (``file.py:line``, from the netlist's ``src`` attributes).
+    ``timing_weight``: nextpnr's placer timing weight; by default chosen by the netlist's
+    size (:data:`TIMING_WEIGHT_LARGE`), and recorded in the result.
 
     Also, from the netlist before placement (:mod:`.netlist_report`): ``blocks``, the cells
     of every Amaranth instance holding 1 % of the LUTs or more, and ``deepest_paths``, the
@@ -69,6 +75,9 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
         netlist = json.loads((d / "top.json").read_text())
         figures = {"blocks": block_area(netlist, name),
                   "deepest_paths": deepest_paths(netlist, name, paths)}
+        if timing_weight is None:
+            large = figures["blocks"][0]["luts"] >= LARGE_LUTS
+            timing_weight = TIMING_WEIGHT_LARGE if large else TIMING_WEIGHT_SMALL
         if not place:
             total = figures["blocks"][0]
             return {"device": None, "luts": total["luts"], "ffs": total["ff"],
