@@ -77,6 +77,7 @@ class Dispatcher(wiring.Component):
             "start": In(1),          # request word 0 (the cycle after the core's start)
             "rom_words": In(PC_BITS + 1),
             "fetch_req": Out(stream.Signature(FETCH_REQ)),
+            "fetch_next_pc": Out(PC_BITS), "fetch_next_load": Out(1),
             "fetch_resp": In(stream.Signature(FETCHED)),
             **{f"q_{u.name.lower()}": Out(stream.Signature(micro_layout(u))) for u in UNITS},
             "units_idle": In(1),
@@ -292,6 +293,9 @@ class Dispatcher(wiring.Component):
         req_pc = Signal(PC_BITS)
         m.d.comb += [self.fetch_req.valid.eq(req_pending & ~self.stop),
                      self.fetch_req.payload.pc.eq(req_pc)]
+        # the cache reads the successor's word from its block RAM as the current word goes
+        # (`fetch_next_pc`; `fetch_next_load`: it goes, so the request holds it next cycle)
+        m.d.comb += [self.fetch_next_pc.eq(nxt), self.fetch_next_load.eq(go)]
         with m.If(go):
             m.d.sync += [req_pending.eq(~past_rom), req_pc.eq(nxt)]
         with m.Elif(self.fetch_req.ready):

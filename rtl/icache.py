@@ -30,8 +30,8 @@ class InstructionCache(wiring.Component):
 
     ``req`` takes the ROM word index of the next word the sequencer needs, from registers
     (the dispatcher holds it in one), while ``resp`` holds no word: the cache looks its line
-    up against the tags at once.  If the line is present and filled, the word is read from
-    block RAM in that cycle and comes out on ``resp`` the next one; otherwise it comes
+    up against the tags at once.  If the line is present and filled, the word (read from
+    block RAM the cycle before, see below) comes out on ``resp`` the next cycle; otherwise it comes
     out once its line has arrived.  Each lookup is one access, classified against the tags:
     a miss writes the line's tag and queues its fill; then, if the next line of the ROM is
     not present, its tag is written and its fill queued (the prefetch).  Fills are 8-beat
@@ -49,6 +49,9 @@ class InstructionCache(wiring.Component):
         Begin a program: every line becomes invalid.  Lines at or past ``rom_words`` are
         never prefetched.
     req : In(stream(FETCH_REQ))
+    next_pc : In
+        While ``resp`` holds a word: the address ``req`` carries from the next cycle on if
+        that word is taken now (the dispatcher's successor address).
     resp : Out(stream(FETCHED))
     ar*, r* :
         AXI read channels (``arid`` chosen by the core's arbiter).
@@ -68,6 +71,7 @@ class InstructionCache(wiring.Component):
         super().__init__({
             "start": In(1), "rom_base": In(32), "rom_words": In(PC_BITS + 1),
             "req": In(stream.Signature(FETCH_REQ)),
+            "next_pc": In(PC_BITS),
             "resp": Out(stream.Signature(FETCHED)),
             "arvalid": Out(1), "arready": In(1), "araddr": Out(32), "arlen": Out(8),
             "rvalid": In(1), "rready": Out(1), "rdata": In(64), "rresp": In(2), "rlast": In(1),
@@ -175,16 +179,26 @@ class InstructionCache(wiring.Component):
                      push.eq(new), push_line.eq(new_line)]
 
         # ---- Reading the word: at once on a ready hit, else when its line is ready.  The
-        # read port reads the requested word whenever resp is free (from registers: the tag
-        # lookup only decides whether what it read is the word, `read`).
+        # block RAM is read a cycle before the word is taken, and the word taken into a
+        # register (`out`, what resp gives): no path runs from the block RAM's output into
+        # the dispatcher.  What is read is the word a request may take next cycle, from
+        # registers and the dispatcher's announced successor: while resp holds a word, its
+        # successor (`next_pc`: the request of the next cycle if the word goes now);
+        # while a missed word waits, that word; else the request's word.  (A line is ready
+        # the cycle after its last word is written, so a word read the cycle before may be
+        # the one written then: that write is bypassed.)
         rp = mem.read_port()
+        rd_addr = Signal(W + IB)
+        m.d.comb += [rd_addr.eq(Mux(read, self.next_pc[:W + IB],
+                                    Mux(waiting, cur[:W + IB], look[:W + IB]))),
+                     rp.addr.eq(rd_addr), rp.en.eq(1)]
+        rd_word = Signal(len(rp.data))     # the word read last cycle
+        out = Signal(len(rp.data))
         hit_now = accept & present & ready.bit_select(index, 1)
         # (a missed line's ready bit is cleared as its slot is queued, a cycle after the
         # lookup: until then it is the evicted line's)
         late = (waiting & ready.bit_select(cur[W:W + IB], 1)
                 & ~(push & (push_line[:IB] == cur[W:W + IB])))
-        m.d.comb += [rp.addr.eq(Mux(waiting, cur[:W + IB], look[:W + IB])),
-                     rp.en.eq((self.req.valid & ~read & ~waiting) | late)]
         with m.If(accept):
             m.d.sync += cur.eq(look)
         with m.If(accept & ~hit_now):
@@ -192,13 +206,13 @@ class InstructionCache(wiring.Component):
         with m.Elif(late):
             m.d.sync += waiting.eq(0)
         with m.If(hit_now | late):
-            m.d.sync += read.eq(1)
+            m.d.sync += [read.eq(1), out.eq(rd_word)]
         with m.Elif(self.resp.ready):
             m.d.sync += read.eq(0)
         m.d.comb += [self.resp.valid.eq(read),
-                     self.resp.payload.word.eq(rp.data[:128]),
-                     self.resp.payload.error.eq(rp.data[128]),
-                     self.resp.payload.pre.eq(rp.data[129:]),
+                     self.resp.payload.word.eq(out[:128]),
+                     self.resp.payload.error.eq(out[128]),
+                     self.resp.payload.pre.eq(out[129:]),
                      self.resp.payload.pc.eq(cur)]
 
         # ---- Fills: AR for the oldest queued slot, R beats into the oldest requested one.
@@ -225,6 +239,11 @@ class InstructionCache(wiring.Component):
         m.d.comb += pre.word.eq(Cat(low, high))
         m.d.sync += [wp.addr.eq(w_addr), wp.data.eq(Cat(low, high, word_err, pre.out)),
                      wp.en.eq(w_pend)]
+        # the word read, with a write to the address read in the same cycle bypassed
+        bypass = Signal()
+        written = Signal.like(wp.data)
+        m.d.sync += [bypass.eq(wp.en & (wp.addr == rd_addr)), written.eq(wp.data)]
+        m.d.comb += rd_word.eq(Mux(bypass, written, rp.data))
         done = Signal()  # the oldest slot's last beat
         m.d.comb += self.rready.eq(slot_v[0] & slot_ar[0])
         err = self.rresp != RESP_OKAY

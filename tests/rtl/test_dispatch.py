@@ -50,7 +50,7 @@ def _dispatch(words, rng=None, units_idle=True, config=None):
     (random latency with ``rng``); returns [(unit, micro)] until halt or an error, and the
     final (error, error_pc)."""
     dut = _Predecoded(config)
-    out, res = [], {}
+    out, res, announced = [], {}, []
     rom = list(words)
 
     async def cache(ctx):
@@ -99,7 +99,23 @@ def _dispatch(words, rng=None, units_idle=True, config=None):
                 if v[k]:
                     out.append((u, v[len(UNITS) + k]))
 
-    simulate(dut, control, processes=[cache, monitor], deadline_cycles=60 * len(rom) + 5000)
+    async def promise(ctx):
+        # the cache looks a request up a cycle early: the request a cycle after
+        # `fetch_next_load` is `fetch_next_pc`, and it changes at no other time
+        expect = None
+        while True:
+            _, _, load, nxt, pc = await ctx.tick().sample(
+                dut.fetch_next_load, dut.fetch_next_pc, dut.fetch_req.payload.pc)
+            if expect is not None:
+                assert pc == expect, f"request {pc}, announced {expect}"
+            if load:
+                expect = nxt
+            elif expect is None:
+                expect = pc
+            announced.append(load)
+
+    simulate(dut, control, processes=[cache, monitor, promise], deadline_cycles=60 * len(rom) + 5000)
+    assert any(announced)
     return out, res
 
 

@@ -40,9 +40,9 @@ def test_words_and_counts_match_the_model(lines, seed):
 
 
 def test_a_prefetch_evicting_the_next_words_line():
-    """A hit's prefetch rewrites the tag of the set the next word's line sits in, the
-    cycle before the next word is looked up: the lookup sees the new tag, and the next
-    word is a miss, not the evicted line's word."""
+    """A hit's prefetch rewrites the tag of the set the next word's line sits in, the cycle
+    the next word is looked up (a cycle early, into registers): the lookup sees the new
+    tag, and the next word is a miss, not the evicted line's word."""
     # 4 lines of 4 words: line 5 shares line 1's set.  Word 0's first access prefetches
     # line 1, word 20's evicts it; word 0 again hits and prefetches line 1 over line 5,
     # and word 20 is asked for next.
@@ -52,8 +52,8 @@ def test_a_prefetch_evicting_the_next_words_line():
 
 
 def _check(lines, rom_words, seq, rng, idle=0.3):
-    """Ask a cache of ``lines`` lines for the words ``seq`` of a random ROM, one at a
-    time; the words must be the ROM's and the counts the model's."""
+    """Ask a cache of ``lines`` lines for the words ``seq`` of a random ROM as the
+    dispatcher does; the words must be the ROM's and the counts the model's."""
     base = 64 * rng.randrange(0, 32)
     mem = bytearray(rng.randrange(256) for _ in range(base + 16 * rom_words + 256))
     dut = InstructionCache(lines)
@@ -64,20 +64,25 @@ def _check(lines, rom_words, seq, rng, idle=0.3):
         ctx.set(dut.rom_base, base)
         ctx.set(dut.rom_words, rom_words)
         ctx.set(dut.start, 1)
+        # as the dispatcher: while a word waits on resp (a few cycles at most), `next_pc`
+        # is the request that follows it; the request is presented the cycle after the
+        # word is taken and held until the cache takes it
+        ctx.set(dut.next_pc, seq[0])
         await ctx.tick()
         ctx.set(dut.start, 0)
-        for pc in seq:
+        for k, pc in enumerate(seq):
             ctx.set(dut.req.valid, 1)
             ctx.set(dut.req.payload, {"pc": pc})
             await ctx.tick().until(dut.req.ready)
             ctx.set(dut.req.valid, 0)
-            ctx.set(dut.resp.ready, 1)
-            word, wpc = (await ctx.tick().sample(dut.resp.payload.word, dut.resp.payload.pc)
-                         .until(dut.resp.valid))[:2]
-            ctx.set(dut.resp.ready, 0)
-            got.append((wpc, word))
+            ctx.set(dut.next_pc, seq[k + 1] if k + 1 < len(seq) else 0)
+            await ctx.tick().until(dut.resp.valid)
             if rng.random() < 0.2:
                 await ctx.tick().repeat(rng.randrange(1, 4))
+            ctx.set(dut.resp.ready, 1)
+            word, wpc = (await ctx.tick().sample(dut.resp.payload.word, dut.resp.payload.pc))[-2:]
+            ctx.set(dut.resp.ready, 0)
+            got.append((wpc, word))
         await ctx.tick().until(dut.idle)
         counts = [ctx.get(getattr(dut, k)) for k in ("hits", "misses", "prefetches")]
         got.append(counts)
@@ -110,7 +115,7 @@ def test_one_word_every_two_cycles_on_hits():
             ticks = 0
             for pc in range(8):
                 # as the dispatcher: a request from a register, the cycle after the last
-                # word was taken
+                # word was taken (`next_pc` while that word waited)
                 ctx.set(dut.req.valid, 1)
                 ctx.set(dut.req.payload, {"pc": pc})
                 while True:
@@ -119,6 +124,7 @@ def test_one_word_every_two_cycles_on_hits():
                     if taken:
                         break
                 ctx.set(dut.req.valid, 0)
+                ctx.set(dut.next_pc, (pc + 1) % 8)
                 while True:
                     _, _, got = await ctx.tick().sample(dut.resp.valid)
                     ticks += 1
