@@ -100,14 +100,14 @@ def _dispatch(words, rng=None, units_idle=True, config=None):
                     out.append((u, v[len(UNITS) + k]))
 
     async def promise(ctx):
-        # the cache looks a request up a cycle early: the request a cycle after
-        # `fetch_next_load` is `fetch_next_pc`, and it changes at no other time
+        # the cache reads the next request's word as the current word goes: the request a
+        # cycle after `fetch_next_load` is `fetch_next_pc`, and it changes at no other time
         expect = None
         while True:
             _, _, load, nxt, pc = await ctx.tick().sample(
                 dut.fetch_next_load, dut.fetch_next_pc, dut.fetch_req.payload.pc)
             if expect is not None:
-                assert pc == expect, f"request {pc}, announced {expect}"
+                assert pc == expect, f"request {pc}, fetch_next_pc said {expect}"
             if load:
                 expect = nxt
             elif expect is None:

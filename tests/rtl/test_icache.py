@@ -41,8 +41,8 @@ def test_words_and_counts_match_the_model(lines, seed):
 
 def test_a_prefetch_evicting_the_next_words_line():
     """A hit's prefetch rewrites the tag of the set the next word's line sits in, the cycle
-    the next word is looked up (a cycle early, into registers): the lookup sees the new
-    tag, and the next word is a miss, not the evicted line's word."""
+    before the next word is looked up: the lookup sees the new tag, and the next word is a
+    miss (read again once its line is filled), not the evicted line's word."""
     # 4 lines of 4 words: line 5 shares line 1's set.  Word 0's first access prefetches
     # line 1, word 20's evicts it; word 0 again hits and prefetches line 1 over line 5,
     # and word 20 is asked for next.
