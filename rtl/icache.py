@@ -182,7 +182,7 @@ class InstructionCache(wiring.Component):
         # block RAM is read a cycle before the word is taken, and the word taken into a
         # register (`out`, what resp gives): no path runs from the block RAM's output into
         # the dispatcher.  What is read is the word a request may take next cycle, from
-        # registers and the dispatcher's announced successor: while resp holds a word, its
+        # registers and the dispatcher's successor address: while resp holds a word, its
         # successor (`next_pc`: the request of the next cycle if the word goes now);
         # while a missed word waits, that word; else the request's word.  (A line is ready
         # the cycle after its last word is written, so a word read the cycle before may be
