@@ -75,14 +75,14 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
         netlist = json.loads((d / "top.json").read_text())
         figures = {"blocks": block_area(netlist, name),
                   "deepest_paths": deepest_paths(netlist, name, paths)}
-        if timing_weight is None:
-            large = figures["blocks"][0]["luts"] >= LARGE_LUTS
-            timing_weight = TIMING_WEIGHT_LARGE if large else TIMING_WEIGHT_SMALL
         if not place:
             total = figures["blocks"][0]
             return {"device": None, "luts": total["luts"], "ffs": total["ff"],
                     "dsps": total["dsp"], "brams": total["bram"], "fmax_mhz": None,
                     "placed": False, **figures}
+        if timing_weight is None:
+            large = figures["blocks"][0]["luts"] >= LARGE_LUTS
+            timing_weight = TIMING_WEIGHT_LARGE if large else TIMING_WEIGHT_SMALL
         reports = {}
         for s in seeds:
             pnr = subprocess.run(
