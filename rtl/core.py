@@ -170,6 +170,8 @@ class Core(wiring.Component):
                          fe.micro.valid.eq(q.r_rdy), fe.micro.payload.eq(q.r_data),
                          q.r_en.eq(fe.micro.ready), fe.halt.eq(halt),
                          tok.wait_mask[k].eq(fe.wait_mask), fe.wait_ok.eq(tok.wait_ok[k]),
+                         tok.wait_mask_next[k].eq(fe.wait_mask_next),
+                         tok.signal_mask_next[k].eq(fe.signal_mask_next),
                          tok.take[k].eq(fe.take),
                          tok.signal_mask[k].eq(fe.signal_mask), fe.signal_ok.eq(tok.signal_ok[k]),
                          tok.give[k].eq(fe.give)]

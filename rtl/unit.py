@@ -23,6 +23,9 @@ class UnitFrontEnd(wiring.Component):
         Microinstructions from the dispatcher.
     wait_mask / wait_ok / take, signal_mask / signal_ok / give :
         The token handshake with :class:`~.tokens.TokenChannels`.
+    wait_mask_next, signal_mask_next : Out
+        The masks of the next cycle (a new microinstruction's, or the held one's): the
+        token channels compute ``wait_ok`` / ``signal_ok`` a cycle ahead from them.
     start, done, op, args, pc :
         The executor hand-off.
     busy : Out(1)
@@ -40,9 +43,11 @@ class UnitFrontEnd(wiring.Component):
         super().__init__({
             "micro": In(stream.Signature(micro_layout(unit))),
             "wait_mask": Out(len(UNITS)),
+            "wait_mask_next": Out(len(UNITS)),
             "wait_ok": In(1),
             "take": Out(1),
             "signal_mask": Out(len(UNITS)),
+            "signal_mask_next": Out(len(UNITS)),
             "signal_ok": In(1),
             "give": Out(1),
             "start": Out(1),
@@ -65,10 +70,14 @@ class UnitFrontEnd(wiring.Component):
                      self.wait_mask.eq(cur.wait), self.signal_mask.eq(cur.signal),
                      regs.w_index.eq(cur.args.cfg.index), regs.w_value.eq(cur.args.cfg.value),
                      regs.w_index2.eq(cur.args.cfg.index2), regs.w_value2.eq(cur.args.cfg.value2)]
+        load = Signal()  # a new microinstruction is taken into `cur` this cycle
+        m.d.comb += [self.wait_mask_next.eq(Mux(load, self.micro.payload.wait, cur.wait)),
+                     self.signal_mask_next.eq(Mux(load, self.micro.payload.signal, cur.signal))]
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.micro.ready.eq(~self.halt)
                 with m.If(self.micro.valid & ~self.halt):
+                    m.d.comb += load.eq(1)
                     m.d.sync += cur.eq(self.micro.payload)
                     # a walking load's or store's ext plus the loops' offset
                     new = self.micro.payload
