@@ -163,20 +163,14 @@ class LoadUnit(wiring.Component):
         buf = a.buf
         sizes = {"nbuf": c.nbuf_bytes, "nidx": c.nidx_bytes, "wbuf": c.wbuf_bytes,
                  "widx": c.widx_bytes, "acc": c.acc_elems, "param": c.param_bytes}
-        limit = Signal(range(max(sizes.values()) + 1))
-        with m.Switch(buf):
-            for name, code in BUFFERS.items():
-                with m.Case(code):
-                    m.d.comb += limit.eq(sizes[name])
-        # wbuf / widx: plane p goes to lane `lane + p`; other buffers have lane 0 only
-        banked = (buf == BUFFERS["wbuf"]) | (buf == BUFFERS["widx"])
+
+        def is_banked(buf):  # wbuf / widx: plane p goes to lane `lane + p`
+            return (buf == BUFFERS["wbuf"]) | (buf == BUFFERS["widx"])
+
+        banked = is_banked(buf)
         p_cnt = Signal(12)
         row_lane = Signal(13)
         m.d.comb += row_lane.eq(a.lane + Mux(banked, p_cnt, 0))
-        lane_ok = Signal()
-        m.d.comb += lane_ok.eq(Mux(banked, row_lane < P, a.lane == 0))
-        group = Signal(4)  # group size in bytes (1: no group pruning)
-        m.d.comb += group.eq(Mux((buf == BUFFERS["nbuf"]) & r.nidx_mode, 1 << r.group_log2, 1))
 
         # ---- Address side: one row request per cycle while rows remain.
         issuing = Signal()
@@ -189,10 +183,6 @@ class LoadUnit(wiring.Component):
         # dst_row + cols, kept beside dst_row (and dst_plane) so the range check is one
         # comparison, not an adder and a comparison
         row_end, plane_end = Signal(22), Signal(22)
-        with m.If(~lane_ok | (row_end > limit)):
-            m.d.comb += row_bad.eq(ErrorCode.RANGE)
-        with m.Elif(((dst_row | a.cols) & (group - 1)) != 0):
-            m.d.comb += row_bad.eq(ErrorCode.ALIGN)
         can_issue = Signal()
         # ld: a read request per row; ldc: the rows only say where the dense words go
         m.d.comb += can_issue.eq(issuing & (reader.req.ready | compressed) & rows_fifo.w_rdy &
@@ -205,6 +195,7 @@ class LoadUnit(wiring.Component):
         ]
         word_done = Signal()  # a row's last word was written this cycle
         empty = (new.n3 == 0) | (new.rows == 0) | (new.cols == 0)
+        plane_wrap = r_cnt == a.rows - 1  # the row issued now is its plane's last
         with m.If(self.start):
             m.d.sync += [issuing.eq(~empty & ~new_misaligned), p_cnt.eq(0), r_cnt.eq(0),
                          ext_plane.eq(new.ext), ext_row.eq(new.ext),
@@ -221,7 +212,7 @@ class LoadUnit(wiring.Component):
                              ext_row.eq(ext_row + Mux(banked, a.cols, r.ext_stride)),
                              dst_row.eq(dst_row + r.dst_stride),
                              row_end.eq(row_end + r.dst_stride)]
-                with m.If(r_cnt == a.rows - 1):
+                with m.If(plane_wrap):
                     m.d.sync += [r_cnt.eq(0), p_cnt.eq(p_cnt + 1),
                                  ext_plane.eq(ext_plane + r.ext_stride3),
                                  dst_plane.eq(dst_plane + Mux(banked, 0, r.dst_stride3)),
@@ -233,6 +224,33 @@ class LoadUnit(wiring.Component):
                     with m.If(p_cnt == a.n3 - 1):
                         m.d.sync += issuing.eq(0)
             m.d.sync += outstanding.eq(outstanding + can_issue - word_done)
+
+        # The row checks: the destination inside the buffer and the lane existing (RANGE), a
+        # group-pruned row group aligned (ALIGN).  `row_bad` is a register holding the checks
+        # of the row to issue: each row they can move to next (a new instruction's first, the
+        # next row, the next plane's first) is checked from registers in parallel, and the
+        # issue decision only selects one (no adder or comparison after it).
+        def check(buf, lane_ok, first, end, cols, regs):
+            limit = Signal(range(max(sizes.values()) + 1))
+            with m.Switch(buf):
+                for name, code in BUFFERS.items():
+                    with m.Case(code):
+                        m.d.comb += limit.eq(sizes[name])
+            group = Mux((buf == BUFFERS["nbuf"]) & regs.nidx_mode, 1 << regs.group_log2, 1)
+            return Mux(~lane_ok | (end > limit), ErrorCode.RANGE,
+                       Mux(((first | cols) & (group - 1)) != 0, ErrorCode.ALIGN, ErrorCode.NONE))
+
+        to_plane = Mux(banked, 0, r.dst_stride3)
+        bad_first = check(new.buf, Mux(is_banked(new.buf), new.lane < P, new.lane == 0),
+                          new.dst, new.dst + new.cols, new.cols, self.regs)
+        bad_row = check(buf, Mux(banked, a.lane + p_cnt < P, a.lane == 0),
+                        dst_row + r.dst_stride, row_end + r.dst_stride, a.cols, r)
+        bad_plane = check(buf, Mux(banked, a.lane + p_cnt + 1 < P, a.lane == 0),
+                          dst_plane + to_plane, plane_end + to_plane, a.cols, r)
+        with m.If(self.start):
+            m.d.sync += row_bad.eq(bad_first)
+        with m.Elif(can_issue):
+            m.d.sync += row_bad.eq(Mux(plane_wrap, bad_plane, bad_row))
 
         # ---- ldc: the stream's header, then exactly the words it counts, to the expander.
         # words: the header's word and the stream's (requested, arrived); `words_bound`: the

@@ -166,6 +166,9 @@ def test_loads_match_golden(lanes, bus, seed):
 @pytest.mark.parametrize("case,code", [
     ("range", ErrorCode.RANGE), ("lane", ErrorCode.RANGE), ("align", ErrorCode.ALIGN),
     ("bus", ErrorCode.LOAD_BUS),
+    # a later row's or plane's checks (each row the unit can move to is checked ahead)
+    ("range_of_second_plane", ErrorCode.RANGE), ("lane_of_second_plane", ErrorCode.RANGE),
+    ("align_of_second_row", ErrorCode.ALIGN), ("align_of_second_plane", ErrorCode.ALIGN),
 ])
 def test_errors_end_the_instruction(case, code):
     rng = random.Random(0)
@@ -181,5 +184,15 @@ def test_errors_end_the_instruction(case, code):
     elif case == "align":
         regs.update(nidx_mode=1, group_log2=3)
         args["dst"] = 4
+    elif case == "range_of_second_plane":
+        args.update(n3=2, rows=1)
+        regs["dst_stride3"] = c.nbuf_bytes - 8
+    elif case == "lane_of_second_plane":
+        args.update(buf=isa.BUFFERS["wbuf"], lane=3, n3=2, rows=1)
+    elif case == "align_of_second_row":
+        regs.update(nidx_mode=1, group_log2=3, dst_stride=12)
+    elif case == "align_of_second_plane":
+        regs.update(nidx_mode=1, group_log2=3, dst_stride3=36)
+        args.update(n3=2, rows=1)
     _, errors = _run(c, [(regs, args)], mem, rng, error_ranges=[(64, 72)] if case == "bus" else ())
     assert errors == [code]
