@@ -174,9 +174,11 @@ class VectorUnit(wiring.Component):
         m.d.sync += [d.valid.eq(issue), d.first.eq((j1 == 0) & (j2 == 0)), d.last.eq(last_j),
                      d.half.eq(half), d.wr.eq(wr),
                      e.eq(d), e_acc.eq(self.acc_rd_data), e_prm.eq(self.prm_data)]
-        a_reg = Signal(data.ArrayLayout(signed(32), P))
-        with m.If(e.valid & is_vew & ~e.half):
-            m.d.sync += a_reg.eq(e_acc)
+        # the ALU's first operand, registered beside e_acc: the word read (vred), or a vew's
+        # a word, kept while its b word is read (no multiplexer between it and the multiply)
+        alu_a = Signal(data.ArrayLayout(signed(32), P))
+        with m.If(d.valid & ~(is_vew & d.half)):
+            m.d.sync += alu_a.eq(self.acc_rd_data)
 
         # ALU path (vred, vew)
         to_alu = e.valid & (is_vred | (is_vew & e.half))
@@ -184,7 +186,7 @@ class VectorUnit(wiring.Component):
         m.d.comb += [
             alu.i.valid.eq(to_alu),
             ap.op.eq(Mux(is_vew, AluOp.EW, Mux(mode == REDUCE_OPS["max"], AluOp.MAX, AluOp.SUM))),
-            ap.a.eq(Mux(is_vew, a_reg, e_acc)),
+            ap.a.eq(alu_a),
             ap.b.eq(e_acc),
             ap.ma.eq(ma), ap.mb.eq(mb), ap.relu.eq(relu),
             ap.first.eq(Mux(is_vew, 1, e.first)), ap.last.eq(Mux(is_vew, 1, e.last)),
