@@ -23,6 +23,10 @@ class StrideToDirect(wiring.Component):
        move the cursor; elements enter a small position queue.
     2. *Chunk assembly*: queued positions below the current chunk's end set its bits;
        when the head lies beyond it (or the row's entries are exhausted) the chunk leaves.
+       Whether a position lies below the end is a flag queued with it, compared as it
+       enters (and, for the positions still queued, against the next chunk's end as a
+       chunk leaves), so which positions go this cycle starts at registers; they go into
+       the chunk even while the output waits, only the chunk's leaving waits for ``o.ready``.
 
     Exactly ``max(1, ceil(n / CHUNK))`` chunks leave per row; the last one has ``last`` set.
     A chunk's ``base`` is ``val_base + rank`` (packed storage: ``rank`` kept elements precede
@@ -75,6 +79,8 @@ class StrideToDirect(wiring.Component):
         rem_cap = Signal(range(E + 1))  # min(remaining, E), kept beside remaining
         cursor = Signal(17)
         queue = [Signal(17, name=f"q{k}") for k in range(QUEUE)]
+        # per queued position: it lies below `end` (in the current chunk), kept beside it
+        below = [Signal(name=f"below{k}") for k in range(QUEUE)]
         qlen = Signal(range(QUEUE + 1))
         pop = Signal(range(E + 1))  # set by stage 2
         st_n = Signal(range(E + 1))       # entries held in the stage-0 register
@@ -100,28 +106,43 @@ class StrideToDirect(wiring.Component):
             advance = Mux(st_n == k + 1, st_pre[k], advance)
         m.d.comb += cursor_next.eq(cursor + advance)
 
-        # the queue after stage 2 pops and stage 1 appends (at most E each)
-        shifted = [queue[k + p] if k + p < QUEUE else Const(0, 17)
+        # The queue after stage 2 pops and stage 1 appends (at most E each), each position
+        # with its `below` flag for the next cycle's `end`: the chunk's (kept), or after an
+        # emission the next chunk's (`next_end`).  Every position, queued or new, is compared
+        # with both ends from registers, in parallel; the pop count only selects.
+        end = Signal(17)  # registered: n for the last chunk, else chunk_lo + CHUNK
+        next_end = Signal(17)
+        emit = Signal()
+        below_next = [Signal(name=f"below_next{k}") for k in range(QUEUE)]
+        m.d.comb += [below_next[k].eq(Mux(emit, queue[k] < next_end, below[k]))
+                     for k in range(QUEUE)]
+        shifted = [(queue[k + p], below_next[k + p]) if k + p < QUEUE else (Const(0, 17), 0)
                    for p in range(E + 1) for k in range(QUEUE)]
         base_q = [Signal(17, name=f"base_q{k}") for k in range(QUEUE)]
+        base_below = [Signal(name=f"base_below{k}") for k in range(QUEUE)]
         for k in range(QUEUE):
-            m.d.comb += base_q[k].eq(queue[k])
+            m.d.comb += [base_q[k].eq(queue[k]), base_below[k].eq(below_next[k])]
             for p in range(1, E + 1):
                 with m.If(pop == p):
-                    m.d.comb += base_q[k].eq(shifted[p * QUEUE + k])
+                    m.d.comb += [base_q[k].eq(shifted[p * QUEUE + k][0]),
+                                 base_below[k].eq(shifted[p * QUEUE + k][1])]
+        pos_below = [Signal(name=f"pos_below{j}") for j in range(E)]
+        m.d.comb += [pos_below[j].eq(Mux(emit, pos[j] < next_end, pos[j] < end))
+                     for j in range(E)]
         left = Signal(range(QUEUE + 1))
         m.d.comb += left.eq(qlen - pop)
         appended = [Signal(17, name=f"app{k}") for k in range(QUEUE)]
+        appended_below = [Signal(name=f"app_below{k}") for k in range(QUEUE)]
         n_new = Signal(range(E + 1))
         m.d.comb += n_new.eq(sum(elem))
         # element j goes to position left + (elements before it): escapes leave no gap
         slot = [Signal(range(QUEUE + E + 1), name=f"slot{j}") for j in range(E)]
         m.d.comb += [slot[j].eq(left + sum(elem[:j])) for j in range(E)]
         for k in range(QUEUE):
-            m.d.comb += appended[k].eq(base_q[k])
+            m.d.comb += [appended[k].eq(base_q[k]), appended_below[k].eq(base_below[k])]
             for j in range(E):
                 with m.If(elem[j] & (slot[j] == k)):
-                    m.d.comb += appended[k].eq(pos[j])
+                    m.d.comb += [appended[k].eq(pos[j]), appended_below[k].eq(pos_below[j])]
 
         # ---- Stage 2: chunk assembly.
         chunk_lo = Signal(17)
@@ -129,13 +150,15 @@ class StrideToDirect(wiring.Component):
         acc_bits = Signal(CHUNK)
         acc_kept = Signal(range(CHUNK + 1))
         rank = self.kept
-        end = Signal(17)  # registered: n for the last chunk, else chunk_lo + CHUNK
+        m.d.comb += next_end.eq(Mux(chunks_left == 2, n, chunk_lo + 2 * CHUNK))
         fits = [Signal(name=f"fits{k}") for k in range(E)]
         for k in range(E):
-            m.d.comb += fits[k].eq((qlen > k) & (queue[k] < end) & (fits[k - 1] if k else 1))
+            m.d.comb += fits[k].eq((qlen > k) & below[k] & (fits[k - 1] if k else 1))
         out_free = Signal()
         m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
-        m.d.comb += pop.eq(Mux(self.busy & out_free, sum(fits), 0))
+        # entries of this chunk are taken into acc_bits whether or not the output is free:
+        # only the chunk's emission waits for it, so the queue never waits for `o.ready`
+        m.d.comb += pop.eq(Mux(self.busy, sum(fits), 0))
         new_bits = Signal(CHUNK)
         m.d.comb += new_bits.eq(Cat(*[Cat(*[fits[k] & (queue[k][:6] == b) for k in range(E)]).any()
                                       for b in range(CHUNK)]))
@@ -145,7 +168,6 @@ class StrideToDirect(wiring.Component):
         m.d.comb += drained.eq((rem_cap == 0) & (st_n == 0) & (qlen == pop))
         is_last = Signal()
         m.d.comb += is_last.eq(chunks_left == 1)
-        emit = Signal()
         m.d.comb += emit.eq(self.busy & out_free & (blocked | drained))
 
         with m.If(self.start):
@@ -168,23 +190,23 @@ class StrideToDirect(wiring.Component):
             m.d.sync += [st_pre[k].eq(sum(self.bytes[i] for i in range(k + 1))) for k in range(E)]
             m.d.sync += [st_b[k].eq(self.bytes[k]) for k in range(E)]
             m.d.sync += [queue[k].eq(appended[k]) for k in range(QUEUE)]
-            with m.If(out_free):
-                with m.If(emit):
-                    m.d.sync += [
-                        self.o.payload.bits.eq(acc_bits | new_bits),
-                        self.o.payload.base.eq(val_base + Mux(packed, rank, chunk_lo)),
-                        self.o.payload.last.eq(is_last),
-                        rank.eq(rank + acc_kept + pop),
-                        acc_bits.eq(0), acc_kept.eq(0),
-                        chunk_lo.eq(chunk_lo + CHUNK), chunks_left.eq(chunks_left - 1),
-                        end.eq(Mux(chunks_left == 2, n, chunk_lo + 2 * CHUNK)),
-                    ]
-                    with m.If(is_last):
-                        m.d.sync += self.busy.eq(0)
-                        with m.If(blocked | (rem_cap != 0)):
-                            m.d.sync += self.error.eq(1)  # a position at or beyond n
-                with m.Else():
-                    m.d.sync += [acc_bits.eq(acc_bits | new_bits), acc_kept.eq(acc_kept + pop)]
+            m.d.sync += [below[k].eq(appended_below[k]) for k in range(QUEUE)]
+            with m.If(emit):
+                m.d.sync += [
+                    self.o.payload.bits.eq(acc_bits | new_bits),
+                    self.o.payload.base.eq(val_base + Mux(packed, rank, chunk_lo)),
+                    self.o.payload.last.eq(is_last),
+                    rank.eq(rank + acc_kept + pop),
+                    acc_bits.eq(0), acc_kept.eq(0),
+                    chunk_lo.eq(chunk_lo + CHUNK), chunks_left.eq(chunks_left - 1),
+                    end.eq(next_end),
+                ]
+                with m.If(is_last):
+                    m.d.sync += self.busy.eq(0)
+                    with m.If(blocked | (rem_cap != 0)):
+                        m.d.sync += self.error.eq(1)  # a position at or beyond n
+            with m.Else():
+                m.d.sync += [acc_bits.eq(acc_bits | new_bits), acc_kept.eq(acc_kept + pop)]
         with m.If(out_free):
             m.d.sync += self.o.valid.eq(emit & ~self.start)
         return m
