@@ -187,7 +187,16 @@ class StrideToDirect(wiring.Component):
             rem_next = remaining - take
             m.d.sync += [remaining.eq(rem_next), rem_cap.eq(Mux(rem_next > E, E, rem_next)),
                          cursor.eq(cursor_next), qlen.eq(left + n_new), st_n.eq(take)]
-            m.d.sync += [st_pre[k].eq(sum(self.bytes[i] for i in range(k + 1))) for k in range(E)]
+            # prefix sums of the window's bytes, as a tree (two adders deep at E = 4)
+            b = [self.bytes[i].as_unsigned() for i in range(E)]
+            pre = [b[0]] + [None] * (E - 1)
+            if E > 1:
+                pre[1] = b[0] + b[1]
+            if E > 2:
+                pre[2] = pre[1] + b[2]
+            if E > 3:
+                pre[3] = pre[1] + (b[2] + b[3])
+            m.d.sync += [st_pre[k].eq(pre[k]) for k in range(E)]
             m.d.sync += [st_b[k].eq(self.bytes[k]) for k in range(E)]
             m.d.sync += [queue[k].eq(appended[k]) for k in range(QUEUE)]
             m.d.sync += [below[k].eq(appended_below[k]) for k in range(QUEUE)]
