@@ -47,11 +47,15 @@ class InstructionCache(wiring.Component):
     -------
     start, rom_base, rom_words : In
         Begin a program: every line becomes invalid.  Lines at or past ``rom_words`` are
-        never prefetched.
+        never prefetched (``rom_words`` is taken into a register: it must hold its value
+        from the cycle after ``start`` on; the core sets it with ``start``).
     req : In(stream(FETCH_REQ))
     next_pc : In
         While ``resp`` holds a word: the address ``req`` carries from the next cycle on if
         that word is taken now (the dispatcher's successor address).
+    next_load : In
+        ``next_pc`` is the next request (the dispatcher's word goes now, or it starts): the
+        cache registers the line after it for the next lookup's prefetch decision.
     resp : Out(stream(FETCHED))
     ar*, r* :
         AXI read channels (``arid`` chosen by the core's arbiter).
@@ -67,11 +71,16 @@ class InstructionCache(wiring.Component):
         self._index_bits = (lines - 1).bit_length()
         self._tag_bits = PC_BITS - (LINE_WORDS - 1).bit_length() - self._index_bits
         self._data = Memory(shape=129 + PREDECODED.size, depth=lines * LINE_WORDS, init=[])
-        self._tags = Memory(shape=self._tag_bits, depth=lines, init=[])
+        # the tags in banks of 16 lines (an ECP5 LUT RAM's depth): a lookup compares every
+        # bank's entry with the tag and then selects the bank's result, one bit, instead of
+        # selecting a tag and comparing it
+        self._bank_lines = min(16, lines)
+        self._tags = [Memory(shape=self._tag_bits, depth=self._bank_lines, init=[])
+                      for _ in range(lines // self._bank_lines)]
         super().__init__({
             "start": In(1), "rom_base": In(32), "rom_words": In(PC_BITS + 1),
             "req": In(stream.Signature(FETCH_REQ)),
-            "next_pc": In(PC_BITS),
+            "next_pc": In(PC_BITS), "next_load": In(1),
             "resp": Out(stream.Signature(FETCHED)),
             "arvalid": Out(1), "arready": In(1), "araddr": Out(32), "arlen": Out(8),
             "rvalid": In(1), "rready": Out(1), "rdata": In(64), "rresp": In(2), "rlast": In(1),
@@ -89,7 +98,9 @@ class InstructionCache(wiring.Component):
         W = (LINE_WORDS - 1).bit_length()
         LB = PC_BITS - W  # line number bits
         m.submodules.data = mem = self._data
-        m.submodules.tags = tags = self._tags
+        for k, bank in enumerate(self._tags):
+            m.submodules[f"tags{k}"] = bank
+        BL = (self._bank_lines - 1).bit_length()  # index bits inside a bank
         valid = Signal(L)   # tag written: the line is present or being filled
         ready = Signal(L)   # all the line's words have arrived
 
@@ -114,17 +125,33 @@ class InstructionCache(wiring.Component):
         line = Signal(LB)
         m.d.comb += line.eq(look[W:])
         index = line[:IB]
+        # the next line, registered as the request is made (`next_load`: the dispatcher's
+        # word goes, so `next_pc` is the next request), and whether it holds a word of the
+        # ROM (against `last_line`, a register: rom_words is constant while a program runs
+        # and set before the first request): no adder sits between the request and the tag
+        # read of the next line, nor a wide comparison after it
         nxt = Signal(LB)
-        m.d.comb += nxt.eq(line + 1)
-        t_port = tags.read_port(domain="comb")
-        n_port = tags.read_port(domain="comb")
-        m.d.comb += [t_port.addr.eq(index), n_port.addr.eq(nxt[:IB])]
+        with m.If(self.next_load):
+            m.d.sync += nxt.eq(self.next_pc[W:] + 1)
+        last_line = Signal(LB + 1)
+        rom_empty = Signal()
+        m.d.sync += [last_line.eq((self.rom_words - 1) >> W), rom_empty.eq(self.rom_words == 0)]
+
+        def tag_matches(ln, name):
+            """Whether line ``ln``'s tag is the one stored at its index (every bank compared,
+            then the index's bank selected)."""
+            hits = Signal(len(self._tags), name=f"{name}_banks")
+            for k, bank in enumerate(self._tags):
+                port = bank.read_port(domain="comb")
+                m.d.comb += [port.addr.eq(ln[:BL]), hits[k].eq(port.data == ln[IB:])]
+            return hits.bit_select(ln[BL:IB], 1) if len(self._tags) > 1 else hits[0]
+
         present = Signal()
         next_present = Signal()
-        m.d.comb += [present.eq(valid.bit_select(index, 1) & (t_port.data == line[IB:])),
-                     next_present.eq(valid.bit_select(nxt[:IB], 1) & (n_port.data == nxt[IB:]))]
+        m.d.comb += [present.eq(valid.bit_select(index, 1) & tag_matches(line, "present")),
+                     next_present.eq(valid.bit_select(nxt[:IB], 1) & tag_matches(nxt, "next"))]
         want_next = Signal()
-        m.d.comb += want_next.eq(~next_present & ((nxt << W) < self.rom_words))
+        m.d.comb += want_next.eq(~next_present & ~rom_empty & (nxt <= last_line))
         fills_needed = Signal(range(3))
         m.d.comb += fills_needed.eq((~present).as_unsigned() + want_next)
         # no tag of a line still being filled is rewritten; room for the fills
@@ -145,7 +172,7 @@ class InstructionCache(wiring.Component):
         m.d.comb += [accept.eq(self.req.valid & ~read & lookup_ok), self.req.ready.eq(accept)]
 
         # ---- Tag writes and fill slots (at most one new slot per cycle).
-        tw = tags.write_port()
+        tag_writes = [bank.write_port() for bank in self._tags]
         new = Signal()
         # the access's class, counted a cycle later (the counters' adders stay off the
         # path from the fetched word through the request)
@@ -175,8 +202,11 @@ class InstructionCache(wiring.Component):
         # see either meanwhile: after an access `read` or `waiting` holds the next one off a
         # cycle at least, and a prefetch's write (`pend`) is followed by the missed word's
         # fill.
-        m.d.sync += [tw.addr.eq(new_line[:IB]), tw.data.eq(new_line[IB:]), tw.en.eq(new),
-                     push.eq(new), push_line.eq(new_line)]
+        for k, tw in enumerate(tag_writes):
+            in_bank = (new_line[BL:IB] == k) if len(self._tags) > 1 else 1
+            m.d.sync += [tw.addr.eq(new_line[:BL]), tw.data.eq(new_line[IB:]),
+                         tw.en.eq(new & in_bank)]
+        m.d.sync += [push.eq(new), push_line.eq(new_line)]
 
         # ---- Reading the word: at once on a ready hit, else when its line is ready.  The
         # block RAM is read a cycle before the word is taken, and the word taken into a
