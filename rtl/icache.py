@@ -31,10 +31,10 @@ class InstructionCache(wiring.Component):
     ``req`` takes the ROM word index of the next word the sequencer needs, from registers
     (the dispatcher holds it in one), while ``resp`` holds no word: the cache looks its line
     up against the tags at once.  If the line is present and filled, the word (read from
-    block RAM the cycle before, see below) comes out on ``resp`` the next cycle; otherwise it comes
-    out once its line has arrived.  Each lookup is one access, classified against the tags:
-    a miss writes the line's tag and queues its fill; then, if the next line of the ROM is
-    not present, its tag is written and its fill queued (the prefetch).  Fills are 8-beat
+    block RAM the cycle before, see below) comes out on ``resp`` the next cycle; otherwise
+    it comes out once its line has arrived.  Each lookup is one access, classified against
+    the tags: a miss writes the line's tag and queues its fill; then, if the next line of
+    the ROM is not present, its tag is written and its fill queued (the prefetch).  Fills are 8-beat
     AXI bursts at ``rom_base + 64 * line`` (``rom_base`` is a multiple of 64: a line never
     crosses a 4 KiB boundary), at most :data:`FILL_SLOTS` queued or in flight, answered in
     order.  A request that would rewrite the tag of a line still being filled waits.  A beat
@@ -144,7 +144,7 @@ class InstructionCache(wiring.Component):
             for k, bank in enumerate(self._tags):
                 port = bank.read_port(domain="comb")
                 m.d.comb += [port.addr.eq(ln[:BL]), hits[k].eq(port.data == ln[IB:])]
-            return hits.bit_select(ln[BL:IB], 1) if len(self._tags) > 1 else hits[0]
+            return hits.bit_select(ln[BL:IB], 1)  # (one bank: an empty bank number)
 
         present = Signal()
         next_present = Signal()
@@ -203,9 +203,8 @@ class InstructionCache(wiring.Component):
         # cycle at least, and a prefetch's write (`pend`) is followed by the missed word's
         # fill.
         for k, tw in enumerate(tag_writes):
-            in_bank = (new_line[BL:IB] == k) if len(self._tags) > 1 else 1
             m.d.sync += [tw.addr.eq(new_line[:BL]), tw.data.eq(new_line[IB:]),
-                         tw.en.eq(new & in_bank)]
+                         tw.en.eq(new & (new_line[BL:IB] == k))]
         m.d.sync += [push.eq(new), push_line.eq(new_line)]
 
         # ---- Reading the word: at once on a ready hit, else when its line is ready.  The

@@ -230,23 +230,31 @@ class LoadUnit(wiring.Component):
         # of the row to issue: each row they can move to next (a new instruction's first, the
         # next row, the next plane's first) is checked from registers in parallel, and the
         # issue decision only selects one (no adder or comparison after it).
-        def check(buf, lane_ok, first, end, cols, regs):
+        def buffer_rules(buf, regs):
+            """The buffer's size and the group alignment its rows need (1: none)."""
             limit = Signal(range(max(sizes.values()) + 1))
             with m.Switch(buf):
                 for name, code in BUFFERS.items():
                     with m.Case(code):
                         m.d.comb += limit.eq(sizes[name])
             group = Mux((buf == BUFFERS["nbuf"]) & regs.nidx_mode, 1 << regs.group_log2, 1)
+            return limit, group
+
+        def check(rules, lane_ok, first, end, cols):
+            limit, group = rules
             return Mux(~lane_ok | (end > limit), ErrorCode.RANGE,
                        Mux(((first | cols) & (group - 1)) != 0, ErrorCode.ALIGN, ErrorCode.NONE))
 
+        latched = buffer_rules(buf, r)
         to_plane = Mux(banked, 0, r.dst_stride3)
-        bad_first = check(new.buf, Mux(is_banked(new.buf), new.lane < P, new.lane == 0),
-                          new.dst, new.dst + new.cols, new.cols, self.regs)
-        bad_row = check(buf, Mux(banked, a.lane + p_cnt < P, a.lane == 0),
-                        dst_row + r.dst_stride, row_end + r.dst_stride, a.cols, r)
-        bad_plane = check(buf, Mux(banked, a.lane + p_cnt + 1 < P, a.lane == 0),
-                          dst_plane + to_plane, plane_end + to_plane, a.cols, r)
+        bad_first = check(buffer_rules(new.buf, self.regs),
+                          Mux(is_banked(new.buf), new.lane < P, new.lane == 0),
+                          new.dst, new.dst + new.cols, new.cols)
+        # (row_lane is lane + p for the lane banks)
+        bad_row = check(latched, Mux(banked, row_lane < P, a.lane == 0),
+                        dst_row + r.dst_stride, row_end + r.dst_stride, a.cols)
+        bad_plane = check(latched, Mux(banked, row_lane < P - 1, a.lane == 0),
+                          dst_plane + to_plane, plane_end + to_plane, a.cols)
         with m.If(self.start):
             m.d.sync += row_bad.eq(bad_first)
         with m.Elif(can_issue):
