@@ -13,7 +13,7 @@ from .dma_reader import DmaReader
 from .matrix_unit import buffer_write_ports
 from .microcode import args_layout, op_codes, registers_layout
 from .realign import Realigner
-from .skid import SkidBuffer
+from .skid import PipeRegister, SkidBuffer
 from .sparse_unit import SparseProcessingUnit
 from .status import ErrorCode
 from snpu.verif.isa import Unit
@@ -386,6 +386,8 @@ class LoadUnit(wiring.Component):
         else:
             m.d.comb += [data_w.eq(w.data), be_w.eq(w.be)]
         accept = Signal()
+        m.submodules.acc_out = acc_out = PipeRegister(acc_write_layout(c))
+        wiring.connect(m, acc_out.o, wiring.flipped(self.acc_w))
         # sub-writes of a word: acc takes at most `lanes` elements per write, param at most
         # `lanes` channel records (one per bank)
         acc_busy = (buf == BUFFERS["acc"])
@@ -397,7 +399,7 @@ class LoadUnit(wiring.Component):
         m.d.comb += sub_last.eq(sub == Mux(acc_busy, nsub_acc - 1,
                                            Mux(prm_busy, nsub_prm - 1, 0)))
         m.d.comb += accept.eq(source_valid & rows_fifo.r_rdy &
-                              Mux(acc_busy, self.acc_w.ready & sub_last, sub_last))
+                              Mux(acc_busy, acc_out.i.ready & sub_last, sub_last))
         m.d.comb += words.o.ready.eq(accept | discard)
         with m.If(accept):
             m.d.sync += [in_row.eq(~w.last), word.eq(addr64 + Mux(compressed, 1, B // 8))]
@@ -440,7 +442,9 @@ class LoadUnit(wiring.Component):
             m.d.sync += sub.eq(Mux(sub_last, 0, sub + 1))
 
         # acc: the word's B bytes are B consecutive elements; a sub-write covers `per` of
-        # them, all in one accumulator row (P and B are powers of two), bank = element % P
+        # them, all in one accumulator row (P and B are powers of two), bank = element % P.
+        # The sub-write is registered (`acc_out`) before it leaves: the selection of each
+        # bank's byte and enable is then not in the same cycle as the banks' arbitration.
         per = min(B, P)
         elem0 = Signal(26)
         m.d.comb += elem0.eq((addr << lgB) + sub * per)
@@ -451,11 +455,11 @@ class LoadUnit(wiring.Component):
             m.d.comb += k.eq(g - base_bank)
             j = Signal(lgB, name=f"acc_j{g}")
             m.d.comb += j.eq(sub * per + k[:lgB])
-            m.d.comb += [self.acc_w.payload.data[g].eq(data_w.word_select(j, 8).as_signed()),
-                         self.acc_w.payload.en[g].eq((k >= 0) & (k < per) & be_w.bit_select(j, 1))]
-        m.d.comb += [self.acc_w.payload.row.eq(elem0 // P),
-                     self.acc_w.valid.eq(valid_word & acc_busy)]
-        with m.If(self.acc_w.valid & self.acc_w.ready):
+            m.d.comb += [acc_out.i.payload.data[g].eq(data_w.word_select(j, 8).as_signed()),
+                         acc_out.i.payload.en[g].eq((k >= 0) & (k < per) & be_w.bit_select(j, 1))]
+        m.d.comb += [acc_out.i.payload.row.eq(elem0 // P),
+                     acc_out.i.valid.eq(valid_word & acc_busy)]
+        with m.If(acc_out.i.valid & acc_out.i.ready):
             m.d.sync += sub.eq(Mux(sub_last, 0, sub + 1))
 
         # ---- Completion.
@@ -465,7 +469,8 @@ class LoadUnit(wiring.Component):
             m.d.sync += self.done.eq(0)
         with m.Else():
             m.d.sync += self.done.eq(0)
-            written = ~issuing & (outstanding == 0) & ~spu.o.valid & ~spu.i.valid
+            written = (~issuing & (outstanding == 0) & ~spu.o.valid & spu.idle & ~spu.i.valid
+                       & ~acc_out.o.valid)
             # ldc: every requested word arrived, and the expander done (or the stream bad)
             stream_done = fetch_quiet & (expander.finished | index_err)
             finished = running & Mux(compressed, stream_done & (written | index_err), written)

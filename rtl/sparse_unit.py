@@ -17,7 +17,10 @@ class SparseProcessingUnit(wiring.Component):
     buffer and group-pruned loads start and end on group boundaries (checked by the golden
     model).
 
-    Throughput one beat per cycle; latency one cycle.
+    Two register stages: the first compares every byte with both thresholds, the second
+    counts each group's small bytes and masks.  Throughput one beat per cycle; latency two
+    cycles; a stall (``o`` full and not taken) holds both stages.  The configuration is
+    sampled with the beat (``group_log2`` and ``t4`` travel with it to the second stage).
 
     Parameters
     ----------
@@ -50,6 +53,7 @@ class SparseProcessingUnit(wiring.Component):
             "group_log2": In(2),
             "t3": In(7),
             "t4": In(4),
+            "idle": Out(1),
         })
 
     @property
@@ -66,12 +70,26 @@ class SparseProcessingUnit(wiring.Component):
             return Mux(x[7], ~x[:7] >= t, x[:7] > t)
 
         xs = [self.i.payload.data[8 * k:8 * k + 8] for k in range(n)]
+        advance = Signal()  # both stages move (the output is free or taken)
+        m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
+
+        # Stage 1: per byte, above the threshold ('keep', masked by the byte enable) and at
+        # most t3 ('small'); the beat's group settings travel with it.
+        s1_valid = Signal()
         keep = Signal(n)
         small = Signal(n)
-        m.d.comb += [keep[k].eq(above(xs[k], self.thresh)) for k in range(n)]
-        m.d.comb += [small[k].eq(~above(xs[k], self.t3)) for k in range(n)]
+        s1_g = Signal(2)
+        s1_t4 = Signal(4)
+        s1_be = Signal(n)
+        s1_addr = Signal.like(self.i.payload.addr)
+        with m.If(advance):
+            m.d.sync += [s1_valid.eq(self.i.valid), s1_g.eq(self.group_log2), s1_t4.eq(self.t4),
+                         s1_be.eq(self.i.payload.be), s1_addr.eq(self.i.payload.addr)]
+            m.d.sync += [keep[k].eq(above(xs[k], self.thresh) & self.i.payload.be[k])
+                         for k in range(n)]
+            m.d.sync += [small[k].eq(~above(xs[k], self.t3)) for k in range(n)]
 
-        # Group survival for each supported group size; pick by group_log2.
+        # Stage 2: group survival for each supported group size, picked by the group size.
         survive = {0: Const(-1, n)}
         for g in (1, 2, 3):
             size = 1 << g
@@ -80,23 +98,22 @@ class SparseProcessingUnit(wiring.Component):
             s = Signal(n, name=f"survive{size}")
             for grp in range(n // size):
                 count = sum(small[grp * size + k] for k in range(size))
-                ok = count <= self.t4
+                ok = count <= s1_t4
                 m.d.comb += s[grp * size:(grp + 1) * size].eq(Mux(ok, (1 << size) - 1, 0))
             survive[g] = s
         groups = Signal(n)
-        with m.Switch(self.group_log2):
+        with m.Switch(s1_g):
             for g, s in survive.items():
                 with m.Case(g):
                     m.d.comb += groups.eq(s)
             with m.Default():
                 m.d.comb += groups.eq(-1)
-
-        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
-        with m.If(self.i.ready):
+        with m.If(advance):
             m.d.sync += [
-                self.o.valid.eq(self.i.valid),
-                self.o.payload.bits.eq(keep & groups & self.i.payload.be),
-                self.o.payload.be.eq(self.i.payload.be),
-                self.o.payload.addr.eq(self.i.payload.addr),
+                self.o.valid.eq(s1_valid),
+                self.o.payload.bits.eq(keep & groups),
+                self.o.payload.be.eq(s1_be),
+                self.o.payload.addr.eq(s1_addr),
             ]
+        m.d.comb += self.idle.eq(~s1_valid)
         return m

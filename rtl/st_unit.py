@@ -200,12 +200,16 @@ class StoreUnit(wiring.Component):
         m.d.comb += wr.eq(rows_write.r_data)
         aw_busy = Signal()
         aw_addr = Signal(32)
+        # the next cycle's `aw_addr`, and the bursts it may start, registered with it: the
+        # 4 KiB limit is ready at the cycle's start, not derived from `aw_addr` within it
+        aw_addr_next = Signal(32)
+        limit = Signal(range(MAX_BURST + 1), init=MAX_BURST)
+        m.d.comb += aw_addr_next.eq(aw_addr)
+        m.d.sync += [aw_addr.eq(aw_addr_next), limit.eq(burst_limit(m, aw_addr_next, 3))]
         aw_left = Signal(14)  # beats of the row not yet covered by a burst
         with m.If(~aw_busy & rows_write.r_rdy):
-            m.d.comb += rows_write.r_en.eq(1)
-            m.d.sync += [aw_busy.eq(1), aw_addr.eq(wr.ext & ~7),
-                         aw_left.eq(beats_spanned(wr.ext, wr.cols, 3))]
-        limit = burst_limit(m, aw_addr, 3)
+            m.d.comb += [rows_write.r_en.eq(1), aw_addr_next.eq(wr.ext & ~7)]
+            m.d.sync += [aw_busy.eq(1), aw_left.eq(beats_spanned(wr.ext, wr.cols, 3))]
         row_burst, row_last_burst = burst_size(m, aw_left, limit)
         burst = Signal(range(MAX_BURST + 1))
         aw_next = next_burst_address(m, aw_addr, burst, 3)  # after this burst (rows, stc)
@@ -227,16 +231,18 @@ class StoreUnit(wiring.Component):
         row_issued = Signal()
         aw_fire = self.awvalid & self.awready
         with m.If(self.start):
-            m.d.sync += [aw_addr.eq(Mux(new_stc, new.ext + 8, aw_addr)), header_aw.eq(0)]
+            m.d.comb += aw_addr_next.eq(Mux(new_stc, new.ext + 8, aw_addr))
+            m.d.sync += header_aw.eq(0)
         with m.Elif(compress):
             with m.If(aw_fire & header_aw):
                 m.d.sync += header_aw.eq(0)
             with m.Elif(aw_fire):
-                m.d.sync += aw_addr.eq(aw_next)
+                m.d.comb += aw_addr_next.eq(aw_next)
             with m.If(push_header):
                 m.d.sync += header_aw.eq(1)
         with m.Elif(aw_fire):
-            m.d.sync += [aw_addr.eq(aw_next), aw_left.eq(aw_left - burst)]
+            m.d.comb += aw_addr_next.eq(aw_next)
+            m.d.sync += aw_left.eq(aw_left - burst)
             with m.If(row_last_burst):
                 m.d.sync += aw_busy.eq(0)
                 m.d.comb += row_issued.eq(1)
