@@ -39,6 +39,20 @@ def burst_limit(m: Module, addr: Value, beat_log2: int) -> Signal:
     return limit
 
 
+def burst_limit_after_full(m: Module, addr: Value, beat_log2: int) -> Signal:
+    """:func:`burst_limit` at the address after a burst of ``burst_limit(addr)`` beats from
+    the beat-aligned ``addr``, from ``addr``'s bits alone (no sum): the next page's first
+    beat when that burst ends the page, else ``addr + MAX_BURST`` beats, which is in its
+    page's last ``MAX_BURST`` beats when ``addr``'s burst index is the page's last but one."""
+    beat = addr[beat_log2:beat_log2 + BURST_BITS]
+    group = addr[beat_log2 + BURST_BITS:PAGE_BITS]
+    ends_page = group.all() & (beat != 0)
+    next_near_end = (group == (1 << len(group)) - 2) & (beat != 0)
+    limit = Signal(range(MAX_BURST + 1))
+    m.d.comb += limit.eq(Mux(next_near_end & ~ends_page, MAX_BURST - beat, MAX_BURST))
+    return limit
+
+
 def burst_size(m: Module, beats_left: Value, limit: Value) -> tuple[Signal, Signal]:
     """``(min(beats_left, limit), beats_left <= limit)``: the next burst's beats, and whether
     it is the last, from comparisons of ``limit``'s width (``limit <= MAX_BURST``)."""

@@ -11,7 +11,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .bits import popcount
+from .bits import popcount, popcount_bytes, sum_tree
 from .realign import WORD
 from .skid import PipeRegister
 
@@ -195,8 +195,11 @@ class ChunkExpander(wiring.Component):
     carry the row's ``last`` flag, as the :class:`~.realign.Realigner`'s do, so the LD unit
     writes them as it writes loaded rows.
 
+    Stream words are registered as they enter, with the popcount of each of their bytes
+    (two LUT levels), so the mask's count and the first word's decisions start at registers.
+
     Throughput: ``1 + ceil(width / 8)`` cycles per chunk of ``width`` values
-    (:func:`snpu.verif.timing.ldc_cycles`).
+    (:func:`snpu.verif.timing.ldc_cycles`); one cycle more of latency (the input register).
 
     Members
     -------
@@ -208,8 +211,8 @@ class ChunkExpander(wiring.Component):
         Every row has been expanded and the last chunk's words taken (until the next
         ``start``).
     starving : Out(1)
-        It cannot go on without another stream word (the LD unit's check of a stream shorter
-        than its header says).
+        It cannot go on without another stream word, and holds none (the LD unit's check
+        of a stream shorter than its header says).
     """
 
     i: In(stream.Signature(64))
@@ -235,6 +238,19 @@ class ChunkExpander(wiring.Component):
         busy = Signal()
         m.d.comb += self.finished.eq(~busy)
 
+        # The input register: a stream word and its bytes' popcounts (`word_*`), taken when
+        # empty or when the word in it is used (`word_ready`); emptied by `start`.
+        word_valid = Signal()
+        word = Signal(64)
+        word_ready = Signal()
+        word_pc = [Signal(4, name=f"word_pc{k}") for k in range(8)]
+        m.d.comb += self.i.ready.eq(~word_valid | word_ready)
+        with m.If(self.i.ready):
+            m.d.sync += [word_valid.eq(self.i.valid), word.eq(self.i.payload)]
+            m.d.sync += [pc.eq(n) for pc, n in zip(word_pc, popcount_bytes(m, self.i.payload))]
+        with m.If(self.start):
+            m.d.sync += word_valid.eq(0)
+
         with m.If(self.start):
             m.d.sync += [rows_left.eq(self.rows), cols.eq(self.cols), left_in_row.eq(self.cols),
                          busy.eq((self.rows != 0) & (self.cols != 0)), head.eq(1),
@@ -242,7 +258,7 @@ class ChunkExpander(wiring.Component):
 
         # mask word -> the chunk's value words
         count = Signal(7)
-        m.d.comb += count.eq(popcount(m, self.i.payload, "mask_count"))
+        m.d.comb += count.eq(sum_tree(word_pc))
         last_word_of_row = left_in_row <= 8
         chunk_last = last_word_of_row | (byte == 7)
 
@@ -255,7 +271,7 @@ class ChunkExpander(wiring.Component):
         take_word = Signal()
         m.d.comb += take_word.eq((window_n < need) & (value_left != 0))
         merged = Signal(64)  # this word's packed bytes (the window's rest is shifted apart)
-        m.d.comb += merged.eq(Mux(take_word, window | (self.i.payload << (window_n * 8)),
+        m.d.comb += merged.eq(Mux(take_word, window | (word << (window_n * 8)),
                                   window))
 
         dense = _expand(m, merged, keep, "dense")
@@ -267,29 +283,28 @@ class ChunkExpander(wiring.Component):
         with m.If(~busy | self.start):
             pass  # idle, or (re)starting: nothing is taken or given
         with m.Elif(head):
-            m.d.comb += self.i.ready.eq(1)
-            with m.If(self.i.valid):
-                m.d.sync += [mask.eq(self.i.payload), value_left.eq((count + 7) >> 3),
+            m.d.comb += word_ready.eq(1)
+            with m.If(word_valid):
+                m.d.sync += [mask.eq(word), value_left.eq((count + 7) >> 3),
                              byte.eq(0), window.eq(0), window_n.eq(0), head.eq(0),
-                             keep.eq(self.i.payload[:8]),
-                             need.eq(popcount(m, self.i.payload[:8], "first_need"))]
+                             keep.eq(word[:8]), need.eq(word_pc[0])]
         with m.Elif(skipping):
-            m.d.comb += self.i.ready.eq(1)
-            with m.If(self.i.valid):
+            m.d.comb += word_ready.eq(1)
+            with m.If(word_valid):
                 m.d.sync += value_left.eq(value_left - 1)
                 with m.If(value_left == 1):
                     m.d.sync += [skipping.eq(0), head.eq(rows_left != 0),
                                  busy.eq(rows_left != 0)]
         with m.Else():
             # (a value word taken makes enough bytes: the window held fewer than `need` <= 8)
-            enough = Mux(take_word, self.i.valid, window_n >= need)
+            enough = Mux(take_word, word_valid, window_n >= need)
             m.d.comb += [self.o.valid.eq(enough),
-                         self.i.ready.eq(take_word & self.o.ready)]
+                         word_ready.eq(take_word & self.o.ready)]
             with m.If(self.o.valid & self.o.ready):
                 # the window after this word's bytes: the rest of the new value word when one
                 # is taken (the window then held fewer bytes than needed), else the rest of
                 # the window; both shifts start at registers, take_word only selects
-                rest_of_word = self.i.payload >> ((need - window_n)[:4] * 8)
+                rest_of_word = word >> ((need - window_n)[:4] * 8)
                 rest_of_window = window >> (need * 8)
                 m.d.sync += [window.eq(Mux(take_word, rest_of_word, rest_of_window)[:64]),
                              window_n.eq(Mux(take_word, window_n + 8 - need, window_n - need)),
@@ -308,6 +323,6 @@ class ChunkExpander(wiring.Component):
                         m.d.sync += busy.eq(0)
                     with m.Else():
                         m.d.sync += head.eq(1)
-        m.d.comb += self.starving.eq(busy & ~self.start &
+        m.d.comb += self.starving.eq(busy & ~self.start & ~word_valid &
                                      (head | skipping | (~head & ~skipping & take_word)))
         return m

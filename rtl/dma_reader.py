@@ -6,7 +6,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .axi import MAX_BURST, RESP_OKAY, beats_spanned, burst_limit, burst_size, next_burst_address
+from .axi import (MAX_BURST, RESP_OKAY, beats_spanned, burst_limit, burst_limit_after_full,
+                  burst_size, next_burst_address)
 
 #: a request: the bytes ``[addr, addr + length)``; ``tag`` travels with its beats
 REQUEST = data.StructLayout({"addr": 32, "length": 17, "tag": 16})
@@ -76,19 +77,17 @@ class DmaReader(wiring.Component):
         # ---- Address side: one request at a time, burst by burst.
         busy = Signal()
         next_addr = Signal(32)   # beat-aligned address of the next burst
-        # next cycle's `next_addr`, and the beats a burst from it may have (the 4 KiB limit),
-        # registered with it: `arlen` starts at registers
-        next_addr_d = Signal(32)
+        # `limit`: the beats a burst from `next_addr` may have (the 4 KiB boundary), a register
+        # set with `next_addr`, so `arlen` starts at registers.  After a burst, `next_addr`
+        # is the next burst's only if that burst was full (`limit` beats): a request's last
+        # burst is followed by the next request's address.
         limit = Signal(range(MAX_BURST + 1), init=MAX_BURST)
-        m.d.comb += next_addr_d.eq(next_addr)
-        m.d.sync += [next_addr.eq(next_addr_d), limit.eq(burst_limit(m, next_addr_d, lg))]
         beats_left = Signal(14)  # beats of the current request not yet requested
         m.d.comb += self.req.ready.eq(~busy & inflight.w_rdy)
         m.d.comb += [inflight.w_data.eq(self.req.payload), inflight.w_en.eq(self.req.valid & self.req.ready)]
         first = self.req.payload.addr & ~(B - 1)
         with m.If(self.req.valid & self.req.ready):
-            m.d.comb += next_addr_d.eq(first)
-            m.d.sync += [busy.eq(1),
+            m.d.sync += [busy.eq(1), next_addr.eq(first), limit.eq(burst_limit(m, first, lg)),
                          beats_left.eq(beats_spanned(self.req.payload.addr,
                                                      self.req.payload.length, lg))]
         # the burst: at most MAX_BURST beats, none past the 4 KiB boundary (rtl/axi.py's
@@ -96,8 +95,9 @@ class DmaReader(wiring.Component):
         burst, last_burst = burst_size(m, beats_left, limit)
         m.d.comb += [self.arvalid.eq(busy), self.araddr.eq(next_addr), self.arlen.eq(burst - 1)]
         with m.If(self.arvalid & self.arready):
-            m.d.comb += next_addr_d.eq(next_burst_address(m, next_addr, burst, lg))
-            m.d.sync += beats_left.eq(beats_left - burst)
+            m.d.sync += [next_addr.eq(next_burst_address(m, next_addr, burst, lg)),
+                         limit.eq(burst_limit_after_full(m, next_addr, lg)),
+                         beats_left.eq(beats_left - burst)]
             with m.If(last_burst):
                 m.d.sync += busy.eq(0)
 

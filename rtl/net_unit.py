@@ -84,7 +84,8 @@ class NetUnit(wiring.Component):
         # a packet's bytes count the cycle after its last flit is written (from registers)
         add = Signal(COUNT_BITS)      # bytes counted this cycle ...
         add_tag = Signal(4)           # ... on this tag
-        m.d.sync += add.eq(0)
+        arriving = Signal()           # add != 0, registered with it
+        m.d.sync += [add.eq(0), arriving.eq(0)]
         # A recv takes its bytes off its counter after it finds them there, from registers
         # (`taking`): the cycle after, or the one after that if an arrival on another tag
         # writes first (arrivals are two cycles apart at least); the next recv compares
@@ -92,11 +93,9 @@ class NetUnit(wiring.Component):
         taking = Signal()
         take = Signal(COUNT_BITS)
         take_tag = Signal(4)
-        arriving = Signal()
         took = Signal()               # the take is written this cycle (alone or with the arrival)
         upd_tag = Signal(4)
-        m.d.comb += [arriving.eq(add != 0),
-                     took.eq(taking & (~arriving | (take_tag == add_tag))),
+        m.d.comb += [took.eq(taking & (~arriving | (take_tag == add_tag))),
                      upd_tag.eq(Mux(arriving, add_tag, take_tag))]
 
         def count(port, tag):
@@ -219,7 +218,8 @@ class NetUnit(wiring.Component):
                 with m.If(self.eject.valid & self.mem_wr.ready):
                     m.d.sync += [a_word.eq(a_word + 1), a_left.eq(Mux(a_left >= 8, a_left - 8, 0))]
                     with m.If(self.eject.payload.last):
-                        m.d.sync += [add.eq(a_head.bytes), add_tag.eq(a_head.tag)]
+                        m.d.sync += [add.eq(a_head.bytes), add_tag.eq(a_head.tag),
+                                     arriving.eq(a_head.bytes != 0)]
                         m.d.sync += self.bytes_received.eq(self.bytes_received + a_head.bytes)
                         m.next = "HEAD"
         return m

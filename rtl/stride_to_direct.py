@@ -84,7 +84,9 @@ class StrideToDirect(wiring.Component):
         qlen = Signal(range(QUEUE + 1))
         pop = Signal(range(E + 1))  # set by stage 2
         st_n = Signal(range(E + 1))       # entries held in the stage-0 register
-        st_b = [Signal(8, name=f"st_b{k}") for k in range(E)]
+        # per staged entry: an element (not an escape), and the elements staged before it
+        st_elem = [Signal(name=f"st_elem{k}") for k in range(E)]
+        st_before = [Signal(range(k + 1), name=f"st_before{k}") for k in range(E)]
         space = Signal(range(QUEUE + 1))
         # this cycle's pops and the staged entries' escapes are ignored: no content paths
         m.d.comb += space.eq(QUEUE - qlen - st_n)
@@ -97,9 +99,8 @@ class StrideToDirect(wiring.Component):
         # st_pre[k] is the sum of the first k + 1 staged bytes, registered with them.
         st_pre = [Signal(10, name=f"st_pre{k}") for k in range(E)]
         pos = [Signal(17, name=f"pos{k}") for k in range(E)]
-        elem = [Signal(name=f"elem{k}") for k in range(E)]
+        elem = st_elem
         m.d.comb += [pos[k].eq(cursor + st_pre[k]) for k in range(E)]
-        m.d.comb += [elem[k].eq((k < st_n) & (st_b[k] != ESCAPE)) for k in range(E)]
         cursor_next = Signal(17)
         advance = Const(0, 10)
         for k in range(E):
@@ -111,7 +112,7 @@ class StrideToDirect(wiring.Component):
         # emission the next chunk's (`next_end`).  Every position, queued or new, is compared
         # with both ends from registers, in parallel; the pop count only selects.
         end = Signal(17)  # registered: n for the last chunk, else chunk_lo + CHUNK
-        next_end = Signal(17)
+        next_end = Signal(17)  # registered: the next chunk's end (n for the last)
         emit = Signal()
         below_next = [Signal(name=f"below_next{k}") for k in range(QUEUE)]
         m.d.comb += [below_next[k].eq(Mux(emit, queue[k] < next_end, below[k]))
@@ -137,7 +138,7 @@ class StrideToDirect(wiring.Component):
         m.d.comb += n_new.eq(sum(elem))
         # element j goes to position left + (elements before it): escapes leave no gap
         slot = [Signal(range(QUEUE + E + 1), name=f"slot{j}") for j in range(E)]
-        m.d.comb += [slot[j].eq(left + sum(elem[:j])) for j in range(E)]
+        m.d.comb += [slot[j].eq(left + st_before[j]) for j in range(E)]
         for k in range(QUEUE):
             m.d.comb += [appended[k].eq(base_q[k]), appended_below[k].eq(base_below[k])]
             for j in range(E):
@@ -150,7 +151,6 @@ class StrideToDirect(wiring.Component):
         acc_bits = Signal(CHUNK)
         acc_kept = Signal(range(CHUNK + 1))
         rank = self.kept
-        m.d.comb += next_end.eq(Mux(chunks_left == 2, n, chunk_lo + 2 * CHUNK))
         fits = [Signal(name=f"fits{k}") for k in range(E)]
         for k in range(E):
             m.d.comb += fits[k].eq((qlen > k) & below[k] & (fits[k - 1] if k else 1))
@@ -174,12 +174,13 @@ class StrideToDirect(wiring.Component):
             m.d.sync += [
                 self.busy.eq(1), self.error.eq(0), n.eq(self.n), packed.eq(self.packed),
                 val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0), qlen.eq(0),
-                st_n.eq(0),
+                st_n.eq(0), *[e.eq(0) for e in st_elem],
                 # min(count, E) without a 16-bit comparison on the start path
                 rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E,
                                self.count[:E.bit_length()])),
                 chunk_lo.eq(0), rank.eq(0), acc_bits.eq(0), acc_kept.eq(0),
                 end.eq(Mux(self.n > CHUNK, CHUNK, self.n)),
+                next_end.eq(Mux(self.n > 2 * CHUNK, 2 * CHUNK, self.n)),
                 # an empty row still produces one (empty, last) chunk
                 chunks_left.eq(Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> 6)),
             ]
@@ -197,7 +198,9 @@ class StrideToDirect(wiring.Component):
             if E > 3:
                 pre[3] = pre[1] + (b[2] + b[3])
             m.d.sync += [st_pre[k].eq(pre[k]) for k in range(E)]
-            m.d.sync += [st_b[k].eq(self.bytes[k]) for k in range(E)]
+            is_elem = [(k < take) & (self.bytes[k] != ESCAPE) for k in range(E)]
+            m.d.sync += [st_elem[k].eq(is_elem[k]) for k in range(E)]
+            m.d.sync += [st_before[k].eq(sum(is_elem[:k])) for k in range(1, E)]
             m.d.sync += [queue[k].eq(appended[k]) for k in range(QUEUE)]
             m.d.sync += [below[k].eq(appended_below[k]) for k in range(QUEUE)]
             with m.If(emit):
@@ -209,6 +212,8 @@ class StrideToDirect(wiring.Component):
                     acc_bits.eq(0), acc_kept.eq(0),
                     chunk_lo.eq(chunk_lo + CHUNK), chunks_left.eq(chunks_left - 1),
                     end.eq(next_end),
+                    # the end of the chunk after the next: n if that is the last
+                    next_end.eq(Mux(chunks_left == 3, n, chunk_lo + 3 * CHUNK)),
                 ]
                 with m.If(is_last):
                     m.d.sync += self.busy.eq(0)

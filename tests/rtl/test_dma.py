@@ -94,10 +94,12 @@ def test_read_error_is_reported_and_data_still_flows():
 def test_burst_helpers_follow_the_axi_rules(beat_log2):
     """rtl/axi.py's burst arithmetic against the rule it shortens: at most 16 beats, none
     past a 4 KiB boundary, the last burst when the beats left fit, the next address after
-    the burst, and the beats a byte range touches."""
+    the burst, the limit at the address after a full burst, and the beats a byte range
+    touches."""
     from amaranth.sim import Simulator
 
-    from snpu.rtl.axi import beats_spanned, burst_limit, burst_size, next_burst_address
+    from snpu.rtl.axi import (beats_spanned, burst_limit, burst_limit_after_full, burst_size,
+                              next_burst_address)
 
     B = 1 << beat_log2
     m = Module()
@@ -105,6 +107,7 @@ def test_burst_helpers_follow_the_axi_rules(beat_log2):
     limit = burst_limit(m, addr, beat_log2)
     burst, last = burst_size(m, left, limit)
     after = next_burst_address(m, addr, burst, beat_log2)
+    limit_after_full = burst_limit_after_full(m, addr, beat_log2)
     span = Signal(14)
     m.d.comb += span.eq(beats_spanned(addr, length, beat_log2))
     rng = random.Random(beat_log2)
@@ -119,10 +122,11 @@ def test_burst_helpers_follow_the_axi_rules(beat_log2):
             ctx.set(length, n)
             want_limit = min(16, (4096 - a % 4096) // B)
             want_burst = min(n, want_limit)
+            full_end = a + want_limit * B  # where a burst of `want_limit` beats ends
             want = (want_limit, want_burst, n <= want_limit, (a + want_burst * B) % 2**32,
-                    ((a % B) + n + B - 1) // B)
+                    ((a % B) + n + B - 1) // B, min(16, (4096 - full_end % 4096) // B))
             got = (ctx.get(limit), ctx.get(burst), bool(ctx.get(last)), ctx.get(after),
-                   ctx.get(span))
+                   ctx.get(span), ctx.get(limit_after_full))
             if got != want:
                 failures.append((a, n, got, want))
 

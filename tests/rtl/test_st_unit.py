@@ -58,7 +58,7 @@ def test_stores_match_golden(seed):
     mem = bytearray(8192)
     ops = []
     for _ in range(10):
-        cols = rng.choice([1, 3, 8, 9, 16, 30, 100, 200])
+        cols = rng.choice([1, 3, 8, 9, 16, 30, 100, 200, 300])
         rows, n3 = rng.randrange(1, 4), rng.randrange(1, 3)
         regs = {"src_stride": rng.randrange(0, 50), "src_stride3": rng.randrange(0, 200),
                 "ext_stride": cols + rng.randrange(0, 40)}
@@ -68,7 +68,10 @@ def test_stores_match_golden(seed):
             n3, rows = 1, 1
             span_src = cols
         span_ext = (n3 - 1) * regs["ext_stride3"] + (rows - 1) * regs["ext_stride"] + cols
-        ext = rng.choice([rng.randrange(0, 8192 - span_ext), 4096 - rng.randrange(1, 20)])
+        # anywhere; just before the 4 KiB boundary; a full burst or two before it (the
+        # burst after a full one is then cut at the boundary)
+        ext = rng.choice([rng.randrange(0, 8192 - span_ext), 4096 - rng.randrange(1, 20),
+                          4096 - 8 * rng.randrange(17, 33) - rng.randrange(8)])
         if ext + span_ext > 8192:
             ext = 8192 - span_ext
         ops.append((regs, dict(src=rng.randrange(0, CFG.obuf_bytes - span_src + 1), ext=ext,
