@@ -20,7 +20,8 @@ class ConnectionUnit(wiring.Component):
       its source, claim 10); a :class:`StrideMerge` intersects them (claim 8).
 
     Throughput one chunk per cycle on the AND path; see :class:`StrideMerge` for the merge.
-    Latency 4 cycles (through the input and output queues).
+    Latency 4 cycles on the AND path (through the input and output queues), 5 on the merge
+    path (its head registers).
 
     Parameters
     ----------

@@ -112,7 +112,7 @@ class NetUnit(wiring.Component):
             m.d.sync += written.eq(written | (1 << upd_tag))
         with m.If(took):
             m.d.sync += taking.eq(0)
-        look = counts.read_port(domain="comb")   # the counter a recv compares
+        look = counts.read_port(domain="comb")   # the counter a recv compares (`enough`)
 
         # ---- Instructions.
         op = Signal(range(len(CODES)))
@@ -130,9 +130,16 @@ class NetUnit(wiring.Component):
         m.d.comb += [self.mem_rd.payload.eq(rd_addr), self.mem_rd.valid.eq(issue)]
         read_last = Signal()       # the word read last cycle ends its packet (read latency 1)
         head = Signal(HEAD)
+        # The next packet's size, its destination and whether every byte is sent, registered
+        # from `s` and `sent` every cycle: HEAD is entered at least a cycle after either
+        # changes (after CHECK, or after a packet's DATA), so they are current there.
         pk_bytes = Signal(17)
-        m.d.comb += pk_bytes.eq(Mux(s.bytes - sent > packet, packet, s.bytes - sent))
-        m.d.comb += [head.x.eq(s.x), head.y.eq(s.y), head.addr.eq(s.dst + sent), head.tag.eq(s.tag),
+        pk_dst = Signal(17)
+        all_sent = Signal()
+        unsent = s.bytes - sent
+        m.d.sync += [pk_bytes.eq(Mux(unsent > packet, packet, unsent)), pk_dst.eq(s.dst + sent),
+                     all_sent.eq(sent == s.bytes)]
+        m.d.comb += [head.x.eq(s.x), head.y.eq(s.y), head.addr.eq(pk_dst), head.tag.eq(s.tag),
                      head.bytes.eq(pk_bytes)]
         with m.If(self.mem_rvalid):
             m.d.comb += [tx.w_en.eq(1), tx.w_data.eq(Cat(self.mem_rdata, read_last))]
@@ -141,6 +148,11 @@ class NetUnit(wiring.Component):
         m.d.sync += inflight.eq(inflight + accepted - self.mem_rvalid)
         with m.If(accepted):
             m.d.sync += read_last.eq(left == 1)
+        # The recv's counter compared in every cycle and registered: a cycle late, which
+        # only delays a recv (counts fall only by this unit's takes, each written before the
+        # next recv's first comparison)
+        enough = Signal()
+        m.d.sync += enough.eq(count(look, r.tag) >= r.bytes)
         send_bad = Signal(ErrorCode)
         with m.If(((s.src | s.dst) & 7) != 0):
             m.d.comb += send_bad.eq(ErrorCode.ALIGN)
@@ -170,7 +182,7 @@ class NetUnit(wiring.Component):
                     m.next = "HEAD"
             with m.State("HEAD"):
                 # the head flit goes in while no read is outstanding (flits stay in order)
-                with m.If(sent == s.bytes):
+                with m.If(all_sent):
                     with m.If(~tx.r_rdy & (inflight == 0)):
                         m.d.sync += self.done.eq(1)
                         m.next = "END"
@@ -187,7 +199,7 @@ class NetUnit(wiring.Component):
                     with m.If(left == 1):
                         m.next = "HEAD"
             with m.State("RECV"):
-                with m.If(~taking & (count(look, r.tag) >= r.bytes)):
+                with m.If(~taking & enough):
                     m.d.sync += [taking.eq(1), take.eq(r.bytes), take_tag.eq(r.tag)]
                     m.d.sync += self.done.eq(1)
                     m.next = "END"

@@ -19,8 +19,13 @@ class StrideMerge(wiring.Component):
     storage, ``base + position`` for unpacked.  When both lists reach their terminators the
     row ends with an item ``pair = 0, last = 1``.
 
+    Each side's entries enter a head register with their absolute position (the running
+    sum is taken as they enter, from the previous entry's), so the merge's comparison starts
+    at registers and no adder lies between it and the inputs' ``ready``.
+
     Throughput: one entry of each list per cycle; a row takes about
-    ``entries_a + entries_b - pairs + 1`` cycles.  Latency 1 cycle.
+    ``entries_a + entries_b - pairs + 1`` cycles.  Latency 2 cycles (the head registers, the
+    output register).
 
     Members
     -------
@@ -41,49 +46,56 @@ class StrideMerge(wiring.Component):
         out_free = Signal()
         m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
 
-        cur_a, cur_b = Signal(18), Signal(18)
-        rank_a, rank_b = Signal(ADDR), Signal(ADDR)
-        a, b = self.a.payload, self.b.payload
-        pa, pb = Signal(18), Signal(18)
-        m.d.comb += [pa.eq(cur_a + a.value), pb.eq(cur_b + b.value)]
-        a_esc = Signal()
-        b_esc = Signal()
-        m.d.comb += [a_esc.eq(~a.none & (a.value == ESCAPE)), b_esc.eq(~b.none & (b.value == ESCAPE))]
+        def head(port, take, name):
+            """The side's head entry, registered: valid, its absolute position, whether it is
+            an escape, a terminator (``none``), its base.  It is replaced when empty or
+            taken; the running position restarts after a terminator."""
+            valid, pos = Signal(name=f"{name}_valid"), Signal(18, name=f"{name}_pos")
+            esc, none = Signal(name=f"{name}_esc"), Signal(name=f"{name}_none")
+            base = Signal(ADDR, name=f"{name}_base")
+            run = Signal(18, name=f"{name}_run")  # the position after the last entry in
+            e = port.payload
+            m.d.comb += port.ready.eq(~valid | take)
+            with m.If(port.ready):
+                m.d.sync += valid.eq(port.valid)
+                with m.If(port.valid):
+                    p = run + e.value
+                    m.d.sync += [pos.eq(p), esc.eq(~e.none & (e.value == ESCAPE)),
+                                 none.eq(e.none), base.eq(e.base), run.eq(Mux(e.none, 0, p))]
+            return valid, pos, esc, none, base
 
         take_a, take_b = Signal(), Signal()
+        a_valid, pa, a_esc, a_none, a_base = head(self.a, take_a, "a")
+        b_valid, pb, b_esc, b_none, b_base = head(self.b, take_b, "b")
+        rank_a, rank_b = Signal(ADDR), Signal(ADDR)
+
         both = Signal()
-        m.d.comb += both.eq(self.a.valid & self.b.valid & out_free)
-        m.d.comb += [self.a.ready.eq(take_a), self.b.ready.eq(take_b)]
+        m.d.comb += both.eq(a_valid & b_valid & out_free)
 
         with m.If(out_free):
             m.d.sync += self.o.valid.eq(0)
         with m.If(both):
-            with m.If(a.none & b.none):
+            with m.If(a_none & b_none):
                 m.d.comb += [take_a.eq(1), take_b.eq(1)]
                 m.d.sync += [
                     self.o.valid.eq(1), self.o.payload.stride.eq(1), self.o.payload.pair.eq(0),
-                    self.o.payload.last.eq(1),
-                    cur_a.eq(0), cur_b.eq(0), rank_a.eq(0), rank_b.eq(0),
+                    self.o.payload.last.eq(1), rank_a.eq(0), rank_b.eq(0),
                 ]
             with m.Elif(a_esc | b_esc):
                 m.d.comb += [take_a.eq(a_esc), take_b.eq(b_esc)]
-                with m.If(a_esc):
-                    m.d.sync += cur_a.eq(pa)
-                with m.If(b_esc):
-                    m.d.sync += cur_b.eq(pb)
-            with m.Elif(a.none | (~b.none & (pb < pa))):
+            with m.Elif(a_none | (~b_none & (pb < pa))):
                 m.d.comb += take_b.eq(1)
-                m.d.sync += [cur_b.eq(pb), rank_b.eq(rank_b + 1)]
-            with m.Elif(b.none | (pa < pb)):
+                m.d.sync += rank_b.eq(rank_b + 1)
+            with m.Elif(b_none | (pa < pb)):
                 m.d.comb += take_a.eq(1)
-                m.d.sync += [cur_a.eq(pa), rank_a.eq(rank_a + 1)]
+                m.d.sync += rank_a.eq(rank_a + 1)
             with m.Else():  # equal heads: a pair
                 m.d.comb += [take_a.eq(1), take_b.eq(1)]
                 m.d.sync += [
-                    cur_a.eq(pa), cur_b.eq(pb), rank_a.eq(rank_a + 1), rank_b.eq(rank_b + 1),
+                    rank_a.eq(rank_a + 1), rank_b.eq(rank_b + 1),
                     self.o.valid.eq(1), self.o.payload.stride.eq(1), self.o.payload.pair.eq(1),
                     self.o.payload.last.eq(0),
-                    self.o.payload.n_base.eq(a.base + Mux(self.n_packed, rank_a, pa)),
-                    self.o.payload.w_base.eq(b.base + Mux(self.w_packed, rank_b, pb)),
+                    self.o.payload.n_base.eq(a_base + Mux(self.n_packed, rank_a, pa)),
+                    self.o.payload.w_base.eq(b_base + Mux(self.w_packed, rank_b, pb)),
                 ]
         return m
