@@ -65,10 +65,11 @@ class ByteFetcher(wiring.Component):
         inflight = Signal()
         next_word = Signal(len(self.mem_addr))
 
+        # the ring index of each window byte, rp + j, a register of its own (set with rp), so
+        # the window's multiplexers start at registers with no adder before them
+        idx = [Signal(4, name=f"idx{j}") for j in range(E)]
         for j in range(E):
-            idx = Signal(4, name=f"idx{j}")
-            m.d.comb += idx.eq(rp + j)
-            with m.Switch(idx):
+            with m.Switch(idx[j]):
                 for k in range(RING_BYTES):
                     with m.Case(k):
                         m.d.comb += self.bytes[j].eq(ring_bytes[k])
@@ -92,17 +93,21 @@ class ByteFetcher(wiring.Component):
         fill_next = Signal(range(RING_BYTES + 1))
         avail_next = Signal(range(E + 1))
         rp_next = Signal(4)
+        idx_next = [Signal(4, name=f"idx_next{j}") for j in range(E)]
         with m.Switch(self.take):
             for k in range(E + 1):
                 with m.Case(k):
                     left = (gained - k)[:len(fill_next)]
                     m.d.comb += [fill_next.eq(left), avail_next.eq(Mux(left > E, E, left)),
                                  rp_next.eq(rp + k)]
+                    m.d.comb += [idx_next[j].eq(rp + k + j) for j in range(E)]
         with m.If(self.start):
+            m.d.sync += [idx[j].eq(self.start_addr[:3] + j) for j in range(E)]
             m.d.sync += [rp.eq(self.start_addr[:3]), fill.eq(0), self.avail.eq(0), slot.eq(0),
                          inflight.eq(1), skip.eq(self.start_addr[:3]),
                          next_word.eq(self.start_addr[3:] + 1)]
         with m.Else():
+            m.d.sync += [idx[j].eq(idx_next[j]) for j in range(E)]
             m.d.sync += [rp.eq(rp_next), inflight.eq(issue), fill.eq(fill_next),
                          self.avail.eq(avail_next)]
             with m.If(issue):

@@ -128,10 +128,14 @@ class SideSource(wiring.Component):
         w_vec_idx, w_row_idx = Signal(ADDR), Signal(ADDR)
         inflight = Signal()
         q_pending = Signal(2)  # chunks in the receiver's later stages
+        # room for one more chunk, registered: the chunks in flight and in the FIFO after
+        # this cycle are at most this cycle's plus its issue (a chunk leaving only makes more
+        # room), so if those are below the depth, a chunk issued next cycle fits; the FIFO's
+        # level never reaches the issue decision in the same cycle
         credit = Signal()
-        m.d.comb += credit.eq(fifo.level + inflight + q_pending < fifo.depth - 1)
         issue = Signal()
         m.d.comb += issue.eq(w_active & credit)
+        m.d.sync += credit.eq(fifo.level + inflight + q_pending + issue < fifo.depth)
         c_last, row_last = Signal(), Signal()
         m.d.comb += [c_last.eq(w_c == last_chunk), row_last.eq(w_k == last_row)]
         # metadata travelling with the read

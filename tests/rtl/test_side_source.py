@@ -153,3 +153,42 @@ def test_direct_chunks_at_one_per_cycle():
 
     simulate(top, driver)
     assert span["cycles"] == rows * 10
+
+
+def test_direct_chunks_survive_long_stalls():
+    """The output held off for long stretches, again and again: the issue credit must stop
+    the reads before the FIFO (and the reads in flight) would overflow, and resume them at
+    one chunk per cycle; every chunk arrives, in order."""
+    n, rows = 640, 4
+    w = np.ones((rows, n), np.int8)
+    w[:, ::3] = 0
+    bank = layout.encode_weight_tile(w, "direct", 1, 64)[0]
+    src = SideSource()
+    top = WithMemory(src, {"mem": words_of(bank.widx, len(bank.widx) // 8 + 1)},
+                     {"mem": (src.mem_addr, src.mem_en, src.mem_data)})
+    want = []
+    vb = 0
+    for r in range(rows):
+        want += _expected_chunks(w[r] != 0, vb, 1)
+        vb += int((w[r] != 0).sum())
+    got = []
+
+    async def driver(ctx):
+        for k, v in dict(fmt=Fmt.DIRECT, packed=1, to_entries=0, rows_follow=1, n=n, nvec=1,
+                         rows=rows, idx_base=0, val_base=0, idx_vec_stride=0,
+                         val_vec_stride=0).items():
+            ctx.set(getattr(src, k), v)
+        ctx.set(src.start, 1)
+        await ctx.tick()
+        ctx.set(src.start, 0)
+        t = 0
+        while len(got) < len(want):
+            ready = (t // 3) % 2 if t < 60 else t % 25 < 4  # short, then long stalls
+            ctx.set(src.chunks.ready, ready)
+            _, _, valid, p = await ctx.tick().sample(src.chunks.valid, src.chunks.payload)
+            if valid and ready:
+                got.append((p.bits, p.base, p.last))
+            t += 1
+
+    simulate(top, driver)
+    assert got == want
