@@ -264,8 +264,12 @@ class LoadUnit(wiring.Component):
         # words: the header's word and the stream's (requested, arrived); `words_bound`: the
         # most the rows can take (checked against the header)
         fetch_header, fetch_body, fetch_wait = Signal(), Signal(), Signal()
-        words_bound = Signal(26)  # from the latched operands: the multiply is off the start path
-        m.d.sync += words_bound.eq(a.rows * (((a.cols + 63) >> 6) + ((a.cols + 7) >> 3)))
+        # from the latched operands, in two register stages (a row's words, then the multiply:
+        # the header it is checked against arrives many cycles later)
+        words_bound = Signal(26)
+        row_words = Signal(14)
+        m.d.sync += [row_words.eq(((a.cols + 63) >> 6) + ((a.cols + 7) >> 3)),
+                     words_bound.eq(a.rows * row_words)]
         body_addr = Signal(32)
         body_left = Signal(26)    # stream bytes not yet requested, in words
         words_expected = Signal(27)

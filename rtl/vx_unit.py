@@ -104,12 +104,15 @@ class VectorUnit(wiring.Component):
         rd_cur = Signal(24)                               # rd_j2 + j1*k1_stride
         rd = Signal(24)                                   # the word being read
         wr = Signal(24)                                   # where its result goes
-        m.d.comb += [rd.eq(Mux(is_vew & half, b_o + i * P, rd_cur)), wr.eq(dst_o + i * P)]
+        # the word i of the b operand, of the destination and of the parameters, registers
+        # stepped with i (no adder between them and the range checks)
+        b_i, wr_i, prm_i = Signal(24), Signal(24), Signal(13)
+        m.d.comb += [rd.eq(Mux(is_vew & half, b_i, rd_cur)), wr.eq(wr_i)]
         last_j = (j1 == k1 - 1) & (j2 == k2 - 1)
         # (the limits less a word are constants: no adder before the comparisons)
         dst_last = Mux(is_req, c.obuf_bytes - P, c.acc_elems - P)
         bad = Signal(ErrorCode)
-        with m.If((rd > c.acc_elems - P) | (wr > dst_last) | (is_req & (param + i >= c.param_rows))):
+        with m.If((rd > c.acc_elems - P) | (wr > dst_last) | (is_req & (prm_i >= c.param_rows))):
             m.d.comb += bad.eq(ErrorCode.RANGE)
         # only the operands and strides the operation uses must be multiples of lanes
         used = Mux(is_vred, r.k1_stride | r.k2_stride, Mux(is_vew, b | r.b_stride, 0))
@@ -119,7 +122,7 @@ class VectorUnit(wiring.Component):
         issue = Signal()
         m.d.comb += issue.eq(gen & (bad == ErrorCode.NONE))
         m.d.comb += [self.acc_rd_en.eq(issue), self.acc_rd_row.eq(rd // P),
-                     self.prm_en.eq(issue & is_req), self.prm_row.eq(param + i)]
+                     self.prm_en.eq(issue & is_req), self.prm_row.eq(prm_i)]
 
         with m.If(self.start):
             m.d.sync += [gen.eq(1), o.eq(0), i.eq(0), j1.eq(0), j2.eq(0), half.eq(0),
@@ -145,11 +148,14 @@ class VectorUnit(wiring.Component):
                         m.d.comb += step_i.eq(1)
             with m.If(step_i):
                 next_word = src_o + ((i + 1) << (P - 1).bit_length())
-                m.d.sync += [i.eq(i + 1), rd_j2.eq(next_word), rd_cur.eq(next_word)]
+                m.d.sync += [i.eq(i + 1), rd_j2.eq(next_word), rd_cur.eq(next_word),
+                             b_i.eq(b_i + P), wr_i.eq(wr_i + P), prm_i.eq(prm_i + 1)]
                 with m.If(i == n_i - 1):
                     m.d.sync += [i.eq(0), o.eq(o + 1), src_o.eq(src_o + r.src_stride),
                                  b_o.eq(b_o + r.b_stride), dst_o.eq(dst_o + r.dst_stride),
-                                 rd_j2.eq(src_o + r.src_stride), rd_cur.eq(src_o + r.src_stride)]
+                                 rd_j2.eq(src_o + r.src_stride), rd_cur.eq(src_o + r.src_stride),
+                                 b_i.eq(b_o + r.b_stride), wr_i.eq(dst_o + r.dst_stride),
+                                 prm_i.eq(param)]
                     with m.If(o == n_o - 1):
                         m.d.sync += gen.eq(0)
         with m.If(self.start):
@@ -159,9 +165,11 @@ class VectorUnit(wiring.Component):
                                       Mux(self.op == CODES["req"], self.args.req.src, self.args.vred.src))),
                          rd_cur.eq(Mux(self.op == CODES["vew"], self.args.vew.a,
                                        Mux(self.op == CODES["req"], self.args.req.src, self.args.vred.src))),
-                         b_o.eq(self.args.vew.b),
-                         dst_o.eq(Mux(self.op == CODES["vew"], self.args.vew.dst,
-                                      Mux(self.op == CODES["req"], self.args.req.dst, self.args.vred.dst)))]
+                         b_o.eq(self.args.vew.b), b_i.eq(self.args.vew.b),
+                         prm_i.eq(self.args.req.param)]
+            first_dst = Mux(self.op == CODES["vew"], self.args.vew.dst,
+                            Mux(self.op == CODES["req"], self.args.req.dst, self.args.vred.dst))
+            m.d.sync += [dst_o.eq(first_dst), wr_i.eq(first_dst)]
 
         # ---- One cycle later the data comes out of the buffers; it is registered, with what
         # goes along, before anything is computed on it (no block RAM output feeds a

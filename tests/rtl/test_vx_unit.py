@@ -8,6 +8,7 @@ import pytest
 from amaranth import *
 
 from snpu.config import CoreConfig
+from snpu.errors import ExecutionError
 from snpu.rtl.acc import Accumulators
 from snpu.rtl.buffers import OutputCache, ParamMemory
 from snpu.rtl.microcode import op_codes
@@ -141,19 +142,46 @@ def test_vector_ops_match_golden(lanes, seed):
     np.testing.assert_array_equal(out["obuf"], gold.obuf)
 
 
-@pytest.mark.parametrize("bad,code", [("align", ErrorCode.ALIGN), ("range", ErrorCode.RANGE)])
+@pytest.mark.parametrize("bad,code", [
+    ("align", ErrorCode.ALIGN), ("range", ErrorCode.RANGE),
+    # range faults found late: the destination at the second outer iteration, vew's b
+    # operand at its second word, req's parameter row at its second word
+    ("dst_range", ErrorCode.RANGE), ("b_range", ErrorCode.RANGE),
+    ("param_range", ErrorCode.RANGE)])
 def test_errors(bad, code):
+    """Each fault is raised, with its code, where the golden model raises it."""
     c = CoreConfig(lanes=4, nbuf_bytes=1024, nidx_bytes=256, wbuf_bytes=512, widx_bytes=256,
                    acc_words=32, obuf_bytes=512, param_rows=8)
     h = VxHarness(c, np.zeros(c.acc_elems, np.int32), np.zeros(c.param_bytes, np.uint8))
     vx = h.vx
     res = {}
+    regs = {k: 0 for k in REGS}
+    P, end = c.lanes, c.acc_elems
+    if bad in ("align", "range"):
+        op = "vred"
+        args = dict(mode=0, dst=0, src=2 if bad == "align" else end - 4, n_o=1, n_i=2, k1=1,
+                    k2=1)
+    elif bad == "dst_range":
+        op = "vred"
+        regs["dst_stride"] = end - P  # o = 1 writes at P + end - P: past the end
+        args = dict(mode=0, dst=P, src=0, n_o=2, n_i=1, k1=1, k2=1)
+    elif bad == "b_range":
+        op = "vew"
+        args = dict(dst=0, a=0, b=end - P, n_o=1, n_i=2, ma=1, mb=1, relu=0)
+    else:
+        op = "req"
+        args = dict(dst=0, src=0, param=c.param_rows - 1, n_o=1, n_i=2, relu=0)
+    gold = Machine(c, np.zeros(0, np.uint8))
+    for k, v in regs.items():
+        gold.regs[f"vx.{k}"] = v
+    with pytest.raises(ExecutionError) as fault:
+        gold.execute(isa.make(op, **args))
+    assert fault.value.fault == code.name
 
     async def driver(ctx):
-        ctx.set(vx.regs, {k: 0 for k in REGS})
-        ctx.set(vx.op, CODES["vred"])
-        src = 2 if bad == "align" else c.acc_elems - 4
-        ctx.set(vx.args.vred, dict(mode=0, dst=0, src=src, n_o=1, n_i=2, k1=1, k2=1))
+        ctx.set(vx.regs, regs)
+        ctx.set(vx.op, CODES[op])
+        ctx.set(getattr(vx.args, op), args)
         ctx.set(vx.start, 1)
         await ctx.tick()
         ctx.set(vx.start, 0)
