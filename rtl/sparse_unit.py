@@ -35,7 +35,10 @@ class SparseProcessingUnit(wiring.Component):
         ``bits`` (one per byte), ``be`` and ``addr`` passed through.
     thresh, group_log2, t3, t4 : In
         Configuration (registers ``ld.thresh``, ``ld.group_log2``, ``ld.group_t3``,
-        ``ld.group_t4``), stable while a load runs.
+        ``ld.group_t4``), sampled with each beat.
+    idle : Out(1)
+        The first stage holds no beat; with ``~o.valid`` (the second's) and ``~i.valid``,
+        every beat given has left.
     """
 
     def __init__(self, beat_bytes: int = 8, addr_bits: int = 13):

@@ -203,7 +203,7 @@ class StoreUnit(wiring.Component):
         aw_addr = Signal(32)
         # `limit`: the beats a burst from `aw_addr` may have (the 4 KiB boundary), a register
         # set with `aw_addr` (its next value `aw_addr_next`), never derived from it within a
-        # cycle. After a burst, `aw_addr` is the next burst's only if that burst was full
+        # cycle.  After a burst, `aw_addr` is the next burst's only if that burst was full
         # (`limit` beats): a row's last burst is followed by the next row's address, an stc
         # stream's short one (at its end) by the header's.
         aw_addr_next = Signal(32)

@@ -53,7 +53,7 @@ class StrideMerge(wiring.Component):
             valid, pos = Signal(name=f"{name}_valid"), Signal(18, name=f"{name}_pos")
             esc, none = Signal(name=f"{name}_esc"), Signal(name=f"{name}_none")
             base = Signal(ADDR, name=f"{name}_base")
-            run = Signal(18, name=f"{name}_run")  # the position after the last entry in
+            run = Signal(18, name=f"{name}_run")  # the last entry's position (0 after a row)
             e = port.payload
             m.d.comb += port.ready.eq(~valid | take)
             with m.If(port.ready):

@@ -99,7 +99,6 @@ class StrideToDirect(wiring.Component):
         # st_pre[k] is the sum of the first k + 1 staged bytes, registered with them.
         st_pre = [Signal(10, name=f"st_pre{k}") for k in range(E)]
         pos = [Signal(17, name=f"pos{k}") for k in range(E)]
-        elem = st_elem
         m.d.comb += [pos[k].eq(cursor + st_pre[k]) for k in range(E)]
         cursor_next = Signal(17)
         advance = Const(0, 10)
@@ -135,14 +134,14 @@ class StrideToDirect(wiring.Component):
         appended = [Signal(17, name=f"app{k}") for k in range(QUEUE)]
         appended_below = [Signal(name=f"app_below{k}") for k in range(QUEUE)]
         n_new = Signal(range(E + 1))
-        m.d.comb += n_new.eq(sum(elem))
+        m.d.comb += n_new.eq(sum(st_elem))
         # element j goes to position left + (elements before it): escapes leave no gap
         slot = [Signal(range(QUEUE + E + 1), name=f"slot{j}") for j in range(E)]
         m.d.comb += [slot[j].eq(left + st_before[j]) for j in range(E)]
         for k in range(QUEUE):
             m.d.comb += [appended[k].eq(base_q[k]), appended_below[k].eq(base_below[k])]
             for j in range(E):
-                with m.If(elem[j] & (slot[j] == k)):
+                with m.If(st_elem[j] & (slot[j] == k)):
                     m.d.comb += [appended[k].eq(pos[j]), appended_below[k].eq(pos_below[j])]
 
         # ---- Stage 2: chunk assembly.

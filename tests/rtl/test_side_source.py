@@ -124,16 +124,16 @@ def test_neuron_side_rereads_each_vector(fmt, packed, seed):
     assert got == want
 
 
-def test_direct_chunks_at_one_per_cycle():
-    n, rows = 640, 4
-    w = np.ones((rows, n), np.int8)
+def _direct_rows(w):
+    """A neuron-side source over the direct index of the rows ``w``, in a memory, and an
+    async function starting it on them."""
+    rows, n = w.shape
     bank = layout.encode_weight_tile(w, "direct", 1, 64)[0]
     src = SideSource()
     top = WithMemory(src, {"mem": words_of(bank.widx, len(bank.widx) // 8 + 1)},
                      {"mem": (src.mem_addr, src.mem_en, src.mem_data)})
-    span = {}
 
-    async def driver(ctx):
+    async def start(ctx):
         for k, v in dict(fmt=Fmt.DIRECT, packed=1, to_entries=0, rows_follow=1, n=n, nvec=1,
                          rows=rows, idx_base=0, val_base=0, idx_vec_stride=0,
                          val_vec_stride=0).items():
@@ -141,6 +141,17 @@ def test_direct_chunks_at_one_per_cycle():
         ctx.set(src.start, 1)
         await ctx.tick()
         ctx.set(src.start, 0)
+
+    return src, top, start
+
+
+def test_direct_chunks_at_one_per_cycle():
+    rows = 4
+    src, top, start = _direct_rows(np.ones((rows, 640), np.int8))
+    span = {}
+
+    async def driver(ctx):
+        await start(ctx)
         ctx.set(src.chunks.ready, 1)
         t, first, count = 0, None, 0
         while count < rows * 10:
@@ -159,28 +170,18 @@ def test_direct_chunks_survive_long_stalls():
     """The output held off for long stretches, again and again: the issue credit must stop
     the reads before the FIFO (and the reads in flight) would overflow, and resume them at
     one chunk per cycle; every chunk arrives, in order."""
-    n, rows = 640, 4
-    w = np.ones((rows, n), np.int8)
+    w = np.ones((4, 640), np.int8)
     w[:, ::3] = 0
-    bank = layout.encode_weight_tile(w, "direct", 1, 64)[0]
-    src = SideSource()
-    top = WithMemory(src, {"mem": words_of(bank.widx, len(bank.widx) // 8 + 1)},
-                     {"mem": (src.mem_addr, src.mem_en, src.mem_data)})
+    src, top, start = _direct_rows(w)
     want = []
     vb = 0
-    for r in range(rows):
-        want += _expected_chunks(w[r] != 0, vb, 1)
-        vb += int((w[r] != 0).sum())
+    for row in w != 0:
+        want += _expected_chunks(row, vb, 1)
+        vb += int(row.sum())
     got = []
 
     async def driver(ctx):
-        for k, v in dict(fmt=Fmt.DIRECT, packed=1, to_entries=0, rows_follow=1, n=n, nvec=1,
-                         rows=rows, idx_base=0, val_base=0, idx_vec_stride=0,
-                         val_vec_stride=0).items():
-            ctx.set(getattr(src, k), v)
-        ctx.set(src.start, 1)
-        await ctx.tick()
-        ctx.set(src.start, 0)
+        await start(ctx)
         t = 0
         while len(got) < len(want):
             ready = (t // 3) % 2 if t < 60 else t % 25 < 4  # short, then long stalls

@@ -149,7 +149,7 @@ def test_vector_ops_match_golden(lanes, seed):
     ("dst_range", ErrorCode.RANGE), ("b_range", ErrorCode.RANGE),
     ("param_range", ErrorCode.RANGE)])
 def test_errors(bad, code):
-    """Each fault is raised, with its code, where the golden model raises it."""
+    """Each fault is raised with the code the golden model gives it."""
     c = CoreConfig(lanes=4, nbuf_bytes=1024, nidx_bytes=256, wbuf_bytes=512, widx_bytes=256,
                    acc_words=32, obuf_bytes=512, param_rows=8)
     h = VxHarness(c, np.zeros(c.acc_elems, np.int32), np.zeros(c.param_bytes, np.uint8))
