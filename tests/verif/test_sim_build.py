@@ -1,6 +1,10 @@
 """What the RTL simulator's build does to the generated Verilog (``verif/tb/rtl_sim.py``,
 ``verif/tb/axi_ram.py``), without building it: the builds themselves run in ``tests/rtl``."""
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from snpu.config import CoreConfig
 from snpu.verif.tb import rtl_sim
 from snpu.verif.tb.axi_ram import RamArray
 
@@ -96,3 +100,25 @@ def test_ram_array_verilog_with_wide_ports():
     assert "if (r0_en) r0_data <= {mem[{r0_addr, 1'd1}], mem[{r0_addr, 1'd0}]};" in v
     assert "input wire [15:0] w0_en" in v
     assert "if (w0_en[9]) mem[{w0_addr, 1'd1}][15:8] <= w0_data[79:72];" in v
+
+
+def test_concurrent_builds_of_one_simulator_take_turns(monkeypatch, tmp_path):
+    """Two builders needing the same simulator at once (a farm's workers): one compiles,
+    the other waits for the directory's lock and finds it built.  Two compilers in one
+    directory broke each other's precompiled headers.  (The compile itself is replaced by
+    a slow stand-in that records how many run at once.)"""
+    monkeypatch.setattr(rtl_sim, "CACHE", tmp_path)
+    running, calls = [], []
+
+    def slow_build(bdir, *args):
+        running.append(bdir)
+        calls.append(len(running))
+        time.sleep(0.3)
+        (bdir / "built").write_text("built")
+        running.remove(bdir)
+
+    monkeypatch.setattr(rtl_sim, "_build_into", slow_build)
+    with ThreadPoolExecutor(2) as pool:
+        dirs = list(pool.map(lambda _: rtl_sim.build(CoreConfig()), range(2)))
+    assert dirs[0] == dirs[1]
+    assert calls == [1]  # built once, by one builder alone

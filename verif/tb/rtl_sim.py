@@ -14,6 +14,7 @@ Icarus Verilog instead when it is installed.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -166,19 +167,34 @@ def build(config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20,
     waveforms); returns its build directory.  The core's
     Verilog module is emitted once and instantiated per tile, so Verilator compiles it
     once whatever the mesh."""
-    from cocotb_tools.runner import get_runner
-
-    from .axi_ram import sim_verilog
-
     sim = os.environ.get("SNPU_SIM", "verilator")
     ports = ports_of(mesh, memory_ports)
     key = _source_hash(config, memory, mem_bytes, waves, sim, mesh, ports)
     bdir = CACHE / f"{sim}-{memory}-{mesh[0]}x{mesh[1]}p{ports}-{key}"
     if (bdir / "built").exists():
         return bdir
+    bdir.mkdir(parents=True, exist_ok=True)
+    # Processes that need the same simulator at once (a farm's workers, parallel test
+    # runs) build it one at a time in its directory: the first builds, the others wait for
+    # the lock and find it built (two compilers in one directory break each other's
+    # precompiled headers).
+    with open(bdir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (bdir / "built").exists():
+            _build_into(bdir, config, memory, mem_bytes, waves, mesh, ports, sim)
+    return bdir
+
+
+def _build_into(bdir: Path, config: CoreConfig, memory: str, mem_bytes: int,
+                waves: str | None, mesh: tuple[int, int], ports: int, sim: str) -> None:
+    """Generate the simulator's Verilog into ``bdir`` and compile it (``build``'s work,
+    under its lock)."""
+    from cocotb_tools.runner import get_runner
+
+    from .axi_ram import sim_verilog
+
     if sim == "verilator":
         _verilator_env()
-    bdir.mkdir(parents=True, exist_ok=True)
     verilog = sim_verilog(config, memory, mem_bytes, tuple(mesh), TOP, ports)
     if sim == "verilator":
         verilog = drop_zero_memory_inits(verilog)
@@ -213,7 +229,6 @@ def build(config: CoreConfig, memory: str = "hdl", mem_bytes: int = 1 << 20,
         else:
             os.environ["MAKEFLAGS"] = saved
     (bdir / "built").write_text(time.ctime())
-    return bdir
 
 
 def run(words: list[int], image: MemoryImage, config: CoreConfig | None = None, *,
