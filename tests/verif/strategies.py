@@ -33,7 +33,9 @@ def legal_instr(draw) -> Instr:
         args = {f.name: draw(field_value(f)) for f in opc.fields}
         if opc.mnemonic == "loop":
             args["body"] = draw(st.integers(1, (1 << opc.field("body").width) - 1))
-            args["entry"] = draw(st.integers(0, args["body"] - 1))
+            # below the body's length and within the entry field (narrower than body's)
+            entry_max = min(args["body"] - 1, (1 << opc.field("entry").width) - 1)
+            args["entry"] = draw(st.integers(0, entry_max))
         unit = opc.unit
     if unit is None:
         return Instr(opc.mnemonic, args)
