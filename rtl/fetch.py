@@ -58,16 +58,17 @@ class ByteFetcher(wiring.Component):
         E = self._window
         ring = [Signal(64, name=f"slot{k}") for k in range(2)]
         ring_bytes = [ring[k // 8][8 * (k % 8):8 * (k % 8) + 8] for k in range(RING_BYTES)]
-        rp = Signal(4)                       # ring byte index of the window's first byte
-        fill = Signal(range(RING_BYTES + 1))  # valid bytes from rp on
+        fill = Signal(range(RING_BYTES + 1))  # valid bytes from the window's first on
         slot = Signal()                      # where the next arriving word goes
         skip = Signal(3)                     # bytes of the next arriving word before the start
         inflight = Signal()
         next_word = Signal(len(self.mem_addr))
 
-        # the ring index of each window byte, rp + j, a register of its own (set with rp), so
-        # the window's multiplexers start at registers with no adder before them
+        # the ring index of each window byte, a register of its own (idx[0] is the window's
+        # first byte, the read pointer; idx[j] = idx[0] + j), so the window's multiplexers
+        # start at registers with no adder before them
         idx = [Signal(4, name=f"idx{j}") for j in range(E)]
+        rp = idx[0]
         for j in range(E):
             with m.Switch(idx[j]):
                 for k in range(RING_BYTES):
@@ -85,30 +86,28 @@ class ByteFetcher(wiring.Component):
             self.mem_addr.eq(Mux(self.start, self.start_addr[3:], next_word)),
         ]
 
-        # The next fill, avail and rp for every take the consumer may choose, from registers;
+        # The next fill, avail and ring indices for every take the consumer may choose, from registers;
         # its take only selects among them (no adder or comparison after the consumer's
         # decision).  A take above fill is never chosen (take <= avail <= fill).
         gained = Signal(range(RING_BYTES + 1))   # the arriving word's bytes from the start
         m.d.comb += gained.eq(fill + Mux(inflight, WORD_BYTES - skip, 0))
         fill_next = Signal(range(RING_BYTES + 1))
         avail_next = Signal(range(E + 1))
-        rp_next = Signal(4)
         idx_next = [Signal(4, name=f"idx_next{j}") for j in range(E)]
         with m.Switch(self.take):
             for k in range(E + 1):
                 with m.Case(k):
                     left = (gained - k)[:len(fill_next)]
-                    m.d.comb += [fill_next.eq(left), avail_next.eq(Mux(left > E, E, left)),
-                                 rp_next.eq(rp + k)]
+                    m.d.comb += [fill_next.eq(left), avail_next.eq(Mux(left > E, E, left))]
                     m.d.comb += [idx_next[j].eq(rp + k + j) for j in range(E)]
         with m.If(self.start):
             m.d.sync += [idx[j].eq(self.start_addr[:3] + j) for j in range(E)]
-            m.d.sync += [rp.eq(self.start_addr[:3]), fill.eq(0), self.avail.eq(0), slot.eq(0),
+            m.d.sync += [fill.eq(0), self.avail.eq(0), slot.eq(0),
                          inflight.eq(1), skip.eq(self.start_addr[:3]),
                          next_word.eq(self.start_addr[3:] + 1)]
         with m.Else():
             m.d.sync += [idx[j].eq(idx_next[j]) for j in range(E)]
-            m.d.sync += [rp.eq(rp_next), inflight.eq(issue), fill.eq(fill_next),
+            m.d.sync += [inflight.eq(issue), fill.eq(fill_next),
                          self.avail.eq(avail_next)]
             with m.If(issue):
                 m.d.sync += next_word.eq(next_word + 1)

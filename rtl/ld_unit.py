@@ -473,7 +473,7 @@ class LoadUnit(wiring.Component):
             m.d.sync += self.done.eq(0)
         with m.Else():
             m.d.sync += self.done.eq(0)
-            written = (~issuing & (outstanding == 0) & ~spu.o.valid & spu.idle & ~spu.i.valid
+            written = (~issuing & (outstanding == 0) & spu.idle & ~spu.i.valid
                        & ~acc_out.o.valid)
             # ldc: every requested word arrived, and the expander done (or the stream bad)
             stream_done = fetch_quiet & (expander.finished | index_err)

@@ -37,8 +37,7 @@ class SparseProcessingUnit(wiring.Component):
         Configuration (registers ``ld.thresh``, ``ld.group_log2``, ``ld.group_t3``,
         ``ld.group_t4``), sampled with each beat.
     idle : Out(1)
-        The first stage holds no beat; with ``~o.valid`` (the second's) and ``~i.valid``,
-        every beat given has left.
+        Neither stage holds a beat: with ``~i.valid``, every beat given has left.
     """
 
     def __init__(self, beat_bytes: int = 8, addr_bits: int = 13):
@@ -118,5 +117,5 @@ class SparseProcessingUnit(wiring.Component):
                 self.o.payload.be.eq(s1_be),
                 self.o.payload.addr.eq(s1_addr),
             ]
-        m.d.comb += self.idle.eq(~s1_valid)
+        m.d.comb += self.idle.eq(~s1_valid & ~self.o.valid)
         return m

@@ -202,21 +202,18 @@ class StoreUnit(wiring.Component):
         aw_busy = Signal()
         aw_addr = Signal(32)
         # `limit`: the beats a burst from `aw_addr` may have (the 4 KiB boundary), a register
-        # set with `aw_addr` (its next value `aw_addr_next`), never derived from it within a
-        # cycle.  After a burst, `aw_addr` is the next burst's only if that burst was full
-        # (`limit` beats): a row's last burst is followed by the next row's address, an stc
-        # stream's short one (at its end) by the header's.
-        aw_addr_next = Signal(32)
+        # set with `aw_addr`, never derived from it within a cycle.  After a burst, `aw_addr`
+        # is the next burst's only if that burst was full (`limit` beats): a row's last burst
+        # is followed by the next row's address, an stc stream's short one (at its end) by
+        # the header's.
         limit = Signal(range(MAX_BURST + 1), init=MAX_BURST)
-        limit_next = Signal.like(limit)
-        m.d.comb += [aw_addr_next.eq(aw_addr), limit_next.eq(limit)]
-        m.d.sync += [aw_addr.eq(aw_addr_next), limit.eq(limit_next)]
         limit_after_burst = burst_limit_after_full(m, aw_addr, 3)
         aw_left = Signal(14)  # beats of the row not yet covered by a burst
         with m.If(~aw_busy & rows_write.r_rdy):
-            m.d.comb += [rows_write.r_en.eq(1), aw_addr_next.eq(wr.ext & ~7),
-                         limit_next.eq(burst_limit(m, wr.ext & ~7, 3))]
-            m.d.sync += [aw_busy.eq(1), aw_left.eq(beats_spanned(wr.ext, wr.cols, 3))]
+            m.d.comb += rows_write.r_en.eq(1)
+            m.d.sync += [aw_busy.eq(1), aw_addr.eq(wr.ext & ~7),
+                         limit.eq(burst_limit(m, wr.ext & ~7, 3)),
+                         aw_left.eq(beats_spanned(wr.ext, wr.cols, 3))]
         row_burst, row_last_burst = burst_size(m, aw_left, limit)
         burst = Signal(range(MAX_BURST + 1))
         aw_next = next_burst_address(m, aw_addr, burst, 3)  # after this burst (rows, stc)
@@ -240,19 +237,19 @@ class StoreUnit(wiring.Component):
         with m.If(self.start):
             stc_first = Signal(32)
             m.d.comb += stc_first.eq(new.ext + 8)
-            m.d.comb += [aw_addr_next.eq(Mux(new_stc, stc_first, aw_addr)),
-                         limit_next.eq(Mux(new_stc, burst_limit(m, stc_first, 3), limit))]
-            m.d.sync += header_aw.eq(0)
+            m.d.sync += [aw_addr.eq(Mux(new_stc, stc_first, aw_addr)),
+                         limit.eq(Mux(new_stc, burst_limit(m, stc_first, 3), limit)),
+                         header_aw.eq(0)]
         with m.Elif(compress):
             with m.If(aw_fire & header_aw):
                 m.d.sync += header_aw.eq(0)
             with m.Elif(aw_fire):
-                m.d.comb += [aw_addr_next.eq(aw_next), limit_next.eq(limit_after_burst)]
+                m.d.sync += [aw_addr.eq(aw_next), limit.eq(limit_after_burst)]
             with m.If(push_header):
                 m.d.sync += header_aw.eq(1)
         with m.Elif(aw_fire):
-            m.d.comb += [aw_addr_next.eq(aw_next), limit_next.eq(limit_after_burst)]
-            m.d.sync += aw_left.eq(aw_left - burst)
+            m.d.sync += [aw_addr.eq(aw_next), limit.eq(limit_after_burst),
+                         aw_left.eq(aw_left - burst)]
             with m.If(row_last_burst):
                 m.d.sync += aw_busy.eq(0)
                 m.d.comb += row_issued.eq(1)
