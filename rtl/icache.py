@@ -29,9 +29,8 @@ class InstructionCache(wiring.Component):
     """Direct-mapped instruction cache of ``lines`` lines of :data:`LINE_WORDS` words.
 
     ``req`` takes the ROM word index of the next word the sequencer needs, from registers
-    (the dispatcher holds it in one), while ``resp`` holds no word: its line was looked up
-    against the tags the cycle before (the request held and ``next_pc``, the one it is
-    replaced with, both; see ``next_load``), so the access is decided at once.  If the line is present and filled, the word (read from
+    (the dispatcher holds it in one), while ``resp`` holds no word: the cache looks its line
+    up against the tags at once.  If the line is present and filled, the word (read from
     block RAM the cycle before, see below) comes out on ``resp`` the next cycle; otherwise
     it comes out once its line has arrived.  Each lookup is one access, classified against
     the tags: a miss writes the line's tag and queues its fill; then, if the next line of
@@ -56,8 +55,7 @@ class InstructionCache(wiring.Component):
         that word is taken now (the dispatcher's successor address).
     next_load : In
         ``next_pc`` is the next request (the dispatcher's word goes now, or it starts): the
-        cache selects the lookups made for it, and registers the line after it for the
-        next prefetch decision.
+        cache registers the line after it for the next lookup's prefetch decision.
     resp : Out(stream(FETCHED))
     ar*, r* :
         AXI read channels (``arid`` chosen by the core's arbiter).
@@ -133,10 +131,8 @@ class InstructionCache(wiring.Component):
         # and set before the first request): no adder sits between the request and the tag
         # read of the next line, nor a wide comparison after it
         nxt = Signal(LB)
-        go_line, go_next = Signal(LB), Signal(LB)
-        m.d.comb += [go_line.eq(self.next_pc[W:]), go_next.eq(self.next_pc[W:] + 1)]
         with m.If(self.next_load):
-            m.d.sync += nxt.eq(go_next)
+            m.d.sync += nxt.eq(self.next_pc[W:] + 1)
         last_line = Signal(LB + 1)
         rom_empty = Signal()
         m.d.sync += [last_line.eq((self.rom_words - 1) >> W), rom_empty.eq(self.rom_words == 0)]
@@ -150,30 +146,10 @@ class InstructionCache(wiring.Component):
                 m.d.comb += [port.addr.eq(ln[:BL]), hits[k].eq(port.data == ln[IB:])]
             return hits.bit_select(ln[BL:IB], 1)  # (one bank: an empty bank number)
 
-        # Whether the request's line and the next line are present, from registers: each
-        # cycle both candidates for next cycle's request are looked up, the one held (the
-        # request's, and `nxt`) and the one the dispatcher loads if its word goes
-        # (`next_pc`'s line and the line after it), each against the tags as they will be
-        # next cycle (a tag written this cycle, `push`, is bypassed; `start` clears them
-        # all); next cycle the register of the one the request then carries is selected.
-        # So no tag RAM, comparison or valid bit lies between the request and `accept`.
-        def present_next_cycle(ln, name):
-            same_index = push & (push_line[:IB] == ln[:IB])
-            now = valid.bit_select(ln[:IB], 1) & tag_matches(ln, name)
-            return ~self.start & Mux(same_index, push_line == ln, now)
-
-        held, loaded = Signal(), Signal()               # present, if held / if loaded
-        held_next, loaded_next = Signal(), Signal()
-        went = Signal()                                 # the request was loaded last cycle
-        m.d.sync += [held.eq(present_next_cycle(line, "held")),
-                     loaded.eq(present_next_cycle(go_line, "loaded")),
-                     held_next.eq(present_next_cycle(nxt, "held_next")),
-                     loaded_next.eq(present_next_cycle(go_next, "loaded_next")),
-                     went.eq(self.next_load)]
         present = Signal()
         next_present = Signal()
-        m.d.comb += [present.eq(Mux(went, loaded, held)),
-                     next_present.eq(Mux(went, loaded_next, held_next))]
+        m.d.comb += [present.eq(valid.bit_select(index, 1) & tag_matches(line, "present")),
+                     next_present.eq(valid.bit_select(nxt[:IB], 1) & tag_matches(nxt, "next"))]
         want_next = Signal()
         m.d.comb += want_next.eq(~next_present & ~rom_empty & (nxt <= last_line))
         fills_needed = Signal(range(3))
