@@ -17,6 +17,13 @@ from .realign import Realigner
 from .status import ErrorCode
 
 ROW = data.StructLayout({"src": 17, "ext": 32, "cols": 17})
+#: a row as the reader takes it: its first output-cache word and byte offset, the
+#: destination's byte offset (the beats' tag), and its beats' sizes worked out as the row is
+#: queued -- the first beat's byte count and whether it is the last, then the bytes after it
+#: and the second beat's count and whether that is the last
+READ_ROW = data.StructLayout({"word": 14, "offset": 3, "tag": 3,
+                              "first_count": 4, "first_last": 1,
+                              "rest": 17, "rest_count": 4, "rest_last": 1})
 
 
 class StoreUnit(wiring.Component):
@@ -42,7 +49,7 @@ class StoreUnit(wiring.Component):
 
     def __init__(self, config: CoreConfig):
         self._cfg = config
-        self._rows_read = SyncFIFOBuffered(width=ROW.size, depth=4)
+        self._rows_read = SyncFIFOBuffered(width=READ_ROW.size, depth=4)
         self._rows_write = SyncFIFOBuffered(width=ROW.size, depth=4)
         self._bursts = SyncFIFOBuffered(width=5, depth=8)
         self._beats = SyncFIFOBuffered(width=BEAT.size, depth=4)
@@ -107,8 +114,22 @@ class StoreUnit(wiring.Component):
         push_write = push & ~compress  # stc's rows are written as one stream
         row = Signal(ROW)
         m.d.comb += [row.src.eq(src_row), row.ext.eq(ext_row), row.cols.eq(a.cols),
-                     rows_read.w_data.eq(row), rows_write.w_data.eq(row),
+                     rows_write.w_data.eq(row),
                      rows_read.w_en.eq(push), rows_write.w_en.eq(push_write)]
+        # the reader's view of the row: its beats' sizes from registers here, so the reader
+        # compares nothing between the queue's output and taking the next row
+        read_row = Signal(READ_ROW)
+        room0 = Signal(4)                     # bytes the first word holds from src on
+        m.d.comb += room0.eq(8 - src_row[:3])
+        rest = Signal(17)
+        m.d.comb += rest.eq(a.cols - room0)
+        m.d.comb += [read_row.word.eq(src_row[3:]), read_row.offset.eq(src_row[:3]),
+                     read_row.tag.eq(ext_row[:3]),
+                     read_row.first_last.eq(a.cols <= room0),
+                     read_row.first_count.eq(Mux(a.cols <= room0, a.cols, room0)),
+                     read_row.rest.eq(rest), read_row.rest_last.eq(rest <= 8),
+                     read_row.rest_count.eq(Mux(rest <= 8, rest, 8)),
+                     rows_read.w_data.eq(read_row)]
         with m.If(self.start):
             empty = (new.n3 == 0) | (new.rows == 0) | (new.cols == 0)
             m.d.sync += [issuing.eq(~empty & ~new_misaligned), p_cnt.eq(0), r_cnt.eq(0),
@@ -130,31 +151,37 @@ class StoreUnit(wiring.Component):
                     with m.If(p_cnt == a.n3 - 1):
                         m.d.sync += issuing.eq(0)
 
-        # ---- Reader: output-cache words -> annotated beats (credit-limited).
-        rd = Signal(ROW)
+        # ---- Reader: output-cache words -> annotated beats (credit-limited).  Each beat's
+        # byte count and "last" are registers: the first beat's come with the row, the
+        # next beat's (`next_count`, `next_last`) are worked out as a beat issues.
+        rd = Signal(READ_ROW)
         m.d.comb += rd.eq(rows_read.r_data)
         rd_started = Signal()
         rd_word = Signal(14)
-        rd_left = Signal(17)
-        first_word = rd.src[3:]
-        cur_word = Mux(rd_started, rd_word, first_word)
-        left = Mux(rd_started, rd_left, rd.cols)
-        offset = Mux(rd_started, 0, rd.src[:3])
-        room = 8 - offset
-        count = Signal(4)
-        m.d.comb += count.eq(Mux(left < room, left, room))
-        is_last = Signal()
-        m.d.comb += is_last.eq(left == count)
+        rd_left = Signal(17)                  # bytes of the row after the beats issued
+        next_count = Signal(4)
+        next_last = Signal()
+        cur_word = Mux(rd_started, rd_word, rd.word)
+        offset = Mux(rd_started, 0, rd.offset)
+        count = Mux(rd_started, next_count, rd.first_count)
+        is_last = Mux(rd_started, next_last, rd.first_last)
         inflight = Signal()
         issue = Signal()
         m.d.comb += issue.eq(rows_read.r_rdy & (beats.level + inflight < beats.depth - 1))
         m.d.comb += [self.obuf_addr.eq(cur_word), self.obuf_en.eq(issue)]
         beat_meta = Signal(BEAT)
+        # after a beat that is not the row's last: the row's second beat (from the row), or
+        # the one after a full beat of 8 bytes
+        after_full = rd_left - 8
         with m.If(issue):
-            m.d.sync += [rd_word.eq(cur_word + 1), rd_left.eq(left - count),
+            m.d.sync += [rd_word.eq(cur_word + 1),
+                         rd_left.eq(Mux(rd_started, after_full, rd.rest)),
+                         next_count.eq(Mux(rd_started, Mux(rd_left <= 16, after_full, 8),
+                                           rd.rest_count)),
+                         next_last.eq(Mux(rd_started, rd_left <= 16, rd.rest_last)),
                          beat_meta.offset.eq(offset), beat_meta.count.eq(count),
                          beat_meta.first.eq(~rd_started), beat_meta.last.eq(is_last),
-                         beat_meta.tag.eq(rd.ext[:3])]
+                         beat_meta.tag.eq(rd.tag)]
             with m.If(is_last):
                 m.d.comb += rows_read.r_en.eq(1)
                 m.d.sync += rd_started.eq(0)
@@ -209,12 +236,22 @@ class StoreUnit(wiring.Component):
         limit = Signal(range(MAX_BURST + 1), init=MAX_BURST)
         limit_after_burst = burst_limit_after_full(m, aw_addr, 3)
         aw_left = Signal(14)  # beats of the row not yet covered by a burst
+        # the row's next burst and whether it is the row's last: registers, worked out
+        # with `aw_left` and `limit` (from the row as it is taken, then after each burst)
+        row_burst = Signal(range(MAX_BURST + 1))
+        row_last_burst = Signal()
+        row_left, row_limit = Signal(14), Signal(range(MAX_BURST + 1))
+        m.d.comb += [row_left.eq(beats_spanned(wr.ext, wr.cols, 3)),
+                     row_limit.eq(burst_limit(m, wr.ext & ~7, 3))]
+        first_burst, first_last = burst_size(m, row_left, row_limit)
+        left_after = Signal(14)
+        m.d.comb += left_after.eq(aw_left - row_burst)
+        next_burst, next_last = burst_size(m, left_after, limit_after_burst)
         with m.If(~aw_busy & rows_write.r_rdy):
             m.d.comb += rows_write.r_en.eq(1)
-            m.d.sync += [aw_busy.eq(1), aw_addr.eq(wr.ext & ~7),
-                         limit.eq(burst_limit(m, wr.ext & ~7, 3)),
-                         aw_left.eq(beats_spanned(wr.ext, wr.cols, 3))]
-        row_burst, row_last_burst = burst_size(m, aw_left, limit)
+            m.d.sync += [aw_busy.eq(1), aw_addr.eq(wr.ext & ~7), limit.eq(row_limit),
+                         aw_left.eq(row_left),
+                         row_burst.eq(first_burst), row_last_burst.eq(first_last)]
         burst = Signal(range(MAX_BURST + 1))
         aw_next = next_burst_address(m, aw_addr, burst, 3)  # after this burst (rows, stc)
         # stc: a burst of the queued words once `limit` are there (fewer at the stream's
@@ -249,7 +286,8 @@ class StoreUnit(wiring.Component):
                 m.d.sync += header_aw.eq(1)
         with m.Elif(aw_fire):
             m.d.sync += [aw_addr.eq(aw_next), limit.eq(limit_after_burst),
-                         aw_left.eq(aw_left - burst)]
+                         aw_left.eq(left_after),
+                         row_burst.eq(next_burst), row_last_burst.eq(next_last)]
             with m.If(row_last_burst):
                 m.d.sync += aw_busy.eq(0)
                 m.d.comb += row_issued.eq(1)
