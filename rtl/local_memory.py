@@ -68,7 +68,12 @@ class LocalMemory(wiring.Component):
         inflight = Signal()
         meta = Signal(3)  # resp, last of the word in flight
         axi_wants = Signal()
-        m.d.comb += axi_wants.eq(busy & (rq.level + inflight < rq.depth - 1))
+        # room in the data queue for one more word, a register: next cycle's words queued
+        # or in flight are at most this cycle's plus this cycle's read (a word leaving is not
+        # counted, so the room may show up a cycle late), so no adder lies between the
+        # queue's level and the read port's arbitration
+        room = Signal()
+        m.d.comb += axi_wants.eq(busy & room)
         with m.If(~busy & arq.r_rdy):
             m.d.comb += arq.r_en.eq(1)
             m.d.sync += [busy.eq(1), cur_addr.eq(arq.r_data[:28]), cur_left.eq(arq.r_data[28:] + 1)]
@@ -88,7 +93,8 @@ class LocalMemory(wiring.Component):
                          meta.eq(Cat(self._resp(cur_addr), cur_left == 1))]
             with m.If(cur_left == 1):
                 m.d.sync += busy.eq(0)
-        m.d.sync += [inflight.eq(axi_go), self.net_rvalid.eq(net_go)]
+        m.d.sync += [inflight.eq(axi_go), self.net_rvalid.eq(net_go),
+                     room.eq(rq.level + inflight + axi_go < rq.depth - 1)]
         m.d.comb += [self.net_rdata.eq(rp.data),
                      rq.w_en.eq(inflight), rq.w_data.eq(Cat(rp.data, meta)),
                      bus.rvalid.eq(rq.r_rdy), bus.rdata.eq(rq.r_data[:64]),

@@ -146,6 +146,14 @@ class NetUnit(wiring.Component):
         accepted = Signal()
         m.d.comb += accepted.eq(issue & self.mem_rd.ready)
         m.d.sync += inflight.eq(inflight + accepted - self.mem_rvalid)
+        # Room in `tx` for one more read, a register: next cycle's flits queued or in
+        # flight are at most this cycle's plus this cycle's new read and head flit (a word
+        # arriving moves from in flight to queued; a flit leaving is not counted, so the
+        # room may show up a cycle late).  No adder lies between the FIFO's level and the
+        # local memory's read port.
+        room = Signal()
+        m.d.sync += room.eq(tx.level + inflight + accepted + (tx.w_en & ~self.mem_rvalid)
+                            < tx.depth - 1)
         with m.If(accepted):
             m.d.sync += read_last.eq(left == 1)
         # The recv's counter compared in every cycle and registered: a cycle late, which
@@ -193,7 +201,7 @@ class NetUnit(wiring.Component):
                                  self.bytes_sent.eq(self.bytes_sent + pk_bytes)]
                     m.next = "DATA"
             with m.State("DATA"):
-                m.d.comb += issue.eq(tx.level + inflight < tx.depth - 1)
+                m.d.comb += issue.eq(room)
                 with m.If(issue & self.mem_rd.ready):
                     m.d.sync += [rd_addr.eq(rd_addr + 1), left.eq(left - 1)]
                     with m.If(left == 1):
