@@ -31,7 +31,10 @@ class Realigner(wiring.Component):
     row's first byte landing at byte lane ``tag % word_bytes`` of its first beat (beats and
     words are ``word_bytes`` wide: 8 by default, the AXI bus's width in the LD unit).
 
-    A beat with ``first`` set begins a row (no gap between rows is needed).  Output words are
+    A beat with ``first`` set begins a row (no gap between rows is needed); only a row's
+    first beat may have a non-zero ``offset`` (the DMA reader's and the ST unit's later
+    beats start at lane 0), so a later beat's rotation is the lane to fill, with no
+    subtraction.  Output words are
     consecutive; their byte enables mark the row's bytes; a row's last word has ``last``
     set.  A classic
     rotate-and-merge datapath: each beat is rotated so its bytes sit at their destination
@@ -58,26 +61,33 @@ class Realigner(wiring.Component):
         m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
 
         p = self.i.payload
-        fill_eff = Signal(lg + 1)
+        # Everything below is worked out twice in parallel, for a row's first beat (from
+        # its `tag`) and for the next beat of a row (from `fill`), then selected by
+        # `first`: no adder or rotation waits for that selection.
+        def lanes_from(start):
+            """Lanes at or above ``start``."""
+            return Cat(*[k >= start for k in range(n)])
+
+        amount = Signal(lg)        # the rotation that takes the beat's bytes to their lanes
+        m.d.comb += amount.eq(Mux(p.first, p.tag[:lg] - p.offset, fill[:lg]))
         cur_be_eff = Signal(n)
-        m.d.comb += [fill_eff.eq(Mux(p.first, p.tag[:lg], fill)),
-                     cur_be_eff.eq(Mux(p.first, 0, cur_be))]
+        m.d.comb += cur_be_eff.eq(Mux(p.first, 0, cur_be))
         valid_mask = Signal(n)
         m.d.comb += valid_mask.eq(((1 << p.count) - 1) << p.offset)
-        amount = Signal(lg)
-        m.d.comb += amount.eq(fill_eff[:lg] - p.offset)
         rot = _rotate_bytes(m, p.data, amount, "rot")
         rot_be = Signal(n)
-        m.d.comb += rot_be.eq(Cat(valid_mask, valid_mask).bit_select(
-            (n - amount).as_unsigned()[:lg + 1], n))
+        m.d.comb += rot_be.eq(Cat(*[valid_mask.bit_select((k - amount)[:lg], 1)
+                                    for k in range(n)]))
         here = Signal(n)  # lanes at or above `fill`: this word
-        m.d.comb += here.eq(Cat(*[k >= fill_eff for k in range(n)]))
+        m.d.comb += here.eq(Mux(p.first, lanes_from(p.tag[:lg]), lanes_from(fill)))
         word_be = Signal(n)
         m.d.comb += word_be.eq(cur_be_eff | (rot_be & here))
-        total = Signal(lg + 2)
-        m.d.comb += total.eq(fill_eff + p.count)
+        total = Signal(lg + 2)     # lanes of the current word filled after this beat
+        m.d.comb += total.eq(Mux(p.first, p.tag[:lg] + p.count, fill + p.count))
         spill = Signal()  # this beat completes the current word
         m.d.comb += spill.eq(total >= n)
+        carries = Signal()  # ... and has bytes for the word after it
+        m.d.comb += carries.eq(total > n)
 
         m.d.comb += self.i.ready.eq(out_free & ~flush)
         with m.If(out_free):
@@ -89,13 +99,12 @@ class Realigner(wiring.Component):
         with m.Elif(self.i.valid & self.i.ready):
             merged = (cur & ~self._lane_mask(here)) | (rot & self._lane_mask(here))
             with m.If(spill):
-                carry_be = rot_be & ~here
                 m.d.sync += [
                     self.o.valid.eq(1), self.o.payload.data.eq(merged),
                     self.o.payload.be.eq(word_be),
-                    self.o.payload.last.eq(p.last & (carry_be == 0)),
-                    cur.eq(rot), cur_be.eq(carry_be), fill.eq(total - n),
-                    flush.eq(p.last & (carry_be != 0)),
+                    self.o.payload.last.eq(p.last & ~carries),
+                    cur.eq(rot), cur_be.eq(rot_be & ~here), fill.eq(total - n),
+                    flush.eq(p.last & carries),
                 ]
             with m.Elif(p.last):
                 m.d.sync += [self.o.valid.eq(1), self.o.payload.data.eq(merged),
