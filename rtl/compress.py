@@ -266,10 +266,13 @@ class ChunkExpander(wiring.Component):
         # when the byte advances), so the word's decisions start at registers.
         keep = Signal(8)
         need = Signal(4)
+        mask_pc = Signal(32)   # the mask's bytes' popcounts, 4 bits each
         next_keep = Signal(8)
         m.d.comb += next_keep.eq(mask.word_select((byte + 1)[:3], 8))  # (byte 0 after 7)
+        # a value word is taken with this dense word (the window holds fewer bytes than it
+        # needs, and the chunk has value words left): a register, worked out with `window_n`,
+        # `need` and `value_left`, so the word's multiplexers start at registers
         take_word = Signal()
-        m.d.comb += take_word.eq((window_n < need) & (value_left != 0))
         merged = Signal(64)  # this word's packed bytes (the window's rest is shifted apart)
         m.d.comb += merged.eq(Mux(take_word, window | (word << (window_n * 8)),
                                   window))
@@ -285,13 +288,16 @@ class ChunkExpander(wiring.Component):
         with m.Elif(head):
             m.d.comb += word_ready.eq(1)
             with m.If(word_valid):
+                # (a mask with a kept value in its first byte has value words)
                 m.d.sync += [mask.eq(word), value_left.eq((count + 7) >> 3),
                              byte.eq(0), window.eq(0), window_n.eq(0), head.eq(0),
-                             keep.eq(word[:8]), need.eq(word_pc[0])]
+                             keep.eq(word[:8]), need.eq(word_pc[0]), mask_pc.eq(Cat(*word_pc)),
+                             take_word.eq(word_pc[0] != 0)]
         with m.Elif(skipping):
             m.d.comb += word_ready.eq(1)
             with m.If(word_valid):
-                m.d.sync += value_left.eq(value_left - 1)
+                m.d.sync += [value_left.eq(value_left - 1),
+                             take_word.eq((window_n < need) & (value_left != 1))]
                 with m.If(value_left == 1):
                     m.d.sync += [skipping.eq(0), head.eq(rows_left != 0),
                                  busy.eq(rows_left != 0)]
@@ -306,10 +312,17 @@ class ChunkExpander(wiring.Component):
                 # the window; both shifts start at registers, take_word only selects
                 rest_of_word = word >> ((need - window_n)[:4] * 8)
                 rest_of_window = window >> (need * 8)
+                window_n_after = Signal(4)
+                need_after = mask_pc.word_select((byte + 1)[:3], 4)  # (byte 0 after 7)
+                value_left_after = Signal(4)
+                m.d.comb += [
+                    window_n_after.eq(Mux(take_word, window_n + 8 - need, window_n - need)),
+                    value_left_after.eq(value_left - take_word)]
                 m.d.sync += [window.eq(Mux(take_word, rest_of_word, rest_of_window)[:64]),
-                             window_n.eq(Mux(take_word, window_n + 8 - need, window_n - need)),
-                             value_left.eq(value_left - take_word), byte.eq(byte + 1),
-                             keep.eq(next_keep), need.eq(popcount(m, next_keep, "next_need"))]
+                             window_n.eq(window_n_after), value_left.eq(value_left_after),
+                             byte.eq(byte + 1), keep.eq(next_keep), need.eq(need_after),
+                             take_word.eq((window_n_after < need_after)
+                                          & (value_left_after != 0))]
                 with m.If(last_word_of_row):
                     m.d.sync += [left_in_row.eq(cols), rows_left.eq(rows_left - 1)]
                 with m.Else():
