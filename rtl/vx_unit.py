@@ -131,9 +131,12 @@ class VectorUnit(wiring.Component):
             m.d.sync += gen.eq(0)  # nothing to do
         with m.Elif(gen & ~aligned):
             m.d.sync += [gen.eq(0), err.eq(ErrorCode.ALIGN)]
-        with m.Elif(gen & (bad != ErrorCode.NONE)):
-            m.d.sync += [gen.eq(0), err.eq(bad)]
-        with m.Elif(issue):
+        with m.Elif(gen):
+            # the word's range check ends the operation; the counters and addresses step
+            # with `gen` alone (after a fault nothing reads them), so the check does not
+            # fan out to their enables
+            with m.If(bad != ErrorCode.NONE):
+                m.d.sync += [gen.eq(0), err.eq(bad)]
             step_i = Signal()
             with m.If(is_vew):
                 m.d.sync += half.eq(~half)
