@@ -141,11 +141,14 @@ class SideSource(wiring.Component):
         # metadata travelling with the read
         r_valid, r_clast, r_rowlast = Signal(), Signal(), Signal()
         r_mask = Signal(CHUNK)  # the chunk's positions inside the row, decided at issue
+        # the row's last chunk's positions (n - 64 * (chunks - 1) of them), a register set
+        # at start; every other chunk has all 64
+        last_mask = Signal(CHUNK)
         n_reg = Signal(16)
         with m.If(self.start):
             m.d.sync += n_reg.eq(self.n)
-        tail = Signal(7)
-        m.d.comb += tail.eq(Mux(c_last, n_reg - (w_c << 6), CHUNK))
+            last_tail = Mux(self.n == 0, 0, (self.n - 1)[:6] + 1)
+            m.d.sync += last_mask.eq(Cat(*[last_tail > b for b in range(CHUNK)]))  # thermometer
         with m.If(self.start):
             m.d.sync += [w_active.eq(~is_stride & (self.nvec != 0) & (self.rows != 0)),
                          w_v.eq(0), w_k.eq(0), w_c.eq(0),
@@ -164,7 +167,7 @@ class SideSource(wiring.Component):
                         m.d.sync += w_active.eq(0)
         m.d.sync += [inflight.eq(issue), r_valid.eq(issue), r_clast.eq(c_last),
                      r_rowlast.eq(row_last),
-                     r_mask.eq(Cat(*[tail > b for b in range(CHUNK)]))]  # thermometer
+                     r_mask.eq(Mux(c_last, last_mask, (1 << CHUNK) - 1))]
 
         # receive (stage 1): mask the tail (the block RAM's word goes through one LUT into
         # a register)
