@@ -17,7 +17,9 @@ from .status import ErrorCode
 class AccWriter(wiring.Component):
     """Writes lane ``g``'s sums, in (vector, row) order, to accumulator bank ``g``: row
     ``acc/P + v*(acc_stride/P) + k`` for the lane's ``k``-th row of vector ``v``.  With
-    ``accumulate`` it reads the old value first and writes the sum (wrap-around)."""
+    ``accumulate`` it reads the old value first and writes the sum (wrap-around).  Cycles
+    per sum: 3, or 4 with ``accumulate`` (take, decide / read, the old value registered,
+    write the sum)."""
 
     def __init__(self, config: CoreConfig):
         rows = range(config.acc_words)
@@ -36,6 +38,10 @@ class AccWriter(wiring.Component):
         vbase, row = Signal.like(self.base), Signal.like(self.base)
         k = Signal(12)
         value = Signal(signed(32))
+        # accumulate: the old value as the bank gives it, registered, and added on the way
+        # to the write port (no block RAM output feeds an adder)
+        old = Signal(signed(32))
+        add_old = Signal()
         with m.If(self.start):
             m.d.sync += [vbase.eq(self.base), row.eq(self.base), k.eq(0)]
         advance = Signal()
@@ -49,7 +55,7 @@ class AccWriter(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.sums.ready.eq(1)
                 with m.If(self.sums.valid):
-                    m.d.sync += value.eq(self.sums.payload.sum)
+                    m.d.sync += [value.eq(self.sums.payload.sum), add_old.eq(0)]
                     m.next = "DECIDE"
             with m.State("DECIDE"):
                 with m.If(self.accumulate):
@@ -59,10 +65,11 @@ class AccWriter(wiring.Component):
                 with m.Else():
                     m.next = "WRITE"
             with m.State("ADD"):
-                m.d.sync += value.eq(value + self.rd_data)
+                m.d.sync += [old.eq(self.rd_data), add_old.eq(1)]
                 m.next = "WRITE"
             with m.State("WRITE"):
-                m.d.comb += [self.w.valid.eq(1), self.w.payload.data.eq(value)]
+                m.d.comb += [self.w.valid.eq(1),
+                             self.w.payload.data.eq(Mux(add_old, value + old, value))]
                 with m.If(self.w.ready):
                     m.d.comb += [advance.eq(1), self.written.eq(1)]
                     m.next = "IDLE"
