@@ -231,30 +231,49 @@ class LoadUnit(wiring.Component):
         # next row, the next plane's first) is checked from registers in parallel, and the
         # issue decision only selects one (no adder or comparison after it).
         def buffer_rules(buf, regs):
-            """The buffer's size and the group alignment its rows need (1: none)."""
+            """The buffer's size, and the bits a row's start and length must have clear
+            (its group alignment less one: 0 for none)."""
             limit = Signal(range(max(sizes.values()) + 1))
             with m.Switch(buf):
                 for name, code in BUFFERS.items():
                     with m.Case(code):
                         m.d.comb += limit.eq(sizes[name])
-            group = Mux((buf == BUFFERS["nbuf"]) & regs.nidx_mode, 1 << regs.group_log2, 1)
-            return limit, group
+            group_mask = Mux((buf == BUFFERS["nbuf"]) & regs.nidx_mode,
+                             (1 << regs.group_log2) - 1, 0)
+            return limit, group_mask
 
-        def check(rules, lane_ok, first, end, cols):
-            limit, group = rules
-            return Mux(~lane_ok | (end > limit), ErrorCode.RANGE,
-                       Mux(((first | cols) & (group - 1)) != 0, ErrorCode.ALIGN, ErrorCode.NONE))
+        def check(lane_ok, past_end, first, cols, group_mask):
+            return Mux(~lane_ok | past_end, ErrorCode.RANGE,
+                       Mux(((first | cols) & group_mask) != 0, ErrorCode.ALIGN, ErrorCode.NONE))
 
-        latched = buffer_rules(buf, r)
+        # The instruction's first row is checked from the operands as they come; for the
+        # rows after it the buffer's rules are registers set at start, and so is the room
+        # a row's end has below the buffer's size for the step to the next row and to the
+        # next plane (`end + step > limit` is `step > limit or end > limit - step`), so
+        # those checks compare registers with no adder before them.  (Only the low bits of
+        # a row's start meet the group mask: a 3-bit sum.)
+        limit, group_mask = buffer_rules(new.buf, self.regs)
+        to_plane_new = Mux(is_banked(new.buf), 0, self.regs.dst_stride3)
+        buf_mask = Signal.like(group_mask, name="buf_group_mask")
+        row_never, plane_never = Signal(), Signal()     # the step alone passes the limit
+        row_room, plane_room = Signal(22), Signal(22)   # limit - step
+        with m.If(self.start):
+            m.d.sync += [buf_mask.eq(group_mask),
+                         row_never.eq(self.regs.dst_stride > limit),
+                         row_room.eq(limit - self.regs.dst_stride),
+                         plane_never.eq(to_plane_new > limit),
+                         plane_room.eq(limit - to_plane_new)]
         to_plane = Mux(banked, 0, r.dst_stride3)
-        bad_first = check(buffer_rules(new.buf, self.regs),
-                          Mux(is_banked(new.buf), new.lane < P, new.lane == 0),
-                          new.dst, new.dst + new.cols, new.cols)
+        mb = len(group_mask)
+        bad_first = check(Mux(is_banked(new.buf), new.lane < P, new.lane == 0),
+                          new.dst + new.cols > limit, new.dst, new.cols, group_mask)
         # (row_lane is lane + p for the lane banks)
-        bad_row = check(latched, Mux(banked, row_lane < P, a.lane == 0),
-                        dst_row + r.dst_stride, row_end + r.dst_stride, a.cols)
-        bad_plane = check(latched, Mux(banked, row_lane < P - 1, a.lane == 0),
-                          dst_plane + to_plane, plane_end + to_plane, a.cols)
+        bad_row = check(Mux(banked, row_lane < P, a.lane == 0),
+                        row_never | (row_end > row_room),
+                        (dst_row[:mb] + r.dst_stride[:mb])[:mb], a.cols, buf_mask)
+        bad_plane = check(Mux(banked, row_lane < P - 1, a.lane == 0),
+                          plane_never | (plane_end > plane_room),
+                          (dst_plane[:mb] + to_plane[:mb])[:mb], a.cols, buf_mask)
         with m.If(self.start):
             m.d.sync += row_bad.eq(bad_first)
         with m.Elif(can_issue):

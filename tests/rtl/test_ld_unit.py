@@ -169,6 +169,10 @@ def test_loads_match_golden(lanes, bus, seed):
     # a later row's or plane's checks (each row the unit can move to is checked ahead)
     ("range_of_second_plane", ErrorCode.RANGE), ("lane_of_second_plane", ErrorCode.RANGE),
     ("align_of_second_row", ErrorCode.ALIGN), ("align_of_second_plane", ErrorCode.ALIGN),
+    # a step to the next row or plane that alone passes the buffer's end (the checks
+    # compare the row's end with the buffer's size less the step)
+    ("range_of_second_row", ErrorCode.RANGE), ("second_row_past_the_buffer", ErrorCode.RANGE),
+    ("second_plane_past_the_buffer", ErrorCode.RANGE),
 ])
 def test_errors_end_the_instruction(case, code):
     rng = random.Random(0)
@@ -193,6 +197,13 @@ def test_errors_end_the_instruction(case, code):
         regs.update(nidx_mode=1, group_log2=3, dst_stride=12)
     elif case == "align_of_second_plane":
         regs.update(nidx_mode=1, group_log2=3, dst_stride3=36)
+        args.update(n3=2, rows=1)
+    elif case == "range_of_second_row":
+        regs["dst_stride"] = c.nbuf_bytes - 8
+    elif case == "second_row_past_the_buffer":
+        regs["dst_stride"] = (1 << 20) - 8
+    elif case == "second_plane_past_the_buffer":
+        regs["dst_stride3"] = (1 << 20) - 8
         args.update(n3=2, rows=1)
     _, errors = _run(c, [(regs, args)], mem, rng, error_ranges=[(64, 72)] if case == "bus" else ())
     assert errors == [code]
