@@ -156,7 +156,8 @@ class Core(wiring.Component):
                      fetch.rom_words.eq(rom_words),
                      disp.start.eq(begin), disp.rom_words.eq(rom_words), disp.stop.eq(halt)]
         wiring.connect(m, disp.fetch_req, fetch.req)
-        m.d.comb += [fetch.next_pc.eq(disp.fetch_next_pc), fetch.next_load.eq(disp.fetch_next_load)]
+        m.d.comb += [fetch.next_pc.eq(disp.fetch_next_pc), fetch.next_line.eq(disp.fetch_next_line),
+                     fetch.next_load.eq(disp.fetch_next_load)]
         wiring.connect(m, fetch.resp, disp.fetch_resp)
 
         # ---- Queues and front ends.

@@ -7,12 +7,14 @@ from amaranth.lib.wiring import In, Out
 from snpu.config import CoreConfig
 from snpu.verif import isa
 from snpu.verif.isa import HEADER_BITS, LOOP_DEPTH, NUM_UNIT_BITS, OPCODE_BITS, Unit
-from snpu.verif.sequencer import PING_PONG_LOADS, PING_PONG, STREAMS, half_sizes
+from snpu.verif.sequencer import LINE_WORDS, PING_PONG_LOADS, PING_PONG, STREAMS, half_sizes
 
 from .icache import FETCH_REQ, FETCHED
 from .predecode import Kind
 from .microcode import PC_BITS, UNITS, micro_layout, op_codes
 from .status import ErrorCode
+
+_LINE_BITS = (LINE_WORDS - 1).bit_length()   # a ROM word's index inside its cache line
 
 _LOOP = isa.OPCODE_BY_NAME["loop"]
 _INC_BITS = _LOOP.field("in_inc").width
@@ -78,6 +80,7 @@ class Dispatcher(wiring.Component):
             "rom_words": In(PC_BITS + 1),
             "fetch_req": Out(stream.Signature(FETCH_REQ)),
             "fetch_next_pc": Out(PC_BITS), "fetch_next_load": Out(1),
+            "fetch_next_line": Out(PC_BITS - _LINE_BITS),
             "fetch_resp": In(stream.Signature(FETCHED)),
             **{f"q_{u.name.lower()}": Out(stream.Signature(micro_layout(u))) for u in UNITS},
             "units_idle": In(1),
@@ -229,6 +232,12 @@ class Dispatcher(wiring.Component):
         # which frames have no iterations left.
         last_trip = Signal(LOOP_DEPTH)
 
+        def line_after(pc, plus_one=False):
+            """The cache line after ``pc``'s (after ``pc + 1``'s with ``plus_one``): one sum
+            from ``pc``'s register, in parallel with the choice among the successors."""
+            step = Mux(pc[:_LINE_BITS].all(), 2, 1) if plus_one else 1
+            return (pc[_LINE_BITS:] + step)[:PC_BITS - _LINE_BITS]
+
         def walk(last, ends, tag):
             reach = [Signal(name=f"{tag}_reach{k}") for k in range(LOOP_DEPTH)]
             popped = [Signal(name=f"{tag}_popped{k}") for k in range(LOOP_DEPTH)]
@@ -239,11 +248,12 @@ class Dispatcher(wiring.Component):
                              popped[k].eq(reach[k] & ends[k] & last_trip[k]),
                              jump[k].eq(reach[k] & ends[k] & ~last_trip[k])]
             nxt = Signal(PC_BITS + 1, name=f"{tag}_next")
-            m.d.comb += nxt.eq(last + 1)
+            nxt_line = Signal(PC_BITS - _LINE_BITS, name=f"{tag}_next_line")
+            m.d.comb += [nxt.eq(last + 1), nxt_line.eq(line_after(last, plus_one=True))]
             for k in range(LOOP_DEPTH):
                 with m.If(jump[k]):
-                    m.d.comb += nxt.eq(frames[k].start)
-            return nxt, popped, jump
+                    m.d.comb += [nxt.eq(frames[k].start), nxt_line.eq(line_after(frames[k].start))]
+            return nxt, nxt_line, popped, jump
 
         # The word after the current one, from registers only (its pc and the frames), so
         # the request does not wait for the word's decode: right for every word but a
@@ -254,7 +264,7 @@ class Dispatcher(wiring.Component):
         # the ROM's last word.
         ends_pc = Signal(LOOP_DEPTH)
         pc_last = Signal()
-        seq_next, seq_popped, seq_jump = walk(pc, ends_pc, "seq")
+        seq_next, seq_line, seq_popped, seq_jump = walk(pc, ends_pc, "seq")
 
         # what the word consumed last cycle does to the frames (see "Frame updates")
         upd_push = Signal()                 # push a frame at `depth`
@@ -274,13 +284,18 @@ class Dispatcher(wiring.Component):
         zero_trip = going_loop & loop_zero
         # a loop word going on at the word after its body (zero trips) or at its entry
         late = going_loop & loop_late
-        skip_next, skip_popped, skip_jump = walk(loop_end, loop_end_ends, "skip")
+        skip_next, skip_line, skip_popped, skip_jump = walk(loop_end, loop_end_ends, "skip")
         jump = Mux(going_loop, skip_jump, seq_jump)
         pops = Signal(range(LOOP_DEPTH + 1))
         m.d.comb += pops.eq(Mux(going_loop, sum(skip_popped), sum(seq_popped)))
         nxt = Signal(PC_BITS + 1)
         m.d.comb += nxt.eq(Mux(self.start, 0, Mux(zero_trip, skip_next,
                                                   Mux(late, loop_entry, seq_next))))
+        # the line after the successor's, chosen the same way from sums made in parallel
+        # (the cache's next-line register takes it: no adder after the choice)
+        m.d.comb += self.fetch_next_line.eq(
+            Mux(self.start, 1, Mux(zero_trip, skip_line,
+                                   Mux(late, line_after(loop_entry), seq_line))))
         # the successor lies past the ROM (no halt): ILLEGAL at that word.  A jump goes back
         # into a body and an entry lies inside one, both inside the ROM; pc + 1 lies past it
         # only after the last word (`pc_last`, compared while the word's request was out),

@@ -53,9 +53,12 @@ class InstructionCache(wiring.Component):
     next_pc : In
         While ``resp`` holds a word: the address ``req`` carries from the next cycle on if
         that word is taken now (the dispatcher's successor address).
+    next_line : In
+        The line after ``next_pc``'s (``next_pc // LINE_WORDS + 1``; the dispatcher makes
+        it from sums in parallel with its choice of ``next_pc``, so no adder follows it).
     next_load : In
         ``next_pc`` is the next request (the dispatcher's word goes now, or it starts): the
-        cache registers the line after it for the next lookup's prefetch decision.
+        cache registers ``next_line`` for the next lookup's prefetch decision.
     resp : Out(stream(FETCHED))
     ar*, r* :
         AXI read channels (``arid`` chosen by the core's arbiter).
@@ -80,7 +83,8 @@ class InstructionCache(wiring.Component):
         super().__init__({
             "start": In(1), "rom_base": In(32), "rom_words": In(PC_BITS + 1),
             "req": In(stream.Signature(FETCH_REQ)),
-            "next_pc": In(PC_BITS), "next_load": In(1),
+            "next_pc": In(PC_BITS), "next_line": In(PC_BITS - (LINE_WORDS - 1).bit_length()),
+            "next_load": In(1),
             "resp": Out(stream.Signature(FETCHED)),
             "arvalid": Out(1), "arready": In(1), "araddr": Out(32), "arlen": Out(8),
             "rvalid": In(1), "rready": Out(1), "rdata": In(64), "rresp": In(2), "rlast": In(1),
@@ -132,7 +136,7 @@ class InstructionCache(wiring.Component):
         # read of the next line, nor a wide comparison after it
         nxt = Signal(LB)
         with m.If(self.next_load):
-            m.d.sync += nxt.eq(self.next_pc[W:] + 1)
+            m.d.sync += nxt.eq(self.next_line)
         last_line = Signal(LB + 1)
         rom_empty = Signal()
         m.d.sync += [last_line.eq((self.rom_words - 1) >> W), rom_empty.eq(self.rom_words == 0)]

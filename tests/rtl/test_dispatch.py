@@ -17,7 +17,7 @@ from snpu.rtl.microcode import PC_BITS, UNITS, op_codes
 from snpu.rtl.predecode import Predecoder
 from snpu.rtl.status import ErrorCode
 from snpu.verif import isa, progen
-from snpu.verif.sequencer import half_sizes, unroll
+from snpu.verif.sequencer import LINE_WORDS, half_sizes, unroll
 from snpu.verif.tb.amaranth_sim import seeded, simulate
 
 from ..verif.strategies import legal_instr
@@ -101,14 +101,19 @@ def _dispatch(words, rng=None, units_idle=True, config=None):
 
     async def promise(ctx):
         # the cache reads the next request's word as the current word goes: the request a
-        # cycle after `fetch_next_load` is `fetch_next_pc`, and it changes at no other time
+        # cycle after `fetch_next_load` is `fetch_next_pc`, and it changes at no other time;
+        # `fetch_next_line` is the line after its line
         expect = None
+        line_bits = len(dut.fetch_next_line)
         while True:
-            _, _, load, nxt, pc = await ctx.tick().sample(
-                dut.fetch_next_load, dut.fetch_next_pc, dut.fetch_req.payload.pc)
+            _, _, load, nxt, nxt_line, pc = await ctx.tick().sample(
+                dut.fetch_next_load, dut.fetch_next_pc, dut.fetch_next_line,
+                dut.fetch_req.payload.pc)
             if expect is not None:
                 assert pc == expect, f"request {pc}, fetch_next_pc said {expect}"
             if load:
+                assert nxt_line == (nxt // LINE_WORDS + 1) % (1 << line_bits), \
+                    f"fetch_next_line {nxt_line} after fetch_next_pc {nxt}"
                 expect = nxt
             elif expect is None:
                 expect = pc

@@ -8,7 +8,7 @@ import pytest
 from amaranth import Elaboratable, Module
 
 from snpu.rtl.icache import InstructionCache
-from snpu.verif.sequencer import InstructionCache as CacheModel
+from snpu.verif.sequencer import LINE_WORDS, InstructionCache as CacheModel
 from snpu.verif.tb.amaranth_sim import seeded, simulate
 
 from .axi_model import AxiMemory
@@ -16,7 +16,8 @@ from .axi_model import AxiMemory
 
 class _WithDispatcherLoad(Elaboratable):
     """The cache with ``next_load`` driven as the dispatcher drives it: high as a word is
-    taken (its ``go``; ``next_pc`` is then the next request) and at ``start``."""
+    taken (its ``go``; ``next_pc`` is then the next request) and at ``start``; and
+    ``next_line``, the line after ``next_pc``'s."""
 
     def __init__(self, cache):
         self.cache = cache
@@ -24,7 +25,8 @@ class _WithDispatcherLoad(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         c = m.submodules.cache = self.cache
-        m.d.comb += c.next_load.eq((c.resp.valid & c.resp.ready) | c.start)
+        m.d.comb += [c.next_load.eq((c.resp.valid & c.resp.ready) | c.start),
+                     c.next_line.eq(c.next_pc // LINE_WORDS + 1)]
         return m
 
 
