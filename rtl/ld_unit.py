@@ -250,8 +250,8 @@ class LoadUnit(wiring.Component):
         # rows after it the buffer's rules are registers set at start, and so is the room
         # a row's end has below the buffer's size for the step to the next row and to the
         # next plane (`end + step > limit` is `step > limit or end > limit - step`), so
-        # those checks compare registers with no adder before them.  (Only the low bits of
-        # a row's start meet the group mask: a 3-bit sum.)
+        # those checks compare registers with no adder before them.  (Only a row start's
+        # bits under the group mask matter for its alignment: a sum of the mask's width.)
         limit, group_mask = buffer_rules(new.buf, self.regs)
         to_plane_new = Mux(is_banked(new.buf), 0, self.regs.dst_stride3)
         buf_mask = Signal.like(group_mask, name="buf_group_mask")
