@@ -271,7 +271,9 @@ class ChunkExpander(wiring.Component):
         m.d.comb += next_keep.eq(mask.word_select((byte + 1)[:3], 8))  # (byte 0 after 7)
         # a value word is taken with this dense word (the window holds fewer bytes than it
         # needs, and the chunk has value words left): a register, worked out with `window_n`,
-        # `need` and `value_left`, so the word's multiplexers start at registers
+        # `need` and `value_left` as a mask arrives and as a dense word goes, so the word's
+        # multiplexers start at registers (skipping a chunk's unused words does not use it,
+        # and the next mask sets it again)
         take_word = Signal()
         merged = Signal(64)  # this word's packed bytes (the window's rest is shifted apart)
         m.d.comb += merged.eq(Mux(take_word, window | (word << (window_n * 8)),
@@ -296,8 +298,7 @@ class ChunkExpander(wiring.Component):
         with m.Elif(skipping):
             m.d.comb += word_ready.eq(1)
             with m.If(word_valid):
-                m.d.sync += [value_left.eq(value_left - 1),
-                             take_word.eq((window_n < need) & (value_left != 1))]
+                m.d.sync += value_left.eq(value_left - 1)
                 with m.If(value_left == 1):
                     m.d.sync += [skipping.eq(0), head.eq(rows_left != 0),
                                  busy.eq(rows_left != 0)]

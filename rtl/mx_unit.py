@@ -17,7 +17,8 @@ from .status import ErrorCode
 class AccWriter(wiring.Component):
     """Writes lane ``g``'s sums, in (vector, row) order, to accumulator bank ``g``: row
     ``acc/P + v*(acc_stride/P) + k`` for the lane's ``k``-th row of vector ``v``.  With
-    ``accumulate`` it reads the old value first and writes the sum (wrap-around).  Cycles
+    ``accumulate`` (held while an instruction's sums are written) it reads the old value
+    first and writes the sum (wrap-around).  Cycles
     per sum: 3, or 4 with ``accumulate`` (take, decide / read, the old value registered,
     write the sum)."""
 
@@ -41,7 +42,6 @@ class AccWriter(wiring.Component):
         # accumulate: the old value as the bank gives it, registered, and added on the way
         # to the write port (no block RAM output feeds an adder)
         old = Signal(signed(32))
-        add_old = Signal()
         with m.If(self.start):
             m.d.sync += [vbase.eq(self.base), row.eq(self.base), k.eq(0)]
         advance = Signal()
@@ -55,7 +55,7 @@ class AccWriter(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.sums.ready.eq(1)
                 with m.If(self.sums.valid):
-                    m.d.sync += [value.eq(self.sums.payload.sum), add_old.eq(0)]
+                    m.d.sync += value.eq(self.sums.payload.sum)
                     m.next = "DECIDE"
             with m.State("DECIDE"):
                 with m.If(self.accumulate):
@@ -65,11 +65,11 @@ class AccWriter(wiring.Component):
                 with m.Else():
                     m.next = "WRITE"
             with m.State("ADD"):
-                m.d.sync += [old.eq(self.rd_data), add_old.eq(1)]
+                m.d.sync += old.eq(self.rd_data)
                 m.next = "WRITE"
             with m.State("WRITE"):
                 m.d.comb += [self.w.valid.eq(1),
-                             self.w.payload.data.eq(Mux(add_old, value + old, value))]
+                             self.w.payload.data.eq(Mux(self.accumulate, value + old, value))]
                 with m.If(self.w.ready):
                     m.d.comb += [advance.eq(1), self.written.eq(1)]
                     m.next = "IDLE"

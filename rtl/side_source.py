@@ -147,8 +147,9 @@ class SideSource(wiring.Component):
         n_reg = Signal(16)
         with m.If(self.start):
             m.d.sync += n_reg.eq(self.n)
-            last_tail = Mux(self.n == 0, 0, (self.n - 1)[:6] + 1)
-            m.d.sync += last_mask.eq(Cat(*[last_tail > b for b in range(CHUNK)]))  # thermometer
+            last_pos = (self.n - 1)[:6]  # the last chunk's last position (n > 0)
+            m.d.sync += last_mask.eq(Mux(self.n == 0, 0,
+                                         Cat(*[b <= last_pos for b in range(CHUNK)])))
         with m.If(self.start):
             m.d.sync += [w_active.eq(~is_stride & (self.nvec != 0) & (self.rows != 0)),
                          w_v.eq(0), w_k.eq(0), w_c.eq(0),
