@@ -32,6 +32,13 @@ every conflicting pair of accesses on different units with a token:
   *carrier* takes its place: a ``cfg`` on ``v`` rewriting a register's value, signalling
   ``u``.  ``v`` runs its queue in order, so the carrier finishes after every earlier
   instruction of ``v``;
+* where an instruction conflicts with several units, a wait that another of its waits
+  implies is left out (by default, where units know what their tokens tell): the token
+  from ``v`` is given after ``v``'s conflicting instruction, whose clock already covers
+  ``w``'s conflicting instruction, so the token from ``w`` would order nothing new (a
+  ``req`` reading parameters a load wrote and accumulators an fc wrote waits for the fc
+  alone when the fc waited for a later load).  Fewer waits, fewer signals, and a layer's
+  first tile waits like the later ones;
 * a channel's ``k``-th wait takes its ``k``-th signal: if ``u`` has not yet taken the
   earlier signals of that channel, ``cfg`` no-ops on ``u`` take them first.  A loop's last
   iteration gives the tokens its next iteration would have taken; they stay in their
@@ -289,6 +296,8 @@ class Emitter:
                     continue
                 if idx > need.get(v, (0, 0))[0]:
                     need[v] = (idx, at)
+        if len(need) > 1 and self.transitive:
+            need = self._reduce(need)
         waits = []
         for v in sorted(need):
             waits.append(_UNIT[v])
@@ -305,6 +314,21 @@ class Emitter:
             instr = self.p.emit(op, wait=waits, **args)
         self._after(u, accesses)
         return instr
+
+    def _reduce(self, need: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+        """Drop the waits another wait implies: a token from ``v`` is given after ``v``'s
+        conflicting instruction, whose clock already covers ``w``'s conflict."""
+        need = dict(need)
+        for w in sorted(need):
+            cw = need[w][0]
+            for v, (cv, _) in need.items():
+                if v == w:
+                    continue
+                snap = self.snap_at[v].get(cv)
+                if snap is not None and snap[w] >= cw:
+                    del need[w]
+                    break
+        return need
 
     def _after(self, u: int, accesses: list[Access]) -> None:
         k = len(self.p.instrs) - 1

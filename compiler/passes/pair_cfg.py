@@ -1,4 +1,16 @@
-"""Pass: pair consecutive register writes of one unit into one ``cfg`` word.
+"""Pass: hoist register writes ahead of the tile they set up, then pair consecutive writes
+of one unit into one ``cfg`` word.
+
+A kernel writes each register right before the first instruction that reads it, so a
+layer's first tile comes out as ``ld, cfg mx, fc, cfg vx, req, cfg st, st`` while every
+later tile is ``ld, fc, req, st``: the first tile then cannot join the loop over the
+others.  A ``cfg`` that neither waits nor signals moves up past the words of other units
+before it, at most ``HOIST_WORDS`` of them besides other ``cfg`` words (the other stages
+of one tile), never past a word of its own unit, a loop or its body, ``halt`` or ``sync``:
+each unit runs its own queue in order, so only the dispatch order across units changes,
+never what any unit does (the segment's deadlock check then runs on the result).  A ``cfg``
+with tokens is a no-op or carrier the emitter placed for them, and stays.  The layer's
+writes then stand together ahead of its first tile.
 
 A layer's set-up writes several registers of one unit in a row (a load's strides, the MX
 unit's vector loop, the VX unit's strides).  ``cfg`` carries a second register of the same
@@ -17,6 +29,34 @@ from snpu.verif import isa
 from snpu.verif.isa import Instr
 
 
+#: how many words of other units (``cfg`` words aside) a register write moves up past: the
+#: other three stages of a tile (``ld``, ``fc``, ``req``, ``st``); further up it would
+#: land in the previous layer's last tiles and break their loops (measured on the zoo:
+#: 1 to 6 words, and no limit, all give larger ROMs than 3)
+HOIST_WORDS = 3
+
+
+def _unit(ins: Instr):
+    if ins.op == "cfg":
+        return isa.REGISTER_BY_NUMBER[ins.args["reg"]].unit
+    return ins.opcode.unit
+
+
+def _hoist(out: list[Instr], fence: int, ins: Instr) -> None:
+    """Append ``ins`` to ``out`` (whose words from ``fence`` on are of the current body),
+    a token-free ``cfg`` moved up as described in the module docstring."""
+    j = len(out)
+    if ins.op == "cfg" and not ins.wait and not ins.signal:
+        u, passed = _unit(ins), 0
+        while j > fence and out[j - 1].op not in ("loop", "halt", "sync") and _unit(out[j - 1]) != u:
+            if out[j - 1].op != "cfg":
+                if passed == HOIST_WORDS:
+                    break
+                passed += 1
+            j -= 1
+    out.insert(j, ins)
+
+
 def _single(ins: Instr) -> bool:
     return ins.op == "cfg" and not ins.args["two"]
 
@@ -31,8 +71,33 @@ def _merge(a: Instr, b: Instr) -> Instr | None:
 
 
 def pair_cfg(instrs: list[Instr]) -> list[Instr]:
-    """``instrs`` (a segment's program, loop words included) with every mergeable pair of
-    register writes in one ``cfg`` word; loop bodies keep their own words."""
+    """``instrs`` (a segment's program, loop words included) with its token-free register
+    writes hoisted and every mergeable pair of them in one ``cfg`` word; loop bodies keep
+    their own words."""
+    return _pair(_hoisted(instrs))
+
+
+def _hoisted(instrs: list[Instr]) -> list[Instr]:
+    def body(lo: int, hi: int) -> list[Instr]:
+        out: list[Instr] = []
+        fence = 0  # out[fence:] are words of this body (not of a loop before them)
+        k = lo
+        while k < hi:
+            ins = instrs[k]
+            if ins.op == "loop":
+                inner = body(k + 1, k + 1 + ins.args["body"])
+                out.append(ins)
+                out += inner
+                fence = len(out)
+                k += 1 + ins.args["body"]
+                continue
+            _hoist(out, fence, ins)
+            k += 1
+        return out
+    return body(0, len(instrs))
+
+
+def _pair(instrs: list[Instr]) -> list[Instr]:
     def body(lo: int, hi: int) -> list[Instr]:
         out: list[Instr] = []
         fence = 0  # out[fence:] are words of this body (not of a loop before them)

@@ -82,3 +82,30 @@ def test_precise_tokens_inside_a_loop_dispatch_what_flat_emission_does():
         [_unwalked(i) for _, i in unroll(flat.p.instrs)]
     a, b = _run(flat), _run(looped)
     assert a.stats.cycles == b.stats.cycles and (a.ext[OUT] == b.ext[OUT]).all()
+
+
+def test_a_wait_another_wait_implies_is_left_out():
+    """The req reads the parameters one load wrote and the accumulators the fc wrote; the
+    fc waited for a later load, so its token tells the VX unit that the parameter load is
+    done: the req waits for the MX unit only (not for a token from the LD unit as well)."""
+    k = _kernels()
+    k.ld("param", 0x10000, 0, 64)
+    k.ld("nbuf", 0x11000, 0, 64)
+    k.fc(nbuf=0, n_in=64, rows=P, acc=0, wbuf=0, widx=0, wbytes=64, ibytes=0, nfmt=0, wfmt=0)
+    k.req(0, 0, 0, 1, 1, src_stride=P, dst_stride=P)
+    k.st(0, 0x40000, P)
+    k.halt()
+    req = next(i for i in k.p.instrs if i.op == "req")
+    assert req.wait == {Unit.MX}
+    assert not any(Unit.VX in i.signal for i in k.p.instrs if i.op == "ld")
+    _run(k)  # race-free: the parameter load is ordered before the req all the same
+    # a token that tells nothing of the other conflict leaves both waits: an fc that
+    # waited for nothing from the LD unit after the parameter load
+    k = _kernels()
+    k.fc(nbuf=0, n_in=64, rows=P, acc=0, wbuf=0, widx=0, wbytes=64, ibytes=0, nfmt=0, wfmt=0)
+    k.ld("param", 0x10000, 0, 64)
+    k.req(0, 0, 0, 1, 1, src_stride=P, dst_stride=P)
+    k.halt()
+    req = next(i for i in k.p.instrs if i.op == "req")
+    assert req.wait == {Unit.LD, Unit.MX}
+    _run(k)
