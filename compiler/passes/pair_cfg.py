@@ -25,6 +25,8 @@ word (``A``'s waits, both writes in order, both signals after them) does what ``
 
 from __future__ import annotations
 
+from typing import Callable
+
 from snpu.verif import isa
 from snpu.verif.isa import Instr
 
@@ -74,33 +76,26 @@ def pair_cfg(instrs: list[Instr]) -> list[Instr]:
     """``instrs`` (a segment's program, loop words included) with its token-free register
     writes hoisted and every mergeable pair of them in one ``cfg`` word; loop bodies keep
     their own words."""
-    return _pair(_hoisted(instrs))
+    return _per_body(_per_body(instrs, _hoist), _pair)
 
 
-def _hoisted(instrs: list[Instr]) -> list[Instr]:
+def _pair(out: list[Instr], fence: int, ins: Instr) -> None:
+    """Append ``ins`` to ``out``, merged into the word before where that is a ``cfg`` of
+    the same body it pairs with."""
+    merged = _merge(out[-1], ins) if len(out) > fence else None
+    if merged is not None:
+        out[-1] = merged
+    else:
+        out.append(ins)
+
+
+def _per_body(instrs: list[Instr], step: Callable[[list[Instr], int, Instr], None]) -> list[Instr]:
+    """``instrs`` rebuilt body by body: ``step(out, fence, ins)`` adds each word that is not
+    a loop to ``out``, whose words from ``fence`` on are of the same body (not of a loop
+    before them); each loop's ``body`` is set to its rebuilt body's length."""
     def body(lo: int, hi: int) -> list[Instr]:
         out: list[Instr] = []
-        fence = 0  # out[fence:] are words of this body (not of a loop before them)
-        k = lo
-        while k < hi:
-            ins = instrs[k]
-            if ins.op == "loop":
-                inner = body(k + 1, k + 1 + ins.args["body"])
-                out.append(ins)
-                out += inner
-                fence = len(out)
-                k += 1 + ins.args["body"]
-                continue
-            _hoist(out, fence, ins)
-            k += 1
-        return out
-    return body(0, len(instrs))
-
-
-def _pair(instrs: list[Instr]) -> list[Instr]:
-    def body(lo: int, hi: int) -> list[Instr]:
-        out: list[Instr] = []
-        fence = 0  # out[fence:] are words of this body (not of a loop before them)
+        fence = 0
         k = lo
         while k < hi:
             ins = instrs[k]
@@ -112,11 +107,7 @@ def _pair(instrs: list[Instr]) -> list[Instr]:
                 fence = len(out)
                 k += 1 + n
                 continue
-            merged = _merge(out[-1], ins) if len(out) > fence else None
-            if merged is not None:
-                out[-1] = merged
-            else:
-                out.append(ins)
+            step(out, fence, ins)
             k += 1
         return out
     return body(0, len(instrs))

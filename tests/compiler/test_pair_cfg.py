@@ -1,7 +1,7 @@
 """The cfg pass: register writes hoisted ahead of the tile they set up and two writes of one
 unit in one word, never changing what any unit does."""
 
-from snpu.compiler.passes.pair_cfg import HOIST_WORDS, _pair, pair_cfg
+from snpu.compiler.passes.pair_cfg import HOIST_WORDS, _pair, _per_body, pair_cfg
 from snpu.verif.isa import Unit, make
 from snpu.verif.sequencer import unroll
 
@@ -33,7 +33,7 @@ def test_tokens_decide_what_may_merge():
             _cfg("mx.nvec", 1, signal=[Unit.LD]), _cfg("mx.nstride", 2, signal=[Unit.LD]),
             _cfg("ld.ext_stride", 1), _cfg("mx.nvec", 2),                         # two units
             make("halt")]
-    out = _pair(prog)  # pairing alone (hoisting would move ld.ext_stride to the top)
+    out = _per_body(prog, _pair)  # pairing alone (hoisting would move ld.ext_stride to the top)
     assert len(out) == 8
     assert out[0].args["two"] == 1 and out[0].wait == {Unit.LD}
     assert [i.args["two"] for i in out[1:7]] == [0] * 6
