@@ -8,18 +8,22 @@ every conflicting pair of accesses on different units with a token:
   instructions known to have finished before this unit's next instruction starts;
 * when a new instruction on unit ``u`` touches bytes that unit ``v``'s instructions
   touched (one of them writing) and ``u``'s clock does not cover the latest such
-  instruction ``A``, ``u`` must wait for a token from ``v``.  By default the token is
-  taken from ``v``'s *latest* instruction ``L`` (``L`` is at or after ``A``, so waiting for
-  it is enough, and adding signals only to the newest instruction keeps each channel's
-  token order equal to program order);
-* with *precise* tokens (:meth:`overlapped`, for software-pipelined kernels) the token is
-  given by ``A`` itself when no later instruction of ``v`` gives ``u`` one yet (a
-  channel's tokens stay in program order), or else by the first instruction at or after
-  ``A`` that gives one.  That is what lets double buffering overlap: the load into one
-  half waits for the compute two steps back that read it, not for the compute of the
-  other half emitted in between.  It falls back to the latest instruction when ``A`` is
-  before the end of a kernel's loop (:meth:`repeat`: a loop's body words are shared by its
-  iterations, so later code must not add signals to them) or, inside a loop, before the
+  instruction ``A``, ``u`` must wait for a token from ``v``.  With *latest* tokens (an
+  array's programs, and the fallback below) the token is taken from ``v``'s latest
+  instruction ``L`` (``L`` is at or after ``A``, so waiting for it is enough, and adding
+  signals only to the newest instruction keeps each channel's token order equal to
+  program order);
+* with *precise* tokens (the default; :meth:`overlapped` in latest mode, for the fc
+  kernel) the token is given by ``A`` itself when no later instruction of ``v`` gives
+  ``u`` one yet (a channel's tokens stay in program order), or else by the first
+  instruction at or after ``A`` that gives one.  That is what lets double buffering
+  overlap: the load into one half waits for the compute two steps back that read it, not
+  for the compute of the other half emitted in between, and every tile then waits the
+  same way, so one tile is a flip loop's body (:mod:`.passes.reroll`).  It falls back to
+  the latest instruction when ``A`` is a word of a hardware loop's body (*sealed*: a
+  loop's body words are shared by its iterations, so later code must not add signals to
+  them; with latest tokens, any word of a kernel's loop once the loop is over, so that
+  emission with loops dispatches what flat emission does) or, inside a loop, before the
   previous iteration (every iteration's words then take signals from the next iteration
   only, which :mod:`.emit_loops` needs to prove a steady state) -- unless, with
   ``pre_loop``, ``A`` lies before the loop altogether: it is no iteration's word, and the
@@ -27,6 +31,13 @@ every conflicting pair of accesses on different units with a token:
   computes on each half), so the loop takes them in instead of leaving them flat.  Such a
   token may live long; the caller checks that no channel fills
   (:mod:`snpu.verif.token_flow`);
+* with precise tokens a loop takes its last iteration in (``fold``): that iteration gives
+  the tokens its next one would have taken (*credits*: the compute on each half tells the
+  load two tiles on that the half is free).  A write into a double-buffered buffer
+  (:data:`CREDIT_BUFFERS`) takes such a token where its channel holds one and the
+  instruction waits for nothing from that unit already (:meth:`_take_credits`): the next
+  kernel's first tiles then wait as every later tile does, instead of waiting for nothing
+  and leaving the credits for a later wait to skip with no-ops;
 * where the latest instruction is a word of a hardware loop's body (*sealed*: it gives
   the same tokens in every iteration) and does not give ``u`` a token already, a
   *carrier* takes its place: a ``cfg`` on ``v`` rewriting a register's value, signalling
@@ -48,16 +59,18 @@ every conflicting pair of accesses on different units with a token:
 Waits only ever name instructions emitted earlier, so the in-order dispatcher cannot
 deadlock on a full queue; the golden model's race checker verifies the result.
 
-Two modes.  By default (``snpu compile --optimize size``) a unit knows everything the
-tokens it took tell, transitively (a token from ``v`` tells what ``v`` knew), and takes
-tokens from the other unit's latest instruction: few waits, regular patterns, the
-smallest ROM.  With ``overlap`` (``--optimize speed``) waits take their tokens from the
-conflicting instruction itself (*precise*) and a unit decides from the tokens it took
-itself only (``direct``): a load into one half of a double buffer waits for the compute
-two steps back, not for the one just issued, so loads, compute and stores overlap more
-(3-12 % fewer cycles on the zoo networks at weight density 0.5) at the cost of less
-regular token patterns (2-48 % more ROM words).  Loops then also take their last
-iteration in (:mod:`.emit_loops`).
+Three modes.  By default (``snpu compile --optimize size``, ``Emitter(credits=True)``)
+tokens are precise, loops carry their credits out, writes take credits, and a unit knows
+everything the tokens it took tell, transitively (a token from ``v`` tells what ``v``
+knew), so it leaves out the waits that knowledge covers.  With ``overlap`` (``--optimize
+speed``) a unit decides from the tokens it took itself only (``direct``): more waits,
+more words, and on the zoo no fewer cycles since the default mode took precise tokens
+(squeezenet at weight density 0.5: the same cycles, 609 words against 530).  With
+neither (an array's programs; the default mode's fallback where a segment would deadlock
+with precise tokens) every token comes from the other unit's latest instruction: a load
+into one half of a double buffer then waits for the compute just issued on every other
+tile, so loads and computes overlap less and a loop's body is two tiles (squeezenet at
+weight density 0.5: 8 % more cycles and 611 words against 530).
 """
 
 from __future__ import annotations
@@ -152,6 +165,9 @@ BUFFER_USERS = {
     "local": (Unit.LD, Unit.ST, Unit.NET),
 }
 _UNIT = [Unit(u) for u in range(NU)]
+#: the buffers kernels double-buffer tile by tile (a write into one takes a credit,
+#: :meth:`Emitter._take_credits`); weights and parameters are loaded once per layer
+CREDIT_BUFFERS = ("nbuf", "nidx", "acc", "obuf")
 #: a buffer's history records beyond which one unit's records of nearby ranges (at most
 #: ``HISTORY_GAP`` bytes apart) are merged (a unit that never learns of the others, such as
 #: an idle network unit, would otherwise keep every record: emission time grows with the
@@ -164,14 +180,17 @@ class Emitter:
     """Wraps a :class:`~snpu.verif.program.Program`; see the module docstring."""
 
     def __init__(self, program: Program, net: bool = False, loops: bool = True,
-                 overlap: bool = False, pre_loop: bool = False):
+                 overlap: bool = False, pre_loop: bool = False, credits: bool = False):
         """``net``: the program uses the NET unit (``send`` / ``recv`` on an array), which
         reads and writes the same address space as LD and ST.  ``loops``: kernels' loops
-        (:meth:`repeat`) may become hardware loops as they are emitted.  ``overlap``: the
-        tokens that let units overlap most (module docstring), for fewer cycles and more
-        ROM words.  ``pre_loop``: precise waits inside a loop may also take their tokens
-        from words before the loop (module docstring); the caller checks the program for
-        full channels (:mod:`snpu.verif.token_flow`)."""
+        (:meth:`repeat`) may become hardware loops as they are emitted.  ``credits``: the
+        default mode's tokens (module docstring: precise, carried out of loops, credits
+        taken, units knowing what their tokens tell).  ``overlap``: the same, but units
+        decide from the tokens they took themselves only (``--optimize speed``).  Neither:
+        every wait from the other unit's latest instruction (an array's programs).
+        ``pre_loop``: precise waits inside a loop may also take their tokens from words
+        before the loop (module docstring); the caller checks the program for full
+        channels (:mod:`snpu.verif.token_flow`)."""
         self.p = program
         self.loops = loops
         #: while a loop is emitted (:mod:`.emit_loops`): instruction index -> its footprint
@@ -205,14 +224,17 @@ class Emitter:
         self.loop_start: int | None = None
         #: waits take the token from the conflicting instruction (:meth:`overlapped`);
         #: else from the other unit's latest instruction
-        self.precise = overlap
+        self.precise = overlap or credits
         #: precise tokens inside a loop may come from words before it
         self.pre_loop = pre_loop
         #: decide waits from all a unit knows (tokens pass knowledge on), or only from the
         #: tokens it took itself (``overlap``)
         self.transitive = not overlap
-        #: loops take their last iteration in, leaving its tokens to later code (``overlap``)
-        self.fold = overlap
+        #: loops take their last iteration in, leaving its tokens to later code
+        self.fold = overlap or credits
+        #: a write into a double-buffered buffer takes a token its channel holds already
+        #: (a credit: module docstring)
+        self.credits = overlap or credits
         self.in_loop = 0
         #: the words before this index (hardware loops and their bodies) take no new signals
         self.sealed = 0
@@ -244,9 +266,8 @@ class Emitter:
     def overlapped(self):
         """Within: waits take their tokens from the conflicting instruction itself (module
         docstring), so a software-pipelined kernel's loads overlap the compute before.
-        Kernels opt in where that pays: the token patterns come out less regular than with
-        the latest instruction's tokens, which costs the re-roller loops (squeezenet's
-        convolutions at weight density 0.25: 8 % fewer cycles for 63 % more ROM words)."""
+        Tokens are precise everywhere in the default and the speed mode; with latest
+        tokens (an array's programs) the fc kernel opts in."""
         was, self.precise = self.precise, True
         try:
             yield
@@ -261,7 +282,11 @@ class Emitter:
             repeat(self, n, body, state)
         finally:
             self.in_loop -= 1
-        if not self.in_loop:
+        if not self.in_loop and not (self.fold and self.transitive):
+            # later code takes no precise token from the loop's words (a formed loop's words
+            # are sealed either way): with latest tokens, so that emission with loops
+            # dispatches the stream flat emission does; in speed mode, whose units know
+            # less, so that its tokens live shorter (two-token channels do not fill)
             self.snap_at = [{} for _ in range(NU)]
 
     # -------------------------------------------------------------------------------------
@@ -306,6 +331,8 @@ class Emitter:
                 self._nop(u, v)
             self.waits[v][u] += 1
             self._learn(u, v, snap)
+        if self.credits and op != "cfg":
+            self._take_credits(u, accesses, waits)
         if op == "cfg":
             reg = args["reg"]
             instr = self.p.emit("cfg", reg=reg, value=args["value"], wait=waits)
@@ -314,6 +341,25 @@ class Emitter:
             instr = self.p.emit(op, wait=waits, **args)
         self._after(u, accesses)
         return instr
+
+    def _take_credits(self, u: int, accesses: list[Access], waits: list[Unit]) -> None:
+        """For each write into a double-buffered buffer (:data:`CREDIT_BUFFERS`): where a
+        channel from another unit touching that buffer holds a token no wait took yet, and
+        the instruction waits for nothing from that unit already, take it (append to
+        ``waits``).  A loop's last iteration leaves such tokens (the ones its next
+        iteration would have taken, ``fold``); the next kernel's first tiles take them as
+        its steady tiles take theirs, instead of waiting for nothing and leaving them for a
+        later wait to skip with no-ops.  The token was given already, so the wait adds no
+        cycle to a channel's order and cannot deadlock."""
+        for a in accesses:
+            if not a.write or a.hi <= a.lo or a.buf not in CREDIT_BUFFERS:
+                continue
+            for unit in self.users.get(a.buf, ()):
+                v = int(unit)
+                if v != u and unit not in waits and self.signals[v][u] > self.waits[v][u]:
+                    waits.append(unit)
+                    self.waits[v][u] += 1
+                    self._learn(u, v, self.sig_list[(v, u)][self.waits[v][u] - 1])
 
     def _reduce(self, need: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
         """Drop the waits another wait implies: a token from ``v`` is given after ``v``'s

@@ -467,8 +467,8 @@ def _fast_forward(em: Emitter, snaps: list[_Snap], plan: _Plan, m: int) -> None:
             em.signals[u][v] += m * s[u][v]
             em.waits[u][v] += m * s[u][v]
     em.nops += m * (s2.nops - s1.nops)
+    em.sealed = s0.start + 1 + L  # the body's words take no further signals
     if fold:
-        em.sealed = s0.start + 1 + L
         for v in range(NU):  # the tokens the latest word of each unit gives: the last ones
             if c[v]:
                 for t in p.instrs[em.last[v]].signal:

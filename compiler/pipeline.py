@@ -267,6 +267,7 @@ def _report(g: Graph, options: CompileOptions, timings: dict, total: float) -> d
         "host_ops": sorted({n.op for n in g.nodes if n.device == "host"}),
         "segments": [{"kind": s["kind"], "nodes": len(s["nodes"]),
                       **({"instructions": s["instructions"], "token_nops": s["token_nops"],
+                          "tokens": s["tokens"],
                           "dispatched_instructions": s["dispatched_instructions"],
                           **{k: s[k] for k in ("instructions_per_core", "noc") if k in s}}
                          if s["kind"] == "core" else {})} for s in g.meta["segments"]],

@@ -8,8 +8,9 @@ tokens (one per channel in ``wait``), runs it, then puts one token into each cha
 reads and writes its channels in a fixed order and blocks on an empty or full one, so
 (Kahn) whether the network deadlocks does not depend on how long anything takes: running
 every instruction in zero time decides it for every timing, the golden model's and the
-RTL's alike.  The compiler runs this on the programs it emits with precise tokens
-(``--optimize speed``), whose tokens may live long enough to fill a channel.
+RTL's alike.  The compiler runs this on every program it emits (on an array, on each
+core's, a ``recv`` taken as satisfied): precise tokens may live long enough to fill a
+channel.
 """
 
 from __future__ import annotations

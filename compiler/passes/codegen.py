@@ -33,23 +33,29 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
 
     Every segment is checked for a deadlock on its token channels
     (:func:`snpu.verif.token_flow.deadlock`, exact for every timing): a program that would
-    deadlock is an error, not a hang.  With ``overlap`` a loop's first iterations also take
-    precise tokens from the words before the loop (``Emitter(pre_loop=True)``), which keeps
-    them like the steady ones but lets a token live longer; if a segment would deadlock,
-    the pass runs again without those tokens."""
-    if overlap:
+    deadlock is an error, not a hang.  A loop's first iterations also take precise tokens
+    from the words before the loop (``Emitter(pre_loop=True)``), which keeps them like the
+    steady ones but lets a token live longer; if a segment would deadlock, the pass runs
+    again without those tokens, and in the default mode then with every wait's token from
+    the other unit's latest instruction (tokens that never wait for a later word: a core
+    with one-token channels, say)."""
+    # the tokens to try, in order: with tokens from before loops, without, and (the default
+    # mode only) every wait from the other unit's latest instruction
+    modes = [("overlap" if overlap else "credits", True), ("overlap" if overlap else "credits", False)]
+    if not overlap:
+        modes.append(("latest", False))
+    for k, (tokens, pre_loop) in enumerate(modes):
         before = image.copy_image()
         try:
-            return _codegen(graph, config, image, dense, loops, True, True)
-        except _Deadlock:
+            return _codegen(graph, config, image, dense, loops, tokens, pre_loop)
+        except _Deadlock as e:
             image.restore(before)
-    try:
-        return _codegen(graph, config, image, dense, loops, overlap, False)
-    except _Deadlock as e:
-        raise CompileError(f"the program would deadlock on its token channels (token_depth="
-                           f"{config.token_depth}, queue_depth={config.queue_depth}): {e}; "
-                           "use deeper channels" + (" or --optimize size" if overlap else "")
-                           ) from None
+            if k == len(modes) - 1:
+                raise CompileError(
+                    f"the program would deadlock on its token channels (token_depth="
+                    f"{config.token_depth}, queue_depth={config.queue_depth}): {e}; use deeper "
+                    "channels" + (" or --optimize size" if overlap else "")) from None
+    raise AssertionError("unreachable")
 
 
 class _Deadlock(Exception):
@@ -57,7 +63,7 @@ class _Deadlock(Exception):
 
 
 def _codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool, loops: bool,
-             overlap: bool, pre_loop: bool) -> Graph:
+             tokens: str, pre_loop: bool) -> Graph:
     g = graph.copy()
     segments = []
     layer = 0
@@ -67,7 +73,8 @@ def _codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool, 
             continue
         k = len(segments)
         prog = Program(config, image=image, rom_name=f"rom:{k}")
-        em = Kernels(prog, loops=loops, overlap=overlap, pre_loop=pre_loop)
+        em = Kernels(prog, loops=loops, overlap=tokens == "overlap",
+                     credits=tokens == "credits", pre_loop=pre_loop)
         order = subgraph_units(g, sg)
         stats = emit_nodes(em, g, order, f"{k}:", layer, dense)
         layer += len(order)
@@ -83,6 +90,7 @@ def _codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool, 
         segments.append({"kind": "core", "rom": prog.rom_name, "nodes": list(sg["nodes"]),
                          "words": words, "instructions": len(words),
                          "dispatched_instructions": dispatched, "token_nops": em.nops,
+                         "tokens": tokens + (" from before loops" if pre_loop else ""),
                          "layers": stats})
     g.meta["segments"] = segments
     return g

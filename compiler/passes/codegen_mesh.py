@@ -44,6 +44,7 @@ from snpu.verif import isa
 from snpu.verif.image import MemoryImage
 from snpu.verif.program import Program
 from snpu.verif.sequencer import dispatch_count, half_sizes
+from snpu.verif.token_flow import deadlock
 
 from .. import kernels
 from ..emit import Kernels
@@ -91,32 +92,54 @@ def codegen_mesh(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bo
             segments.append({"kind": "host", "nodes": list(sg["nodes"])})
             continue
         k = len(segments)
-        seg = _Segment(g, config, image, k, coords, w, layouts, copies, root, set(sg["nodes"]),
-                       loops)
-        stats: dict[str, dict] = {}
-        for n, parts, suffix in _rounds([nodes[name] for name in sg["nodes"]], g):
-            for part in parts:
-                name = f"{k}:{n.name}@{part.core[0]}_{part.core[1]}{suffix}"
-                seg.prepare(n, part, layer, name, dense)
-                if pipeline and part.image == 0:
-                    seg.keep_resident(n, part, layer, name, dense)
-                seg.receive_inputs(n, part)
-                ctx = kernels.LayerContext(seg.em[part.core], layer, name,
-                                           dense, n.meta.get("neurons"), shared=seg.shared)
-                ctx.resident = seg.resident[part.core]
-                if part.kind == "batch":  # whole layer, image by image
-                    for b in range(part.lo, part.hi):
-                        st = emit_layer(ctx, g, n, layouts, image=b)
-                else:
-                    st = emit_layer(ctx, g, n, seg.layouts[part.core], part, image=part.image or 0)
-                stats.setdefault(n.name, {**st, "split": n.meta["split"],
-                                          "parts": [p.to_dict() for p in n.meta["parts"]]})
-                seg.send_output(n, part)
-            layer += 1
-        segments.append({**seg.finish(sg["nodes"], stats, loops),
-                         "memory_ports": g.meta["mesh"].get("memory_ports", w)})
+        # the default mode's tokens; where a core's program would deadlock on its token
+        # channels (codegen.py), the segment again with every token from the latest
+        # instruction
+        before = image.copy_image()
+        for tokens in ("credits", "latest"):
+            seg = _Segment(g, config, image, k, coords, w, layouts, copies, root,
+                           set(sg["nodes"]), loops, credits=tokens == "credits")
+            stats: dict[str, dict] = {}
+            end = _emit_segment(seg, g, nodes, sg, layouts, k, layer, dense, pipeline, stats)
+            done = {**seg.finish(sg["nodes"], stats, loops), "tokens": tokens}
+            stuck = seg.deadlock()
+            if stuck is None:
+                break
+            if tokens == "latest":
+                raise CompileError(f"the program would deadlock on its token channels "
+                                   f"(token_depth={config.token_depth}, queue_depth="
+                                   f"{config.queue_depth}): {stuck}; use deeper channels")
+            image.restore(before)
+        layer = end
+        segments.append({**done, "memory_ports": g.meta["mesh"].get("memory_ports", w)})
     g.meta["segments"] = segments
     return g
+
+
+def _emit_segment(seg: _Segment, g: Graph, nodes: dict, sg: dict, layouts: dict, k: int,
+                  layer: int, dense: bool, pipeline: bool, stats: dict) -> int:
+    """Emit core subgraph ``sg`` (segment ``k``) into ``seg``, its first layer numbered
+    ``layer``; returns the number after its last."""
+    for n, parts, suffix in _rounds([nodes[name] for name in sg["nodes"]], g):
+        for part in parts:
+            name = f"{k}:{n.name}@{part.core[0]}_{part.core[1]}{suffix}"
+            seg.prepare(n, part, layer, name, dense)
+            if pipeline and part.image == 0:
+                seg.keep_resident(n, part, layer, name, dense)
+            seg.receive_inputs(n, part)
+            ctx = kernels.LayerContext(seg.em[part.core], layer, name,
+                                       dense, n.meta.get("neurons"), shared=seg.shared)
+            ctx.resident = seg.resident[part.core]
+            if part.kind == "batch":  # whole layer, image by image
+                for b in range(part.lo, part.hi):
+                    st = emit_layer(ctx, g, n, layouts, image=b)
+            else:
+                st = emit_layer(ctx, g, n, seg.layouts[part.core], part, image=part.image or 0)
+            stats.setdefault(n.name, {**st, "split": n.meta["split"],
+                                      "parts": [p.to_dict() for p in n.meta["parts"]]})
+            seg.send_output(n, part)
+        layer += 1
+    return layer
 
 
 def _rounds(nodes: list, g: Graph):
@@ -319,7 +342,7 @@ class _Segment:
     """One core subgraph's programs (one per core) and the transfers between them."""
 
     def __init__(self, g, config, image, k, coords, width, layouts, copies: LocalCopies, root,
-                 names, loops: bool):
+                 names, loops: bool, credits: bool = True):
         self.g, self.k, self.coords, self.width = g, k, coords, width
         self.copies = copies
         self.plan = TransferPlan(g, names, layouts, set(copies.win), root)
@@ -331,7 +354,8 @@ class _Segment:
         self.credited: set[tuple[Coord, Coord, str]] = set()
         self.progs = {xy: Program(config, image=image, rom_name=f"rom:{k}:{xy[0]}_{xy[1]}")
                       for xy in coords}
-        self.em = {xy: Kernels(p, net=True, loops=loops) for xy, p in self.progs.items()}
+        self.em = {xy: Kernels(p, net=True, loops=loops, credits=credits)
+                   for xy, p in self.progs.items()}
         self.shared: dict = {}
         self.config = config
         #: throughput mode: per core, the read-only data it keeps in local memory (content
@@ -474,6 +498,16 @@ class _Segment:
                 return
 
     # -------------------------------------------------------------------------------------
+    def deadlock(self) -> str | None:
+        """Where a core's finished program would stop on its own token channels (each
+        ``recv`` taken as satisfied: the order of sends and receives keeps the array
+        itself from deadlocking, module docstring), or ``None``."""
+        for xy, p in self.progs.items():
+            stuck = deadlock(p.instrs, p.config.token_depth, p.config.queue_depth)
+            if stuck is not None:
+                return f"core {xy[0]},{xy[1]}: {stuck}"
+        return None
+
     def finish(self, names: list[str], stats: dict, loops: bool) -> dict:
         left = [(a, b, len(q)) for (a, b), q in self.queues.items() if q]
         if left:

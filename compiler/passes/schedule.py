@@ -230,7 +230,7 @@ class KernelTimer:
         """Estimated cycles of ``order`` emitted alone, and each unit's busy cycles
         (``far``: with that address range timed as far memory)."""
         prog = Program(self.config, image=self.image, rom_name=f"schedule:{self.timed}")
-        em = Kernels(prog)
+        em = Kernels(prog, credits=True)  # the default mode's tokens (codegen)
         emit_nodes(em, self.g, order, f"schedule{self.timed}:", 0, self.dense)
         em.halt()
         self.timed += 1

@@ -36,16 +36,16 @@ P = TEST_CORE.lanes
 OUT = slice(0x20000, 0x30000)
 
 
-def _kernels(loops: bool) -> Kernels:
-    """An emitter for speed over an image with random inputs at 0x10000 and two rows of
-    requantisation parameters at 0x8000."""
+def _kernels(loops: bool, mode: str = "overlap") -> Kernels:
+    """An emitter for speed (``mode="credits"``: the default mode's) over an image with
+    random inputs at 0x10000 and two rows of requantisation parameters at 0x8000."""
     image = MemoryImage(1 << 20)
     image.add_region("rom", 0, 1 << 14, "rom")
     rng = np.random.default_rng(5)
     image.data[0x10000:0x18000] = rng.integers(0, 256, 0x8000, np.uint8)
     params = pack_params(rng.integers(-50, 50, 2 * P), np.full(2 * P, 3), np.ones(2 * P))
     image.data[0x8000:0x8000 + params.size] = params
-    return Kernels(Program(TEST_CORE, image=image), loops=loops, overlap=True)
+    return Kernels(Program(TEST_CORE, image=image), loops=loops, **{mode: True})
 
 
 def _tile(k: Kernels, i: int) -> None:
@@ -88,11 +88,11 @@ def _balanced(instrs, config: CoreConfig = TEST_CORE) -> None:
     assert given == taken
 
 
-def _both(body, n: int, after=None):
+def _both(body, n: int, after=None, mode: str = "overlap"):
     """``n`` iterations of ``body(k, i)`` emitted flat and with loops, then ``after(k)``."""
     out = []
     for loops in (False, True):
-        k = _kernels(loops)
+        k = _kernels(loops, mode)
         k.ld("param", 0x8000, 0, 16 * P)  # the requantisations' parameters (2 rows)
         k.repeat(n, lambda i, k=k: body(k, i))
         if after:
@@ -124,6 +124,40 @@ def test_a_loop_takes_its_last_iteration_in_and_later_code_takes_its_tokens():
     # it but the tile emitted after the loop (3 instructions), its token no-ops and the halt
     assert start // 6 + loops[0].args["count"] == n
     assert len(looped.p.instrs) - start - 1 - loops[0].args["body"] <= 3 + 4 + 1
+
+
+def _tile_b(k: Kernels, i: int) -> None:
+    """Like :func:`_tile`, but into acc above the first tiles' (at 256) and from / to
+    other external bytes."""
+    half = i % 2
+    k.ld("acc", 0x14000 + 32 * i, 256 + half * 64, 32)
+    k.req(half * 32, 256 + half * 64, 0, 2, 2, src_stride=P * 2, dst_stride=P * 2)
+    k.st(half * 32, 0x28000 + 32 * i, 32)
+
+
+@pytest.mark.parametrize("take", [True, False])
+def test_a_kernels_first_tiles_take_the_credits_the_loop_before_left(monkeypatch, take):
+    """Default mode: the first loop leaves the tokens its next iteration would have taken
+    (the req on each acc half tells the load two tiles on that the half is free).  The
+    second loop's first loads touch no acc byte the first loop did, yet take those credits
+    (``Emitter._take_credits``): its tiles then all wait alike and no token no-op skips
+    the credits.  Without taking them, the third load's token (from the second loop's
+    first req) comes after them, and two no-ops take them first."""
+    if not take:
+        monkeypatch.setattr(Kernels, "_take_credits", lambda *a: None)
+    n = 10
+
+    def second(k):
+        k.repeat(n, lambda i: [_tile_b(k, 2 * i + j) for j in range(2)])
+
+    flat, looped = _both(lambda k, i: [_tile(k, 2 * i + j) for j in range(2)], n, second,
+                         mode="credits")
+    _check(flat, looped)
+    assert flat.nops == 0  # flat: no loop carries credits out
+    assert (looped.nops == 0) == take
+    if take:
+        loads = [i for _, i in unroll(looped.p.instrs) if i.op == "ld" and i.args["dst"] >= 256]
+        assert all(isa.Unit.VX in i.wait for i in loads)  # the first two as every later one
 
 
 def test_code_reading_what_a_loop_stored_takes_its_token_from_a_carrier():
@@ -268,3 +302,38 @@ def test_channels_too_shallow_for_tokens_from_before_a_loop(monkeypatch):
     # the default mode's programs are checked too: an error, not a hang
     with pytest.raises(CompileError, match="would deadlock on its token channels.*ST waits"):
         compile_model(m, CompileOptions(config=cfg, density=0.3))
+
+
+def test_the_default_mode_falls_back_to_latest_tokens(monkeypatch):
+    """A segment that would deadlock with precise tokens from before loops is emitted again
+    without them, then with every token from the latest instruction; the report says which
+    tokens it has.  On an array, a core's program that would deadlock sends the segment to
+    latest tokens; one that deadlocks with those too is an error."""
+    from snpu.compiler.passes import codegen_mesh
+
+    m = tiny_cnn(4)
+    xs = inputs(m, 1)
+    real, checks = codegen_pass.deadlock, []
+    monkeypatch.setattr(codegen_pass, "deadlock",  # the first two tries would deadlock
+                        lambda *a: checks.append(1) or ("stuck" if len(checks) <= 2 else real(*a)))
+    c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.3))
+    (seg,) = [s for s in c.report["segments"] if s["kind"] == "core"]
+    assert seg["tokens"] == "latest" and len(checks) == 3
+    assert check.compare(c, xs, runtime.run_batch(c, xs, check_races=True),
+                         onnxruntime=False).bit_exact == 1
+    monkeypatch.setattr(codegen_pass, "deadlock", real)
+    assert [s["tokens"] for s in compile_model(m, CompileOptions(config=TEST_CORE, density=0.3))
+            .report["segments"] if s["kind"] == "core"] == ["credits from before loops"]
+
+    opts = CompileOptions(config=TEST_CORE, density=0.3, mesh=(2, 1))
+    assert {s["tokens"] for s in compile_model(m, opts).report["segments"]
+            if s["kind"] == "core"} == {"credits"}
+    monkeypatch.setattr(codegen_mesh._Segment, "deadlock",
+                        lambda seg: "stuck" if next(iter(seg.em.values())).credits else None)
+    c = compile_model(m, opts)
+    assert {s["tokens"] for s in c.report["segments"] if s["kind"] == "core"} == {"latest"}
+    assert check.compare(c, xs, runtime.run_batch(c, xs, check_races=True),
+                         onnxruntime=False).bit_exact == 1
+    monkeypatch.setattr(codegen_mesh._Segment, "deadlock", lambda seg: "ST waits for ever")
+    with pytest.raises(CompileError, match="would deadlock on its token channels.*ST waits"):
+        compile_model(m, opts)
