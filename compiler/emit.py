@@ -33,7 +33,8 @@ every conflicting pair of accesses on different units with a token:
   (:mod:`snpu.verif.token_flow`);
 * with precise tokens a loop takes its last iteration in (``fold``): that iteration gives
   the tokens its next one would have taken (*credits*: the compute on each half tells the
-  load two tiles on that the half is free).  A write into a double-buffered buffer
+  load two tiles on that the half is free); a loop left flat gives them from its last
+  iteration just the same (:func:`.emit_loops._carry_flat`).  A write into a double-buffered buffer
   (:data:`CREDIT_BUFFERS`) takes such a token where its channel holds one and the
   instruction waits for nothing from that unit already (:meth:`_take_credits`): the next
   kernel's first tiles then wait as every later tile does, instead of waiting for nothing
@@ -65,12 +66,13 @@ everything the tokens it took tell, transitively (a token from ``v`` tells what 
 knew), so it leaves out the waits that knowledge covers.  With ``overlap`` (``--optimize
 speed``) a unit decides from the tokens it took itself only (``direct``): more waits,
 more words, and on the zoo no fewer cycles since the default mode took precise tokens
-(squeezenet at weight density 0.5: the same cycles, 609 words against 530).  With
+(the zoo at weight density 0.5, ``bench/compiler.py``: 0-1.4 % more cycles and 22-49 %
+more words; squeezenet 709 words against 530).  With
 neither (an array's programs; the default mode's fallback where a segment would deadlock
 with precise tokens) every token comes from the other unit's latest instruction: a load
 into one half of a double buffer then waits for the compute just issued on every other
 tile, so loads and computes overlap less and a loop's body is two tiles (squeezenet at
-weight density 0.5: 8 % more cycles and 611 words against 530).
+weight density 0.5, random weights of seed 1: 8 % more cycles and 611 words against 530).
 """
 
 from __future__ import annotations

@@ -94,6 +94,53 @@ def repeat(em: Emitter, n: int, body: Callable[[int], None],
         _repeat(em, n, iteration, state)
     finally:
         em.loop_floor, em.loop_start = outer_floor, outer_start
+    if em.fold and em.loops and len(starts) >= 2 \
+            and not any(ins.op == "loop" for ins in em.p.instrs[starts[0]:]):
+        _carry_flat(em, starts[-2], starts[-1])
+
+
+def _carry_flat(em: Emitter, a: int, b: int) -> None:
+    """A loop whose iterations stayed flat (too few to prove a steady state): its last
+    iteration (words ``b`` on) gives the tokens the one before (words ``a .. b``) gave its
+    next iteration, as a loop that takes its last iteration in does (:func:`_carried`).
+    The re-roller then finds the last iteration like the others, and the next kernel's
+    first tiles take those tokens as credits.  Per channel, only where no later word of the
+    unit gives that channel a token already (tokens in program order), the tokens fit
+    (``room``, as :func:`_carried`) and the emitter still has the clock after each word
+    giving one."""
+    p = em.p
+    prev, last = p.instrs[a:b], p.instrs[b:]
+    if len(prev) != len(last) or any(x.op != y.op or x.unit != y.unit for x, y in zip(prev, last)):
+        return
+    added: dict[tuple[int, int], list[int]] = {}  # channel -> the words to give it a token
+    for k, (x, y) in enumerate(zip(prev, last)):
+        if y.unit is not None:
+            for t in sorted(x.signal - y.signal):
+                added.setdefault((int(y.unit), int(t)), []).append(b + k)
+    count_at: dict[int, int] = {}  # word -> its unit's instruction count
+    seen = [0] * NU
+    for idx in range(len(p.instrs) - 1, b - 1, -1):
+        if p.instrs[idx].unit is not None:
+            w = int(p.instrs[idx].unit)
+            count_at[idx] = em.count[w] - seen[w]
+            seen[w] += 1
+    room = (em.cfg.token_depth - 2) // 2
+    for (v, u), words in added.items():
+        if em.signals[v][u] - em.waits[v][u] + len(words) > room:
+            continue
+        if any(p.instrs[j].unit is not None and int(p.instrs[j].unit) == v
+               and isa.Unit(u) in p.instrs[j].signal for j in range(words[0] + 1, len(p.instrs))):
+            continue
+        snaps = [em.snap_at[v].get(count_at[i]) for i in words]
+        log = em.sig_list.get((v, u))  # the iteration before gave tokens on it: a log
+        if log is None or any(snap is None for snap in snaps):
+            continue
+        for i, snap in zip(words, snaps):
+            old = p.instrs[i]
+            p.instrs[i] = Instr(old.op, old.args, old.wait, old.signal | {isa.Unit(u)})
+            em.signals[v][u] += 1
+            em.signal_of[(i, u)] = em.signals[v][u]
+            log.append(snap)
 
 
 def _repeat(em: Emitter, n: int, body: Callable[[int], None], state: Callable[[], object]) -> None:
