@@ -18,8 +18,8 @@ Prints one JSON document:
     onnxruntime on the float model;
   - ``sparse``: random weights pruned to density 0.5: golden-model cycles and MAC pairs
     against dense, and the ROM words;
-  - ``speed``: the same compiled with ``--optimize speed`` (tokens for the most overlap
-    between units): ROM words and golden-model cycles, and both as fractions of
+  - ``speed``: the same compiled with ``--optimize speed`` (tokens decided from what each
+    unit took itself only): ROM words and golden-model cycles, and both as fractions of
     ``sparse``'s (the default, ``--optimize size``).
 * ``digits``: the trained, pruned digits CNN and MLP (``examples/digits``): float accuracy
   on onnxruntime, int8 accuracy on the golden model and on the RTL, cycles, sparse speedup

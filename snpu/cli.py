@@ -409,10 +409,10 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None,
               "threshold (the same computation without sparse skipping; a speedup baseline).")
 @click.option("--optimize", type=click.Choice(["size", "speed"]), default="size",
               show_default=True,
-              help="size: few ROM words; speed: dependency tokens that let the load, "
-                   "compute and store units overlap more (fewer cycles; ROM words: fewer "
-                   "for some networks, more for others, see bench/results/compiler.json; "
-                   "one core).")
+              help="size: precise dependency tokens carried from loop to loop (few ROM "
+                   "words, loads overlapping the compute); speed: the same tokens decided "
+                   "from what each unit took itself only (no faster on the zoo and "
+                   "larger, see bench/results/compiler.json; one core).")
 @click.option("--neuron-threshold", type=int, default=0, show_default=True,
               help="Sparse processing unit (claim 5): keep input neurons with |x| > this "
                    "(int8 units) in core layers.")
