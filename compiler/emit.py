@@ -34,11 +34,12 @@ every conflicting pair of accesses on different units with a token:
 * with precise tokens a loop takes its last iteration in (``fold``): that iteration gives
   the tokens its next one would have taken (*credits*: the compute on each half tells the
   load two tiles on that the half is free); a loop left flat gives them from its last
-  iteration just the same (:func:`.emit_loops._carry_flat`).  A write into a double-buffered buffer
-  (:data:`CREDIT_BUFFERS`) takes such a token where its channel holds one and the
-  instruction waits for nothing from that unit already (:meth:`_take_credits`): the next
-  kernel's first tiles then wait as every later tile does, instead of waiting for nothing
-  and leaving the credits for a later wait to skip with no-ops;
+  iteration just the same (:func:`.emit_loops._carry_flat`).  A write into a
+  double-buffered buffer (:data:`CREDIT_BUFFERS`) takes such a token where its channel
+  holds one and the instruction waits for nothing from that unit already
+  (:meth:`_take_credits`): the next kernel's first tiles then wait as every later tile
+  does, instead of waiting for nothing and leaving the credits for a later wait to skip
+  with no-ops;
 * where the latest instruction is a word of a hardware loop's body (*sealed*: it gives
   the same tokens in every iteration) and does not give ``u`` a token already, a
   *carrier* takes its place: a ``cfg`` on ``v`` rewriting a register's value, signalling
@@ -351,8 +352,9 @@ class Emitter:
         ``waits``).  A loop's last iteration leaves such tokens (the ones its next
         iteration would have taken, ``fold``); the next kernel's first tiles take them as
         its steady tiles take theirs, instead of waiting for nothing and leaving them for a
-        later wait to skip with no-ops.  The token was given already, so the wait adds no
-        cycle to a channel's order and cannot deadlock."""
+        later wait to skip with no-ops.  The token's signal is on an instruction emitted
+        earlier, so the wait cannot deadlock the dispatcher; it makes the instruction start
+        after that one finishes (an older compute, done in the steady state)."""
         for a in accesses:
             if not a.write or a.hi <= a.lo or a.buf not in CREDIT_BUFFERS:
                 continue
