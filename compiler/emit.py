@@ -233,11 +233,10 @@ class Emitter:
         #: decide waits from all a unit knows (tokens pass knowledge on), or only from the
         #: tokens it took itself (``overlap``)
         self.transitive = not overlap
-        #: loops take their last iteration in, leaving its tokens to later code
+        #: loops take their last iteration in, leaving its tokens to later code, and a
+        #: write into a double-buffered buffer takes such a token (a credit: module
+        #: docstring)
         self.fold = overlap or credits
-        #: a write into a double-buffered buffer takes a token its channel holds already
-        #: (a credit: module docstring)
-        self.credits = overlap or credits
         self.in_loop = 0
         #: the words before this index (hardware loops and their bodies) take no new signals
         self.sealed = 0
@@ -334,7 +333,7 @@ class Emitter:
                 self._nop(u, v)
             self.waits[v][u] += 1
             self._learn(u, v, snap)
-        if self.credits and op != "cfg":
+        if self.fold and op != "cfg":
             self._take_credits(u, accesses, waits)
         if op == "cfg":
             reg = args["reg"]
@@ -362,8 +361,7 @@ class Emitter:
                 v = int(unit)
                 if v != u and unit not in waits and self.signals[v][u] > self.waits[v][u]:
                     waits.append(unit)
-                    self.waits[v][u] += 1
-                    self._learn(u, v, self.sig_list[(v, u)][self.waits[v][u] - 1])
+                    self._take_next(u, v)
 
     def _reduce(self, need: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
         """Drop the waits another wait implies: a token from ``v`` is given after ``v``'s
@@ -461,10 +459,14 @@ class Emitter:
     def _nop(self, u: int, v: int) -> None:
         """A token ``cfg`` on unit ``u`` carrying a wait on ``v``."""
         self._token_cfg(u, (_UNIT[v],))
-        self.waits[v][u] += 1
-        # the token it took was given after the instruction holding that signal
-        self._learn(u, v, self.sig_list[(v, u)][self.waits[v][u] - 1])
+        self._take_next(u, v)
         self._after(u, [])
+
+    def _take_next(self, u: int, v: int) -> None:
+        """Unit ``u`` takes the next token of channel ``v -> u`` that it has not taken:
+        it was given after the instruction holding that signal."""
+        self.waits[v][u] += 1
+        self._learn(u, v, self.sig_list[(v, u)][self.waits[v][u] - 1])
 
     def _prune(self) -> None:
         """Drop history records every other unit that could touch their buffer knows; where

@@ -41,21 +41,26 @@ def codegen(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bool = 
     with one-token channels, say)."""
     # the tokens to try, in order: with tokens from before loops, without, and (the default
     # mode only) every wait from the other unit's latest instruction
-    modes = [("overlap" if overlap else "credits", True), ("overlap" if overlap else "credits", False)]
-    if not overlap:
-        modes.append(("latest", False))
-    for k, (tokens, pre_loop) in enumerate(modes):
+    mode = "overlap" if overlap else "credits"
+    modes = [(mode, True), (mode, False)] + ([] if overlap else [("latest", False)])
+    for tokens, pre_loop in modes[:-1]:
         before = image.copy_image()
         try:
             return _codegen(graph, config, image, dense, loops, tokens, pre_loop)
-        except _Deadlock as e:
+        except _Deadlock:
             image.restore(before)
-            if k == len(modes) - 1:
-                raise CompileError(
-                    f"the program would deadlock on its token channels (token_depth="
-                    f"{config.token_depth}, queue_depth={config.queue_depth}): {e}; use deeper "
-                    "channels" + (" or --optimize size" if overlap else "")) from None
-    raise AssertionError("unreachable")
+    try:
+        return _codegen(graph, config, image, dense, loops, *modes[-1])
+    except _Deadlock as e:
+        raise deadlock_error(config, str(e), " or --optimize size" if overlap else "") from None
+
+
+def deadlock_error(config: CoreConfig, where: str, hint: str = "") -> CompileError:
+    """The error for a program that would deadlock on its token channels however emitted
+    (``where``: :func:`snpu.verif.token_flow.deadlock`'s account)."""
+    return CompileError(f"the program would deadlock on its token channels (token_depth="
+                        f"{config.token_depth}, queue_depth={config.queue_depth}): {where}; "
+                        f"use deeper channels{hint}")
 
 
 class _Deadlock(Exception):

@@ -50,7 +50,7 @@ from .. import kernels
 from ..emit import Kernels
 from ..ir import Graph
 from ..memory import FLAG_BYTES, TensorLayout
-from .codegen import emit_layer
+from .codegen import deadlock_error, emit_layer
 from ..windows import windows
 from .parallelize import VIEW_OPS, Part, input_rows
 from .pair_cfg import pair_cfg
@@ -106,9 +106,7 @@ def codegen_mesh(graph: Graph, config: CoreConfig, image: MemoryImage, dense: bo
             if stuck is None:
                 break
             if tokens == "latest":
-                raise CompileError(f"the program would deadlock on its token channels "
-                                   f"(token_depth={config.token_depth}, queue_depth="
-                                   f"{config.queue_depth}): {stuck}; use deeper channels")
+                raise deadlock_error(config, stuck)
             image.restore(before)
         layer = end
         segments.append({**done, "memory_ports": g.meta["mesh"].get("memory_ports", w)})

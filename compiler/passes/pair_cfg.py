@@ -38,19 +38,13 @@ from snpu.verif.isa import Instr
 HOIST_WORDS = 3
 
 
-def _unit(ins: Instr):
-    if ins.op == "cfg":
-        return isa.REGISTER_BY_NUMBER[ins.args["reg"]].unit
-    return ins.opcode.unit
-
-
 def _hoist(out: list[Instr], fence: int, ins: Instr) -> None:
     """Append ``ins`` to ``out`` (whose words from ``fence`` on are of the current body),
     a token-free ``cfg`` moved up as described in the module docstring."""
     j = len(out)
     if ins.op == "cfg" and not ins.wait and not ins.signal:
-        u, passed = _unit(ins), 0
-        while j > fence and out[j - 1].op not in ("loop", "halt", "sync") and _unit(out[j - 1]) != u:
+        u, passed = ins.unit, 0
+        while j > fence and out[j - 1].op not in ("loop", "halt", "sync") and out[j - 1].unit != u:
             if out[j - 1].op != "cfg":
                 if passed == HOIST_WORDS:
                     break

@@ -358,7 +358,7 @@ def test_the_default_mode_falls_back_to_latest_tokens(monkeypatch):
     assert {s["tokens"] for s in compile_model(m, opts).report["segments"]
             if s["kind"] == "core"} == {"credits"}
     monkeypatch.setattr(codegen_mesh._Segment, "deadlock",
-                        lambda seg: "stuck" if next(iter(seg.em.values())).credits else None)
+                        lambda seg: "stuck" if next(iter(seg.em.values())).fold else None)
     c = compile_model(m, opts)
     assert {s["tokens"] for s in c.report["segments"] if s["kind"] == "core"} == {"latest"}
     assert check.compare(c, xs, runtime.run_batch(c, xs, check_races=True),
