@@ -39,7 +39,14 @@ every conflicting pair of accesses on different units with a token:
   holds one and the instruction waits for nothing from that unit already
   (:meth:`_take_credits`): the next kernel's first tiles then wait as every later tile
   does, instead of waiting for nothing and leaving the credits for a later wait to skip
-  with no-ops;
+  with no-ops.  A credit goes only to a write into a buffer the words that would have
+  taken it write (:attr:`credit_for`): a convolution's credits for its neuron loads wait
+  through a batch norm's loads into the accumulators for the next convolution's;
+* a kernel about to start asks for credits of its own (:meth:`prime`): where its first
+  write into a double-buffered buffer finds its unit knowing that the unit it will wait
+  for tile after tile has finished its latest instruction, carriers on that unit leave
+  the tokens its first two tiles take, so they wait as every later tile does (free: the
+  carriers run after work already known finished) and the kernel is one loop;
 * where the latest instruction is a word of a hardware loop's body (*sealed*: it gives
   the same tokens in every iteration) and does not give ``u`` a token already, a
   *carrier* takes its place: a ``cfg`` on ``v`` rewriting a register's value, signalling
@@ -53,7 +60,9 @@ every conflicting pair of accesses on different units with a token:
   alone when the fc waited for a later load).  Fewer waits, fewer signals, and a layer's
   first tile waits like the later ones;
 * a channel's ``k``-th wait takes its ``k``-th signal: if ``u`` has not yet taken the
-  earlier signals of that channel, ``cfg`` no-ops on ``u`` take them first.  A loop's last
+  earlier signals of that channel, ``u``'s words emitted since its latest wait on the
+  channel take them where that costs no time (:meth:`_early_waits`), else ``cfg`` no-ops
+  on ``u`` take them first.  A loop's last
   iteration gives the tokens its next iteration would have taken; they stay in their
   channel until a later wait on it takes them, and :meth:`halt` takes every token left, so
   each program ends with its channels empty.
@@ -176,6 +185,8 @@ CREDIT_BUFFERS = ("nbuf", "nidx", "acc", "obuf")
 #: an idle network unit, would otherwise keep every record: emission time grows with the
 #: square of the program)
 HISTORY_CAP = 64
+#: words per channel kept as candidates to take tokens in place of no-ops
+UNWAITED_KEPT = 8
 HISTORY_GAP = 1024
 
 
@@ -237,6 +248,19 @@ class Emitter:
         #: write into a double-buffered buffer takes such a token (a credit: module
         #: docstring)
         self.fold = overlap or credits
+        #: per channel holding credits: the buffers written by the words that would have
+        #: taken them (:func:`.emit_loops._note_credits`)
+        self.credit_for: dict[tuple[int, int], set[str]] = {}
+        #: per channel ``v -> u``: ``u``'s words since its latest wait on the channel, each
+        #: as (index, tokens given before it, what ``u`` knew of ``v`` after it), which may
+        #: take tokens in place of no-ops (:meth:`_early_waits`)
+        self.unwaited: list[list[list[tuple[int, int, int]]]] = [[[] for _ in range(NU)]
+                                                                 for _ in range(NU)]
+        #: channel ``(v, u)`` -> (buffer, tokens) a kernel about to start asked for
+        #: (:meth:`prime`)
+        self.priming: dict[tuple[int, int], tuple[str, int]] = {}
+        #: inside a loop: the first instruction of the iteration being emitted
+        self.iteration_start = 0
         self.in_loop = 0
         #: the words before this index (hardware loops and their bodies) take no new signals
         self.sealed = 0
@@ -263,6 +287,35 @@ class Emitter:
                 while self.waits[v][u] < self.signals[v][u]:
                     self._nop(u, v)
         self.p.emit("halt")
+
+    def prime(self, u: Unit, v: Unit, buf: str, n: int = 2) -> None:
+        """A double-buffered kernel starts whose writes by ``u`` into ``buf`` wait, tile
+        after tile, for ``v``'s access to that half two tiles back: let its first tiles
+        wait as every later tile does, so that they join its loop.  At the kernel's first
+        such write, where ``u`` then knows that ``v``'s latest instruction finished (the
+        waits cost no time), carriers on ``v`` leave ``n`` tokens for the first ``n``
+        writes, taken as credits (:meth:`_prime_now`).  Only with credits, and where the
+        channel holds no credits for another buffer."""
+        if self.fold:
+            self.priming[(int(v), int(u))] = (buf, n)
+
+    def _prime_now(self, u: int, accesses: list[Access], waits: list[Unit]) -> None:
+        for a in accesses:
+            if not a.write or a.hi <= a.lo:
+                continue
+            for v in range(NU):
+                plan = self.priming.get((v, u))
+                if plan is None or plan[0] != a.buf:
+                    continue
+                del self.priming[(v, u)]
+                have = self.signals[v][u] - self.waits[v][u]
+                if have and a.buf not in self.credit_for.get((v, u), ()) \
+                        or self.last[v] is None or self.clock[u][v] < self.count[v]:
+                    continue
+                for _ in range(plan[1] - (_UNIT[v] in waits) - have):
+                    self._carrier(v, u)
+                    self._signal_latest(v, u)
+                self.credit_for[(v, u)] = self.credit_for.get((v, u), set()) | {a.buf}
 
     @contextlib.contextmanager
     def overlapped(self):
@@ -329,11 +382,12 @@ class Emitter:
         for v in sorted(need):
             waits.append(_UNIT[v])
             k, snap = self._signal_for(v, u, *need[v])
-            while self.waits[v][u] < k - 1:  # take the channel's earlier tokens first
-                self._nop(u, v)
+            self._skip_to(u, v, k - 1)  # take the channel's earlier tokens first
             self.waits[v][u] += 1
             self._learn(u, v, snap)
         if self.fold and op != "cfg":
+            if self.priming:
+                self._prime_now(u, accesses, waits)
             self._take_credits(u, accesses, waits)
         if op == "cfg":
             reg = args["reg"]
@@ -359,7 +413,8 @@ class Emitter:
                 continue
             for unit in self.users.get(a.buf, ()):
                 v = int(unit)
-                if v != u and unit not in waits and self.signals[v][u] > self.waits[v][u]:
+                if v != u and unit not in waits and self.signals[v][u] > self.waits[v][u] \
+                        and a.buf in self.credit_for.get((v, u), ()):
                     waits.append(unit)
                     self._take_next(u, v)
 
@@ -384,6 +439,16 @@ class Emitter:
         self.clock[u][u] = self.count[u]
         self.last[u] = k
         self.last_snap[u] = tuple(self.clock[u])
+        waits = self.p.instrs[k].wait
+        for v in range(NU):
+            if v != u:
+                words = self.unwaited[v][u]
+                if _UNIT[v] in waits:
+                    words.clear()
+                else:
+                    words.append((k, self.signals[v][u], self.clock[u][v]))
+                    if len(words) > UNWAITED_KEPT:
+                        del words[0]
         self.snap_at[u][self.count[u]] = self.last_snap[u]
         for a in accesses:
             if a.hi > a.lo:
@@ -455,6 +520,48 @@ class Emitter:
         instruction (a sealed loop word); :meth:`_signal_latest` adds the signal."""
         self._token_cfg(v)
         self._after(v, [])
+
+    def _skip_to(self, u: int, v: int, k: int) -> None:
+        """Take the tokens of channel ``v -> u`` before token ``k`` that ``u`` has not taken
+        (the next wait takes token ``k``).  Where words of ``u`` emitted since ``u``'s
+        latest wait on the channel come after the signals of such tokens, they take them
+        (:meth:`_early_waits`); ``cfg`` no-ops take the rest."""
+        n = k - self.waits[v][u]
+        if n > 0:
+            for at in self._early_waits(u, v, n):
+                old = self.p.instrs[at]
+                self.p.instrs[at] = Instr(old.op, old.args, old.wait | {_UNIT[v]}, old.signal)
+                self._take_next(u, v)
+        while self.waits[v][u] < k:
+            self._nop(u, v)
+
+    def _early_waits(self, u: int, v: int, n: int) -> list[int]:
+        """Up to ``n`` words of unit ``u`` to take the next tokens of channel ``v -> u``
+        in order, in place of no-ops (:attr:`unwaited`): words after ``u``'s latest word
+        taking a token of the channel, each after the word giving the token it takes
+        (tokens are given in program order), none in a loop's body or in an earlier
+        iteration of a loop being emitted (their words are compared and shared), and
+        only where the earlier wait costs no time: ``u`` knew then that ``v``'s
+        instruction giving the token had finished, or only words of ``u`` and ``v``
+        follow it."""
+        words = self.unwaited[v][u]
+        first, log = self.waits[v][u], self.sig_list[(v, u)]
+        lo, hi = self.loop_start, self.iteration_start
+        usable = [w for w in words if lo is None or w[0] < lo or w[0] >= hi]
+        chosen = usable[-n:]
+        instrs, ours = self.p.instrs, (_UNIT[u], _UNIT[v])
+        # from this word on only words of u and v: u runs its words in order and v's come
+        # after the token's word in v's queue, so a wait there delays nothing
+        own = len(instrs)
+        while own > 0 and instrs[own - 1].unit in ours:
+            own -= 1
+        while chosen:
+            if all(first + i < given and (log[first + i][v] <= knew or at >= own)
+                   for i, (at, given, knew) in enumerate(chosen)):
+                del words[:words.index(chosen[-1]) + 1]
+                return [at for at, _, _ in chosen]
+            chosen = chosen[1:]  # fewer, later words: each takes an earlier token
+        return []
 
     def _nop(self, u: int, v: int) -> None:
         """A token ``cfg`` on unit ``u`` carrying a wait on ``v``."""

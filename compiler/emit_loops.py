@@ -78,7 +78,7 @@ def repeat(em: Emitter, n: int, body: Callable[[int], None],
     With ``em.loops`` false, or where no steady state is found, every iteration is
     emitted; otherwise the rest after the steady state is one ``loop`` (module docstring).
     """
-    outer_floor, outer_start = em.loop_floor, em.loop_start
+    outer_floor, outer_start, outer_iteration = em.loop_floor, em.loop_start, em.iteration_start
     starts: list[int] = []
 
     def iteration(i: int) -> None:
@@ -86,6 +86,7 @@ def repeat(em: Emitter, n: int, body: Callable[[int], None],
         # emit.py): each iteration's words then take signals from the next one alone
         starts.append(len(em.p.instrs))
         em.loop_floor = max(outer_floor, starts[-2] if len(starts) > 1 else starts[-1])
+        em.iteration_start = starts[-1]
         if outer_start is None:
             em.loop_start = starts[0]
         body(i)
@@ -94,6 +95,7 @@ def repeat(em: Emitter, n: int, body: Callable[[int], None],
         _repeat(em, n, iteration, state)
     finally:
         em.loop_floor, em.loop_start = outer_floor, outer_start
+        em.iteration_start = outer_iteration
     if em.fold and em.loops and len(starts) >= 2 \
             and not any(ins.op == "loop" for ins in em.p.instrs[starts[0]:]):
         _carry_flat(em, starts[-2], starts[-1])
@@ -141,6 +143,29 @@ def _carry_flat(em: Emitter, a: int, b: int) -> None:
             em.signals[v][u] += 1
             em.signal_of[(i, u)] = em.signals[v][u]
             log.append(snap)
+        _note_credits(em, v, u, last)
+
+
+def _note_credits(em: Emitter, v: int, u: int, iteration: list[Instr]) -> None:
+    """Channel ``v -> u`` now holds credits: the tokens ``iteration``'s words of unit ``u``
+    that wait for ``v`` would take next.  Record the buffers those words write: a later
+    write takes such a credit only into one of them (:meth:`~.emit.Emitter._take_credits`),
+    so that the credits wait for the next kernel that double-buffers the way this loop
+    did, and a kernel of another kind in between leaves them alone."""
+    em.credit_for[(v, u)] = {b for ins in iteration if ins.unit == isa.Unit(u)
+                             and isa.Unit(v) in ins.wait for b in written(ins)}
+
+
+def written(ins: Instr) -> tuple[str, ...]:
+    """The buffers instruction ``ins`` writes."""
+    if ins.op in ("ld", "ldc"):
+        buf = isa.BUFFER_NAMES[ins.args["buf"]]
+        return (buf, "nidx") if buf == "nbuf" else (buf,)
+    return _WRITES.get(ins.op, ())
+
+
+_WRITES = {"fc": ("acc",), "vred": ("acc",), "vew": ("acc",), "req": ("obuf",), "st": ("ext",),
+           "stc": ("ext",), "send": ("ext",), "recv": ("ext",)}
 
 
 def _repeat(em: Emitter, n: int, body: Callable[[int], None], state: Callable[[], object]) -> None:
@@ -334,10 +359,12 @@ def _history_translates(em: Emitter, snaps: list[_Snap], deltas: list[int], c: l
                         L: int, i: int, n: int) -> bool:
     """Every footprint record after the last iteration is one after the iteration before
     moved by an iteration; each was made by an instruction of one of the last
-    :data:`HISTORY_ITERATIONS` iterations, which are the steady one moved back -- or, where
-    waits are decided from direct knowledge only (``not em.transitive``; a unit that never
-    waits for another keeps that unit's records alive), before the loop, and then no
-    access of the loop's iterations meets it (:func:`_out_of_the_way`): it stays as it is."""
+    :data:`HISTORY_ITERATIONS` iterations, which are the steady one moved back -- or it
+    was made before the loop and stays as it is: where every unit accessing its buffer
+    in the loop knows its instruction finished (it decides no wait of the loop; a unit
+    idle in the loop, one never learning of it, kept it alive), or, where waits are
+    decided from direct knowledge only (``not em.transitive``), where no access of the
+    loop's iterations meets it (:func:`_out_of_the_way`)."""
     s1, s2 = snaps[-2:]
     if set(s1.history) != set(s2.history):
         return False
@@ -350,10 +377,12 @@ def _history_translates(em: Emitter, snaps: list[_Snap], deltas: list[int], c: l
             same[t] = _moved_back(em, snaps, t, deltas)
         return same[t]
 
+    users = _users(em, s2)
     for buf, recs in s1.history.items():
         moved, still = [], []
         for (u, idx, lo, hi, w, by) in recs:
-            if by < before and not em.transitive:
+            if by < before and (not em.transitive or all(
+                    s1.clock[x][u] >= idx for x in users.get(buf, ()) if x != u)):
                 still.append((u, idx, lo, hi, w, by))
                 continue
             t = bisect.bisect_right(starts, by) - 1
@@ -361,11 +390,22 @@ def _history_translates(em: Emitter, snaps: list[_Snap], deltas: list[int], c: l
                 return False
             d = deltas[by - snaps[t].start] if buf in _SHIFTING_BUFFERS else 0
             moved.append((u, idx + c[u], lo + d, hi + d, w, by + L))
-        if still and not _out_of_the_way(em, s2, deltas, buf, still, i, n):
+        if still and not em.transitive and not _out_of_the_way(em, s2, deltas, buf, still, i, n):
             return False
         if sorted(moved + still) != s2.history[buf]:
             return False
     return True
+
+
+def _users(em: Emitter, s2: _Snap) -> dict[str, set[int]]:
+    """Per buffer: the units whose words in the steady iteration ``s2`` access it."""
+    users: dict[str, set[int]] = {}
+    for at in range(s2.start, s2.end):
+        unit = em.p.instrs[at].unit
+        for a in em.trace.get(at, ()):
+            if unit is not None and a.hi > a.lo:
+                users.setdefault(a.buf, set()).add(int(unit))
+    return users
 
 
 def _out_of_the_way(em: Emitter, s2: _Snap, deltas: list[int], buf: str, recs: list[tuple],
@@ -503,6 +543,7 @@ def _fast_forward(em: Emitter, snaps: list[_Snap], plan: _Plan, m: int) -> None:
             for e in tail[:carried[(v, u)]]:
                 lst.append(_shift(e, c, m + 1))
             em.signals[v][u] += carried[(v, u)]
+            _note_credits(em, v, u, body)
     for u in range(NU):
         em.count[u] += m * c[u]
         em.direct[u] = [x + m * d if mv else x for x, d, mv in zip(em.direct[u], c, plan.moving[u])]
@@ -515,12 +556,21 @@ def _fast_forward(em: Emitter, snaps: list[_Snap], plan: _Plan, m: int) -> None:
             em.waits[u][v] += m * s[u][v]
     em.nops += m * (s2.nops - s1.nops)
     em.sealed = s0.start + 1 + L  # the body's words take no further signals
+    for v in range(NU):  # the body's words take no early waits either (emit._early_waits)
+        for u in range(NU):
+            words = em.unwaited[v][u]
+            if any(ins.unit is not None and int(ins.unit) == u and isa.Unit(v) in ins.wait
+                   for ins in body):
+                words.clear()
+            else:
+                words[:] = [w for w in words if w[0] < s0.start]
     if fold:
         for v in range(NU):  # the tokens the latest word of each unit gives: the last ones
             if c[v]:
                 for t in p.instrs[em.last[v]].signal:
                     em.signal_of[(em.last[v], int(t))] = em.signals[v][int(t)]
     starts = [x.start for x in snaps]
+    snap_at = [dict() for _ in range(NU)]  # the clocks after the words the records name
     for buf, recs in em.history.items():
         out = []
         for (u, idx, lo, hi, w, by) in recs:  # made by iterations the check found moved
@@ -530,4 +580,9 @@ def _fast_forward(em: Emitter, snaps: list[_Snap], plan: _Plan, m: int) -> None:
             o = by - snaps[bisect.bisect_right(starts, by) - 1].start
             d = deltas[o] * m if buf in _SHIFTING_BUFFERS else 0
             out.append((u, idx + m * c[u], lo + d, hi + d, w, new(by) if by >= sB else -1))
+            snap = em.snap_at[u].get(idx)
+            if snap is not None:  # the word m iterations on knows what it knew, moved
+                snap_at[u][idx + m * c[u]] = _shift(snap, c, m)
         em.history[buf] = out
+    for u in range(NU):
+        em.snap_at[u].update(snap_at[u])

@@ -163,3 +163,34 @@ def inputs(model: onnx.ModelProto, count: int, seed: int = 1) -> list[np.ndarray
     dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     rng = np.random.default_rng(seed)
     return [rng.standard_normal(dims).astype(np.float32) for _ in range(count)]
+
+
+def dense_cnn(seed: int = 0, h: int = 34, w: int = 18) -> onnx.ModelProto:
+    """A densenet-like chain: convolution, ReLU, BatchNorm (not foldable after the ReLU),
+    ReLU, max pooling, 1x1 convolution, BatchNorm, ReLU, a residual sum with the pooled
+    map, 1x1 convolution: kernels of different kinds one after another, each walking its
+    map row by row.  Input ``x``
+    [1, 3, h, w], output ``y`` [1, 8, h // 2, w // 2]."""
+    rng = np.random.default_rng(seed)
+    n = rng.standard_normal
+
+    def bn(tag: str, c: int) -> list:
+        return [_const(f"{tag}_s", 1 + 0.1 * n(c)), _const(f"{tag}_b", 0.1 * n(c)),
+                _const(f"{tag}_m", 0.1 * n(c)), _const(f"{tag}_v", 1 + 0.1 * np.abs(n(c)))]
+
+    inits = [_const("w1", n((16, 3, 3, 3)) * 0.3), _const("w2", n((16, 16, 1, 1)) * 0.3),
+             _const("w3", n((8, 16, 1, 1)) * 0.3), *bn("bn1", 16), *bn("bn2", 16)]
+    H = helper.make_node
+    nodes = [H("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             H("Relu", ["c1"], ["r1"], name="relu1"),
+             H("BatchNormalization", ["r1", *(f"bn1_{x}" for x in "sbmv")], ["n1"], name="bn1"),
+             H("Relu", ["n1"], ["r2"], name="relu2"),
+             H("MaxPool", ["r2"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+             H("Conv", ["p", "w2"], ["c2"], name="conv2"),
+             H("BatchNormalization", ["c2", *(f"bn2_{x}" for x in "sbmv")], ["n2"], name="bn2"),
+             H("Relu", ["n2"], ["r3"], name="relu3"),
+             H("Add", ["r3", "p"], ["s"], name="residual"),
+             H("Conv", ["s", "w3"], ["y"], name="conv3")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, h, w])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, h // 2, w // 2])],
+                  inits, "dense_cnn")

@@ -20,7 +20,7 @@ from snpu.verif.image import MemoryImage
 from snpu.verif.program import Program
 from snpu.verif.sequencer import dispatch_count, unroll
 
-from .models import TEST_CORE
+from .models import TEST_CORE, dense_cnn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import branchy  # noqa: E402
@@ -75,6 +75,21 @@ def test_loops_at_emission_dispatch_exactly_what_full_emission_does(build):
 def test_a_zoo_model_forms_loops_at_emission_and_stays_exact():
     c = compile_model(ZOO / "light_squeezenet.onnx")
     assert _check_exact(c) > 10
+
+
+def test_map_kernels_walk_their_rows_in_loops_at_emission():
+    """Batch norm and pooling walk their maps in loops formed at emission
+    (``kernels.walk_rows``), as convolutions do, in the default mode too: emission time
+    stops growing with the map."""
+    c = compile_model(dense_cnn(), CompileOptions(config=TEST_CORE))
+    g = c.graph
+    (sg,) = [sg for sg in g.meta["subgraphs"] if sg["device"] == "core"]
+    p = Program(c.config, image=c.image.copy_image(), rom_name="t")
+    em = Kernels(p, credits=True)
+    emit_nodes(em, g, subgraph_units(g, sg), "t:", 0, False)
+    em.halt()
+    assert {"conv1", "bn1", "pool"} <= {p.tags[i] for i, ins in enumerate(p.instrs)
+                                        if ins.op == "loop"}
 
 
 @pytest.mark.skipif(not os.environ.get("SNPU_ZOO"), reason="set SNPU_ZOO=1 for every zoo model")

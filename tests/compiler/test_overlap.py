@@ -25,7 +25,7 @@ from snpu.verif.numerics import pack_params
 from snpu.verif.program import Program
 from snpu.verif.sequencer import half_sizes, unroll
 
-from .models import TEST_CORE, fire_cnn, inputs, tiny_cnn
+from .models import TEST_CORE, dense_cnn, fire_cnn, inputs, tiny_cnn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import branchy  # noqa: E402
@@ -153,6 +153,9 @@ def test_a_kernels_first_tiles_take_the_credits_the_loop_before_left(monkeypatch
     flat, looped = _both(lambda k, i: [_tile(k, 2 * i + j) for j in range(2)], n, second,
                          mode="credits")
     _check(flat, looped)
+    # both loops form while emitting: the first loop's records of the accumulators, which
+    # the idle MX unit never learns of, decide no wait of the second (its units know them)
+    assert sum(i.op == "loop" for i in looped.p.instrs) == 2
     assert flat.nops == 0  # flat: no loop carries credits out
     assert (_midway_nops(looped) == 0) == take
     if take:
@@ -203,6 +206,59 @@ def test_code_reading_what_a_loop_stored_takes_its_token_from_a_carrier():
     assert len(carriers) == 1
     loads = [ins for ins in looped.p.instrs if ins.op == "ld" and ins.args["ext"] == 0x20000 + 32 * (2 * n - 1)]
     assert loads and st in loads[-1].wait
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_earlier_words_take_the_tokens_no_ops_would(monkeypatch, early):
+    """Default mode: the loop leaves two credits on the channel from VX to LD.  A ``req``
+    after it reads acc half 0 again, and the load into that half after it must wait for
+    that ``req``'s token, which comes after the credits.  The two parameter loads emitted
+    in between (LD's words since its latest wait on VX) take the credits, instead of two
+    token no-ops before the load (``Emitter._early_waits``): the loads of parameters the
+    loop does not read wait for nothing else."""
+    if not early:
+        monkeypatch.setattr(Kernels, "_early_waits", lambda *a: [])
+
+    def after(k):  # rows 2 and 3 of the parameters: no instruction of the loop reads them
+        k.ld("param", 0x8000, 16 * P, 8 * P)
+        k.ld("param", 0x8000 + 8 * P, 24 * P, 8 * P)
+        k.req(0, 0, 0, 2, 2, src_stride=P * 2, dst_stride=P * 2)
+        k.ld("acc", 0x10000, 0, 32)
+
+    flat, looped = _both(lambda k, i: [_tile(k, 2 * i + j) for j in range(2)], 10, after,
+                         mode="credits")
+    _check(flat, looped)
+    params = [i for i in looped.p.instrs if i.op == "ld" and i.args["buf"] == isa.BUFFERS["param"]]
+    assert [isa.Unit.VX in i.wait for i in params] == [False, early, early]
+    assert _midway_nops(looped) == (0 if early else 2)
+
+
+def test_kernel_boundaries_wait_like_steady_tiles():
+    """Default mode on a chain of kernels of different kinds (convolution, batch norm,
+    pooling, 1x1 convolution, residual sum, 1x1 convolution): the batch norm's and the
+    pooling's first tiles wait as their later tiles do, so each walks its map in one loop
+    (``Emitter.prime``); no load into the accumulators waits for MX (the convolutions'
+    credits on MX wait for the next convolution's neuron loads, ``credit_for``, and a
+    wait another implies is left out after a loop too); the program is race-free and
+    bit-exact, in few words."""
+    m = dense_cnn()
+    c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5))
+    (seg,) = [s for s in c.report["segments"] if s["kind"] == "core"]
+    words = [isa.decode(w) for w in c.graph.meta["segments"][0]["words"]]
+    _balanced(words)
+    loads = {b: [j for j, i in enumerate(words) if i.op == "ld" and i.args["buf"] == isa.BUFFERS[b]]
+             for b in ("acc", "wbuf")}
+    into_acc = loads["acc"]
+    assert into_acc and not any(isa.Unit.MX in words[j].wait for j in into_acc)
+    maps = [j for j in into_acc if j < loads["wbuf"][1]]  # the batch norm's and the pooling's
+    assert maps and all(words[j].wait == {isa.Unit.VX} for j in maps)
+    for j in maps:  # each a word of a loop's body
+        assert any(w.op == "loop" and w.args["count"] >= 16 and h < j <= h + w.args["body"]
+                   for h, w in enumerate(words[:j]))
+    assert seg["instructions"] <= 100 and seg["dispatched_instructions"] >= 600
+    xs = inputs(m, 1)
+    reps = runtime.run_batch(c, xs, check_races=True)
+    assert check.compare(c, xs, reps, onnxruntime=False).bit_exact == 1
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -311,15 +367,18 @@ def test_tokens_from_before_a_loop_keep_its_first_iterations_steady(monkeypatch)
 
 
 def test_channels_too_shallow_for_tokens_from_before_a_loop(monkeypatch):
-    """With two tokens per channel those tokens would fill one (the timing-free check,
-    :mod:`snpu.verif.token_flow`, finds the deadlock): codegen emits the program again
-    without them, and it runs.  A program that deadlocks even then is an error, in either
-    mode."""
-    cfg = CoreConfig(**{**TEST_CORE.to_dict(), "token_depth": 2})
-    m = tiny_cnn(4)
+    """Where tokens from before loops would fill a channel (the timing-free check,
+    :mod:`snpu.verif.token_flow`, finds the deadlock; here made to for the first try),
+    codegen emits the program again without them, and it runs.  A program that
+    deadlocks even then is an error, in either mode."""
     tries = []
     run = codegen_pass._codegen
     monkeypatch.setattr(codegen_pass, "_codegen", lambda *a: (tries.append(a[-1]), run(*a))[1])
+    cfg = CoreConfig(**{**TEST_CORE.to_dict(), "token_depth": 2})
+    m = tiny_cnn(4)
+    real, checks = codegen_pass.deadlock, []
+    monkeypatch.setattr(codegen_pass, "deadlock",  # the first try would deadlock
+                        lambda *a: checks.append(1) or ("stuck" if len(checks) == 1 else real(*a)))
     c = compile_model(m, CompileOptions(config=cfg, density=0.3, optimize="speed"))
     assert tries == [True, False]
     xs = inputs(m, 1)
