@@ -41,7 +41,9 @@ every conflicting pair of accesses on different units with a token:
   does, instead of waiting for nothing and leaving the credits for a later wait to skip
   with no-ops.  A credit goes only to a write into a buffer the words that would have
   taken it write (:attr:`credit_for`): a convolution's credits for its neuron loads wait
-  through a batch norm's loads into the accumulators for the next convolution's;
+  through a batch norm's loads into the accumulators for the next convolution's; and only
+  where the other unit emitted a word since this one last took one of its tokens
+  (:attr:`took_at`: a sum's two loads of one tile wait for the same state of VX);
 * a kernel about to start asks for credits of its own (:meth:`prime`): where its first
   write into a double-buffered buffer finds its unit knowing that the unit it will wait
   for tile after tile has finished its latest instruction, carriers on that unit leave
@@ -256,6 +258,9 @@ class Emitter:
         #: take tokens in place of no-ops (:meth:`_early_waits`)
         self.unwaited: list[list[list[tuple[int, int, int]]]] = [[[] for _ in range(NU)]
                                                                  for _ in range(NU)]
+        #: per channel ``v -> u``: ``v``'s instruction count when ``u`` last took a token
+        #: from it (a write with no word of ``v`` since takes no credit: one token covers both)
+        self.took_at = [[-1] * NU for _ in range(NU)]
         #: channel ``(v, u)`` -> (buffer, tokens) a kernel about to start asked for
         #: (:meth:`prime`)
         self.priming: dict[tuple[int, int], tuple[str, int]] = {}
@@ -384,6 +389,7 @@ class Emitter:
             k, snap = self._signal_for(v, u, *need[v])
             self._skip_to(u, v, k - 1)  # take the channel's earlier tokens first
             self.waits[v][u] += 1
+            self.took_at[v][u] = self.count[v]
             self._learn(u, v, snap)
         if self.fold and op != "cfg":
             if self.priming:
@@ -414,7 +420,8 @@ class Emitter:
             for unit in self.users.get(a.buf, ()):
                 v = int(unit)
                 if v != u and unit not in waits and self.signals[v][u] > self.waits[v][u] \
-                        and a.buf in self.credit_for.get((v, u), ()):
+                        and a.buf in self.credit_for.get((v, u), ()) \
+                        and self.count[v] > self.took_at[v][u]:
                     waits.append(unit)
                     self._take_next(u, v)
 
@@ -573,6 +580,7 @@ class Emitter:
         """Unit ``u`` takes the next token of channel ``v -> u`` that it has not taken:
         it was given after the instruction holding that signal."""
         self.waits[v][u] += 1
+        self.took_at[v][u] = self.count[v]
         self._learn(u, v, self.sig_list[(v, u)][self.waits[v][u] - 1])
 
     def _prune(self) -> None:

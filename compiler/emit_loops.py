@@ -554,6 +554,8 @@ def _fast_forward(em: Emitter, snaps: list[_Snap], plan: _Plan, m: int) -> None:
         for v in range(NU):
             em.signals[u][v] += m * s[u][v]
             em.waits[u][v] += m * s[u][v]
+            if s[u][v]:  # v took a token from u in every iteration
+                em.took_at[u][v] += m * c[u]
     em.nops += m * (s2.nops - s1.nops)
     em.sealed = s0.start + 1 + L  # the body's words take no further signals
     for v in range(NU):  # the body's words take no early waits either (emit._early_waits)

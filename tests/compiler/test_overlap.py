@@ -163,6 +163,30 @@ def test_a_kernels_first_tiles_take_the_credits_the_loop_before_left(monkeypatch
         assert all(isa.Unit.VX in i.wait for i in loads)  # the first two as every later one
 
 
+def _tile_c(k: Kernels, i: int) -> None:
+    """Like :func:`_tile_b`, but its 32 bytes come in two loads (the two inputs of a sum)."""
+    half = i % 2
+    for part in (0, 16):
+        k.ld("acc", 0x14000 + 32 * i + part, 256 + half * 64 + part, 16)
+    k.req(half * 32, 256 + half * 64, 0, 2, 2, src_stride=P * 2, dst_stride=P * 2)
+    k.st(half * 32, 0x28000 + 32 * i, 32)
+
+
+def test_one_credit_per_tile_of_two_loads():
+    """Default mode: the second kernel's tiles load their accumulators in two loads; only
+    the first waits for the VX unit, the second follows it with no VX word between (one
+    token covers both).  So the credits the first loop left go to the first loads of its
+    first two tiles, which then wait as every later tile does."""
+    n = 10
+    flat, looped = _both(lambda k, i: [_tile(k, 2 * i + j) for j in range(2)], n,
+                         lambda k: k.repeat(n, lambda i: [_tile_c(k, 2 * i + j) for j in range(2)]),
+                         mode="credits")
+    _check(flat, looped)
+    loads = [i for _, i in unroll(looped.p.instrs) if i.op == "ld" and i.args["dst"] >= 256]
+    assert [isa.Unit.VX in i.wait for i in loads] == [True, False] * (2 * n)
+    assert _midway_nops(looped) == 0
+
+
 def test_a_loop_left_flat_gives_the_credits_a_folded_one_would():
     """Default mode: a kernel's loop of three iterations (too few to prove a steady state)
     stays flat; its last iteration then gives the tokens the one before gave its next
