@@ -187,9 +187,9 @@ CREDIT_BUFFERS = ("nbuf", "nidx", "acc", "obuf")
 #: an idle network unit, would otherwise keep every record: emission time grows with the
 #: square of the program)
 HISTORY_CAP = 64
+HISTORY_GAP = 1024
 #: words per channel kept as candidates to take tokens in place of no-ops
 UNWAITED_KEPT = 8
-HISTORY_GAP = 1024
 
 
 class Emitter:
@@ -305,6 +305,7 @@ class Emitter:
             self.priming[(int(v), int(u))] = (buf, n)
 
     def _prime_now(self, u: int, accesses: list[Access], waits: list[Unit]) -> None:
+        """The credits :meth:`prime` asked for, at the first write into their buffer."""
         for a in accesses:
             if not a.write or a.hi <= a.lo:
                 continue

@@ -561,8 +561,7 @@ def _fast_forward(em: Emitter, snaps: list[_Snap], plan: _Plan, m: int) -> None:
     for v in range(NU):  # the body's words take no early waits either (emit._early_waits)
         for u in range(NU):
             words = em.unwaited[v][u]
-            if any(ins.unit is not None and int(ins.unit) == u and isa.Unit(v) in ins.wait
-                   for ins in body):
+            if any(ins.unit == isa.Unit(u) and isa.Unit(v) in ins.wait for ins in body):
                 words.clear()
             else:
                 words[:] = [w for w in words if w[0] < s0.start]
