@@ -362,10 +362,7 @@ def conv(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
                 k.req(ob, ab, prow, g, Rp // P, int(q["relu"]), src_stride=Rp, dst_stride=Rp)
                 _store_pixels(k, Y, oy, ox0, out0 + r0, R, g, ob, Rp)
 
-        k.prime(Unit.LD, Unit.MX, "nbuf")
-        k.prime(Unit.MX, Unit.VX, "acc")
-        k.prime(Unit.VX, Unit.ST, "obuf")
-        walk_rows(ctx, rows, cols, ow, G, row)
+        walk_rows(ctx, rows, cols, ow, G, row, CONV_TILE_WAITS)
     return {"format": fmt, "density": float(np.count_nonzero(w)) / w.size,
             "weight_tiles": len(tiles.tiles), "channel_chunks": len(cchunks),
             **ctx.neuron_report(), **mixed_report}
@@ -409,8 +406,19 @@ def _split_row(width: int, per: int) -> bool:
     return width % per != 0 and whole >= 2 and whole % 2 == 0
 
 
+#: the writes a convolution's tiles make that wait, tile after tile, for another unit's
+#: access to that half two tiles back, as (writer, the unit waited for, buffer): its neuron
+#: loads for MX, its fc for VX, its ``req`` for ST (:meth:`~.emit.Emitter.prime`)
+CONV_TILE_WAITS = ((Unit.LD, Unit.MX, "nbuf"), (Unit.MX, Unit.VX, "acc"),
+                   (Unit.VX, Unit.ST, "obuf"))
+#: the same for the vector unit's kernels (batch norm, sum, copy, pooling): their
+#: accumulator loads wait for VX, their ``req`` for ST
+VECTOR_TILE_WAITS = ((Unit.LD, Unit.VX, "acc"), (Unit.VX, Unit.ST, "obuf"))
+
+
 def walk_rows(ctx: LayerContext, rows: tuple[int, int], cols: tuple[int, int] | None,
               width: int, per: int, row: Callable[[int, int, int], None],
+              waits: tuple[tuple[Unit, Unit, str], ...] = (),
               key: Callable[[int], object] = lambda y: None, split: bool | None = None) -> None:
     """``row(y, x0, x1)`` over the output pixels of ``rows`` (``cols``: :func:`row_spans`)
     of a map ``width`` pixels wide, where ``row`` walks its span in groups of ``per``
@@ -420,7 +428,11 @@ def walk_rows(ctx: LayerContext, rows: tuple[int, int], cols: tuple[int, int] | 
     rows of one key as loops over rows (:func:`loop_rows`; over row pairs where a row has an
     odd number of groups, so that the halves come back to where they started), the whole
     groups of every row first, then every row's last, shorter group (:func:`column_passes`;
-    ``split``: whether to, by default where units know what their tokens tell)."""
+    ``split``: whether to, by default where units know what their tokens tell).  ``waits``:
+    the tiles' writes that wait for the work two tiles back (:data:`CONV_TILE_WAITS`), for
+    which the first tiles ask credits (:meth:`~.emit.Emitter.prime`)."""
+    for writer, waited, buf in waits:
+        ctx.k.prime(writer, waited, buf)
     spans = row_spans(rows, cols, width)
     head = [s for s in spans[:1] if s[1:] != (0, width)]
     tail = [s for s in spans[len(head):][-1:] if s[1:] != (0, width)]
@@ -663,11 +675,9 @@ def pool(ctx: LayerContext, node, X: TensorLayout, Y: TensorLayout,
 
     for c0 in range(0, c, cc):
         n = min(cc, c - c0)
-        k.prime(Unit.LD, Unit.VX, "acc")
-        k.prime(Unit.VX, Unit.ST, "obuf")
         walk_rows(ctx, out_rows, cols, ow, G,
                   lambda oy, oxa, oxb, c0=c0, n=n: pool_row(oy, oxa, oxb, c0, n, _r(n, P)),
-                  key=row_key)
+                  VECTOR_TILE_WAITS, key=row_key)
     return {"groups_per_row": -(-ow // G)}
 
 
@@ -791,9 +801,8 @@ def add(ctx: LayerContext, node, inputs: list[TensorLayout], Y: TensorLayout,
                 k.req(ob, out, row, g, cp // P, int(q["relu"]), src_stride=cp, dst_stride=cp)
                 k.st(ob, Y.addr(y, x0, c0), c, g, src_stride=cp, ext_stride=Y.pixel)
 
-        k.prime(Unit.LD, Unit.VX, "acc")
-        k.prime(Unit.VX, Unit.ST, "obuf")
-        walk_rows(ctx, rows or (0, X.h), cols, X.w, per, pixels, split=_split_maps(ctx))
+        walk_rows(ctx, rows or (0, X.h), cols, X.w, per, pixels, VECTOR_TILE_WAITS,
+                  split=_split_maps(ctx))
     return {"channel_chunks": len(chunks)}
 
 
@@ -879,9 +888,8 @@ def _requantize_map(ctx: LayerContext, X: TensorLayout, Y: TensorLayout, bias, m
                 k.req(ob, ab, row, g, cp // P, relu, src_stride=cp, dst_stride=cp)
                 _store_pixels(k, Y, y, x0, c0, c, g, ob, cp)
 
-        k.prime(Unit.LD, Unit.VX, "acc")
-        k.prime(Unit.VX, Unit.ST, "obuf")
-        walk_rows(ctx, rows or (0, X.h), cols, X.w, per, pixels, split=_split_maps(ctx))
+        walk_rows(ctx, rows or (0, X.h), cols, X.w, per, pixels, VECTOR_TILE_WAITS,
+                  split=_split_maps(ctx))
     return {"channel_chunks": len(chunks)}
 
 
