@@ -637,6 +637,18 @@ def span(base: int, n3: int, rows: int, cols: int, s3: int, s: int) -> tuple[int
     return lo, hi
 
 
+def _operand(op: str, name: str, value: int) -> int:
+    """What register operand ``name`` of ``op`` carries for a register ``value``: the value
+    where it fits the operand (not 0: 0 means "the register"), else 0 and the register
+    holds it.  Every instruction of a kind carries its value the same way, whatever the
+    register holds, so a kernel's tiles stay alike (a first tile writing the register and
+    later ones leaving it would not join their loop)."""
+    f = _OPERAND_FIELDS[(op, name)]
+    return value if 0 < value < (1 << f.width) else 0
+
+
+_OPERAND_FIELDS = {(op, f.name): f for op, fs in isa.REGISTER_OPERANDS.items() for f in fs}
+
 #: keyword -> register name for :meth:`Emitter.cfgs` (``mx__nvec`` -> ``mx.nvec``)
 _DOTTED: dict[str, str] = {}
 
@@ -721,9 +733,13 @@ class Kernels(Emitter):
            wbytes: int, ibytes: int, nvec: int = 1, nstride: int = 0, nfmt: int = 1,
            wfmt: int = 1, accumulate: int = 0, acc_stride: int = 0, mixed: int = 0) -> None:
         """``mixed``: with one direct and one stride index, 0 expands the stride one to
-        direct and ANDs (claim 9), 1 converts the direct one to stride and merges (claim 10)."""
+        direct and ANDs (claim 9), 1 converts the direct one to stride and merges (claim 10).
+        ``nvec`` goes in the fc's register operand where it fits (:func:`_operand`), so
+        pixel groups of two sizes write no register between them."""
         nidx = nbuf // 8
-        self.cfgs(mx__nfmt=nfmt, mx__npacked=0, mx__wfmt=wfmt, mx__nvec=nvec,
+        nvec_op = _operand("fc", "nvec", nvec)
+        self.cfgs(mx__nfmt=nfmt, mx__npacked=0, mx__wfmt=wfmt,
+                  mx__nvec=self.p.reg("mx.nvec") if nvec_op else nvec,
                   mx__mixed=mixed if {nfmt, wfmt} == {1, 2} else self.p.reg("mx.mixed"),
                   mx__nstride=nstride if nvec > 1 else self.p.reg("mx.nstride"),
                   mx__nidx_stride=nstride // 8 if nvec > 1 else self.p.reg("mx.nidx_stride"),
@@ -737,7 +753,7 @@ class Kernels(Emitter):
         if accumulate:
             accs.append(Access("acc", acc, a_hi, False))
         self.emit("fc", accs, nbuf=nbuf, nidx=nidx, wbuf=wbuf, widx=widx, acc=acc, n_in=n_in,
-                  rows=rows, accumulate=accumulate)
+                  rows=rows, accumulate=accumulate, nvec=nvec_op)
 
     def _acc_span(self, base, n_o, so, n_i, extra=()):
         P = self.P
@@ -764,12 +780,19 @@ class Kernels(Emitter):
 
     def req(self, dst: int, src: int, param: int, n_o: int, n_i: int, relu: int = 0, *,
             src_stride: int, dst_stride: int) -> None:
-        self.cfgs(vx__src_stride=src_stride, vx__dst_stride=dst_stride)
+        """The strides go in the register operands where they fit (:func:`_operand`): a
+        requantisation then writes no VX register, and the batch norms, sums and poolings
+        around it keep theirs."""
+        src_op = _operand("req", "src_stride", src_stride)
+        dst_op = _operand("req", "dst_stride", dst_stride)
+        self.cfgs(vx__src_stride=self.p.reg("vx.src_stride") if src_op else src_stride,
+                  vx__dst_stride=self.p.reg("vx.dst_stride") if dst_op else dst_stride)
         rb = self.cfg.param_row_bytes
         self.emit("req", [Access("acc", *self._acc_span(src, n_o, src_stride, n_i), False),
                           Access("obuf", *self._acc_span(dst, n_o, dst_stride, n_i), True),
                           Access("param", param * rb, (param + n_i) * rb, False)],
-                  dst=dst, src=src, param=param, n_o=n_o, n_i=n_i, relu=relu)
+                  dst=dst, src=src, param=param, n_o=n_o, n_i=n_i, relu=relu,
+                  src_stride=src_op, dst_stride=dst_op)
 
     # The array's NET unit: addresses here are absolute (``isa.LOCAL_BASE + offset``), so
     # footprints share the "ext" address space with LD / ST and the emitter orders them.

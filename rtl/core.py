@@ -180,23 +180,24 @@ class Core(wiring.Component):
         fe_ld, fe_mx, fe_vx, fe_st, fe_net = (self._front[u] for u in UNITS)
         # LD
         m.d.comb += [ld.start.eq(fe_ld.start), ld.op.eq(fe_ld.op), ld.args.eq(fe_ld.args), fe_ld.done.eq(ld.done),
-                     ld.regs.eq(fe_ld.regs.value)]
+                     ld.regs.eq(fe_ld.regs_now)]
         # MX
         m.d.comb += [mx.start.eq(fe_mx.start), mx.args.eq(fe_mx.args.fc), fe_mx.done.eq(mx.done),
-                     mx.regs.eq(fe_mx.regs.value)]
+                     mx.regs.eq(fe_mx.regs_now),
+                     mx.regs_next.eq(fe_mx.regs_next)]
         for name in ("nbuf_w", "nidx_w", "wbuf_w", "widx_w"):
             wiring.connect(m, getattr(ld, name), getattr(mx, name))
         m.d.comb += mx.w_lane.eq(ld.w_lane)
         # VX
         m.d.comb += [vx.start.eq(fe_vx.start), vx.op.eq(fe_vx.op), vx.args.eq(fe_vx.args),
-                     fe_vx.done.eq(vx.done), vx.regs.eq(fe_vx.regs.value)]
+                     fe_vx.done.eq(vx.done), vx.regs.eq(fe_vx.regs_now)]
         # ST
         m.d.comb += [st.start.eq(fe_st.start), st.op.eq(fe_st.op), st.args.eq(fe_st.args), fe_st.done.eq(st.done),
-                     st.regs.eq(fe_st.regs.value)]
+                     st.regs.eq(fe_st.regs_now)]
 
         # NET
         m.d.comb += [net.start.eq(fe_net.start), net.op.eq(fe_net.op), net.args.eq(fe_net.args),
-                     fe_net.done.eq(net.done), net.regs.eq(fe_net.regs.value),
+                     fe_net.done.eq(net.done), net.regs.eq(fe_net.regs_now),
                      net.x.eq(self.mesh_x), net.y.eq(self.mesh_y),
                      net.w.eq(self.mesh_w), net.h.eq(self.mesh_h)]
         wiring.connect(m, net.inject, wiring.flipped(self.noc_out))

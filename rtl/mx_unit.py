@@ -102,6 +102,7 @@ class MatrixController(wiring.Component):
             "start": In(1),
             "args": In(args_layout(Unit.MX).members["fc"]),
             "regs": In(registers_layout(Unit.MX)),
+            "regs_next": In(registers_layout(Unit.MX)),
             "done": Out(1),
             "error": Out(ErrorCode),
             **buffer_write_ports(config, In),
@@ -123,13 +124,15 @@ class MatrixController(wiring.Component):
 
         a, r = self.args, self.regs
         # ---- Checks, from the operands as presented with start.  The products of the
-        # registers are computed ahead, from the register file, and registered: a cfg write
-        # reaches the registers at least three cycles before the next fc starts
-        # (UnitFrontEnd: SIGNAL, IDLE, then WAIT), so they are current at every start and
+        # registers are computed ahead and registered, from the registers of the fc the
+        # front end takes (``regs_next``: its nvec operand in place of mx.nvec), the cycle
+        # before it can start; a cfg write reaches the registers before the next fc is
+        # taken (UnitFrontEnd: SIGNAL, then IDLE), so they are current at every start and
         # no multiplier lies on the path from start to the lanes.
+        rn = self.regs_next
         out_span = Signal(28)   # (nvec - 1) * acc_stride
         in_span = Signal(28)    # (nvec - 1) * nstride
-        m.d.sync += [out_span.eq((r.nvec - 1) * r.acc_stride), in_span.eq((r.nvec - 1) * r.nstride)]
+        m.d.sync += [out_span.eq((rn.nvec - 1) * rn.acc_stride), in_span.eq((rn.nvec - 1) * rn.nstride)]
         last_out = Signal(32)
         m.d.comb += last_out.eq(a.acc + out_span + a.rows)
         last_in = Signal(32)

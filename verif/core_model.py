@@ -164,7 +164,17 @@ class Machine:
 
     # ------------------------------------------------------------------------------------
     def execute(self, instr: Instr) -> _Exec:
-        return self._handlers[instr.op](instr)
+        operands = isa.register_operands(instr)
+        if not operands:
+            return self._handlers[instr.op](instr)
+        # register operands: the instruction reads them in place of the registers, which
+        # keep their values (isa: Register operands)
+        kept = self.regs
+        self.regs = {**kept, **operands}
+        try:
+            return self._handlers[instr.op](instr)
+        finally:
+            self.regs = kept
 
     def buffer(self, name: str, lane: int = 0) -> np.ndarray:
         return {"nbuf": self.nbuf, "nidx": self.nidx, "acc": self.acc, "obuf": self.obuf,

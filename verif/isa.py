@@ -35,6 +35,16 @@ the load/compute/store token scheme of VTA generalised to four units; it is how 
 compiler expresses double buffering.  ``sync`` waits until every queue is empty and every
 unit idle; ``halt`` does the same and then stops the core.
 
+Register operands
+-----------------
+A few operands stand in for a configuration register: ``fc``'s ``nvec`` (``mx.nvec``),
+``req``'s ``src_stride`` and ``dst_stride`` (``vx.src_stride``, ``vx.dst_stride``).  When
+such an operand is not 0 the instruction runs with the register reading the operand's value;
+the register itself keeps its value, and 0 means "the register".  A kernel whose pixel
+groups alternate between two sizes then writes no register between them, so one loop body
+holds both groups (a row of 13 pixels in groups of 8 and 5 was ``cfg``, ``fc``, ``cfg``,
+``fc``), and a requantisation carries its own strides.
+
 Loops
 -----
 ``loop`` is executed by the program sequencer in front of the dispatcher: the words of its
@@ -137,6 +147,9 @@ class Field:
     enum: Mapping[str, int] | None = None
     default: int | None = None
     hex: bool = False
+    #: a *register operand*: when not 0, the instruction runs with this configuration
+    #: register (its own unit's) reading the operand's value; the register keeps its own
+    overrides: str | None = None
 
     @property
     def bounds(self) -> tuple[int, int]:
@@ -409,9 +422,11 @@ OPCODES: tuple[Opcode, ...] = (
          _f("acc", 16, "first output element in acc (a multiple of lanes)"),
          _f("n_in", 16, "input neurons per vector"),
          _f("rows", 12, "output neurons (weight rows); row r lives in lane r % lanes"),
-         _f("accumulate", 1, "1: add to acc; 0: overwrite", "flag", default=0)),
+         _f("accumulate", 1, "1: add to acc; 0: overwrite", "flag", default=0),
+         _f("nvec", 5, "input vectors (register operand: 0 = mx.nvec)", default=0,
+            overrides="mx.nvec")),
         "Sparse or dense fully connected layer over mx.nvec input vectors (matrix-vector or "
-        "matrix-matrix).  Convolution is lowered to fc over im2col patches loaded by ld.  "
+        "matrix-matrix; `nvec`, when not 0, in place of mx.nvec).  Convolution is lowered to fc over im2col patches loaded by ld.  "
         "The lanes convert no weight index: stride weights without the merge, or the merge "
         "without stride weights, is FORMAT (checked first); acc or a direct index misaligned "
         "is ALIGN; outputs past acc or unpacked vectors past nbuf is RANGE.",
@@ -454,9 +469,15 @@ OPCODES: tuple[Opcode, ...] = (
          _f("param", 12, "first requantisation parameter row"),
          _f("n_o", 12, "outer iterations", default=1),
          _f("n_i", 8, "words per outer iteration; word i uses parameter row param + i", default=1),
-         _f("relu", 1, "1: ReLU (clamp to 0..127)", "flag", default=0)),
+         _f("relu", 1, "1: ReLU (clamp to 0..127)", "flag", default=0),
+         _f("src_stride", 16, "elements between outer iterations of src (register operand: "
+                              "0 = vx.src_stride)", default=0, overrides="vx.src_stride"),
+         _f("dst_stride", 16, "bytes between outer iterations of dst (register operand: "
+                              "0 = vx.dst_stride)", default=0, overrides="vx.dst_stride")),
         "Requantise int32 accumulators to int8 into the output cache, with per-channel bias, "
-        "multiplier and shift, optional ReLU, saturation.",
+        "multiplier and shift, optional ReLU, saturation.  Outer iteration o reads "
+        "src + o*vx.src_stride and writes dst + o*vx.dst_stride (`src_stride` / `dst_stride`, "
+        "when not 0, in place of the registers).",
         "y = sat8(round_half_up(wrap32(acc + bias[c]) * mult[c] / 2**shift[c])), ReLU optional",
     ),
     Opcode(
@@ -517,6 +538,26 @@ OPCODE_BY_CODE: dict[int, Opcode] = {o.code: o for o in OPCODES}
 assert len(OPCODE_BY_CODE) == len(OPCODES)
 assert all(0 < o.code < (1 << OPCODE_BITS) for o in OPCODES)
 
+#: per mnemonic, its register operands (:attr:`Field.overrides`)
+REGISTER_OPERANDS: dict[str, tuple[Field, ...]] = {
+    o.mnemonic: tuple(f for f in o.fields if f.overrides) for o in OPCODES
+    if any(f.overrides for f in o.fields)}
+# a register operand names a register of the instruction's own unit, and every value it
+# holds fits the register
+assert all(REGISTER_BY_NAME[f.overrides].unit == OPCODE_BY_NAME[m].unit
+           and f.width <= REGISTER_BY_NAME[f.overrides].width
+           and REGISTER_BY_NAME[f.overrides].values is None
+           for m, fs in REGISTER_OPERANDS.items() for f in fs)
+
+
+def register_operands(instr: "Instr") -> dict[str, int]:
+    """The registers ``instr`` reads from its own operands instead of the register file:
+    its register operands that are not 0, by register name (``{"mx.nvec": 4}``)."""
+    fields = REGISTER_OPERANDS.get(instr.op)
+    if not fields:
+        return {}
+    return {f.overrides: instr.args[f.name] for f in fields if instr.args.get(f.name)}
+
 # The cfg instruction's reg field is an enumeration over the register table.
 _CFG = OPCODE_BY_NAME["cfg"]
 #: cfg's fields of the second register: printed only when there is one (``two`` never)
@@ -574,12 +615,14 @@ def _fmt_units(units: Iterable[Unit]) -> str:
 
 
 def format_instr(instr: Instr) -> str:
-    """Canonical text of one instruction (all operands, ISA-table order)."""
+    """Canonical text of one instruction (its operands in ISA-table order; a register
+    operand only when it is not 0, ``cfg``'s second register only when there is one)."""
     opc = instr.opcode
     parts = [opc.mnemonic]
     parts += [f"{f.name}={_fmt_value(f, instr.args[f.name])}" for f in opc.fields
               if not (opc.mnemonic == "cfg" and f.name in _CFG_SECOND
-                      and (f.name == "two" or not instr.args["two"]))]
+                      and (f.name == "two" or not instr.args["two"])
+                      or f.overrides and not instr.args[f.name])]
     if instr.wait:
         parts.append(f"wait={_fmt_units(instr.wait)}")
     if instr.signal:
@@ -810,7 +853,9 @@ def render_markdown() -> str:
             "`cfg reg=<name> value=<v>` writes a register (`reg2=<name> value2=<v>` a second "
             "one of the same unit in the same word).  It executes in order on the "
             "register's unit, so a register change never affects an instruction already queued "
-            "on another unit.",
+            "on another unit.  A register operand (`fc.nvec`, `req.src_stride`, "
+            "`req.dst_stride`) stands in for its register in one instruction, leaving the "
+            "register as it was.",
             "", "| number | name | bits | reset | meaning |", "|---|---|---|---|---|"]
     for r in REGISTERS:
         legal = f" Legal values: {', '.join(map(str, r.values))}." if r.values else ""

@@ -68,13 +68,15 @@ class _Tokens:
 
 def fc_program(rng, cfg: CoreConfig, *, n_in=None, rows=None, nvec=None, nfmt=None, wfmt=None,
                npacked=None, mixed=None, n_density=None, w_density=None, ktiles=None,
-               group=None, mem_bytes=1 << 18) -> Program:
+               group=None, operands=None, mem_bytes=1 << 18) -> Program:
     """``y = ReLU(requant(W x))`` for ``nvec`` vectors, the input dimension split into
-    ``ktiles`` tiles accumulated in ``acc``."""
+    ``ktiles`` tiles accumulated in ``acc``.  ``operands``: the fc and the req take nvec and
+    their strides in register operands (:func:`_operands`)."""
     P = cfg.lanes
     n_in = n_in or int(rng.integers(8, 400))
     rows = rows or int(rng.integers(1, 3 * P + 3))
     nvec = nvec or int(rng.integers(1, 4))
+    operands = _operands(operands, n_in + rows, nvec)
     drawn_wfmt, drawn_mixed = wfmt is None, mixed is None
     nfmt = nfmt or str(rng.choice(["dense", "direct", "direct", "stride"]))
     wfmt = wfmt or str(rng.choice(["dense", "direct", "stride"]))
@@ -170,7 +172,8 @@ def fc_program(rng, cfg: CoreConfig, *, n_in=None, rows=None, nvec=None, nfmt=No
                    signal=[MX] if k == len(loads) - 1 else [])
         tok.give(LD, MX)
         # compute
-        p.cfgs(mx__nfmt=FMT[nfmt], mx__npacked=npacked, mx__wfmt=FMT[wfmt], mx__nvec=nvec,
+        p.cfgs(mx__nfmt=FMT[nfmt], mx__npacked=npacked, mx__wfmt=FMT[wfmt],
+               mx__nvec=_decoy(nvec) if operands else nvec,
                mx__nstride=nvec_stride, mx__nidx_stride=nidx_stride, mx__acc_stride=acc_stride,
                mx__mixed=mixed)
         sig = [LD] if t + 2 < len(bounds) else []
@@ -179,23 +182,52 @@ def fc_program(rng, cfg: CoreConfig, *, n_in=None, rows=None, nvec=None, nfmt=No
             sig.append(VX)
         tok.take(LD, MX)
         p.emit("fc", nbuf=nbase, nidx=nidx_base, wbuf=wb, widx=ib, acc=0, n_in=n,
-               rows=rows, accumulate=int(t > 0), wait=[LD], signal=sig)
+               rows=rows, accumulate=int(t > 0), nvec=nvec if operands else 0, wait=[LD],
+               signal=sig)
         for s in sig:
             tok.give(MX, s)
     tok.take(MX, VX)
-    p.cfgs(vx__src_stride=acc_stride, vx__dst_stride=acc_stride)
+    _req_strides(p, acc_stride, operands)
     relu = int(rng.integers(0, 2))
     p.meta["relu"] = relu
     p.emit("req", dst=0, src=0, param=0, n_o=nvec, n_i=acc_stride // P,
-           relu=relu, wait=[MX], signal=[ST])
+           relu=relu, wait=[MX], signal=[ST], **_req_operands(acc_stride, operands))
     p.cfgs(st__src_stride=acc_stride, st__ext_stride=rows)
     p.emit("st", src=0, ext=out, rows=nvec, cols=rows, wait=[VX])
     p.emit("halt")
     return p
 
 
+def _operands(operands: bool | None, shape: int, nvec: int) -> bool:
+    """Does a program take nvec and the requantisation's strides in register operands
+    (isa: Register operands)?  ``operands``, or if ``None`` on half of the shapes (chosen
+    from the shape, so the random stream stays as it was); never for more vectors than the
+    operand holds."""
+    fits = nvec < 1 << isa.OPCODE_BY_NAME["fc"].field("nvec").width
+    return fits and (shape % 2 == 1 if operands is None else operands)
+
+
+def _decoy(value: int) -> int:
+    """A register value other than ``value``: what the register holds while an operand
+    stands in for it, so that a unit reading the register would compute something else."""
+    return value % 3 + 1
+
+
+def _req_strides(p: Program, stride: int, operands: bool) -> None:
+    """The VX strides a ``req`` over rows ``stride`` apart reads: in the registers, or in
+    its operands (:func:`_req_operands`) with the registers holding decoys."""
+    P = p.config.lanes
+    reg = stride + P if operands else stride
+    p.cfgs(vx__src_stride=reg, vx__dst_stride=reg)
+
+
+def _req_operands(stride: int, operands: bool) -> dict[str, int]:
+    return {"src_stride": stride, "dst_stride": stride} if operands else {}
+
+
 def conv_program(rng, cfg: CoreConfig, *, c_in=None, c_out=None, h=None, w=None, k=None,
-                 stride=None, w_density=None, wfmt=None, mem_bytes=1 << 18) -> Program:
+                 stride=None, w_density=None, wfmt=None, operands=None,
+                 mem_bytes=1 << 18) -> Program:
     """A k x k convolution of a zero-padded channels-last input, one output row per tile:
     3-D loads gather the row's im2col patches (plane = output pixel, rows = kernel rows,
     cols = k * c_in bytes), fc computes all output channels, req + st write the row."""
@@ -232,10 +264,11 @@ def conv_program(rng, cfg: CoreConfig, *, c_in=None, c_out=None, h=None, w=None,
     p.cfgs(ld__nidx_mode=1, ld__thresh=0, ld__ext_stride=row_bytes, ld__dst_stride=k * c_in,
            ld__ext_stride3=stride * c_in, ld__dst_stride3=nstride)
     # direct neurons: stride weights take the merge (claim 10)
-    p.cfgs(mx__nfmt=1, mx__wfmt=FMT[wfmt], mx__nvec=wo, mx__nstride=nstride,
-           mx__nidx_stride=nstride // 8, mx__acc_stride=acc_stride,
+    operands = _operands(operands, h + w + c_out, wo)
+    p.cfgs(mx__nfmt=1, mx__wfmt=FMT[wfmt], mx__nvec=_decoy(wo) if operands else wo,
+           mx__nstride=nstride, mx__nidx_stride=nstride // 8, mx__acc_stride=acc_stride,
            mx__mixed=int(wfmt == "stride"))
-    p.cfgs(vx__src_stride=acc_stride, vx__dst_stride=acc_stride)
+    _req_strides(p, acc_stride, operands)
     p.cfgs(st__src_stride=acc_stride, st__ext_stride=c_out)
     for oy in range(ho):
         b = oy % 2
@@ -244,10 +277,11 @@ def conv_program(rng, cfg: CoreConfig, *, c_in=None, c_out=None, h=None, w=None,
                cols=k * c_in, wait=[MX] if oy >= 2 else [], signal=[MX])
         sig = [VX] + ([LD] if oy + 2 < ho else [])
         p.emit("fc", nbuf=nbase, nidx=nbase // 8, wbuf=0, widx=0, acc=abase, n_in=n_in,
-               rows=c_out, wait=[LD] + ([VX] if oy >= 2 else []), signal=sig)
+               rows=c_out, nvec=wo if operands else 0, wait=[LD] + ([VX] if oy >= 2 else []),
+               signal=sig)
         p.emit("req", dst=obase, src=abase, param=0, n_o=wo, n_i=acc_stride // P, relu=1,
                wait=[MX] + ([ST] if oy >= 2 else []),
-               signal=[ST] + ([MX] if oy + 2 < ho else []))
+               signal=[ST] + ([MX] if oy + 2 < ho else []), **_req_operands(acc_stride, operands))
         p.emit("st", src=obase, ext=out + oy * wo * c_out, rows=wo, cols=c_out, wait=[VX],
                signal=[VX] if oy + 2 < ho else [])
     p.emit("halt")

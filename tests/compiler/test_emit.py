@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from snpu.compiler.emit import Kernels
 from snpu.compiler.passes.reroll import _unwalked
-from snpu.verif import golden
+from snpu.verif import golden, isa
 from snpu.verif.image import MemoryImage
 from snpu.verif.isa import Unit
 from snpu.verif.program import Program
@@ -108,4 +108,27 @@ def test_a_wait_another_wait_implies_is_left_out():
     k.halt()
     req = next(i for i in k.p.instrs if i.op == "req")
     assert req.wait == {Unit.LD, Unit.MX}
+    _run(k)
+
+
+def test_register_operands_carry_what_changes_from_tile_to_tile():
+    """Pixel groups of 8 and 5 alternate (a row of 13): each fc carries its nvec and each
+    req its strides in register operands, so the tiles write no register between them and
+    stay alike, and the race checker passes."""
+    k = _kernels()
+    groups = [8, 5, 8, 5]
+    for i, g in enumerate(groups):
+        half = i % 2
+        k.fc(nbuf=half * 2048, n_in=64, rows=P, acc=half * 512, wbuf=0, widx=0, wbytes=64,
+             ibytes=0, nvec=g, nstride=64, nfmt=0, wfmt=0, acc_stride=P)
+        k.req(half * 1024, half * 512, 0, g, 1, src_stride=P, dst_stride=P)
+        k.st(half * 1024, 0x40000 + 64 * i, P, g, src_stride=P, ext_stride=P)
+    k.halt()
+    written = {isa.REGISTER_BY_NUMBER[i.args[r]].name for i in k.p.instrs if i.op == "cfg"
+               for r, on in (("reg", "reg"), ("reg2", "two"), ("reg3", "three"))
+               if r == on or i.args.get(on)}
+    assert not written & {"mx.nvec", "vx.src_stride", "vx.dst_stride"}
+    assert [i.args["nvec"] for i in k.p.instrs if i.op == "fc"] == groups
+    assert all(i.args["src_stride"] == i.args["dst_stride"] == P
+               for i in k.p.instrs if i.op == "req")
     _run(k)

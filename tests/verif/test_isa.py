@@ -130,3 +130,37 @@ def test_cfg_writes_a_second_register_of_the_same_unit():
     p.emit("halt")
     regs = golden.run_image(p.place_rom(), p.image, p.config).machine.regs
     assert (regs["mx.nvec"], regs["vx.src_stride"], regs["vx.dst_stride"]) == (7, 3, 4)
+
+
+def test_register_operands_stand_in_for_their_registers():
+    """``fc.nvec`` and ``req``'s strides: not 0, the instruction reads them in place of the
+    registers, which keep their values; 0 (the default, not printed) is the register."""
+    fc = make("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=0, n_in=8, rows=4, nvec=5)
+    assert isa.register_operands(fc) == {"mx.nvec": 5}
+    assert str(fc).endswith("accumulate=0 nvec=5") and decode(encode(fc)) == fc
+    plain = make("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=0, n_in=8, rows=4)
+    assert isa.register_operands(plain) == {} and "nvec" not in str(plain)
+    req = make("req", dst=0, src=0, param=0, n_o=2, dst_stride=32)
+    assert isa.register_operands(req) == {"vx.dst_stride": 32}
+    assert "src_stride" not in str(req) and decode(encode(req)) == req
+    assert "nvec=32 is outside 0..31" in validate(isa.Instr("fc", {**fc.args, "nvec": 32}))
+    # in the golden model: the fc runs over 2 vectors with mx.nvec = 3 and leaves it 3
+    import numpy as np
+    from snpu.config import SMALL_CORE
+    from snpu.verif import golden
+    from snpu.verif.program import Program
+    P = SMALL_CORE.lanes
+    p = Program(SMALL_CORE)
+    x = p.data("x", np.arange(1, 2 * 64 + 1, dtype=np.int8).reshape(2, 64) % 5)
+    p.cfgs(ld__ext_stride=64, ld__dst_stride=64)
+    p.emit("ld", buf="nbuf", ext=x, dst=0, rows=2, cols=64)
+    p.emit("ld", buf="wbuf", ext=p.data("w", np.ones(64, np.int8)), dst=0, cols=64, n3=P,
+           signal=[Unit.MX])
+    p.cfgs(mx__nfmt=0, mx__wfmt=0, mx__nvec=3, mx__nstride=64, mx__acc_stride=P)
+    p.emit("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=0, n_in=64, rows=1, nvec=2,
+           wait=[Unit.LD])
+    p.emit("halt")
+    m = golden.run_image(p.place_rom(), p.image, p.config).machine
+    assert m.regs["mx.nvec"] == 3
+    sums = (np.arange(1, 2 * 64 + 1).reshape(2, 64).astype(np.int8) % 5).sum(axis=1)
+    assert list(m.acc[[0, P, 2 * P]]) == [sums[0], sums[1], 0]

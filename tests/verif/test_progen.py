@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from snpu.config import CoreConfig
-from snpu.verif import act_compress, golden, numerics, progen
+from snpu.verif import act_compress, golden, isa, numerics, progen
 
 CFG = CoreConfig(lanes=4, nbuf_bytes=4096, nidx_bytes=1024, wbuf_bytes=4096, widx_bytes=2048,
                  acc_words=256, obuf_bytes=2048, param_rows=32)
@@ -78,6 +78,27 @@ def test_random_programs_compute_their_reference(kind, seed):
     assert res.stats.instructions["LD"] > 0 and res.stats.dma_write_bytes == p.image.region("y").size
     want = _fc_reference(p) if kind == "fc" else _eltwise_reference(p)
     np.testing.assert_array_equal(p.image.read("y"), want)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("kind", ["fc", "conv"])
+def test_register_operands_compute_what_the_registers_do(kind, seed):
+    """The same program with nvec and the requantisation's strides in register operands
+    (the registers holding decoys meanwhile) computes what it computes from the registers."""
+    make = getattr(progen, f"{kind}_program")
+    while True:  # the first seed from ``seed`` on whose shapes fit the core
+        try:
+            make(np.random.default_rng(seed), CFG)
+            break
+        except ValueError:
+            seed += 1000
+    out = []
+    for operands in (False, True):
+        p = make(np.random.default_rng(seed), CFG, operands=operands)
+        assert any(isa.register_operands(i) for i in p.instrs) == operands
+        _run(p)
+        out.append(p.image.read("y"))
+    np.testing.assert_array_equal(*out)
 
 
 @pytest.mark.parametrize("seed", range(8))
