@@ -144,8 +144,9 @@ class Dispatcher(wiring.Component):
                     continue
                 with m.Case(o.code):
                     if o.mnemonic == "cfg":
-                        reg, value, reg2, value2, two = (
-                            _field(word, o, f) for f in ("reg", "value", "reg2", "value2", "two"))
+                        reg, value, reg2, value2, two, reg3, value3, three = (
+                            _field(word, o, f) for f in ("reg", "value", "reg2", "value2", "two",
+                                                         "reg3", "value3", "three"))
                         with m.Switch(reg):
                             for r in isa.REGISTERS:
                                 with m.Case(r.number):
@@ -153,11 +154,14 @@ class Dispatcher(wiring.Component):
                                     m.d.comb += [mu.op.eq(op_codes(r.unit)["cfg"]),
                                                  mu.args.cfg.index.eq(r.index),
                                                  mu.args.cfg.value.eq(value),
-                                                 # predecoded legal: reg2 is a
-                                                 # register of the same unit
+                                                 # predecoded legal: reg2 and reg3
+                                                 # are registers of the same unit
                                                  mu.args.cfg.two.eq(two),
                                                  mu.args.cfg.index2.eq(reg2[:5]),
-                                                 mu.args.cfg.value2.eq(value2)]
+                                                 mu.args.cfg.value2.eq(value2),
+                                                 mu.args.cfg.three.eq(three),
+                                                 mu.args.cfg.index3.eq(reg3[:5]),
+                                                 mu.args.cfg.value3.eq(value3)]
                     else:
                         u = o.unit
                         mu = micro[u]

@@ -51,8 +51,10 @@ def _field_shape(f: isa.Field):
 
 
 def args_layout(unit: Unit) -> data.UnionLayout:
+    value3 = isa.OPCODE_BY_NAME["cfg"].field("value3").width
     members = {"cfg": data.StructLayout({"index": 5, "value": 32,
-                                         "two": 1, "index2": 5, "value2": 32})}
+                                         "two": 1, "index2": 5, "value2": 32,
+                                         "three": 1, "index3": 5, "value3": value3})}
     for o in unit_opcodes(unit):
         members[o.mnemonic] = data.StructLayout({f.name: _field_shape(f) for f in o.fields})
     return data.UnionLayout(members)
@@ -93,6 +95,8 @@ class RegisterFile(Elaboratable):
     we2, w_index2, w_value2 :
         Second write port (``cfg``'s second register), written after the first: when both
         name one register, it takes ``w_value2``.
+    we3, w_index3, w_value3 :
+        Third write port (``cfg``'s third register), written after the second.
     """
 
     def __init__(self, unit: Unit):
@@ -108,6 +112,9 @@ class RegisterFile(Elaboratable):
         self.we2 = Signal()
         self.w_index2 = Signal(5)
         self.w_value2 = Signal(32)
+        self.we3 = Signal()
+        self.w_index3 = Signal(5)
+        self.w_value3 = Signal(isa.OPCODE_BY_NAME["cfg"].field("value3").width)
 
     def __getattr__(self, name):
         index = self.__dict__.get("index")
@@ -118,7 +125,8 @@ class RegisterFile(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         for we, index, value in ((self.we, self.w_index, self.w_value),
-                                 (self.we2, self.w_index2, self.w_value2)):
+                                 (self.we2, self.w_index2, self.w_value2),
+                                 (self.we3, self.w_index3, self.w_value3)):
             with m.If(we):
                 with m.Switch(index):
                     for name, k in self.index.items():

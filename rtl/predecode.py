@@ -83,21 +83,25 @@ class Predecoder(wiring.Component):
         def field(o, name):
             return word[o.offsets[name]:o.offsets[name] + o.field(name).width]
 
-        # cfg's second register: none (reg2, value2 zero) or a register of the first one's
-        # unit with a value it accepts; one verdict per unit
+        # cfg's second and third registers: none (register and value zero) or a register
+        # of the first one's unit with a value it accepts; a third only with a second; one
+        # verdict per unit
         o = isa.OPCODE_BY_NAME["cfg"]
-        reg2, value2, two = field(o, "reg2"), field(o, "value2"), field(o, "two")
-        second_ok = {}
-        for u in sorted({r.unit for r in isa.REGISTERS}):
-            s = second_ok[u] = Signal(name=f"cfg_reg2_ok_{u.name.lower()}")
-            with m.If(~two):
-                m.d.comb += s.eq((reg2 == 0) & (value2 == 0))
-            with m.Else():
-                with m.Switch(reg2):
-                    for r in isa.REGISTERS:
-                        if r.unit == u:
-                            with m.Case(r.number):
-                                m.d.comb += s.eq(_accepts(r, value2))
+        more_ok = {u: C(1) for u in {r.unit for r in isa.REGISTERS}}
+        for k, (rf, vf, flag) in enumerate(isa.CFG_SLOTS):
+            reg_k, value_k, on = field(o, rf), field(o, vf), field(o, flag)
+            for u in sorted(more_ok):
+                s = Signal(name=f"cfg_{rf}_ok_{u.name.lower()}")
+                with m.If(~on):
+                    m.d.comb += s.eq((reg_k == 0) & (value_k == 0))
+                with m.Else():
+                    with m.Switch(reg_k):
+                        for r in isa.REGISTERS:
+                            if r.unit == u:
+                                with m.Case(r.number):
+                                    m.d.comb += s.eq(_accepts(r, value_k))
+                more_ok[u] = more_ok[u] & s
+        in_order = ~field(o, "three") | field(o, "two")
 
         with m.Switch(opcode):
             for o in isa.OPCODES:
@@ -115,7 +119,7 @@ class Predecoder(wiring.Component):
                             for r in isa.REGISTERS:
                                 with m.Case(r.number):
                                     rok = (ok & _accepts(r, value) & tokens_ok(r.unit)
-                                           & second_ok[r.unit])
+                                           & more_ok[r.unit] & in_order)
                                     m.d.comb += [out.legal.eq(rok), out.kind.eq(Kind.UNIT),
                                                  out.target.eq(UNITS.index(r.unit)),
                                                  out.to_unit.eq(

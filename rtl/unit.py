@@ -80,7 +80,8 @@ class UnitFrontEnd(wiring.Component):
         m.d.comb += [self.op.eq(cur.op), self.args.eq(cur.args), self.pc.eq(cur.pc),
                      self.wait_mask.eq(cur.wait), self.signal_mask.eq(cur.signal),
                      regs.w_index.eq(cur.args.cfg.index), regs.w_value.eq(cur.args.cfg.value),
-                     regs.w_index2.eq(cur.args.cfg.index2), regs.w_value2.eq(cur.args.cfg.value2)]
+                     regs.w_index2.eq(cur.args.cfg.index2), regs.w_value2.eq(cur.args.cfg.value2),
+                     regs.w_index3.eq(cur.args.cfg.index3), regs.w_value3.eq(cur.args.cfg.value3)]
         load = Signal()  # a new microinstruction is taken into `cur` this cycle
         nxt = Signal(micro_layout(self.unit))
         m.d.comb += nxt.eq(Mux(load, self.micro.payload, cur))
@@ -106,7 +107,8 @@ class UnitFrontEnd(wiring.Component):
                 with m.If(self.wait_ok):
                     m.d.comb += self.take.eq(1)
                     with m.If(cur.op == self.codes["cfg"]):
-                        m.d.comb += [regs.we.eq(1), regs.we2.eq(cur.args.cfg.two)]
+                        m.d.comb += [regs.we.eq(1), regs.we2.eq(cur.args.cfg.two),
+                                     regs.we3.eq(cur.args.cfg.three)]
                         m.next = "SIGNAL"
                     with m.Else():
                         m.d.comb += self.start.eq(1)

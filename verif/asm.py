@@ -130,8 +130,8 @@ def parse_line(text: str, consts: dict[str, int]) -> Instr | None:
         else:
             raise ValueError(f"{head} has no operand {name!r} (operands: "
                              f"{', '.join(fields) or 'none'}, wait, signal)")
-    if head == "cfg" and "reg2" in args and "two" not in args:
-        args["two"] = 1  # a second register given
+    if head == "cfg":
+        isa.cfg_flags(dict(args), args)  # a second / third register given
     for f in opc.fields:
         if f.name not in args:
             if f.default is None:

@@ -185,6 +185,8 @@ class Machine:
         self.regs[isa.REGISTER_BY_NUMBER[i.reg].name] = i.value
         if i.two:
             self.regs[isa.REGISTER_BY_NUMBER[i.reg2].name] = i.value2
+        if i.three:
+            self.regs[isa.REGISTER_BY_NUMBER[i.reg3].name] = i.value3
         return _Exec(timing.CFG_CYCLES, [])
 
     @staticmethod

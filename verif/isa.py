@@ -370,10 +370,15 @@ OPCODES: tuple[Opcode, ...] = (
             default=0),
          _f("value2", 32, "its value (0 when `two` = 0)", default=0),
          _f("two", 1, "1: also write reg2 (the assembler sets it when reg2 is given)", "flag",
-            default=0)),
-        "Write a configuration register, or two registers of one unit.  Executes in order "
-        "on the registers' unit.",
-        "R[reg] <- value; then, if two, R[reg2] <- value2",
+            default=0),
+         _f("reg3", 8, "a third register, of the same unit (0 when `three` = 0)", "reg",
+            default=0),
+         _f("value3", 22, "its value (0 when `three` = 0)", default=0),
+         _f("three", 1, "1: also write reg3 after reg2 (needs `two`; the assembler sets it "
+                        "when reg3 is given)", "flag", default=0)),
+        "Write a configuration register, or two or three registers of one unit (a kernel's "
+        "strides, its vector loop).  Executes in order on the registers' unit.",
+        "R[reg] <- value; then, if two, R[reg2] <- value2; then, if three, R[reg3] <- value3",
     ),
     Opcode(
         "ld", 0x08, Unit.LD,
@@ -560,8 +565,10 @@ def register_operands(instr: "Instr") -> dict[str, int]:
 
 # The cfg instruction's reg field is an enumeration over the register table.
 _CFG = OPCODE_BY_NAME["cfg"]
-#: cfg's fields of the second register: printed only when there is one (``two`` never)
-_CFG_SECOND = ("reg2", "value2", "two")
+#: cfg's further registers: (register, value, flag) fields, written in this order after the
+#: first; a register's fields are printed only when the flag is set (the flags never)
+CFG_SLOTS = (("reg2", "value2", "two"), ("reg3", "value3", "three"))
+_CFG_FLAG_OF = {name: flag for slot in CFG_SLOTS for name, flag in zip(slot, (slot[2],) * 3)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -616,12 +623,12 @@ def _fmt_units(units: Iterable[Unit]) -> str:
 
 def format_instr(instr: Instr) -> str:
     """Canonical text of one instruction (its operands in ISA-table order; a register
-    operand only when it is not 0, ``cfg``'s second register only when there is one)."""
+    operand only when it is not 0, ``cfg``'s further registers only when it has them)."""
     opc = instr.opcode
     parts = [opc.mnemonic]
     parts += [f"{f.name}={_fmt_value(f, instr.args[f.name])}" for f in opc.fields
-              if not (opc.mnemonic == "cfg" and f.name in _CFG_SECOND
-                      and (f.name == "two" or not instr.args["two"])
+              if not (opc.mnemonic == "cfg" and f.name in _CFG_FLAG_OF
+                      and (f.name == _CFG_FLAG_OF[f.name] or not instr.args[_CFG_FLAG_OF[f.name]])
                       or f.overrides and not instr.args[f.name])]
     if instr.wait:
         parts.append(f"wait={_fmt_units(instr.wait)}")
@@ -659,9 +666,17 @@ def make(op: str, *, wait: Iterable[Unit] = (), signal: Iterable[Unit] = (), **a
     if used != len(args):
         unknown = set(args) - {name for name, _, _ in plan}
         raise ValueError(f"{op}: unknown operand(s) {', '.join(sorted(unknown))}")
-    if op == "cfg" and "reg2" in args and "two" not in args:
-        full["two"] = 1  # a second register given
+    if op == "cfg":
+        cfg_flags(args, full)
     return Instr(op, full, _unit_set(wait), _unit_set(signal))
+
+
+def cfg_flags(given: Mapping[str, int], args: dict[str, int]) -> None:
+    """Set ``cfg``'s ``two`` / ``three`` in ``args`` where ``given`` names a second / third
+    register and not the flag (the assembler's and :func:`make`'s shorthand)."""
+    for reg, _, flag in CFG_SLOTS:
+        if reg in given and flag not in given:
+            args[flag] = 1
 
 
 def _unit_set(units: Iterable) -> frozenset[Unit]:
@@ -729,15 +744,18 @@ _CHECKS = {o.mnemonic: (frozenset(f.name for f in o.fields),
 def _cfg_problem(args: Mapping[str, int]) -> str | None:
     reg = REGISTER_BY_NUMBER.get(args["reg"])
     pairs = [("reg", "value")]
-    if args["two"]:
-        pairs.append(("reg2", "value2"))
-    elif args["reg2"] or args["value2"]:
-        return "cfg: reg2 and value2 must be 0 when two=0 (one register)"
+    for rf, vf, flag in CFG_SLOTS:
+        if args[flag]:
+            pairs.append((rf, vf))
+        elif args[rf] or args[vf]:
+            return f"cfg: {rf} and {vf} must be 0 when {flag}=0"
+    if args["three"] and not args["two"]:
+        return "cfg: three=1 needs two=1 (the registers fill in order)"
     for rf, vf in pairs:
         r = REGISTER_BY_NUMBER.get(args[rf])
         if r is None:
             return f"cfg: register number {args[rf]} is not defined" + (
-                " (reg2)" if rf == "reg2" else "")
+                f" ({rf})" if rf != "reg" else "")
         if reg is not None and r.unit != reg.unit:
             return f"cfg: {r.name} ({rf}) is not a register of {reg.unit.name} like {reg.name}"
         if args[vf] >= (1 << r.width):
@@ -851,7 +869,7 @@ def render_markdown() -> str:
             out.append("No operands.")
     out += ["", "## Configuration registers", "",
             "`cfg reg=<name> value=<v>` writes a register (`reg2=<name> value2=<v>` a second "
-            "one of the same unit in the same word).  It executes in order on the "
+            "one of the same unit in the same word, `reg3=<name> value3=<v>` a third).  It executes in order on the "
             "register's unit, so a register change never affects an instruction already queued "
             "on another unit.  A register operand (`fc.nvec`, `req.src_stride`, "
             "`req.dst_stride`) stands in for its register in one instruction, leaving the "

@@ -13,14 +13,17 @@ with tokens is a no-op or carrier the emitter placed for them, and stays.  The l
 writes then stand together ahead of its first tile.
 
 A layer's set-up writes several registers of one unit in a row (a load's strides, the MX
-unit's vector loop, the VX unit's strides).  ``cfg`` carries a second register of the same
-unit (``reg2`` / ``value2``, ``two``), so each such pair takes one ROM word and one dispatch.
+unit's vector loop, the VX unit's strides).  ``cfg`` carries a second and a third register
+of the same unit (``reg2`` / ``value2``, ``two``; ``reg3`` / ``value3``, ``three``), so up to
+three such writes take one ROM word and one dispatch.
 
-Two single-register ``cfg`` words ``A`` then ``B`` on the same unit, next to each other in
-the same loop body, merge when ``B`` waits for no token and the two do not signal the same
-unit: the unit runs its queue in order and a ``cfg`` does nothing but write, so the merged
-word (``A``'s waits, both writes in order, both signals after them) does what ``A`` then
-``B`` did, with one dispatch fewer.
+A ``cfg`` word ``A`` of one or two registers and a single-register ``cfg`` ``B`` on the same
+unit, next to each other in the same loop body, merge when ``B`` waits for no token and the
+two do not signal the same unit (and ``B``'s value fits the slot: the third holds 22 bits):
+the unit runs its queue in order and a ``cfg`` does nothing but write, so the merged word
+(``A``'s waits, the writes in order, both signals after them) does what ``A`` then ``B``
+did, with one dispatch fewer.  Three registers per word: densenet121 as shipped 2 510 ->
+2 412 words, inception_v1 1 375 -> 1 333.
 """
 
 from __future__ import annotations
@@ -57,12 +60,22 @@ def _single(ins: Instr) -> bool:
     return ins.op == "cfg" and not ins.args["two"]
 
 
+#: the widths of the values ``cfg``'s further registers hold (:data:`isa.CFG_SLOTS`)
+_SLOT_BITS = [isa.OPCODE_BY_NAME["cfg"].field(vf).width for _, vf, _ in isa.CFG_SLOTS]
+
+
 def _merge(a: Instr, b: Instr) -> Instr | None:
-    if not (_single(a) and _single(b)) or b.wait or (a.signal & b.signal):
+    """``a`` (a ``cfg`` of one or two registers) with ``b``'s register as its next one, or
+    ``None`` where they do not merge (module docstring; the third slot's value is 22 bits)."""
+    if a.op != "cfg" or not _single(b) or b.wait or (a.signal & b.signal):
         return None
     if isa.REGISTER_BY_NUMBER[a.args["reg"]].unit != isa.REGISTER_BY_NUMBER[b.args["reg"]].unit:
         return None
-    return Instr("cfg", {**a.args, "reg2": b.args["reg"], "value2": b.args["value"], "two": 1},
+    k = a.args["two"] + a.args["three"]  # further registers a holds
+    if k == len(isa.CFG_SLOTS) or b.args["value"] >> _SLOT_BITS[k]:
+        return None
+    reg, value, flag = isa.CFG_SLOTS[k]
+    return Instr("cfg", {**a.args, reg: b.args["reg"], value: b.args["value"], flag: 1},
                  a.wait, a.signal | b.signal)
 
 

@@ -1,5 +1,5 @@
-"""The cfg pass: register writes hoisted ahead of the tile they set up and two writes of one
-unit in one word, never changing what any unit does."""
+"""The cfg pass: register writes hoisted ahead of the tile they set up and up to three writes
+of one unit in one word, never changing what any unit does."""
 
 from snpu.compiler.passes.pair_cfg import HOIST_WORDS, _pair, _per_body, pair_cfg
 from snpu.verif.isa import Unit, make
@@ -18,8 +18,7 @@ def test_writes_of_one_unit_pair_up_inside_their_own_body():
             _cfg("mx.nvec", 6), make("halt")]
     out = pair_cfg(prog)
     assert [str(i) for i in out] == [
-        "cfg reg=ld.ext_stride value=1 reg2=ld.dst_stride value2=2",
-        "cfg reg=ld.ext_stride3 value=3",
+        "cfg reg=ld.ext_stride value=1 reg2=ld.dst_stride value2=2 reg3=ld.ext_stride3 value3=3",
         "loop count=3 body=2 in_inc=0 w_inc=0 out_inc=0 entry=0 flip=0",
         "cfg reg=mx.nvec value=4 reg2=mx.nstride value2=5",
         str(prog[6]),
@@ -111,3 +110,17 @@ def test_what_a_write_may_not_move_past():
     # the ld write stops at the ld; the mx write passes both but not the sync
     assert text[-5:] == ["sync", "cfg reg=mx.mixed value=1", str(_LD), "cfg reg=ld.dst_stride value=8", "halt"]
     assert _per_unit(out) == _per_unit(prog)
+
+
+def test_three_writes_per_word_and_the_third_holds_22_bits():
+    prog = [_cfg("vx.src_stride", 1), _cfg("vx.dst_stride", 2), _cfg("vx.k1_stride", 3),
+            _cfg("vx.k2_stride", 4),                          # a fourth starts a new word
+            _cfg("ld.ext_stride", 1), _cfg("ld.dst_stride", 2),
+            _cfg("ld.ext_stride3", 1 << 22),                  # does not fit the third slot
+            make("halt")]
+    out = _per_body(prog, _pair)
+    assert [str(i) for i in out] == [
+        "cfg reg=vx.src_stride value=1 reg2=vx.dst_stride value2=2 reg3=vx.k1_stride value3=3",
+        "cfg reg=vx.k2_stride value=4",
+        "cfg reg=ld.ext_stride value=1 reg2=ld.dst_stride value2=2",
+        "cfg reg=ld.ext_stride3 value=4194304", "halt"]

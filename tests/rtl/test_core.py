@@ -72,6 +72,16 @@ def test_register_operands(kind):
     _check(rtl_sim.run(p.place_rom(), p.image, TEST_CORE, seed=seed), seed)
 
 
+def test_cfg_words_of_three_registers():
+    """A random convolution with its register writes merged up to three to a word (the
+    compiler's pass) runs on the core as the golden model runs it."""
+    from snpu.compiler.passes.pair_cfg import pair_cfg
+    p = progen.conv_program(np.random.default_rng(4), TEST_CORE)
+    p.instrs = pair_cfg(p.instrs)
+    assert any(i.op == "cfg" and i.args["three"] for i in p.instrs)
+    _check(rtl_sim.run(p.place_rom(), p.image, TEST_CORE, seed=4))
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_rotated_loops(seed):
     """A loop whose first iteration enters its body (``entry``), nested in two more."""

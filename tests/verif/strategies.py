@@ -20,14 +20,20 @@ def field_value(f: isa.Field) -> st.SearchStrategy[int]:
 def legal_instr(draw) -> Instr:
     opc = draw(st.sampled_from([o for o in isa.OPCODES if not o.reserved]))
     if opc.mnemonic == "cfg":
-        def value(r):
+        def value(r, bits=32):
             return draw(st.sampled_from(r.values) if r.values
-                        else st.integers(0, (1 << r.width) - 1))
+                        else st.integers(0, (1 << min(r.width, bits)) - 1))
         reg = draw(st.sampled_from(isa.REGISTERS))
-        args = {"reg": reg.number, "value": value(reg), "reg2": 0, "value2": 0, "two": 0}
+        args = {"reg": reg.number, "value": value(reg), "reg2": 0, "value2": 0, "two": 0,
+                "reg3": 0, "value3": 0, "three": 0}
+        same_unit = [r for r in isa.REGISTERS if r.unit == reg.unit]
         if draw(st.booleans()):  # a second register of the same unit
-            reg2 = draw(st.sampled_from([r for r in isa.REGISTERS if r.unit == reg.unit]))
+            reg2 = draw(st.sampled_from(same_unit))
             args.update(reg2=reg2.number, value2=value(reg2), two=1)
+            if draw(st.booleans()):  # and a third (its value in 22 bits)
+                reg3 = draw(st.sampled_from(same_unit))
+                args.update(reg3=reg3.number, value3=value(reg3, opc.field("value3").width),
+                            three=1)
         unit = reg.unit
     else:
         args = {f.name: draw(field_value(f)) for f in opc.fields}

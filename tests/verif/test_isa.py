@@ -164,3 +164,30 @@ def test_register_operands_stand_in_for_their_registers():
     assert m.regs["mx.nvec"] == 3
     sums = (np.arange(1, 2 * 64 + 1).reshape(2, 64).astype(np.int8) % 5).sum(axis=1)
     assert list(m.acc[[0, P, 2 * P]]) == [sums[0], sums[1], 0]
+
+
+def test_cfg_writes_up_to_three_registers_in_order():
+    three = make("cfg", reg="vx.src_stride", value=1, reg2="vx.dst_stride", value2=2,
+                 reg3="vx.src_stride", value3=3)
+    assert (three.args["two"], three.args["three"]) == (1, 1)
+    assert str(three) == ("cfg reg=vx.src_stride value=1 reg2=vx.dst_stride value2=2 "
+                          "reg3=vx.src_stride value3=3")
+    assert decode(encode(three)) == three
+    from snpu.verif.asm import assemble
+    assert assemble(str(three)) == [encode(three)]
+    assert "is not a register of VX" in validate(
+        make("cfg", reg="vx.src_stride", value=1, reg2="vx.dst_stride", value2=2,
+             reg3="mx.nvec", value3=1))
+    assert "three=1 needs two=1" in validate(
+        make("cfg", reg="vx.src_stride", value=1, reg3="vx.dst_stride", value3=1))
+    assert "reg3 and value3 must be 0 when three=0" in validate(
+        make("cfg", reg="vx.src_stride", value=1, value3=5, three=0))
+    # the golden model writes them in order: the third lands last
+    from snpu.verif import golden
+    from snpu.verif.program import Program
+    p = Program()
+    p.emit("cfg", reg="vx.src_stride", value=1, reg2="vx.dst_stride", value2=2,
+           reg3="vx.src_stride", value3=3)
+    p.emit("halt")
+    regs = golden.run_image(p.place_rom(), p.image, p.config).machine.regs
+    assert (regs["vx.src_stride"], regs["vx.dst_stride"]) == (3, 2)
