@@ -142,3 +142,30 @@ def test_padded_pooling_reads_the_zero_halo_only_where_zeros_are_exact(case):
         assert (2, 2) in windows and (3, 3) in windows
     else:
         assert windows == {(3, 3)}
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pooling_of_several_channel_chunks_walks_them_inside_each_pixel_group(op):
+    """A pooling whose channels take several chunks of the accumulators (60 channels: 32 +
+    28 on the test core; averaging, whose parameters take room too, 16 + 16 + 16 + 12):
+    each pixel group's chunks are tiles one after the other, the last
+    at the pitch of a whole one, so the groups of a row are alike.  Race-free and
+    bit-exact with the int8 reference."""
+    from onnx import TensorProto, helper, numpy_helper
+    H = helper.make_node
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array((rng.standard_normal((60, 4, 3, 3)) * 0.4).astype(np.float32), "w")
+    kw = dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    if op == "AveragePool":
+        kw["count_include_pad"] = 0
+    nodes = [H("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             H("Relu", ["c"], ["r"], name="relu"), H(op, ["r"], ["p"], name="pool", **kw)]
+    g = helper.make_graph(nodes, "pool", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4, 11, 13])],
+        [helper.make_tensor_value_info("p", TensorProto.FLOAT, None)], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.6))
+    assert next(r for r in c.report["layers"] if r["node"] == "pool")["channel_chunks"] >= 2
+    xs = inputs(m, 2)
+    agree = check.compare(c, xs, runtime.run_batch(c, xs, check_races=True), onnxruntime=False)
+    assert agree.bit_exact == 2, agree.mismatches
