@@ -78,8 +78,8 @@ everything the tokens it took tell, transitively (a token from ``v`` tells what 
 knew), so it leaves out the waits that knowledge covers.  With ``overlap`` (``--optimize
 speed``) a unit decides from the tokens it took itself only (``direct``): more waits,
 more words, and on the zoo no fewer cycles since the default mode took precise tokens
-(the zoo at weight density 0.5, ``bench/compiler.py`` at 2037f8b: 0-0.8 % more cycles
-and 27-67 % more words; squeezenet 590 words against 463).  With
+(the zoo at weight density 0.5, ``bench/compiler.py`` at 736bff9: 0-0.8 % more cycles
+and 19-64 % more words; squeezenet 529 words against 413).  With
 neither (an array's programs; the default mode's fallback where a segment would deadlock
 with precise tokens) every token comes from the other unit's latest instruction: a load
 into one half of a double buffer then waits for the compute just issued on every other
