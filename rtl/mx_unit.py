@@ -132,7 +132,8 @@ class MatrixController(wiring.Component):
         rn = self.regs_next
         out_span = Signal(28)   # (nvec - 1) * acc_stride
         in_span = Signal(28)    # (nvec - 1) * nstride
-        m.d.sync += [out_span.eq((rn.nvec - 1) * rn.acc_stride), in_span.eq((rn.nvec - 1) * rn.nstride)]
+        m.d.sync += [out_span.eq((rn.nvec - 1) * rn.acc_stride),
+                     in_span.eq((rn.nvec - 1) * rn.nstride)]
         last_out = Signal(32)
         m.d.comb += last_out.eq(a.acc + out_span + a.rows)
         last_in = Signal(32)

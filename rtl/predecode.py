@@ -88,7 +88,7 @@ class Predecoder(wiring.Component):
         # verdict per unit
         o = isa.OPCODE_BY_NAME["cfg"]
         more_ok = {u: C(1) for u in {r.unit for r in isa.REGISTERS}}
-        for k, (rf, vf, flag) in enumerate(isa.CFG_SLOTS):
+        for rf, vf, flag in isa.CFG_SLOTS:
             reg_k, value_k, on = field(o, rf), field(o, vf), field(o, flag)
             for u in sorted(more_ok):
                 s = Signal(name=f"cfg_{rf}_ok_{u.name.lower()}")

@@ -431,10 +431,11 @@ OPCODES: tuple[Opcode, ...] = (
          _f("nvec", 5, "input vectors (register operand: 0 = mx.nvec)", default=0,
             overrides="mx.nvec")),
         "Sparse or dense fully connected layer over mx.nvec input vectors (matrix-vector or "
-        "matrix-matrix; `nvec`, when not 0, in place of mx.nvec).  Convolution is lowered to fc over im2col patches loaded by ld.  "
-        "The lanes convert no weight index: stride weights without the merge, or the merge "
-        "without stride weights, is FORMAT (checked first); acc or a direct index misaligned "
-        "is ALIGN; outputs past acc or unpacked vectors past nbuf is RANGE.",
+        "matrix-matrix; `nvec`, when not 0, in place of mx.nvec).  Convolution is lowered "
+        "to fc over im2col patches loaded by ld.  The lanes convert no weight index: stride "
+        "weights without the merge, or the merge without stride weights, is FORMAT (checked "
+        "first); acc or a direct index misaligned is ALIGN; outputs past acc or unpacked "
+        "vectors past nbuf is RANGE.",
         "for v<mx.nvec, r<rows: acc[acc + v*mx.acc_stride + r] (+)= "
         "sum over pairs i selected by index(neurons v) AND index(weights r) of x[v,i]*w[r,i] "
         "(int8 x int8, int32 wrap-around)",
@@ -568,7 +569,7 @@ _CFG = OPCODE_BY_NAME["cfg"]
 #: cfg's further registers: (register, value, flag) fields, written in this order after the
 #: first; a register's fields are printed only when the flag is set (the flags never)
 CFG_SLOTS = (("reg2", "value2", "two"), ("reg3", "value3", "three"))
-_CFG_FLAG_OF = {name: flag for slot in CFG_SLOTS for name, flag in zip(slot, (slot[2],) * 3)}
+_CFG_FLAG_OF = {name: slot[2] for slot in CFG_SLOTS for name in slot}
 
 
 # --------------------------------------------------------------------------------------------
@@ -869,8 +870,8 @@ def render_markdown() -> str:
             out.append("No operands.")
     out += ["", "## Configuration registers", "",
             "`cfg reg=<name> value=<v>` writes a register (`reg2=<name> value2=<v>` a second "
-            "one of the same unit in the same word, `reg3=<name> value3=<v>` a third).  It executes in order on the "
-            "register's unit, so a register change never affects an instruction already queued "
+            "one of the same unit in the same word, `reg3=<name> value3=<v>` a third).  It "
+            "executes in order on the register's unit, so a register change never affects an instruction already queued "
             "on another unit.  A register operand (`fc.nvec`, `req.src_stride`, "
             "`req.dst_stride`) stands in for its register in one instruction, leaving the "
             "register as it was.",
