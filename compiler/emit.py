@@ -696,14 +696,17 @@ class Kernels(Emitter):
            src_stride: int = 0, ext_stride: int = 0, src_stride3: int = 0, ext_stride3: int = 0) -> None:
         if n3 * rows * cols == 0:
             return
-        self.cfgs(st__src_stride=src_stride if rows > 1 else self.p.reg("st.src_stride"),
+        src_op = _operand("st", "src_stride", src_stride) if rows > 1 else 0
+        self.cfgs(st__src_stride=src_stride if rows > 1 and not src_op
+                  else self.p.reg("st.src_stride"),
                   st__ext_stride=ext_stride if rows > 1 else self.p.reg("st.ext_stride"),
                   st__src_stride3=src_stride3 if n3 > 1 else self.p.reg("st.src_stride3"),
                   st__ext_stride3=ext_stride3 if n3 > 1 else self.p.reg("st.ext_stride3"))
-        s_lo, s_hi = span(src, n3, rows, cols, self.p.reg("st.src_stride3"), self.p.reg("st.src_stride"))
+        s_lo, s_hi = span(src, n3, rows, cols, self.p.reg("st.src_stride3"),
+                          src_op or self.p.reg("st.src_stride"))
         e_lo, e_hi = span(ext, n3, rows, cols, self.p.reg("st.ext_stride3"), self.p.reg("st.ext_stride"))
         self.emit("st", [Access("obuf", s_lo, s_hi, False), Access("ext", e_lo, e_hi, True)],
-                  src=src, ext=ext, n3=n3, rows=rows, cols=cols)
+                  src=src, ext=ext, n3=n3, rows=rows, cols=cols, src_stride=src_op)
 
     def stc(self, src: int, ext: int, cols: int, rows: int = 1, *, src_stride: int = 0) -> None:
         """A compressed store of ``rows`` output-cache rows; the stream's footprint is its
@@ -763,12 +766,15 @@ class Kernels(Emitter):
 
     def vred(self, mode: str, dst: int, src: int, n_o: int, n_i: int, k1: int, k2: int, *,
              src_stride: int, dst_stride: int, k1_stride: int, k2_stride: int) -> None:
-        self.cfgs(vx__src_stride=src_stride, vx__dst_stride=dst_stride,
+        src_op = _operand("vred", "src_stride", src_stride)
+        dst_op = _operand("vred", "dst_stride", dst_stride)
+        self.cfgs(vx__src_stride=self.p.reg("vx.src_stride") if src_op else src_stride,
+                  vx__dst_stride=self.p.reg("vx.dst_stride") if dst_op else dst_stride,
                   vx__k1_stride=k1_stride, vx__k2_stride=k2_stride)
         s = self._acc_span(src, n_o, src_stride, n_i, ((k1 - 1) * k1_stride, (k2 - 1) * k2_stride))
         d = self._acc_span(dst, n_o, dst_stride, n_i)
         self.emit("vred", [Access("acc", *s, False), Access("acc", *d, True)], mode=mode, dst=dst,
-                  src=src, n_o=n_o, n_i=n_i, k1=k1, k2=k2)
+                  src=src, n_o=n_o, n_i=n_i, k1=k1, k2=k2, src_stride=src_op, dst_stride=dst_op)
 
     def vew(self, dst: int, a: int, b: int, n_o: int, n_i: int, ma: int, mb: int, relu: int = 0, *,
             a_stride: int, b_stride: int, dst_stride: int) -> None:
@@ -780,9 +786,9 @@ class Kernels(Emitter):
 
     def req(self, dst: int, src: int, param: int, n_o: int, n_i: int, relu: int = 0, *,
             src_stride: int, dst_stride: int) -> None:
-        """The strides go in the register operands where they fit (:func:`_operand`): a
-        requantisation then writes no VX register, and the batch norms, sums and poolings
-        around it keep theirs."""
+        """The strides go in the register operands where they fit (:func:`_operand`; so do
+        ``vred``'s and ``st``'s): a requantisation then writes no VX register, and the
+        batch norms, sums and poolings around it keep theirs."""
         src_op = _operand("req", "src_stride", src_stride)
         dst_op = _operand("req", "dst_stride", dst_stride)
         self.cfgs(vx__src_stride=self.p.reg("vx.src_stride") if src_op else src_stride,

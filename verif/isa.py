@@ -38,12 +38,13 @@ unit idle; ``halt`` does the same and then stops the core.
 Register operands
 -----------------
 A few operands stand in for a configuration register: ``fc``'s ``nvec`` (``mx.nvec``),
-``req``'s ``src_stride`` and ``dst_stride`` (``vx.src_stride``, ``vx.dst_stride``).  When
-such an operand is not 0 the instruction runs with the register reading the operand's value;
-the register itself keeps its value, and 0 means "the register".  A kernel whose pixel
-groups alternate between two sizes then writes no register between them, so one loop body
-holds both groups (a row of 13 pixels in groups of 8 and 5 was ``cfg``, ``fc``, ``cfg``,
-``fc``), and a requantisation carries its own strides.
+``vred``'s and ``req``'s ``src_stride`` and ``dst_stride`` (``vx.src_stride``,
+``vx.dst_stride``), ``st``'s ``src_stride`` (``st.src_stride``).  When such an operand is
+not 0 the instruction runs with the register reading the operand's value; the register
+itself keeps its value, and 0 means "the register".  A kernel whose pixel groups alternate
+between two sizes then writes no register between them, so one loop body holds both
+groups (a row of 13 pixels in groups of 8 and 5 was ``cfg``, ``fc``, ``cfg``, ``fc``), and
+a reduction, a requantisation or a store carries its own strides.
 
 Loops
 -----
@@ -448,9 +449,14 @@ OPCODES: tuple[Opcode, ...] = (
          _f("n_o", 12, "outer iterations", default=1),
          _f("n_i", 8, "words (of lanes elements) per outer iteration", default=1),
          _f("k1", 8, "first reduction extent", default=1),
-         _f("k2", 8, "second reduction extent", default=1)),
+         _f("k2", 8, "second reduction extent", default=1),
+         _f("src_stride", 16, "elements between outer iterations of src (register operand: "
+                              "0 = vx.src_stride)", default=0, overrides="vx.src_stride"),
+         _f("dst_stride", 16, "elements between outer iterations of dst (register operand: "
+                              "0 = vx.dst_stride)", default=0, overrides="vx.dst_stride")),
         "Windowed reduction over accumulator words: max pooling, sum for average pooling, "
-        "copies (k1 = k2 = 1).",
+        "copies (k1 = k2 = 1).  `src_stride` / `dst_stride`, when not 0, stand in for "
+        "vx.src_stride / vx.dst_stride.",
         "for o<n_o, i<n_i: acc[dst + o*vx.dst_stride + i*P ..+P] <- mode over j1<k1, j2<k2 of "
         "acc[src + o*vx.src_stride + i*P + j1*vx.k1_stride + j2*vx.k2_stride ..+P]",
     ),
@@ -493,8 +499,11 @@ OPCODES: tuple[Opcode, ...] = (
          _f("n3", 12, "planes", default=1),
          _f("rows", 12, "rows per plane", default=1),
          _f("cols", 16, "bytes per row"),
-         _f("walk", 1, "1: add the enclosing loops' st offsets to ext", "flag", default=0)),
-        "3-D DMA store from the output cache to external memory.",
+         _f("walk", 1, "1: add the enclosing loops' st offsets to ext", "flag", default=0),
+         _f("src_stride", 16, "bytes between rows in obuf (register operand: 0 = "
+                              "st.src_stride)", default=0, overrides="st.src_stride")),
+        "3-D DMA store from the output cache to external memory (`src_stride`, when not 0, "
+        "in place of st.src_stride).",
         "for p<n3, r<rows, c<cols: E[ext + p*st.ext_stride3 + r*st.ext_stride + c] <- "
         "obuf[src + p*st.src_stride3 + r*st.src_stride + c]",
     ),
@@ -871,10 +880,10 @@ def render_markdown() -> str:
     out += ["", "## Configuration registers", "",
             "`cfg reg=<name> value=<v>` writes a register (`reg2=<name> value2=<v>` a second "
             "one of the same unit in the same word, `reg3=<name> value3=<v>` a third).  It "
-            "executes in order on the register's unit, so a register change never affects an instruction already queued "
-            "on another unit.  A register operand (`fc.nvec`, `req.src_stride`, "
-            "`req.dst_stride`) stands in for its register in one instruction, leaving the "
-            "register as it was.",
+            "executes in order on the register's unit, so a register change never affects an "
+            "instruction already queued on another unit.  A register operand (`fc.nvec`; "
+            "`vred` and `req`'s `src_stride` and `dst_stride`; `st.src_stride`) stands in for "
+            "its register in one instruction, leaving the register as it was.",
             "", "| number | name | bits | reset | meaning |", "|---|---|---|---|---|"]
     for r in REGISTERS:
         legal = f" Legal values: {', '.join(map(str, r.values))}." if r.values else ""

@@ -192,15 +192,16 @@ def fc_program(rng, cfg: CoreConfig, *, n_in=None, rows=None, nvec=None, nfmt=No
     p.meta["relu"] = relu
     p.emit("req", dst=0, src=0, param=0, n_o=nvec, n_i=acc_stride // P,
            relu=relu, wait=[MX], signal=[ST], **_req_operands(acc_stride, operands))
-    p.cfgs(st__src_stride=acc_stride, st__ext_stride=rows)
-    p.emit("st", src=0, ext=out, rows=nvec, cols=rows, wait=[VX])
+    _store_stride(p, acc_stride, operands, st__ext_stride=rows)
+    p.emit("st", src=0, ext=out, rows=nvec, cols=rows, wait=[VX],
+           **_st_operand(acc_stride, operands))
     p.emit("halt")
     return p
 
 
 def _operands(operands: bool | None, shape: int, nvec: int) -> bool:
-    """Does a program take nvec and the requantisation's strides in register operands
-    (isa: Register operands)?  ``operands``, or if ``None`` on half of the shapes (chosen
+    """Does a program take nvec and its strides in register operands (isa: Register
+    operands)?  ``operands``, or if ``None`` on half of the shapes (chosen
     from the shape, so the random stream stays as it was); never for more vectors than the
     operand holds."""
     fits = nvec < 1 << isa.OPCODE_BY_NAME["fc"].field("nvec").width
@@ -223,6 +224,16 @@ def _req_strides(p: Program, stride: int, operands: bool) -> None:
 
 def _req_operands(stride: int, operands: bool) -> dict[str, int]:
     return {"src_stride": stride, "dst_stride": stride} if operands else {}
+
+
+def _store_stride(p: Program, stride: int, operands: bool, **regs: int) -> None:
+    """The ST registers ``regs`` and ``st.src_stride``: ``stride``, or with ``operands`` a
+    decoy (the stores carry ``stride``: :func:`_st_operand`)."""
+    p.cfgs(st__src_stride=stride + p.config.lanes if operands else stride, **regs)
+
+
+def _st_operand(stride: int, operands: bool) -> dict[str, int]:
+    return {"src_stride": stride} if operands else {}
 
 
 def conv_program(rng, cfg: CoreConfig, *, c_in=None, c_out=None, h=None, w=None, k=None,
@@ -269,7 +280,7 @@ def conv_program(rng, cfg: CoreConfig, *, c_in=None, c_out=None, h=None, w=None,
            mx__nstride=nstride, mx__nidx_stride=nstride // 8, mx__acc_stride=acc_stride,
            mx__mixed=int(wfmt == "stride"))
     _req_strides(p, acc_stride, operands)
-    p.cfgs(st__src_stride=acc_stride, st__ext_stride=c_out)
+    _store_stride(p, acc_stride, operands, st__ext_stride=c_out)
     for oy in range(ho):
         b = oy % 2
         nbase, abase, obase = b * (cfg.nbuf_bytes // 2), b * wo * acc_stride, b * obuf_row
@@ -283,20 +294,22 @@ def conv_program(rng, cfg: CoreConfig, *, c_in=None, c_out=None, h=None, w=None,
                wait=[MX] + ([ST] if oy >= 2 else []),
                signal=[ST] + ([MX] if oy + 2 < ho else []), **_req_operands(acc_stride, operands))
         p.emit("st", src=obase, ext=out + oy * wo * c_out, rows=wo, cols=c_out, wait=[VX],
-               signal=[VX] if oy + 2 < ho else [])
+               signal=[VX] if oy + 2 < ho else [], **_st_operand(acc_stride, operands))
     p.emit("halt")
     p.meta = {"x": x, "w": weights, "k": k, "stride": stride, "pad": pad, "c_out": c_out}
     return p
 
 
 def pool_program(rng, cfg: CoreConfig, *, c=None, h=None, w=None, k=None, mode=None,
-                 mem_bytes=1 << 18) -> Program:
-    """k x k, stride k pooling (max, or sum followed by requantisation by 1/k^2)."""
+                 operands=None, mem_bytes=1 << 18) -> Program:
+    """k x k, stride k pooling (max, or sum followed by requantisation by 1/k^2);
+    ``operands``: the vred, the req and the st carry their strides (:func:`_operands`)."""
     P = cfg.lanes
     c = c or int(rng.integers(1, 2 * P + 1))
     k = k or int(rng.choice([2, 3]))
     h, w = (h or int(rng.integers(1, 4))) * k, (w or int(rng.integers(1, 4))) * k
     mode = mode or str(rng.choice(["max", "sum"]))
+    operands = _operands(operands, h + w + c, 1)
     cw = _round(c, P)
     if h * w * cw > cfg.acc_elems // 2:
         raise ValueError("pool_program: input does not fit acc")
@@ -311,15 +324,19 @@ def pool_program(rng, cfg: CoreConfig, *, c=None, h=None, w=None, k=None, mode=N
            signal=[VX])
     ho, wo = h // k, w // k
     out_base = _round(h * w * cw, P)
-    p.cfgs(vx__src_stride=k * cw, vx__dst_stride=cw, vx__k1_stride=cw, vx__k2_stride=w * cw)
+    decoy = P if operands else 0  # registers off by a word where the operands stand in
+    p.cfgs(vx__src_stride=k * cw + decoy, vx__dst_stride=cw + decoy, vx__k1_stride=cw,
+           vx__k2_stride=w * cw)
+    window = {"src_stride": k * cw, "dst_stride": cw} if operands else {}
     for oy in range(ho):
         p.emit("vred", mode=mode, dst=out_base + oy * wo * cw, src=oy * k * w * cw, n_o=wo,
-               n_i=cw // P, k1=k, k2=k, wait=[LD] if oy == 0 else [])
-    p.cfgs(vx__src_stride=cw, vx__dst_stride=cw)
-    p.emit("req", dst=0, src=out_base, param=0, n_o=ho * wo, n_i=cw // P, signal=[ST])
+               n_i=cw // P, k1=k, k2=k, wait=[LD] if oy == 0 else [], **window)
+    p.cfgs(vx__src_stride=cw + decoy, vx__dst_stride=cw + decoy)
+    p.emit("req", dst=0, src=out_base, param=0, n_o=ho * wo, n_i=cw // P, signal=[ST],
+           **_req_operands(cw, operands))
     y = p.space("y", (ho, wo, c))
-    p.cfgs(st__src_stride=cw, st__ext_stride=c)
-    p.emit("st", src=0, ext=y, rows=ho * wo, cols=c, wait=[VX])
+    _store_stride(p, cw, operands, st__ext_stride=c)
+    p.emit("st", src=0, ext=y, rows=ho * wo, cols=c, wait=[VX], **_st_operand(cw, operands))
     p.emit("halt")
     return p
 

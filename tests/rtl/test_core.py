@@ -56,10 +56,10 @@ def test_random_programs(kind, seed):
     _check(rtl_sim.run(p.place_rom(), p.image, TEST_CORE, seed=seed), seed)
 
 
-@pytest.mark.parametrize("kind", ["fc", "conv"])
+@pytest.mark.parametrize("kind", ["fc", "conv", "pool"])
 def test_register_operands(kind):
-    """``fc``'s nvec and ``req``'s strides in register operands while the registers hold
-    decoys: the core computes what the golden model does (which the golden model's own
+    """``fc``'s nvec and the strides of ``vred``, ``req`` and ``st`` in register operands
+    while the registers hold decoys: the core computes what the golden model does (which the golden model's own
     tests check against the same program reading the registers)."""
     make = getattr(progen, f"{kind}_program")
     for seed in range(11, 100):

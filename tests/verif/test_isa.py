@@ -144,6 +144,9 @@ def test_register_operands_stand_in_for_their_registers():
     assert isa.register_operands(req) == {"vx.dst_stride": 32}
     assert "src_stride" not in str(req) and decode(encode(req)) == req
     assert "nvec=32 is outside 0..31" in validate(isa.Instr("fc", {**fc.args, "nvec": 32}))
+    assert set(isa.REGISTER_OPERANDS) == {"fc", "vred", "req", "st"}
+    st = make("st", src=0, ext=0, rows=2, cols=8, src_stride=16)
+    assert isa.register_operands(st) == {"st.src_stride": 16} and decode(encode(st)) == st
     # in the golden model: the fc runs over 2 vectors with mx.nvec = 3 and leaves it 3
     import numpy as np
     from snpu.config import SMALL_CORE

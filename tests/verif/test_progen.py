@@ -81,10 +81,11 @@ def test_random_programs_compute_their_reference(kind, seed):
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("kind", ["fc", "conv"])
+@pytest.mark.parametrize("kind", ["fc", "conv", "pool"])
 def test_register_operands_compute_what_the_registers_do(kind, seed):
-    """The same program with nvec and the requantisation's strides in register operands
-    (the registers holding decoys meanwhile) computes what it computes from the registers."""
+    """The same program with nvec and its strides (reduction, requantisation, store) in
+    register operands, the registers holding decoys meanwhile, computes what it computes
+    from the registers."""
     make = getattr(progen, f"{kind}_program")
     while True:  # the first seed from ``seed`` on whose shapes fit the core
         try:
