@@ -102,7 +102,7 @@ class MatrixController(wiring.Component):
             "start": In(1),
             "args": In(args_layout(Unit.MX).members["fc"]),
             "regs": In(registers_layout(Unit.MX)),
-            "regs_next": In(registers_layout(Unit.MX)),
+            "regs_file": In(registers_layout(Unit.MX)),
             "done": Out(1),
             "error": Out(ErrorCode),
             **buffer_write_ports(config, In),
@@ -124,16 +124,21 @@ class MatrixController(wiring.Component):
 
         a, r = self.args, self.regs
         # ---- Checks, from the operands as presented with start.  The products of the
-        # registers are computed ahead and registered, from the registers of the fc the
-        # front end takes (``regs_next``: its nvec operand in place of mx.nvec), the cycle
-        # before it can start; a cfg write reaches the registers before the next fc is
-        # taken (UnitFrontEnd: SIGNAL, then IDLE), so they are current at every start and
-        # no multiplier lies on the path from start to the lanes.
-        rn = self.regs_next
-        out_span = Signal(28)   # (nvec - 1) * acc_stride
-        in_span = Signal(28)    # (nvec - 1) * nstride
-        m.d.sync += [out_span.eq((rn.nvec - 1) * rn.acc_stride),
-                     in_span.eq((rn.nvec - 1) * rn.nstride)]
+        # registers are computed ahead, from the register file as written (``regs_file``),
+        # and registered: a cfg write reaches the registers at least three cycles before
+        # the next fc starts (UnitFrontEnd: SIGNAL, IDLE, then WAIT), so they are current at
+        # every start and no wide multiplier lies on the path from start to the lanes.  An
+        # fc whose nvec operand stands in for mx.nvec (at most 31 vectors) takes its spans
+        # from the held instruction: a 5-bit by 16-bit product, from registers.
+        rf = self.regs_file
+        file_out_span = Signal(28)   # (mx.nvec - 1) * acc_stride
+        file_in_span = Signal(28)    # (mx.nvec - 1) * nstride
+        m.d.sync += [file_out_span.eq((rf.nvec - 1) * rf.acc_stride),
+                     file_in_span.eq((rf.nvec - 1) * rf.nstride)]
+        op_vecs = Signal(5)
+        m.d.comb += op_vecs.eq(a.nvec - 1)
+        out_span = Mux(a.nvec != 0, op_vecs * r.acc_stride, file_out_span)
+        in_span = Mux(a.nvec != 0, op_vecs * r.nstride, file_in_span)
         last_out = Signal(32)
         m.d.comb += last_out.eq(a.acc + out_span + a.rows)
         last_in = Signal(32)

@@ -34,9 +34,6 @@ class UnitFrontEnd(wiring.Component):
         The registers the held microinstruction runs with: the register file, with the
         instruction's register operands that are not 0 in place of their registers (ISA:
         Register operands).  What the executor reads.
-    regs_next : Out(registers_layout(unit))
-        The same for the microinstruction taken this cycle (else the held one): an executor
-        registers products of registers from it, ready the cycle the instruction can start.
     busy : Out(1)
         Holding a microinstruction (the unit is not idle).
     running : Out(1)
@@ -64,7 +61,6 @@ class UnitFrontEnd(wiring.Component):
             "op": Out(range(len(self.codes))),
             "args": Out(args_layout(unit)),
             "regs_now": Out(registers_layout(unit)),
-            "regs_next": Out(registers_layout(unit)),
             "pc": Out(PC_BITS),
             "busy": Out(1),
             "running": Out(1),
@@ -83,10 +79,7 @@ class UnitFrontEnd(wiring.Component):
                      regs.w_index2.eq(cur.args.cfg.index2), regs.w_value2.eq(cur.args.cfg.value2),
                      regs.w_index3.eq(cur.args.cfg.index3), regs.w_value3.eq(cur.args.cfg.value3)]
         load = Signal()  # a new microinstruction is taken into `cur` this cycle
-        nxt = Signal(micro_layout(self.unit))
-        m.d.comb += nxt.eq(Mux(load, self.micro.payload, cur))
-        m.d.comb += [self.regs_now.eq(self._operated(m, cur, "now")),
-                     self.regs_next.eq(self._operated(m, nxt, "next"))]
+        m.d.comb += self.regs_now.eq(self._operated(m, cur))
         m.d.comb += [self.wait_mask_next.eq(Mux(load, self.micro.payload.wait, cur.wait)),
                      self.signal_mask_next.eq(Mux(load, self.micro.payload.signal, cur.signal))]
         with m.FSM():
@@ -129,14 +122,14 @@ class UnitFrontEnd(wiring.Component):
                     m.d.sync += self.stall_cycles.eq(self.stall_cycles + 1)
         return m
 
-    def _operated(self, m: Module, micro, name: str) -> Value:
+    def _operated(self, m: Module, micro) -> Value:
         """The register file with ``micro``'s register operands that are not 0 in place of
         their registers."""
         operands = [(o, f) for o in unit_opcodes(self.unit)
                     for f in isa.REGISTER_OPERANDS.get(o.mnemonic, ())]
         if not operands:
             return self.regs.value.as_value()
-        regs = Signal(registers_layout(self.unit), name=f"operated_{name}")
+        regs = Signal(registers_layout(self.unit), name="operated")
         m.d.comb += regs.eq(self.regs.value)
         for o, f in operands:
             v = getattr(getattr(micro.args, o.mnemonic), f.name)

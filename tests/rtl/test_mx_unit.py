@@ -84,7 +84,7 @@ def test_fc_with_accumulation(accumulate, seed):
     async def driver(ctx):
         await _load(ctx, h.mx, case)
         ctx.set(h.mx.regs, _regs(case))
-        ctx.set(h.mx.regs_next, _regs(case))
+        ctx.set(h.mx.regs_file, _regs(case))
         await ctx.tick()  # a cfg write precedes the fc's start (UnitFrontEnd)
         ctx.set(h.mx.args, instr.args)
         ctx.set(h.mx.start, 1)
@@ -142,7 +142,7 @@ def test_operand_checks(bad, code):
 
     async def driver(ctx):
         ctx.set(h.mx.regs, _regs(case))
-        ctx.set(h.mx.regs_next, _regs(case))
+        ctx.set(h.mx.regs_file, _regs(case))
         await ctx.tick()  # a cfg write precedes the fc's start (UnitFrontEnd)
         ctx.set(h.mx.args, args)
         ctx.set(h.mx.start, 1)
