@@ -103,6 +103,7 @@ class MatrixController(wiring.Component):
             "args": In(args_layout(Unit.MX).members["fc"]),
             "regs": In(registers_layout(Unit.MX)),
             "regs_file": In(registers_layout(Unit.MX)),
+            "taking": In(1), "taken_nvec": In(5),
             "done": Out(1),
             "error": Out(ErrorCode),
             **buffer_write_ports(config, In),
@@ -124,21 +125,25 @@ class MatrixController(wiring.Component):
 
         a, r = self.args, self.regs
         # ---- Checks, from the operands as presented with start.  The products of the
-        # registers are computed ahead, from the register file as written (``regs_file``),
-        # and registered: a cfg write reaches the registers at least three cycles before
-        # the next fc starts (UnitFrontEnd: SIGNAL, IDLE, then WAIT), so they are current at
-        # every start and no wide multiplier lies on the path from start to the lanes.  An
-        # fc whose nvec operand stands in for mx.nvec (at most 31 vectors) takes its spans
-        # from the held instruction: a 5-bit by 16-bit product, from registers.
+        # registers are computed ahead and registered, so no multiplier lies on the path
+        # from start to the lanes: from the register file as written (``regs_file``; a cfg
+        # write reaches it at least three cycles before the next fc starts: UnitFrontEnd's
+        # SIGNAL, IDLE, then WAIT), and for an fc whose nvec operand stands in for mx.nvec
+        # (at most 31 vectors) from that operand as the front end takes the fc
+        # (``taking``, ``taken_nvec``: a 5-bit by 16-bit product, the register file final).
         rf = self.regs_file
         file_out_span = Signal(28)   # (mx.nvec - 1) * acc_stride
         file_in_span = Signal(28)    # (mx.nvec - 1) * nstride
         m.d.sync += [file_out_span.eq((rf.nvec - 1) * rf.acc_stride),
                      file_in_span.eq((rf.nvec - 1) * rf.nstride)]
-        op_vecs = Signal(5)
-        m.d.comb += op_vecs.eq(a.nvec - 1)
-        out_span = Mux(a.nvec != 0, op_vecs * r.acc_stride, file_out_span)
-        in_span = Mux(a.nvec != 0, op_vecs * r.nstride, file_in_span)
+        op_out_span = Signal(21)     # (nvec - 1) * acc_stride, nvec the operand
+        op_in_span = Signal(21)
+        with m.If(self.taking):
+            taken_vecs = self.taken_nvec - 1
+            m.d.sync += [op_out_span.eq(taken_vecs[:5] * rf.acc_stride),
+                         op_in_span.eq(taken_vecs[:5] * rf.nstride)]
+        out_span = Mux(a.nvec != 0, op_out_span, file_out_span)
+        in_span = Mux(a.nvec != 0, op_in_span, file_in_span)
         last_out = Signal(32)
         m.d.comb += last_out.eq(a.acc + out_span + a.rows)
         last_in = Signal(32)

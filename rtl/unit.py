@@ -30,6 +30,9 @@ class UnitFrontEnd(wiring.Component):
         token channels compute ``wait_ok`` / ``signal_ok`` a cycle ahead from them.
     start, done, op, args, pc :
         The executor hand-off.
+    taking, taken : Out
+        A microinstruction is taken this cycle, and which (the executor may register what it
+        needs of it ahead of its start, the cycle after at the earliest).
     regs_now : Out(registers_layout(unit))
         The registers the held microinstruction runs with: the register file, with the
         instruction's register operands that are not 0 in place of their registers (ISA:
@@ -60,6 +63,8 @@ class UnitFrontEnd(wiring.Component):
             "done": In(1),
             "op": Out(range(len(self.codes))),
             "args": Out(args_layout(unit)),
+            "taking": Out(1),
+            "taken": Out(micro_layout(unit)),
             "regs_now": Out(registers_layout(unit)),
             "pc": Out(PC_BITS),
             "busy": Out(1),
@@ -79,7 +84,8 @@ class UnitFrontEnd(wiring.Component):
                      regs.w_index2.eq(cur.args.cfg.index2), regs.w_value2.eq(cur.args.cfg.value2),
                      regs.w_index3.eq(cur.args.cfg.index3), regs.w_value3.eq(cur.args.cfg.value3)]
         load = Signal()  # a new microinstruction is taken into `cur` this cycle
-        m.d.comb += self.regs_now.eq(self._operated(m, cur))
+        m.d.comb += [self.regs_now.eq(self._operated(m, cur)), self.taking.eq(load),
+                     self.taken.eq(self.micro.payload)]
         m.d.comb += [self.wait_mask_next.eq(Mux(load, self.micro.payload.wait, cur.wait)),
                      self.signal_mask_next.eq(Mux(load, self.micro.payload.signal, cur.signal))]
         with m.FSM():
