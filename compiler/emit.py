@@ -637,17 +637,25 @@ def span(base: int, n3: int, rows: int, cols: int, s3: int, s: int) -> tuple[int
     return lo, hi
 
 
-def _operand(op: str, name: str, value: int) -> int:
-    """What register operand ``name`` of ``op`` carries for a register ``value``: the value
-    where it fits the operand (not 0: 0 means "the register"), else 0 and the register
-    holds it.  Every instruction of a kind carries its value the same way, whatever the
-    register holds, so a kernel's tiles stay alike (a first tile writing the register and
-    later ones leaving it would not join their loop)."""
-    f = _OPERAND_FIELDS[(op, name)]
-    return value if 0 < value < (1 << f.width) else 0
+def _operands(op: str, **values: int) -> tuple[dict[str, int], dict[str, int]]:
+    """How ``op`` reads the register values ``values`` (by operand name, e.g.
+    ``src_stride=64``): (its register operands, the register writes left for ``cfgs``).
+    A value goes in its operand where it fits (not 0: 0 means "the register"), else the
+    operand is 0 and the register is written.  Every instruction of a kind carries its
+    values the same way, whatever the registers hold, so a kernel's tiles stay alike (a
+    first tile writing the register and later ones leaving it would not join their loop)."""
+    fields = _OPERAND_FIELDS[op]
+    operands, writes = {}, {}
+    for name, value in values.items():
+        f = fields[name]
+        fits = 0 < value < (1 << f.width)
+        operands[name] = value if fits else 0
+        if not fits:
+            writes[f.overrides.replace(".", "__")] = value
+    return operands, writes
 
 
-_OPERAND_FIELDS = {(op, f.name): f for op, fs in isa.REGISTER_OPERANDS.items() for f in fs}
+_OPERAND_FIELDS = {op: {f.name: f for f in fs} for op, fs in isa.REGISTER_OPERANDS.items()}
 
 #: keyword -> register name for :meth:`Emitter.cfgs` (``mx__nvec`` -> ``mx.nvec``)
 _DOTTED: dict[str, str] = {}
@@ -696,17 +704,16 @@ class Kernels(Emitter):
            src_stride: int = 0, ext_stride: int = 0, src_stride3: int = 0, ext_stride3: int = 0) -> None:
         if n3 * rows * cols == 0:
             return
-        src_op = _operand("st", "src_stride", src_stride) if rows > 1 else 0
-        self.cfgs(st__src_stride=src_stride if rows > 1 and not src_op
-                  else self.p.reg("st.src_stride"),
+        ops, writes = _operands("st", src_stride=src_stride) if rows > 1 else ({}, {})
+        self.cfgs(**writes,
                   st__ext_stride=ext_stride if rows > 1 else self.p.reg("st.ext_stride"),
                   st__src_stride3=src_stride3 if n3 > 1 else self.p.reg("st.src_stride3"),
                   st__ext_stride3=ext_stride3 if n3 > 1 else self.p.reg("st.ext_stride3"))
         s_lo, s_hi = span(src, n3, rows, cols, self.p.reg("st.src_stride3"),
-                          src_op or self.p.reg("st.src_stride"))
+                          ops.get("src_stride") or self.p.reg("st.src_stride"))
         e_lo, e_hi = span(ext, n3, rows, cols, self.p.reg("st.ext_stride3"), self.p.reg("st.ext_stride"))
         self.emit("st", [Access("obuf", s_lo, s_hi, False), Access("ext", e_lo, e_hi, True)],
-                  src=src, ext=ext, n3=n3, rows=rows, cols=cols, src_stride=src_op)
+                  src=src, ext=ext, n3=n3, rows=rows, cols=cols, **ops)
 
     def stc(self, src: int, ext: int, cols: int, rows: int = 1, *, src_stride: int = 0) -> None:
         """A compressed store of ``rows`` output-cache rows; the stream's footprint is its
@@ -737,12 +744,11 @@ class Kernels(Emitter):
            wfmt: int = 1, accumulate: int = 0, acc_stride: int = 0, mixed: int = 0) -> None:
         """``mixed``: with one direct and one stride index, 0 expands the stride one to
         direct and ANDs (claim 9), 1 converts the direct one to stride and merges (claim 10).
-        ``nvec`` goes in the fc's register operand where it fits (:func:`_operand`), so
+        ``nvec`` goes in the fc's register operand where it fits (:func:`_operands`), so
         pixel groups of two sizes write no register between them."""
         nidx = nbuf // 8
-        nvec_op = _operand("fc", "nvec", nvec)
-        self.cfgs(mx__nfmt=nfmt, mx__npacked=0, mx__wfmt=wfmt,
-                  mx__nvec=self.p.reg("mx.nvec") if nvec_op else nvec,
+        ops, writes = _operands("fc", nvec=nvec)
+        self.cfgs(mx__nfmt=nfmt, mx__npacked=0, mx__wfmt=wfmt, **writes,
                   mx__mixed=mixed if {nfmt, wfmt} == {1, 2} else self.p.reg("mx.mixed"),
                   mx__nstride=nstride if nvec > 1 else self.p.reg("mx.nstride"),
                   mx__nidx_stride=nstride // 8 if nvec > 1 else self.p.reg("mx.nidx_stride"),
@@ -756,7 +762,7 @@ class Kernels(Emitter):
         if accumulate:
             accs.append(Access("acc", acc, a_hi, False))
         self.emit("fc", accs, nbuf=nbuf, nidx=nidx, wbuf=wbuf, widx=widx, acc=acc, n_in=n_in,
-                  rows=rows, accumulate=accumulate, nvec=nvec_op)
+                  rows=rows, accumulate=accumulate, **ops)
 
     def _acc_span(self, base, n_o, so, n_i, extra=()):
         P = self.P
@@ -766,15 +772,12 @@ class Kernels(Emitter):
 
     def vred(self, mode: str, dst: int, src: int, n_o: int, n_i: int, k1: int, k2: int, *,
              src_stride: int, dst_stride: int, k1_stride: int, k2_stride: int) -> None:
-        src_op = _operand("vred", "src_stride", src_stride)
-        dst_op = _operand("vred", "dst_stride", dst_stride)
-        self.cfgs(vx__src_stride=self.p.reg("vx.src_stride") if src_op else src_stride,
-                  vx__dst_stride=self.p.reg("vx.dst_stride") if dst_op else dst_stride,
-                  vx__k1_stride=k1_stride, vx__k2_stride=k2_stride)
+        ops, writes = _operands("vred", src_stride=src_stride, dst_stride=dst_stride)
+        self.cfgs(**writes, vx__k1_stride=k1_stride, vx__k2_stride=k2_stride)
         s = self._acc_span(src, n_o, src_stride, n_i, ((k1 - 1) * k1_stride, (k2 - 1) * k2_stride))
         d = self._acc_span(dst, n_o, dst_stride, n_i)
         self.emit("vred", [Access("acc", *s, False), Access("acc", *d, True)], mode=mode, dst=dst,
-                  src=src, n_o=n_o, n_i=n_i, k1=k1, k2=k2, src_stride=src_op, dst_stride=dst_op)
+                  src=src, n_o=n_o, n_i=n_i, k1=k1, k2=k2, **ops)
 
     def vew(self, dst: int, a: int, b: int, n_o: int, n_i: int, ma: int, mb: int, relu: int = 0, *,
             a_stride: int, b_stride: int, dst_stride: int) -> None:
@@ -786,19 +789,16 @@ class Kernels(Emitter):
 
     def req(self, dst: int, src: int, param: int, n_o: int, n_i: int, relu: int = 0, *,
             src_stride: int, dst_stride: int) -> None:
-        """The strides go in the register operands where they fit (:func:`_operand`; so do
+        """The strides go in the register operands where they fit (:func:`_operands`; so do
         ``vred``'s and ``st``'s): a requantisation then writes no VX register, and the
         batch norms, sums and poolings around it keep theirs."""
-        src_op = _operand("req", "src_stride", src_stride)
-        dst_op = _operand("req", "dst_stride", dst_stride)
-        self.cfgs(vx__src_stride=self.p.reg("vx.src_stride") if src_op else src_stride,
-                  vx__dst_stride=self.p.reg("vx.dst_stride") if dst_op else dst_stride)
+        ops, writes = _operands("req", src_stride=src_stride, dst_stride=dst_stride)
+        self.cfgs(**writes)
         rb = self.cfg.param_row_bytes
         self.emit("req", [Access("acc", *self._acc_span(src, n_o, src_stride, n_i), False),
                           Access("obuf", *self._acc_span(dst, n_o, dst_stride, n_i), True),
                           Access("param", param * rb, (param + n_i) * rb, False)],
-                  dst=dst, src=src, param=param, n_o=n_o, n_i=n_i, relu=relu,
-                  src_stride=src_op, dst_stride=dst_op)
+                  dst=dst, src=src, param=param, n_o=n_o, n_i=n_i, relu=relu, **ops)
 
     # The array's NET unit: addresses here are absolute (``isa.LOCAL_BASE + offset``), so
     # footprints share the "ext" address space with LD / ST and the emitter orders them.
