@@ -188,12 +188,17 @@ class MatrixController(wiring.Component):
 
         writers_start = Signal()
         m.d.sync += writers_start.eq(self.start)
+        # the rows to write, nvec * rows, are multiplied out from the held operands a cycle
+        # after start; the first running cycle needs none of it (a launched fc writes nothing
+        # then, and one that did not launch ends then)
         total = Signal(24)
+        m.d.sync += total.eq(held.nvec * held.rows)
         written = Signal(24)
         accumulate = Signal()
+        first = Signal()
+        m.d.sync += first.eq(self.start)
         with m.If(self.start):
-            m.d.sync += [total.eq(Mux(launch, r.nvec * a.rows, 0)), written.eq(0),
-                         accumulate.eq(a.accumulate)]
+            m.d.sync += [written.eq(0), accumulate.eq(a.accumulate)]
         # the writers start with the lanes, a cycle after `start`, from registers (the operands
         # stay put while the instruction runs)
         for g, wr in enumerate(self._writers):
@@ -224,7 +229,7 @@ class MatrixController(wiring.Component):
                          launched.eq(launch)]
         with m.Elif(running):
             m.d.sync += [written.eq(written + n_written), self.busy_cycles.eq(self.busy_cycles + 1)]
-            with m.If((written == total) & ~mu.busy):
+            with m.If(Mux(first, ~launched, written == total) & ~mu.busy):
                 m.d.sync += [running.eq(0), self.done.eq(1),
                              self.pairs.eq(self.pairs + mu.pairs),
                              self.dense_pairs.eq(self.dense_pairs + Mux(launched, dense, 0))]
