@@ -7,7 +7,8 @@ from amaranth.lib.wiring import In, Out
 from snpu.config import CoreConfig
 from snpu.verif import isa
 from snpu.verif.isa import HEADER_BITS, LOOP_DEPTH, NUM_UNIT_BITS, OPCODE_BITS, Unit
-from snpu.verif.sequencer import LINE_WORDS, PING_PONG_LOADS, PING_PONG, STREAMS, half_sizes
+from snpu.verif.sequencer import (FLIP_BITS, LINE_WORDS, PING_PONG_LOADS, PING_PONG, STREAMS,
+                                  half_sizes)
 
 from .icache import FETCH_REQ, FETCHED
 from .predecode import Kind
@@ -22,9 +23,17 @@ FRAME = data.StructLayout({
     "start": PC_BITS, "end": PC_BITS, "left": _LOOP.field("count").width,
     **{f"inc_{s}": signed(_INC_BITS) for s in STREAMS},
     **{f"off_{s}": 32 for s in STREAMS},
-    "flip": 1,          # the loop flips ping-pong operands on odd iterations
+    "flip": _LOOP.field("flip").width,  # the kinds of ping-pong operands (FLIP_BITS) the
+    # loop flips on odd iterations
     "odd": 1,           # its current iteration is odd
 })
+
+
+def _xor_all(values):
+    out = values[0]
+    for v in values[1:]:
+        out = out ^ v
+    return out
 
 
 def _field(word, opcode: isa.Opcode, name: str):
@@ -44,10 +53,10 @@ class Dispatcher(wiring.Component):
     frame pops (enclosing frames ending on the same word are handled in the same cycle).  A
     ``ld`` / ``st`` with ``walk=1`` is dispatched with the sum of the frames' offsets for its
     stream (each frame's offset is its iteration number times its increment) beside its
-    ``ext`` (``walk``: the unit's front end adds the two).  Inside ``flip`` loops, while an
-    odd number of them are on odd iterations, the ping-pong operands of the word
-    (:func:`snpu.verif.sequencer.ping_pong`) have their half bit inverted: an XOR of one bit
-    per operand, from registers.
+    ``ext`` (``walk``: the unit's front end adds the two).  Inside ``flip`` loops, the
+    ping-pong operands of the word (:func:`snpu.verif.sequencer.ping_pong`) of a kind an
+    odd number of the loops flipping it are on odd iterations have their half bit
+    inverted: an XOR of one bit per operand, from registers.
 
     **Fetch timing.**  The next word's address is registered in the cycle the current one
     is dispatched and held until the cache takes it; the cache looks it up and reads it the
@@ -95,18 +104,20 @@ class Dispatcher(wiring.Component):
 
     def _flip_mask(self, word, o: isa.Opcode, name: str, flipped):
         """What inverts operand ``name`` of opcode ``o``'s ``word`` into the other half of
-        its buffer while ``flipped``: its half bit, or 0 if it is no ping-pong operand."""
+        its buffer while its kind is ``flipped`` (a ``FLIP_BITS`` mask): its half bit, or 0
+        if it is no ping-pong operand."""
         width = o.field(name).width
         if o.mnemonic in ("ld", "ldc") and name == "dst":
             buf = word[o.offsets["buf"]:o.offsets["buf"] + o.field("buf").width]
             mask = C(0, width)
             for code, b in PING_PONG_LOADS.items():
-                mask = Mux(buf == code, C(1 << self._half_bit[b], width), mask)
-            return Mux(flipped, mask, 0)
+                mask = Mux((buf == code) & (flipped & FLIP_BITS[b]).any(),
+                           C(1 << self._half_bit[b], width), mask)
+            return mask
         b = PING_PONG.get(o.mnemonic, {}).get(name)
         if b is None:
             return C(0, width)
-        return Mux(flipped, C(1 << self._half_bit[b], width), 0)
+        return Mux((flipped & FLIP_BITS[b]).any(), C(1 << self._half_bit[b], width), 0)
 
     def elaborate(self, platform):
         m = Module()
@@ -123,10 +134,11 @@ class Dispatcher(wiring.Component):
         for s in STREAMS:
             m.d.comb += offset[s].eq(sum(Mux(depth > k, frames[k][f"off_{s}"], 0)
                                          for k in range(LOOP_DEPTH)))
-        # an odd number of flip loops on odd iterations: ping-pong operands in the other half
-        flipped = Signal()
-        m.d.comb += flipped.eq(Cat(*[(depth > k) & frames[k].flip & frames[k].odd
-                                     for k in range(LOOP_DEPTH)]).xor())
+        # per kind of ping-pong operand (FLIP_BITS), an odd number of the loops flipping it
+        # on odd iterations: its operands in the other half
+        flipped = Signal.like(frames[0].flip)
+        m.d.comb += flipped.eq(_xor_all([Mux((depth > k) & frames[k].odd, frames[k].flip, 0)
+                                         for k in range(LOOP_DEPTH)]))
 
         # ---- Decode: legality, kind and target come predecoded with the word; here the
         # operand fields become the target unit's microinstruction.
@@ -209,7 +221,7 @@ class Dispatcher(wiring.Component):
         loop_start = Signal(PC_BITS)       # its body's first word
         loop_left = Signal.like(frames[0].left)
         loop_one = Signal()                # it runs its body once
-        loop_flip = Signal()
+        loop_flip = Signal.like(frames[0].flip)
         loop_inc = {s: Signal(signed(_INC_BITS), name=f"loop_inc_{s}") for s in STREAMS}
         consume = Signal()       # the current word is dispatched / executed this cycle
         with m.If(consume):

@@ -60,10 +60,12 @@ reads words through the instruction cache, so a body is fetched from external me
 and then hits.
 
 A double-buffered kernel alternates the halves of its activation buffers from one tile to
-the next.  A loop with ``flip=1`` runs such tiles from one body: on its odd iterations
-(iteration numbers 1, 3, ...) every *ping-pong operand* of the body's words is dispatched
-in the other half of its buffer, its half bit inverted (the address XOR the half's size;
-the sizes are powers of two, so this is one bit):
+the next, and the halves of its weight banks from one weight tile to the next.  A loop
+with a ``flip`` mask runs such tiles from one body: on its odd iterations (iteration
+numbers 1, 3, ...) every *ping-pong operand* of the body's words of the kinds in the mask
+-- bit 0 (``flip=1``) the activations', bit 1 (``flip=2``) the weights' -- is dispatched in
+the other half of its buffer, its half bit inverted (the address XOR the half's size; the
+sizes are powers of two, so this is one bit):
 
 =============================== ============================================================
 operand                          half
@@ -77,10 +79,14 @@ operand                          half
 ``ld`` / ``ldc`` ``dst`` into acc
 ``req.dst``, ``st.src``,         ``obuf_bytes / 2``
 ``stc.src``
+``fc.wbuf``; ``ld`` ``dst`` into ``wbuf_bytes / 2`` (weights: ``flip`` bit 1)
+wbuf
+``fc.widx``; ``ld`` ``dst`` into ``widx_bytes / 2`` (weights: ``flip`` bit 1)
+widx
 =============================== ============================================================
 
-Weights, parameters and everything else repeat as written.  With nested flipping loops
-the half is inverted when an odd number of them are on odd iterations.
+Parameters and everything else repeat as written.  With nested flipping loops a kind's
+half is inverted when an odd number of the loops flipping it are on odd iterations.
 
 The core is started with the ROM's length (``rom_words``): dispatching at or past it is
 ILLEGAL, as is a loop whose body reaches it.
@@ -341,10 +347,11 @@ OPCODES: tuple[Opcode, ...] = (
          _f("w_inc", 24, "bytes per iteration added to walking lds into wbuf / widx / param",
             "sint", default=0),
          _f("out_inc", 24, "bytes per iteration added to walking sts", "sint", default=0),
-         _f("entry", 11, "words of the body the first iteration skips: it starts at word "
+         _f("entry", 10, "words of the body the first iteration skips: it starts at word "
             "pc+1+entry", default=0),
-         _f("flip", 1, "1: odd iterations use the other half of every ping-pong operand "
-            "(nbuf, nidx, acc, obuf) of the body", "flag", default=0)),
+         _f("flip", 2, "odd iterations use the other half of the body's ping-pong operands: "
+            "bit 0 those of nbuf, nidx, acc and obuf, bit 1 those of wbuf and widx",
+            default=0)),
         "Hardware loop: run the next `body` words `count` times, then continue after them; "
         "the first time from word `entry` of the body on (a loop whose first iteration is "
         "the tail of its body).  "
@@ -354,10 +361,11 @@ OPCODES: tuple[Opcode, ...] = (
         "for activations loaded (nbuf, nidx, acc), `w_inc` for weights and parameters loaded "
         "(wbuf, widx, param), `out_inc` for stores (mod 2**32); the first iteration is iteration "
         "0.  An inner loop word the first iteration skips does not run: words of its body "
-        "that iteration reaches run once, as plain words.  With `flip=1`, on the loop's odd "
-        "iterations every ping-pong operand of its body (see Loops above) addresses the "
-        "other half of its buffer; nested flipping loops compose (the half flips when an odd "
-        "number of them are on odd iterations).  Zero `body`, `entry` not below "
+        "that iteration reaches run once, as plain words.  With `flip` bit 0 (bit 1), on the "
+        "loop's odd iterations every activation (weight) ping-pong operand of its body (see "
+        "Loops above) addresses the other half of its buffer; nested flipping loops compose "
+        "(a kind's half flips when an odd number of the loops flipping it are on odd "
+        "iterations).  Zero `body`, `entry` not below "
         "`body`, a fourth level, a body leaving its enclosing body or running past the ROM "
         "(`rom_words`) is ILLEGAL at this word.",
         "if count > 0: run words [pc+1+entry, pc+body], then count-1 times words "

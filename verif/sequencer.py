@@ -14,9 +14,11 @@ body, the sequencer jumps back to the body's first word while iterations remain,
 the frame (and the enclosing frame may end on the same word).  A ``ld`` / ``st`` with ``walk
 = 1`` is dispatched with ``ext`` plus, for every frame, the frame's iteration number times
 its increment for the instruction's stream (:func:`stream`), modulo 2**32.  A loop with
-``flip = 1`` dispatches its body's words on its odd iterations with every ping-pong operand
-(:func:`ping_pong`) in the other half of its buffer (:func:`flipped`); with nested flipping
-loops, when an odd number of them are on odd iterations.
+a ``flip`` mask dispatches its body's words on its odd iterations with every ping-pong operand
+(:func:`ping_pong`) of the flipped kinds -- bit 0 activations (nbuf, nidx, acc, obuf), bit 1
+weights (wbuf, widx): :data:`FLIP_BITS` -- in the other half of its buffer
+(:func:`flipped`); with nested flipping loops, a kind flips when an odd number of the loops
+flipping it are on odd iterations.
 
 Faults (``ILLEGAL`` at the word): dispatching at or past ``rom_words`` (running off the end
 without ``halt``); an illegal word; a ``loop`` whose body would reach ``rom_words``, leave
@@ -64,10 +66,13 @@ def stream(ins: Instr) -> str | None:
 
 #: per opcode, its ping-pong operands and the buffer each addresses (a load's ``dst``: by
 #: the buffer it loads, :data:`PING_PONG_LOADS`)
-PING_PONG = {"fc": {"nbuf": "nbuf", "nidx": "nidx", "acc": "acc"},
+PING_PONG = {"fc": {"nbuf": "nbuf", "nidx": "nidx", "acc": "acc", "wbuf": "wbuf", "widx": "widx"},
              "vred": {"dst": "acc", "src": "acc"}, "vew": {"dst": "acc", "a": "acc", "b": "acc"},
              "req": {"src": "acc", "dst": "obuf"}, "st": {"src": "obuf"}, "stc": {"src": "obuf"}}
-PING_PONG_LOADS = {isa.BUFFERS[b]: b for b in ("nbuf", "nidx", "acc")}
+PING_PONG_LOADS = {isa.BUFFERS[b]: b for b in ("nbuf", "nidx", "acc", "wbuf", "widx")}
+#: the bit of a loop's ``flip`` mask that moves each ping-pong buffer: the activations'
+#: double buffers alternate tile by tile, the weights' weight tile by weight tile
+FLIP_BITS = {"nbuf": 1, "nidx": 1, "acc": 1, "obuf": 1, "wbuf": 2, "widx": 2}
 
 
 def ping_pong(ins: Instr) -> dict[str, str]:
@@ -83,17 +88,28 @@ def half_sizes(config) -> dict[str, int]:
     """The size of half of each ping-pong buffer, in its operands' units (a power of two):
     what :func:`flipped` inverts."""
     return {"nbuf": config.nbuf_bytes // 2, "nidx": config.nbuf_bytes // 16,
-            "acc": config.acc_elems // 2, "obuf": config.obuf_bytes // 2}
+            "acc": config.acc_elems // 2, "obuf": config.obuf_bytes // 2,
+            "wbuf": config.wbuf_bytes // 2, "widx": config.widx_bytes // 2}
 
 
-def flipped(ins: Instr, halves: dict[str, int]) -> Instr:
-    """``ins`` with every ping-pong operand in the other half of its buffer (``halves``:
-    :func:`half_sizes`)."""
-    ops = ping_pong(ins)
+def flipped(ins: Instr, halves: dict[str, int], mask: int = 1) -> Instr:
+    """``ins`` with every ping-pong operand of the kinds in ``mask`` (:data:`FLIP_BITS`) in
+    the other half of its buffer (``halves``: :func:`half_sizes`)."""
+    ops = {f: b for f, b in ping_pong(ins).items() if FLIP_BITS[b] & mask}
     if not ops:
         return ins
     return Instr(ins.op, {**ins.args, **{f: ins.args[f] ^ halves[b] for f, b in ops.items()}},
                  ins.wait, ins.signal)
+
+
+def flip_now(frames: list["Frame"]) -> int:
+    """The kinds of ping-pong operands (a :data:`FLIP_BITS` mask) the loops ``frames``
+    dispatch in the other half now: those an odd number of them flip on odd iterations."""
+    mask = 0
+    for f in frames:
+        if f.iteration % 2:
+            mask ^= f.flip
+    return mask
 
 
 @dataclass
@@ -102,7 +118,7 @@ class Frame:
     end: int            #: last word of the body
     left: int           #: iterations after the current one
     inc: dict[str, int]  #: bytes per iteration, per stream
-    flip: bool = False  #: odd iterations flip the body's ping-pong operands
+    flip: int = 0       #: the kinds of ping-pong operands odd iterations flip (FLIP_BITS)
     iteration: int = 0
 
 
@@ -215,10 +231,11 @@ class Sequencer:
                 if off:
                     ins = Instr(ins.op, {**ins.args, "ext": (ins.args["ext"] + off) & 0xFFFFFFFF},
                                 ins.wait, ins.signal)
-            if sum(f.iteration for f in self.frames if f.flip) % 2 and ping_pong(ins):
+            mask = flip_now(self.frames)
+            if mask and ping_pong(ins):
                 if self.halves is None:
                     raise ValueError("a flip loop's words need the buffer sizes (halves)")
-                ins = flipped(ins, self.halves)
+                ins = flipped(ins, self.halves, mask)
         self._current = (addr, ins, ready)
         return self._current
 
@@ -232,7 +249,7 @@ class Sequencer:
                 return
             self.frames.append(Frame(addr + 1, addr + ins.body, ins.count - 1,
                                      {s: ins.args[f] for s, f in STREAMS.items()},
-                                     bool(ins.args["flip"])))
+                                     ins.args["flip"]))
             self.pc = addr + 1 + ins.args["entry"]
             return
         self._finish(addr)
@@ -273,8 +290,9 @@ def unroll(prog: list, *, limit: int | None = None,
 def dispatch_arrays(prog: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The dispatched stream of a well-formed ROM (as :func:`unroll`, ``loop`` words
     excluded) as three arrays: the ROM word of every dispatched instruction, its ``ext``
-    with walk offsets applied (0 for instructions without one), and whether ``flip`` loops
-    dispatch it flipped (1) or as written (0).  Vectorised: for checking long programs
+    with walk offsets applied (0 for instructions without one), and the kinds of its
+    ping-pong operands ``flip`` loops dispatch in the other half (a :data:`FLIP_BITS` mask;
+    0: as written).  Vectorised: for checking long programs
     against each other."""
     n = len(prog)
     ext = np.zeros(n, np.int64)
@@ -310,7 +328,7 @@ def dispatch_arrays(prog: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             iteration = np.repeat(np.arange(first, first + full), len(bi))
             idx_parts.append(np.tile(bi, full))
             ext_parts.append(np.tile(be, full) + iteration * np.tile(step, full))
-            flip_parts.append(np.tile(bf, full) ^ (iteration & ins.args["flip"]))
+            flip_parts.append(np.tile(bf, full) ^ ((iteration & 1) * ins.args["flip"]))
             k = run = k + 1 + body
         if run < hi:
             idx_parts.append(np.arange(run, hi))

@@ -34,7 +34,7 @@ import numpy as np
 
 from snpu.verif import isa
 from snpu.verif.isa import LOOP_DEPTH, Instr
-from snpu.verif.sequencer import STREAMS, dispatch_arrays, flipped, ping_pong, stream
+from snpu.verif.sequencer import FLIP_BITS, STREAMS, dispatch_arrays, flipped, ping_pong, stream
 
 MAX_BODY = (1 << isa.OPCODE_BY_NAME["loop"].field("body").width) - 1
 MAX_COUNT = (1 << isa.OPCODE_BY_NAME["loop"].field("count").width) - 1
@@ -58,7 +58,9 @@ class Item:
     #: the halves of ping-pong operands
     exts: list[int]              #: ext of every ld / st word, in order
     depth: int                   #: loops nested in the item
-    halves: tuple[int, ...] = ()  #: the half (0 / 1) of every ping-pong operand, in order
+    #: every ping-pong operand's kind and half, in order: ``kind << 1 | half``, the kind
+    #: its bit of a ``flip`` mask (:data:`~snpu.verif.sequencer.FLIP_BITS`)
+    halves: tuple[int, ...] = ()
 
     @property
     def size(self) -> int:
@@ -99,24 +101,35 @@ def _plain(ins: Instr, keys: _Keys) -> Item:
 
 
 def _halves_of(words: list[Instr], halves: dict[str, int] | None) -> tuple[int, ...]:
-    """The half of every ping-pong operand of ``words``, in order (none without ``halves``)."""
+    """The kind and half of every ping-pong operand of ``words``, in order (:attr:`Item.halves`;
+    none without ``halves``)."""
     if halves is None:
         return ()
-    return tuple(int(bool(w.args[f] & halves[b])) for w in words for f, b in ping_pong(w).items())
+    return tuple(FLIP_BITS[b] << 1 | int(bool(w.args[f] & halves[b]))
+                 for w in words for f, b in ping_pong(w).items())
+
+
+def _flip_half(h: int, mask: int) -> int:
+    """Kind and half ``h`` (:attr:`Item.halves`) after a flip of the kinds in ``mask``."""
+    return h ^ int(bool(h >> 1 & mask))
 
 
 def _flip_between(a: list[int], b: list[int]) -> int | None:
-    """Halves ``b`` after halves ``a``: 0 if they stay, 1 if every one alternates, ``None``
-    if some do and some do not."""
+    """Halves ``b`` after halves ``a``: the ``flip`` mask of the kinds whose every operand
+    alternates (the others' all stay); ``None`` if some of a kind do and some do not."""
     if a == b:
         return 0
-    return 1 if all(x != y for x, y in zip(a, b)) else None
+    moved: dict[int, int] = {}
+    for x, y in zip(a, b):
+        if moved.setdefault(x >> 1, (x ^ y) & 1) != (x ^ y) & 1:
+            return None
+    return sum(kind for kind, m in moved.items() if m)
 
 
 def _flips(items: list[Item], p: int, L: int, r: int) -> tuple[int, int]:
     """For ``r`` copies of ``items[p:p+L]``: how many leading copies keep the halves of
     their ping-pong operands as the first copy's, or alternate every one of them from copy
-    to copy (a ``flip`` loop), and which (0 / 1)."""
+    to copy (a ``flip`` loop), and the kinds that alternate (a ``flip`` mask)."""
     def halves(k):
         return [h for it in items[p + k * L:p + (k + 1) * L] for h in it.halves]
 
@@ -226,7 +239,7 @@ def _loop(body_items: list[Item], r: int, steps: list[int], keys: _Keys,
                 ext = (ext - incs[stream(w)]) & 0xFFFFFFFF
             w = Instr(w.op, {**w.args, "ext": ext, "walk": walks[k]}, w.wait, w.signal)
         if k < skipped and flip:  # in the other half, one copy back
-            w = flipped(w, keys.halves)
+            w = flipped(w, keys.halves, flip)
         words.append(w)
     head = isa.make("loop", count=r + bool(tail), body=len(words), entry=skipped, flip=flip,
                     **{f: incs[s] for s, f in STREAMS.items()})
@@ -260,7 +273,7 @@ def _tail(items: list[Item], p: int, L: int, r: int, steps: list[int] | None = N
         h_before = [h for it in last[:k] for h in it.halves]
         if steps is not None:
             if all(a == b + d for a, b, d in zip(now, before, steps)) \
-                    and all(a == b ^ flip for a, b in zip(h_now, h_before)):
+                    and all(a == _flip_half(b, flip) for a, b in zip(h_now, h_before)):
                 return k, steps, flip
             continue
         if sum(it.size for it in items[e:e + k]) < 2:
@@ -573,7 +586,7 @@ def _walked(x: Instr, inc: dict[str, int], t: int, flip: int = 0,
     """Body word ``x`` as iteration ``t`` of a loop with increments ``inc`` (and ``flip``)
     dispatches it (walk flag kept)."""
     if flip and t % 2:
-        x = flipped(x, halves)
+        x = flipped(x, halves, flip)
     if x.op not in ("ld", "st") or not x.args["walk"]:
         return x
     return Instr(x.op, {**x.args, "ext": (x.args["ext"] + t * inc[stream(x)]) & 0xFFFFFFFF},
@@ -646,8 +659,11 @@ def same_stream(a: list[Instr], b: list[Instr], halves: dict[str, int] | None = 
         if flip.any():
             if halves is None:
                 raise ValueError("same_stream: flip loops need the buffer halves")
-            other = np.array([key_of(flipped(w, halves)) for w in words], np.int64)
-            return np.where(flip == 1, other[idx], key[idx]), ext
+            out = key[idx]
+            for mask in set(np.unique(flip).tolist()) - {0}:
+                other = np.array([key_of(flipped(w, halves, mask)) for w in words], np.int64)
+                out = np.where(flip == mask, other[idx], out)
+            return out, ext
         return key[idx], ext
 
     (ka, ea), (kb, eb) = stream_of(a), stream_of(b)

@@ -248,8 +248,8 @@ def test_rows_of_an_odd_number_of_ping_pong_groups_are_rotated_loops(width, rows
     assert len(out) <= 24, "\n".join(map(str, out))
 
 
-#: the halves of ``_group``'s buffers (acc and obuf halves of 64)
-HALVES = {"nbuf": 512, "nidx": 64, "acc": 64, "obuf": 64}
+#: the halves of ``_group``'s buffers (acc and obuf halves of 64) and of the weight banks
+HALVES = {"nbuf": 512, "nidx": 64, "acc": 64, "obuf": 64, "wbuf": 512, "widx": 256}
 
 
 def _steady_group(half: int, x: int, y: int) -> list:
@@ -289,6 +289,41 @@ def test_a_flip_loop_with_the_start_of_one_more_copy_is_rotated():
     assert same_stream(out, prog, HALVES)
     assert [_unwalked(i) for _, i in unroll(out, halves=HALVES)] == prog
     assert out[0].op == "loop" and out[0].args["flip"] and out[0].args["entry"]
+
+
+@pytest.mark.parametrize("tiles,groups", [(5, 4), (5, 3), (2, 1), (7, 2)])
+def test_weight_tiles_alternating_weight_halves_become_one_tile_loops(tiles, groups):
+    """A convolution's weight tiles load into alternate halves of the weight banks, and
+    each tile's pixel groups alternate the activations' halves: one weight tile is the
+    body of a loop flipping the weights' halves (``flip`` bit 1), and the activations' too
+    (bit 0) where a tile has an odd number of groups.  Without the weights' kind the body
+    is two tiles."""
+    LD, MX, VX, ST = isa.Unit.LD, isa.Unit.MX, isa.Unit.VX, isa.Unit.ST
+    prog, g = [], 0
+    for t in range(tiles):
+        wb, ib = 512 * (t % 2), 256 * (t % 2)
+        prog += [isa.make("ld", buf="wbuf", ext=0x8000 + 0x100 * t, dst=wb, cols=64, walk=1),
+                 isa.make("ld", buf="widx", ext=0xC000 + 0x100 * t, dst=ib, cols=32, walk=1)]
+        for _ in range(groups):
+            h = g % 2
+            prog += [isa.make("ld", buf="nbuf", ext=0x1000 + 0x40 * (g % groups), dst=512 * h,
+                              cols=64, walk=1, wait=[MX], signal=[MX]),
+                     isa.make("fc", nbuf=512 * h, nidx=64 * h, wbuf=wb, widx=ib, acc=64 * h,
+                              n_in=64, rows=8, wait=[LD, VX], signal=[LD, VX]),
+                     isa.make("req", dst=64 * h, src=64 * h, param=0, n_i=2, wait=[MX, ST],
+                              signal=[MX, ST]),
+                     isa.make("st", src=64 * h, ext=0x9000 + 0x20 * g, cols=8, walk=1,
+                              wait=[VX], signal=[VX])]
+            g += 1
+    prog.append(isa.make("halt"))
+    out = reroll(prog, halves=HALVES)
+    assert same_stream(out, prog, HALVES)
+    assert [_unwalked(i) for _, i in unroll(out, halves=HALVES)] == [_unwalked(i) for i in prog]
+    flips = {w.args["flip"] for w in out if w.op == "loop" and w.args["count"] == tiles}
+    assert flips == {2 | groups % 2}, "\n".join(map(str, out))
+    assert len(out) <= 2 + 2 + 4 + 1 + 1, "\n".join(map(str, out))
+    two = reroll(prog, halves=HALVES | {"wbuf": 1 << 20, "widx": 1 << 20})  # weights never flip
+    assert len(two) > len(out)
 
 
 def test_an_idle_network_unit_keeps_the_emitters_history_bounded():

@@ -174,6 +174,11 @@ def test_ordinary_models_on_the_rtl(name):
     shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
     xs = [rng.standard_normal(shape).astype(np.float32) for _ in range(2)]
     c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5))
+    if name == "batch_cnn":
+        # its convolutions' weight tiles are loops flipping the weights' halves
+        loops = [i for s in c.segments if s["kind"] == "core"
+                 for i in map(isa.decode, c.rom(s["rom"])) if i.op == "loop"]
+        assert any(i.args["flip"] & 2 for i in loops)
     _rtl_matches(c, xs)
 
 

@@ -244,3 +244,29 @@ def test_nested_flip_loops_dispatch_the_golden_halves():
     out, res = _dispatch(words, random.Random(7), config=SMALL)
     assert res["error"] == ErrorCode.NONE
     _check_stream(out, expected)
+
+
+def test_flip_masks_dispatch_the_golden_halves_per_kind():
+    """``flip`` bit 1 moves the weights' halves (``fc.wbuf`` / ``widx``, loads into wbuf /
+    widx), bit 0 the activations'; nested loops with different masks compose per kind: a
+    weight-tile loop flipping both around a pixel loop flipping the activations and one
+    flipping the weights.  Parameters and external addresses stay as written."""
+    wb, ib = SMALL.wbuf_bytes // 2, SMALL.widx_bytes // 2
+    prog = [isa.make("loop", count=3, body=9, flip=3, w_inc=64),
+            isa.make("ld", buf="wbuf", ext=64, dst=16, cols=8, walk=1),
+            isa.make("ld", buf="widx", ext=96, dst=4, cols=8, walk=1),
+            isa.make("ld", buf="param", ext=128, dst=1, cols=8),
+            isa.make("loop", count=2, body=1, flip=1),
+            isa.make("fc", nbuf=8, nidx=1, wbuf=16, widx=4, acc=4, n_in=8, rows=4),
+            isa.make("loop", count=3, body=2, flip=2),
+            isa.make("ld", buf="wbuf", ext=200, dst=wb + 8, cols=8),
+            isa.make("fc", nbuf=8, nidx=1, wbuf=wb + 8, widx=ib, acc=4, n_in=8, rows=4),
+            isa.make("ld", buf="nbuf", ext=300, dst=8, cols=8),
+            isa.make("halt")]
+    words = [isa.encode(i) for i in prog]
+    expected = [ins for _, ins in unroll(prog, halves=half_sizes(SMALL)) if ins.unit is not None]
+    fcs = {(ins.args["nbuf"], ins.args["wbuf"], ins.args["widx"]) for ins in expected if ins.op == "fc"}
+    assert len({w for _, w, _ in fcs}) == 4 and len({n for n, _, _ in fcs}) == 2
+    out, res = _dispatch(words, random.Random(11), config=SMALL)
+    assert res["error"] == ErrorCode.NONE
+    _check_stream(out, expected)

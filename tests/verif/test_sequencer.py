@@ -96,7 +96,7 @@ def test_flip_loops_alternate_the_halves_of_ping_pong_operands():
     operands (not weights, parameters or external addresses); nested flipping loops
     compose: the half flips when an odd number of them are on odd iterations."""
     h = half_sizes(SMALL)
-    assert h == {"nbuf": 512, "nidx": 64, "acc": 128, "obuf": 128}
+    assert h == {"nbuf": 512, "nidx": 64, "acc": 128, "obuf": 128, "wbuf": 512, "widx": 256}
     prog = [make("loop", count=2, body=5, flip=1),
             make("loop", count=2, body=2, flip=1),
             make("fc", nbuf=8, nidx=1, wbuf=16, widx=4, acc=0, n_in=8, rows=4),
@@ -115,6 +115,32 @@ def test_flip_loops_alternate_the_halves_of_ping_pong_operands():
         unroll(prog)
     _, _, flip = dispatch_arrays(prog)
     assert flip.tolist() == [0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0]  # the halt last
+
+
+def test_flip_masks_move_activations_and_weights_separately():
+    """``flip`` bit 1 moves the weights' halves (wbuf, widx operands and loads into them),
+    bit 0 the activations'; nested loops compose per kind: a weight-tile loop flipping the
+    weights around a pixel loop flipping the activations, and a loop flipping both."""
+    h = half_sizes(SMALL)
+    prog = [make("loop", count=2, body=5, flip=2),        # weight tiles
+            make("ld", buf="wbuf", ext=100, dst=32, cols=8, walk=1),
+            make("ld", buf="widx", ext=300, dst=8, cols=8, walk=1),
+            make("loop", count=2, body=1, flip=1),        # pixels
+            make("fc", nbuf=8, nidx=1, wbuf=32, widx=8, acc=0, n_in=8, rows=4),
+            make("ld", buf="param", ext=500, dst=3, cols=8),
+            make("loop", count=2, body=1, flip=3),
+            make("fc", nbuf=8, nidx=1, wbuf=32, widx=8, acc=0, n_in=8, rows=4),
+            make("halt")]
+    got = [(i.op, i.args) for _, i in unroll(prog, halves=h)]
+    fcs = [(a["nbuf"], a["nidx"], a["acc"], a["wbuf"], a["widx"]) for op, a in got if op == "fc"]
+    assert fcs == [(8, 1, 0, 32, 8), (520, 65, 128, 32, 8),      # weight tile 0
+                   (8, 1, 0, 544, 264), (520, 65, 128, 544, 264),  # weight tile 1
+                   (8, 1, 0, 32, 8), (520, 65, 128, 544, 264)]     # both flip
+    loads = [(a["buf"], a["dst"]) for op, a in got if op == "ld"]
+    wbuf, widx, param = (isa.BUFFERS[b] for b in ("wbuf", "widx", "param"))
+    assert loads == [(wbuf, 32), (widx, 8), (param, 3), (wbuf, 544), (widx, 264), (param, 3)]
+    _, _, flip = dispatch_arrays(prog)
+    assert flip.tolist() == [0, 0, 0, 1, 0, 2, 2, 2, 3, 2, 0, 3, 0]  # the halt last
 
 
 @pytest.mark.parametrize("seed", range(12))
