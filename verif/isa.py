@@ -116,8 +116,9 @@ class Unit(enum.IntEnum):
     NET = 4  #: the mesh interface: send local memory to another core, wait for arrivals
 
 
-#: Loops nest at most this deep.
-LOOP_DEPTH = 3
+#: Loops nest at most this deep: a network's repeated blocks (shufflenet's units), each
+#: block's weight tiles, a tile's rows, a row's pixel groups.
+LOOP_DEPTH = 4
 
 #: Units whose instructions exist.  Token bits for other units are illegal.
 IMPLEMENTED_UNITS = (Unit.LD, Unit.MX, Unit.VX, Unit.ST, Unit.NET)
@@ -355,8 +356,8 @@ OPCODES: tuple[Opcode, ...] = (
         "Hardware loop: run the next `body` words `count` times, then continue after them; "
         "the first time from word `entry` of the body on (a loop whose first iteration is "
         "the tail of its body).  "
-        "Loops nest up to 3 deep; an inner body lies inside its enclosing body (it may end on "
-        "the same word).  A `ld` / `st` with `walk=1` reads / writes at `ext` plus, for every "
+        f"Loops nest up to {LOOP_DEPTH} deep; an inner body lies inside its enclosing body "
+        "(it may end on the same word).  A `ld` / `st` with `walk=1` reads / writes at `ext` plus, for every "
         "enclosing loop, its iteration number times its increment for that stream: `in_inc` "
         "for activations loaded (nbuf, nidx, acc), `w_inc` for weights and parameters loaded "
         "(wbuf, widx, param), `out_inc` for stores (mod 2**32); the first iteration is iteration "
@@ -365,8 +366,8 @@ OPCODES: tuple[Opcode, ...] = (
         "loop's odd iterations every activation (weight) ping-pong operand of its body (see "
         "Loops above) addresses the other half of its buffer; nested flipping loops compose "
         "(a kind's half flips when an odd number of the loops flipping it are on odd "
-        "iterations).  Zero `body`, `entry` not below "
-        "`body`, a fourth level, a body leaving its enclosing body or running past the ROM "
+        "iterations).  Zero `body`, `entry` not below `body`, nesting deeper than "
+        f"{LOOP_DEPTH}, a body leaving its enclosing body or running past the ROM "
         "(`rom_words`) is ILLEGAL at this word.",
         "if count > 0: run words [pc+1+entry, pc+body], then count-1 times words "
         "[pc+1, pc+body]; pc <- pc+body+1",

@@ -386,8 +386,10 @@ def random_program(rng, cfg: CoreConfig, kind: str | None = None) -> Program:
 
 def loop_program(rng, cfg: CoreConfig, *, shape=None, rotated: bool | None = None,
                  flip: bool | None = None, mem_bytes=1 << 18) -> Program:
-    """Hardware loops: ``y = requant(x)`` over tiles ``x[t0, t1, t2]`` of ``n`` int8 values,
-    walked by up to three nested loops (activation and output streams move), with a
+    """Hardware loops: ``y = requant(x)`` over tiles ``x[..., t0, t1, t2]`` of ``n`` int8
+    values, walked by :data:`~snpu.verif.isa.LOOP_DEPTH` nested loops (activation and
+    output streams move): three over ``t0, t1, t2`` and, around them, loops over one or two
+    blocks of those (the leading dimensions of ``x``), with a
     zero-trip loop and a one-trip loop in the middle and random ``cfg`` padding in the
     bodies (so bodies cross instruction-cache lines).  The innermost loop is one of
     (``flip`` and ``rotated``, default random):
@@ -407,10 +409,12 @@ def loop_program(rng, cfg: CoreConfig, *, shape=None, rotated: bool | None = Non
     P = cfg.lanes
     t0, t1, t2 = shape or (int(rng.integers(1, 4)), int(rng.integers(1, 4)), int(rng.integers(1, 6)))
     n = P * int(rng.integers(1, 4))
+    blocks = tuple(int(rng.integers(1, 3)) for _ in range(isa.LOOP_DEPTH - 3))
+    dims = (*blocks, t0, t1, t2)
     p = Program(cfg, mem_bytes=mem_bytes, rom_bytes=1 << 13)
-    x = sparse_int8(rng, (t0, t1, t2, n), 0.9)
+    x = sparse_int8(rng, (*dims, n), 0.9)
     xa = p.data("x", x)
-    y = p.space("y", (t0, t1, t2, n))
+    y = p.space("y", (*dims, n))
     mult, shift = numerics.quantize_multiplier(float(rng.uniform(0.3, 0.9)))
     prm = numerics.pack_params(np.zeros(n, np.int64), np.full(n, mult), np.full(n, shift))
     p.emit("ld", buf="param", ext=p.data("params", prm, "params"), dst=0, cols=prm.size,
@@ -465,6 +469,10 @@ def loop_program(rng, cfg: CoreConfig, *, shape=None, rotated: bool | None = Non
                 *middle]
     outer = [isa.make("loop", count=t0, body=len(mid_loop), in_inc=t1 * t2 * n,
                       out_inc=t1 * t2 * n), *mid_loop]
+    for k in reversed(range(len(blocks))):  # the loops over blocks, around the rest
+        step = int(np.prod(dims[k + 1:])) * n
+        outer = [isa.make("loop", count=blocks[k], body=len(outer), in_inc=step, out_inc=step),
+                 *outer]
     p.instrs += outer
     p.emit("cfg", reg="ld.thresh", value=0, wait=[VX])      # the last iteration's tokens
     p.emit("cfg", reg="vx.dst_stride", value=0, wait=[ST])

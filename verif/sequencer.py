@@ -22,7 +22,8 @@ flipping it are on odd iterations.
 
 Faults (``ILLEGAL`` at the word): dispatching at or past ``rom_words`` (running off the end
 without ``halt``); an illegal word; a ``loop`` whose body would reach ``rom_words``, leave
-its enclosing body, or nest a fourth level.  (``body = 0`` is already an illegal word.)
+its enclosing body, or nest deeper than :data:`~snpu.verif.isa.LOOP_DEPTH`.  (``body = 0``
+is already an illegal word.)
 
 Instruction cache
 -----------------

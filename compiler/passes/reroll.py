@@ -17,8 +17,12 @@ loop, and the next pass finds the repetitions of those loops; the passes allow b
 growing size, so the innermost repetitions everywhere are rolled up first.  Where that
 leaves a repeating block with loops too deep to nest in another, the copies' innermost
 loops are written out again and the copies rolled, if that saves words
-(:func:`_shallow_loop`); these choices are greedy, so where any was made the stream is
-rolled again without them, and the shorter result kept.
+(:func:`_shallow_loop`).  These choices are greedy, and so is rolling the innermost
+repetitions to the deepest level everywhere (it can take the level a repetition of whole
+blocks needed: shufflenet's units around their weight tiles, rows and pixel groups), so the
+stream is also rolled without them, and with one level fewer; wherever the rollings are all
+outside every loop having dispatched the same words, the shortest stretch between two such
+points is kept (:func:`_splice`).
 
 The result is exact by construction: the sequencer (:func:`snpu.verif.sequencer.unroll`)
 dispatches the very instructions of the input, in order, tokens included, so the program's
@@ -34,7 +38,8 @@ import numpy as np
 
 from snpu.verif import isa
 from snpu.verif.isa import LOOP_DEPTH, Instr
-from snpu.verif.sequencer import FLIP_BITS, STREAMS, dispatch_arrays, flipped, ping_pong, stream
+from snpu.verif.sequencer import (FLIP_BITS, STREAMS, dispatch_arrays, dispatch_count, flipped,
+                                  ping_pong, stream)
 
 MAX_BODY = (1 << isa.OPCODE_BY_NAME["loop"].field("body").width) - 1
 MAX_COUNT = (1 << isa.OPCODE_BY_NAME["loop"].field("count").width) - 1
@@ -505,15 +510,47 @@ def reroll(instrs: list[Instr], *, max_depth: int = LOOP_DEPTH,
             raise ValueError(f"reroll: the loop at word {k} has an entry (the input's loops "
                              "are the emitter's, entered at their first word)")
     words = _absorb_copies(_unroll_small(instrs, halves=halves), halves)
-    keys = _Keys(halves)
-    out = [w for it in _roll(_items(words, keys, max_depth), max_depth, keys) for w in it.words]
-    if keys.written_out:  # the choices are greedy: a loop made so can cost a better one
-        keys = _Keys(halves, shallow=False)
-        plain = [w for it in _roll(_items(words, keys, max_depth), max_depth, keys)
-                 for w in it.words]
-        out = plain if len(plain) < len(out) else out
+    out: list[Instr] | None = None
+    # the choices are greedy: a loop made so can cost a better one, and the deepest loops
+    # everywhere can take the level a repetition of whole blocks needed; where another
+    # choice rolled a stretch into fewer words, that stretch is taken from it
+    for depth in sorted({max(1, max_depth - 1), max_depth}):
+        for shallow in (True, False):
+            keys = _Keys(halves, shallow)
+            got = [w for it in _roll(_items(words, keys, depth), depth, keys) for w in it.words]
+            out = got if out is None else _splice(out, got)
+            if not keys.written_out:
+                break  # no loop was written out: without that choice it is the same
     if not same_stream(out, instrs, halves):
         raise AssertionError("re-rolled program does not unroll to the original stream")
+    return out
+
+
+def _top_level(words: list[Instr]) -> dict[int, int]:
+    """For every word of ``words`` outside every loop body, and for the end: how many
+    instructions the words before it dispatch -> its index (the first, where loops that
+    dispatch nothing share a count)."""
+    out: dict[int, int] = {}
+    n = k = 0
+    while k < len(words):
+        out.setdefault(n, k)
+        span = 1 + (words[k].args["body"] if words[k].op == "loop" else 0)
+        n += dispatch_count(words[k:k + span])
+        k += span
+    out.setdefault(n, k)
+    return out
+
+
+def _splice(a: list[Instr], b: list[Instr]) -> list[Instr]:
+    """Two re-rollings of one stream -> the shorter of the two between every two points
+    where both are outside every loop, having dispatched the same instructions (a layer
+    where the one rolled better, the next where the other did).  Exact: a word outside
+    every loop is dispatched as written, and a loop with all of its body."""
+    ta, tb = _top_level(a), _top_level(b)
+    common = sorted(set(ta) & set(tb))
+    out: list[Instr] = []
+    for n0, n1 in zip(common, common[1:]):
+        out += min(a[ta[n0]:ta[n1]], b[tb[n0]:tb[n1]], key=len)
     return out
 
 

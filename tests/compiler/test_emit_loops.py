@@ -13,7 +13,7 @@ import pytest
 
 from snpu.compiler.emit import Kernels
 from snpu.compiler.passes.codegen import emit_nodes, subgraph_units
-from snpu.compiler.passes.reroll import _unwalked, reroll, same_stream
+from snpu.compiler.passes.reroll import _splice, _unwalked, reroll, same_stream
 from snpu.compiler.pipeline import CompileOptions, compile_model
 from snpu.verif import isa
 from snpu.verif.image import MemoryImage
@@ -324,6 +324,33 @@ def test_weight_tiles_alternating_weight_halves_become_one_tile_loops(tiles, gro
     assert len(out) <= 2 + 2 + 4 + 1 + 1, "\n".join(map(str, out))
     two = reroll(prog, halves=HALVES | {"wbuf": 1 << 20, "widx": 1 << 20})  # weights never flip
     assert len(two) > len(out)
+
+
+def test_splice_takes_the_shorter_rolling_of_every_stretch_between_common_points():
+    """Two rollings of one stream, each better on a different stretch: the splice takes
+    each stretch from the one that rolled it shorter, cut where both are outside every
+    loop having dispatched the same words, and dispatches the same stream."""
+    def ld(k):
+        return isa.make("ld", buf="acc", ext=0x1000 + 0x40 * k, dst=0, cols=8, walk=1)
+
+    def st(k):
+        return isa.make("st", src=0, ext=0x8000 + 0x40 * k, cols=8, walk=1)
+
+    halt = isa.make("halt")
+    first = [ld(k) for k in range(6)]
+    second = [st(k) for k in range(5)]
+    rolled_first = [isa.make("loop", count=6, body=1, in_inc=0x40), ld(0)]
+    rolled_second = [isa.make("loop", count=5, body=1, out_inc=0x40), st(0)]
+    a = rolled_first + second + [halt]
+    b = first + rolled_second + [halt]
+    out = _splice(a, b)
+    assert out == rolled_first + rolled_second + [halt]
+    assert same_stream(out, first + second + [halt])
+    # a loop of one rolling across the other's cut: that stretch is taken whole
+    across = [isa.make("loop", count=11, body=1), isa.make("cfg", reg="vx.k1_stride", value=0)]
+    flat = [isa.make("cfg", reg="vx.k1_stride", value=0)] * 11
+    assert _splice(across + [halt], flat[:6] + [isa.make("loop", count=5, body=1), flat[0], halt]) \
+        == across + [halt]
 
 
 def test_an_idle_network_unit_keeps_the_emitters_history_bounded():

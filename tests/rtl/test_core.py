@@ -203,8 +203,10 @@ FAULTS = {
     "empty-fc": (lambda p, x: p.emit("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=1, n_in=8,
                                      rows=0), ErrorCode.NONE, 0),
     # loops: nested too deep, leaving the enclosing body, running past the ROM; no halt
-    "loop-too-deep": (lambda p, x: [p.emit("loop", count=2, body=4 - k) for k in range(4)] +
-                      [p.emit("cfg", reg="vx.k1_stride", value=0)], ErrorCode.ILLEGAL, 4),
+    "loop-too-deep": (lambda p, x: [p.emit("loop", count=2, body=isa.LOOP_DEPTH + 1 - k)
+                                    for k in range(isa.LOOP_DEPTH + 1)] +
+                      [p.emit("cfg", reg="vx.k1_stride", value=0)], ErrorCode.ILLEGAL,
+                      isa.LOOP_DEPTH + 1),
     "loop-leaves-body": (lambda p, x: (p.emit("loop", count=2, body=2),
                                        p.emit("loop", count=2, body=2),
                                        p.emit("cfg", reg="vx.k1_stride", value=0),

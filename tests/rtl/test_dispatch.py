@@ -198,8 +198,8 @@ def test_loops_dispatch_the_unrolled_stream(seed):
 
 
 @pytest.mark.parametrize("prog,pc", [
-    ([isa.make("loop", count=2, body=4 - k) for k in range(4)] +
-     [isa.make("cfg", reg="vx.k1_stride", value=0), isa.make("halt")], 3),
+    ([isa.make("loop", count=2, body=isa.LOOP_DEPTH + 1 - k) for k in range(isa.LOOP_DEPTH + 1)] +
+     [isa.make("cfg", reg="vx.k1_stride", value=0), isa.make("halt")], isa.LOOP_DEPTH),
     ([isa.make("loop", count=2, body=3), isa.make("halt")], 0),
     ([isa.make("loop", count=2, body=1), isa.make("loop", count=2, body=2),
       isa.make("cfg", reg="vx.k1_stride", value=0), isa.make("halt")], 1),

@@ -48,6 +48,18 @@ def _eltwise_reference(p) -> np.ndarray:
     return numerics.requantize(np.maximum(s, 0), bias, mult, shift)
 
 
+def max_depth(instrs) -> int:
+    """How deep the loops of ``instrs`` nest."""
+    ends, deepest = [], 0
+    for k, ins in enumerate(instrs):
+        while ends and ends[-1] < k:
+            ends.pop()
+        if ins.op == "loop":
+            ends.append(k + ins.args["body"])
+            deepest = max(deepest, len(ends))
+    return deepest
+
+
 def _loop_reference(p) -> np.ndarray:
     m = p.meta
     x = m["x"].astype(np.int64)
@@ -56,12 +68,13 @@ def _loop_reference(p) -> np.ndarray:
 
 @pytest.mark.parametrize("seed", range(30))
 def test_loop_programs_compute_their_reference(seed):
-    """Three nested loops walking the activation and output streams, a zero-trip and a
-    one-trip loop: race-free, and every tile lands where the walk puts it."""
+    """``LOOP_DEPTH`` nested loops walking the activation and output streams, a zero-trip
+    and a one-trip loop: race-free, and every tile lands where the walk puts it."""
     rng = np.random.default_rng(seed)
     p = progen.loop_program(rng, CFG)
     res = _run(p)
-    tiles = int(np.prod(p.meta["x"].shape[:3]))
+    tiles = int(np.prod(p.meta["x"].shape[:-1]))
+    assert max_depth(p.instrs) == isa.LOOP_DEPTH
     assert res.stats.instructions["ST"] == tiles + 1  # the tiles' stores and one cfg
     assert res.stats.dma_write_bytes == p.meta["x"].size
     np.testing.assert_array_equal(p.image.read("y"), _loop_reference(p))

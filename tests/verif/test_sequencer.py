@@ -168,8 +168,8 @@ def test_dispatch_arrays_and_count_match_the_sequencer(seed):
     ([make("loop", count=2, body=5), make("halt")], "runs past the ROM", 0),
     ([make("loop", count=2, body=2), make("loop", count=2, body=2), _cfg(1), _cfg(2),
       make("halt")], "leaves its enclosing body", 1),
-    ([make("loop", count=2, body=4), make("loop", count=2, body=3), make("loop", count=2, body=2),
-      make("loop", count=2, body=1), _cfg(1), make("halt")], "nest deeper than 3", 3),
+    ([make("loop", count=2, body=isa.LOOP_DEPTH + 1 - k) for k in range(isa.LOOP_DEPTH + 1)] +
+     [_cfg(1), make("halt")], f"nest deeper than {isa.LOOP_DEPTH}", isa.LOOP_DEPTH),
     ([_cfg(1)], "past the ROM .*no halt", 1),
 ])
 def test_illegal_loops_fault_at_the_loop_word(prog, message, word):
