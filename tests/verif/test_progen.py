@@ -48,7 +48,7 @@ def _eltwise_reference(p) -> np.ndarray:
     return numerics.requantize(np.maximum(s, 0), bias, mult, shift)
 
 
-def max_depth(instrs) -> int:
+def _max_depth(instrs) -> int:
     """How deep the loops of ``instrs`` nest."""
     ends, deepest = [], 0
     for k, ins in enumerate(instrs):
@@ -74,7 +74,7 @@ def test_loop_programs_compute_their_reference(seed):
     p = progen.loop_program(rng, CFG)
     res = _run(p)
     tiles = int(np.prod(p.meta["x"].shape[:-1]))
-    assert max_depth(p.instrs) == isa.LOOP_DEPTH
+    assert _max_depth(p.instrs) == isa.LOOP_DEPTH
     assert res.stats.instructions["ST"] == tiles + 1  # the tiles' stores and one cfg
     assert res.stats.dma_write_bytes == p.meta["x"].size
     np.testing.assert_array_equal(p.image.read("y"), _loop_reference(p))
