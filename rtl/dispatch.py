@@ -1,5 +1,8 @@
 """Instruction control unit: program sequencer (loops), decode, legality check, dispatch."""
 
+import operator
+from functools import reduce
+
 from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -27,13 +30,6 @@ FRAME = data.StructLayout({
     # loop flips on odd iterations
     "odd": 1,           # its current iteration is odd
 })
-
-
-def _xor_all(values):
-    out = values[0]
-    for v in values[1:]:
-        out = out ^ v
-    return out
 
 
 def _field(word, opcode: isa.Opcode, name: str):
@@ -137,8 +133,9 @@ class Dispatcher(wiring.Component):
         # per kind of ping-pong operand (FLIP_BITS), an odd number of the loops flipping it
         # on odd iterations: its operands in the other half
         flipped = Signal.like(frames[0].flip)
-        m.d.comb += flipped.eq(_xor_all([Mux((depth > k) & frames[k].odd, frames[k].flip, 0)
-                                         for k in range(LOOP_DEPTH)]))
+        m.d.comb += flipped.eq(reduce(operator.xor, [Mux((depth > k) & frames[k].odd,
+                                                         frames[k].flip, 0)
+                                                     for k in range(LOOP_DEPTH)]))
 
         # ---- Decode: legality, kind and target come predecoded with the word; here the
         # operand fields become the target unit's microinstruction.

@@ -343,6 +343,18 @@ def dispatch_arrays(prog: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return idx, e & 0xFFFFFFFF, f
 
 
+def loop_depth(prog: list) -> int:
+    """How many loops deep the words of ``prog`` nest (from its loop words alone)."""
+    deepest, ends = 0, []
+    for k, w in enumerate(prog):
+        while ends and ends[-1] < k:
+            ends.pop()
+        if w.op == "loop":
+            ends.append(k + w.args["body"])
+            deepest = max(deepest, len(ends))
+    return deepest
+
+
 def dispatch_count(prog: list) -> int:
     """How many instructions a well-formed ROM dispatches (``loop`` words excluded), from
     its loop structure alone: the length of :func:`unroll`'s stream without building it."""

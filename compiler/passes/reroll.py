@@ -39,7 +39,7 @@ import numpy as np
 from snpu.verif import isa
 from snpu.verif.isa import LOOP_DEPTH, Instr
 from snpu.verif.sequencer import (FLIP_BITS, STREAMS, dispatch_arrays, dispatch_count, flipped,
-                                  ping_pong, stream)
+                                  loop_depth, ping_pong, stream)
 
 MAX_BODY = (1 << isa.OPCODE_BY_NAME["loop"].field("body").width) - 1
 MAX_COUNT = (1 << isa.OPCODE_BY_NAME["loop"].field("count").width) - 1
@@ -424,7 +424,7 @@ def _shallower(it: Item, depth: int, keys: _Keys) -> list[Item]:
     iteration's words as the loop dispatches them, walk flags kept), as often as needed;
     the result's items (plain instructions or one loop)."""
     words = it.words
-    while _depth(words) > depth:
+    while loop_depth(words) > depth:
         words = _expand_innermost(words, keys.halves)
     out, k = [], 0
     while k < len(words):
@@ -434,7 +434,7 @@ def _shallower(it: Item, depth: int, keys: _Keys) -> list[Item]:
         if w.op == "loop":
             out.append(Item(part, keys.of(("shallow", tuple(_plain(x, keys).key for x in part))),
                             [x.args["ext"] for x in part if x.op in ("ld", "st")],
-                            _depth(part), _halves_of(part, keys.halves)))
+                            loop_depth(part), _halves_of(part, keys.halves)))
         else:
             out.append(_plain(w, keys))
         k += n
@@ -443,18 +443,6 @@ def _shallower(it: Item, depth: int, keys: _Keys) -> list[Item]:
 
 class _EntryInside(Exception):
     """A loop enters its body inside an inner loop (:func:`_expand_innermost`)."""
-
-
-def _depth(words: list[Instr]) -> int:
-    """How many loops deep the words nest."""
-    deepest, ends = 0, []
-    for k, w in enumerate(words):
-        while ends and ends[-1] < k:
-            ends.pop()
-        if w.op == "loop":
-            ends.append(k + w.body)
-            deepest = max(deepest, len(ends))
-    return deepest
 
 
 def _expand_innermost(words: list[Instr], halves: dict[str, int] | None) -> list[Instr]:

@@ -6,6 +6,7 @@ import pytest
 
 from snpu.config import CoreConfig
 from snpu.verif import act_compress, golden, isa, numerics, progen
+from snpu.verif.sequencer import loop_depth
 
 CFG = CoreConfig(lanes=4, nbuf_bytes=4096, nidx_bytes=1024, wbuf_bytes=4096, widx_bytes=2048,
                  acc_words=256, obuf_bytes=2048, param_rows=32)
@@ -48,18 +49,6 @@ def _eltwise_reference(p) -> np.ndarray:
     return numerics.requantize(np.maximum(s, 0), bias, mult, shift)
 
 
-def _max_depth(instrs) -> int:
-    """How deep the loops of ``instrs`` nest."""
-    ends, deepest = [], 0
-    for k, ins in enumerate(instrs):
-        while ends and ends[-1] < k:
-            ends.pop()
-        if ins.op == "loop":
-            ends.append(k + ins.args["body"])
-            deepest = max(deepest, len(ends))
-    return deepest
-
-
 def _loop_reference(p) -> np.ndarray:
     m = p.meta
     x = m["x"].astype(np.int64)
@@ -74,7 +63,7 @@ def test_loop_programs_compute_their_reference(seed):
     p = progen.loop_program(rng, CFG)
     res = _run(p)
     tiles = int(np.prod(p.meta["x"].shape[:-1]))
-    assert _max_depth(p.instrs) == isa.LOOP_DEPTH
+    assert loop_depth(p.instrs) == isa.LOOP_DEPTH
     assert res.stats.instructions["ST"] == tiles + 1  # the tiles' stores and one cfg
     assert res.stats.dma_write_bytes == p.meta["x"].size
     np.testing.assert_array_equal(p.image.read("y"), _loop_reference(p))
