@@ -787,6 +787,17 @@ class Kernels(Emitter):
                           Access("acc", *self._acc_span(dst, n_o, dst_stride, n_i), True)],
                   dst=dst, a=a, b=b, n_o=n_o, n_i=n_i, ma=ma, mb=mb, relu=relu)
 
+    def vewp(self, dst: int, a: int, b: int, n_o: int, n_i: int, param: int, relu: int = 0, *,
+             a_stride: int, b_stride: int, dst_stride: int) -> None:
+        """:meth:`vew` with its multipliers in parameter row ``param``."""
+        self.cfgs(vx__src_stride=a_stride, vx__b_stride=b_stride, vx__dst_stride=dst_stride)
+        row = param * self.cfg.param_row_bytes
+        self.emit("vewp", [Access("acc", *self._acc_span(a, n_o, a_stride, n_i), False),
+                           Access("acc", *self._acc_span(b, n_o, b_stride, n_i), False),
+                           Access("param", row, row + 4, False),
+                           Access("acc", *self._acc_span(dst, n_o, dst_stride, n_i), True)],
+                  dst=dst, a=a, b=b, n_o=n_o, n_i=n_i, param=param, relu=relu)
+
     def req(self, dst: int, src: int, param: int, n_o: int, n_i: int, relu: int = 0, *,
             src_stride: int, dst_stride: int) -> None:
         """The strides go in the register operands where they fit (:func:`_operands`; so do

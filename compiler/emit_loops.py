@@ -164,8 +164,8 @@ def written(ins: Instr) -> tuple[str, ...]:
     return _WRITES.get(ins.op, ())
 
 
-_WRITES = {"fc": ("acc",), "vred": ("acc",), "vew": ("acc",), "req": ("obuf",), "st": ("ext",),
-           "stc": ("ext",), "send": ("ext",), "recv": ("ext",)}
+_WRITES = {"fc": ("acc",), "vred": ("acc",), "vew": ("acc",), "vewp": ("acc",), "req": ("obuf",),
+           "st": ("ext",), "stc": ("ext",), "send": ("ext",), "recv": ("ext",)}
 
 
 def _repeat(em: Emitter, n: int, body: Callable[[int], None], state: Callable[[], object]) -> None:

@@ -108,9 +108,11 @@ class LayerContext:
             self.shared[key] = region.addr
         return region.addr
 
-    def load_params(self, sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[int]:
-        """Load per-channel parameter sets (bias, mult, shift, each padded to lanes) into this
-        layer's half of the parameter memory; returns each set's first row."""
+    def load_params(self, sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                    multipliers: list[tuple[int, int]] = ()) -> list[int]:
+        """Load per-channel parameter sets (bias, mult, shift, each padded to lanes), then
+        one row per pair of ``vewp`` multipliers (ma, mb), into this layer's half of the
+        parameter memory; returns each set's and each pair's first row."""
         P = self.cfg.lanes
         rows, blobs = [], []
         row = self.param_base
@@ -120,6 +122,10 @@ class LayerContext:
             blobs.append(numerics.pack_params(pad(bias), pad(mult), pad(shift)))
             rows.append(row)
             row += n // P
+        for ma, mb in multipliers:
+            blobs.append(numerics.pack_ew_multipliers(ma, mb, self.cfg.param_row_bytes))
+            rows.append(row)
+            row += 1
         if row - self.param_base > self.param_half:
             raise CompileError(f"layer {self.name!r}: {row - self.param_base} parameter rows do "
                                f"not fit half of the parameter memory ({self.param_half})")
@@ -789,9 +795,14 @@ def add(ctx: LayerContext, node, inputs: list[TensorLayout], Y: TensorLayout,
     X = inputs[0]
     regions = len(inputs) + 1
     m = [int(v) for v in q["in_mult"]]
-    chunks = _channel_chunks(X.c, P, min(ctx.acc_half // regions, ctx.ob_half, ctx.param_half * P))
+    # the scaled adds' multipliers, a row each after the requantisation's (vewp: the words
+    # of two adds differing only in their scales are alike, one loop body)
+    pairs = [(m[0], m[1])] + [(1, m[i]) for i in range(2, len(inputs))]
+    chunks = _channel_chunks(X.c, P, min(ctx.acc_half // regions, ctx.ob_half,
+                                         (ctx.param_half - len(pairs)) * P))
     cmax = _r(chunks[0][1] - chunks[0][0], P)
-    row = ctx.load_params([(np.zeros(cmax), np.ones(cmax), np.full(cmax, q["shift"]))])[0]
+    row, *mrows = ctx.load_params([(np.zeros(cmax), np.ones(cmax), np.full(cmax, q["shift"]))],
+                                  pairs)
     for c0, c1 in chunks:
         c, cp = c1 - c0, _r(c1 - c0, P)
         per = max(1, min(X.w, ctx.acc_half // (regions * cp), ctx.ob_half // cp, 4095))
@@ -805,11 +816,11 @@ def add(ctx: LayerContext, node, inputs: list[TensorLayout], Y: TensorLayout,
                 for i, L in enumerate(inputs):
                     k.ld("acc", L.addr(y, x0, c0), regs[i], c, g, ext_stride=L.pixel, dst_stride=cp)
                 out = regs[-1]
-                k.vew(out, regs[0], regs[1], g, cp // P, m[0], m[1], 0, a_stride=cp, b_stride=cp,
-                      dst_stride=cp)
+                k.vewp(out, regs[0], regs[1], g, cp // P, mrows[0], 0, a_stride=cp, b_stride=cp,
+                       dst_stride=cp)
                 for i in range(2, len(inputs)):
-                    k.vew(out, out, regs[i], g, cp // P, 1, m[i], 0, a_stride=cp, b_stride=cp,
-                          dst_stride=cp)
+                    k.vewp(out, out, regs[i], g, cp // P, mrows[i - 1], 0, a_stride=cp,
+                           b_stride=cp, dst_stride=cp)
                 k.req(ob, out, row, g, cp // P, int(q["relu"]), src_stride=cp, dst_stride=cp)
                 k.st(ob, Y.addr(y, x0, c0), c, g, src_stride=cp, ext_stride=Y.pixel)
 

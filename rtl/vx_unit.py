@@ -6,6 +6,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from snpu.config import CoreConfig
+from snpu.verif import isa
 from snpu.verif.isa import REDUCE_OPS, Unit
 
 from .ld_unit import acc_write_layout
@@ -15,14 +16,22 @@ from .status import ErrorCode
 from .vector_alu import AluOp, VectorAlu
 
 CODES = op_codes(Unit.VX)
+# ``vewp`` is ``vew`` with its multipliers in the parameter memory: its operands sit where
+# ``vew``'s do, so the address generator reads them through ``args.vew`` for both
+assert all(isa.OPCODE_BY_NAME["vewp"].offsets[f] == isa.OPCODE_BY_NAME["vew"].offsets[f]
+           for f in ("dst", "a", "b", "n_o", "n_i"))
 
 
 class VectorUnit(wiring.Component):
-    """Executes ``vred``, ``vew`` and ``req`` (golden model: ``Machine._vred/_vew/_req``).
+    """Executes ``vred``, ``vew``, ``vewp`` and ``req`` (golden model:
+    ``Machine._vred/_vew/_vewp/_req``).
 
     An address generator walks the instruction's loop nest and reads one accumulator word
     (``lanes`` elements) per cycle: ``k1 * k2`` reads per output word for ``vred``, two (``a``
-    then ``b``) for ``vew``, one (plus a parameter row) for ``req``.  Words flow through the
+    then ``b``) for ``vew``, one (plus a parameter row) for ``req``.  ``vewp`` reads as
+    ``vew`` does and its parameter row beside every ``a`` word; the multipliers are
+    registered as the first ``a`` word's data arrives, a cycle before its ``b`` word
+    reaches the ALU, so ``vewp`` takes the cycles of ``vew``.  Words flow through the
     :class:`VectorAlu` (2 cycles) or ``lanes`` :class:`Requantizer` s (4 cycles), a cycle
     after they are read (the read data is registered first), and are
     written back to ``acc`` or to the output cache.  The VX unit has priority on the
@@ -89,11 +98,16 @@ class VectorUnit(wiring.Component):
                     v = args.vew
                     m.d.sync += [src.eq(v.a), dst.eq(v.dst), b.eq(v.b), n_o.eq(v.n_o), n_i.eq(v.n_i),
                                  k1.eq(1), k2.eq(1), ma.eq(v.ma), mb.eq(v.mb), relu.eq(v.relu)]
+                with m.Case(CODES["vewp"]):
+                    v = args.vewp
+                    m.d.sync += [src.eq(v.a), dst.eq(v.dst), b.eq(v.b), n_o.eq(v.n_o), n_i.eq(v.n_i),
+                                 k1.eq(1), k2.eq(1), param.eq(v.param), relu.eq(v.relu)]
                 with m.Case(CODES["req"]):
                     v = args.req
                     m.d.sync += [src.eq(v.src), dst.eq(v.dst), b.eq(0), n_o.eq(v.n_o), n_i.eq(v.n_i),
                                  k1.eq(1), k2.eq(1), param.eq(v.param), relu.eq(v.relu)]
-        is_vred, is_vew, is_req = op == CODES["vred"], op == CODES["vew"], op == CODES["req"]
+        is_vred, is_req, is_vewp = op == CODES["vred"], op == CODES["req"], op == CODES["vewp"]
+        is_vew = (op == CODES["vew"]) | is_vewp   # the scaled adds: a, then b, per word
 
         # ---- Address generator.
         gen = Signal()
@@ -112,7 +126,8 @@ class VectorUnit(wiring.Component):
         # (the limits less a word are constants: no adder before the comparisons)
         dst_last = Mux(is_req, c.obuf_bytes - P, c.acc_elems - P)
         bad = Signal(ErrorCode)
-        with m.If((rd > c.acc_elems - P) | (wr > dst_last) | (is_req & (prm_i >= c.param_rows))):
+        with m.If((rd > c.acc_elems - P) | (wr > dst_last) | (is_req & (prm_i >= c.param_rows))
+                  | (is_vewp & (param >= c.param_rows))):
             m.d.comb += bad.eq(ErrorCode.RANGE)
         # only the operands and strides the operation uses must be multiples of lanes
         used = Mux(is_vred, r.k1_stride | r.k2_stride, Mux(is_vew, b | r.b_stride, 0))
@@ -122,7 +137,8 @@ class VectorUnit(wiring.Component):
         issue = Signal()
         m.d.comb += issue.eq(gen & (bad == ErrorCode.NONE))
         m.d.comb += [self.acc_rd_en.eq(issue), self.acc_rd_row.eq(rd // P),
-                     self.prm_en.eq(issue & is_req), self.prm_row.eq(prm_i)]
+                     self.prm_en.eq(issue & (is_req | is_vewp & ~half)),
+                     self.prm_row.eq(Mux(is_vewp, param, prm_i))]
 
         with m.If(self.start):
             m.d.sync += [gen.eq(1), o.eq(0), i.eq(0), j1.eq(0), j2.eq(0), half.eq(0),
@@ -162,15 +178,13 @@ class VectorUnit(wiring.Component):
                     with m.If(o == n_o - 1):
                         m.d.sync += gen.eq(0)
         with m.If(self.start):
-            m.d.sync += [src_o.eq(Mux(self.op == CODES["vew"], self.args.vew.a,
-                                      Mux(self.op == CODES["req"], self.args.req.src, self.args.vred.src))),
-                         rd_j2.eq(Mux(self.op == CODES["vew"], self.args.vew.a,
-                                      Mux(self.op == CODES["req"], self.args.req.src, self.args.vred.src))),
-                         rd_cur.eq(Mux(self.op == CODES["vew"], self.args.vew.a,
-                                       Mux(self.op == CODES["req"], self.args.req.src, self.args.vred.src))),
+            start_ew = (self.op == CODES["vew"]) | (self.op == CODES["vewp"])
+            first_src = Mux(start_ew, self.args.vew.a,
+                            Mux(self.op == CODES["req"], self.args.req.src, self.args.vred.src))
+            m.d.sync += [src_o.eq(first_src), rd_j2.eq(first_src), rd_cur.eq(first_src),
                          b_o.eq(self.args.vew.b), b_i.eq(self.args.vew.b),
                          prm_i.eq(self.args.req.param)]
-            first_dst = Mux(self.op == CODES["vew"], self.args.vew.dst,
+            first_dst = Mux(start_ew, self.args.vew.dst,
                             Mux(self.op == CODES["req"], self.args.req.dst, self.args.vred.dst))
             m.d.sync += [dst_o.eq(first_dst), wr_i.eq(first_dst)]
 
@@ -190,6 +204,10 @@ class VectorUnit(wiring.Component):
         alu_a = Signal(data.ArrayLayout(signed(32), P))
         with m.If(d.valid & ~(is_vew & d.half)):
             m.d.sync += alu_a.eq(self.acc_rd_data)
+        # vewp: the multipliers arrive beside each a word (the same row every time)
+        with m.If(d.valid & is_vewp & ~d.half):
+            m.d.sync += [ma.eq(self.prm_data[0][0:16].as_signed()),
+                         mb.eq(self.prm_data[0][16:32].as_signed())]
 
         # ALU path (vred, vew)
         to_alu = e.valid & (is_vred | (is_vew & e.half))

@@ -157,7 +157,7 @@ class Machine:
         self._tile_cache: dict[tuple, layout.DecodedTile] = {}
         self._handlers: dict[str, Callable[[Instr], _Exec]] = {
             "cfg": self._cfg, "ld": self._ld, "fc": self._fc, "vred": self._vred,
-            "vew": self._vew, "req": self._req, "st": self._st, "send": self._send,
+            "vew": self._vew, "vewp": self._vewp, "req": self._req, "st": self._st, "send": self._send,
             "ldc": self._ldc, "stc": self._stc,
             "recv": self._recv,
         }
@@ -595,16 +595,37 @@ class Machine:
                      [self._acc_access(src, False), self._acc_access(dst, True)])
 
     def _vew(self, i: Instr) -> _Exec:
+        return self._scaled_add("vew", i, lambda: (i.ma, i.mb))
+
+    def _vewp(self, i: Instr) -> _Exec:
+        c = self.config
+        row = i.param * c.param_row_bytes
+
+        def multipliers() -> tuple[int, int]:
+            if i.param >= c.param_rows:
+                raise ExecutionError(f"vewp: parameter row {i.param} exceeds {c.param_rows}",
+                                     fault="RANGE")
+            return numerics.unpack_ew_multipliers(self.param[row:row + 4])
+
+        ex = self._scaled_add("vewp", i, multipliers)
+        if ex.accesses:
+            ex.accesses.append(Access("param", row, row + 4, False))
+        return ex
+
+    def _scaled_add(self, op: str, i: Instr, multipliers) -> _Exec:
+        """``vew`` / ``vewp``: ``multipliers()`` gives (ma, mb) once the operands are
+        checked."""
         r = self.regs
         if i.n_o * i.n_i == 0:
             return _Exec(timing.vx_cycles(0, 1), [])
-        self._vx_align("vew", a=i.a, b=i.b, dst=i.dst, src_stride=r["vx.src_stride"],
+        self._vx_align(op, a=i.a, b=i.b, dst=i.dst, src_stride=r["vx.src_stride"],
                        b_stride=r["vx.b_stride"], dst_stride=r["vx.dst_stride"])
-        a = self._words("vew a", i.a, i.n_o, i.n_i, r["vx.src_stride"])
-        b = self._words("vew b", i.b, i.n_o, i.n_i, r["vx.b_stride"])
-        dst = self._words("vew dst", i.dst, i.n_o, i.n_i, r["vx.dst_stride"])
-        self._check_in_place("vew", dst, a, b)
-        res = numerics.wrap32(self._gather(a) * i.ma + self._gather(b) * i.mb)
+        a = self._words(f"{op} a", i.a, i.n_o, i.n_i, r["vx.src_stride"])
+        b = self._words(f"{op} b", i.b, i.n_o, i.n_i, r["vx.b_stride"])
+        dst = self._words(f"{op} dst", i.dst, i.n_o, i.n_i, r["vx.dst_stride"])
+        self._check_in_place(op, dst, a, b)
+        ma, mb = multipliers()
+        res = numerics.wrap32(self._gather(a) * ma + self._gather(b) * mb)
         if i.relu:
             res = np.maximum(res, 0)
         self.acc[dst[..., 0, None] + np.arange(self.config.lanes)] = res[..., 0, :]

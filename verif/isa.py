@@ -484,6 +484,23 @@ OPCODES: tuple[Opcode, ...] = (
         "(a advances by vx.src_stride, b by vx.b_stride, dst by vx.dst_stride)",
     ),
     Opcode(
+        "vewp", 0x1B, Unit.VX,
+        (_f("dst", 16, "destination in acc (elements, multiple of lanes)"),
+         _f("a", 16, "first operand in acc (elements, multiple of lanes)"),
+         _f("b", 16, "second operand in acc (elements, multiple of lanes)"),
+         _f("n_o", 12, "outer iterations", default=1),
+         _f("n_i", 8, "words per outer iteration", default=1),
+         _f("param", 12, "parameter row holding the multipliers"),
+         _f("relu", 1, "1: clamp negative results to 0 (ReLU)", "flag", default=0)),
+        "`vew` with its multipliers in the parameter memory: `ma` and `mb` are the int16 at "
+        "bytes 0-1 and 2-3 (little-endian) of parameter row `param` (lane 0's record; the "
+        "rest of the row is not read).  A layer's multipliers then travel with its other "
+        "parameters, so two layers differing only in their scales run the same words (one "
+        "loop body over a network's repeated units).  A row past the parameter memory is "
+        "RANGE.",
+        "ma, mb <- int16 at param[param*row_bytes + 0], [.. + 2]; then as vew",
+    ),
+    Opcode(
         "req", 0x1A, Unit.VX,
         (_f("dst", 16, "destination in obuf (bytes, multiple of lanes)"),
          _f("src", 16, "source in acc (elements, multiple of lanes)"),

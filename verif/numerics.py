@@ -69,6 +69,23 @@ def pack_params(bias: np.ndarray, mult: np.ndarray, shift: np.ndarray) -> np.nda
     return rec.view(np.uint8).reshape(-1)
 
 
+def pack_ew_multipliers(ma: int, mb: int, row_bytes: int) -> np.ndarray:
+    """One parameter row holding ``vewp``'s multipliers: int16 ``ma`` at bytes 0-1, ``mb``
+    at bytes 2-3 (little-endian), the rest zero."""
+    for name, v in (("ma", ma), ("mb", mb)):
+        if not -32768 <= v <= 32767:
+            raise ValueError(f"vewp multiplier {name}={v} is outside -32768..32767")
+    row = np.zeros(row_bytes, np.uint8)
+    row[:4] = np.array([ma, mb], "<i2").view(np.uint8)
+    return row
+
+
+def unpack_ew_multipliers(raw: np.ndarray) -> tuple[int, int]:
+    """``vewp``'s (ma, mb) from the first 4 bytes of a parameter row."""
+    ma, mb = np.ascontiguousarray(raw[:4], dtype=np.uint8).view("<i2")
+    return int(ma), int(mb)
+
+
 def unpack_params(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rec = np.ascontiguousarray(raw, dtype=np.uint8).view(
         [("bias", "<i4"), ("mult", "<i2"), ("shift", "u1"), ("pad", "u1")])

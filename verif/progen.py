@@ -11,7 +11,8 @@ races, so a generator bug shows up as an error rather than as a silent mismatch.
 * :func:`conv_program` - a convolution lowered to fc over im2col patches (3-D loads of a
   zero-padded channels-last tensor), one output row per tile, ping-pong buffers;
 * :func:`pool_program` - max or average pooling windows with ``vred`` and ``req``;
-* :func:`eltwise_program` - a scaled residual add with ReLU (``vew``);
+* :func:`eltwise_program` - a scaled residual add with ReLU (``vew``, or ``vewp`` with
+  its multipliers in the parameter memory);
 * :func:`compress_program` - activations stored compressed and expanded back (``stc``,
   ``ldc``);
 * :func:`random_program` - one of the above with random shapes and densities.
@@ -341,8 +342,10 @@ def pool_program(rng, cfg: CoreConfig, *, c=None, h=None, w=None, k=None, mode=N
     return p
 
 
-def eltwise_program(rng, cfg: CoreConfig, *, c=None, n=None, mem_bytes=1 << 18) -> Program:
-    """``y = ReLU(requant(a * ma + b * mb))`` over ``n`` pixels of ``c`` channels."""
+def eltwise_program(rng, cfg: CoreConfig, *, c=None, n=None, in_params: bool | None = None,
+                    mem_bytes=1 << 18) -> Program:
+    """``y = ReLU(requant(a * ma + b * mb))`` over ``n`` pixels of ``c`` channels; with
+    ``in_params`` (drawn when None) the multipliers are in the parameter memory (``vewp``)."""
     P = cfg.lanes
     c = c or int(rng.integers(1, 2 * P + 1))
     n = n or int(rng.integers(1, 12))
@@ -353,14 +356,20 @@ def eltwise_program(rng, cfg: CoreConfig, *, c=None, n=None, mem_bytes=1 << 18) 
     p.emit("ld", buf="acc", ext=p.data("a", a), dst=0, rows=n, cols=c)
     p.emit("ld", buf="acc", ext=p.data("b", b), dst=n * cw, rows=n, cols=c)
     mult, shift = numerics.quantize_multiplier(float(rng.uniform(0.002, 0.02)))
+    ma, mb = int(rng.integers(-300, 300)), int(rng.integers(-300, 300))
+    # vew carries its multipliers, vewp reads them from the row after the requantisation's
+    drawn = bool(rng.integers(2))
+    in_params = drawn if in_params is None else in_params
     prm = numerics.pack_params(np.zeros(cw, np.int64), np.full(cw, mult), np.full(cw, shift))
+    if in_params:
+        prm = np.concatenate([prm, numerics.pack_ew_multipliers(ma, mb, cfg.param_row_bytes)])
     p.emit("ld", buf="param", ext=p.data("params", prm, "params"), dst=0, cols=prm.size,
            signal=[VX])
     p.cfgs(vx__src_stride=cw, vx__b_stride=cw, vx__dst_stride=cw)
-    ma, mb = int(rng.integers(-300, 300)), int(rng.integers(-300, 300))
     p.meta = {"kind": "eltwise", "a": a, "b": b, "ma": ma, "mb": mb}
-    p.emit("vew", dst=2 * n * cw, a=0, b=n * cw, n_o=n, n_i=cw // P,
-           ma=ma, mb=mb, relu=1, wait=[LD])
+    scaled = dict(param=cw // P) if in_params else dict(ma=ma, mb=mb)
+    p.emit("vewp" if in_params else "vew", dst=2 * n * cw, a=0, b=n * cw, n_o=n, n_i=cw // P,
+           relu=1, wait=[LD], **scaled)
     p.emit("req", dst=0, src=2 * n * cw, param=0, n_o=n, n_i=cw // P, signal=[ST])
     y = p.space("y", (n, c))
     p.cfgs(st__src_stride=cw, st__ext_stride=c)

@@ -69,6 +69,7 @@ def stream(ins: Instr) -> str | None:
 #: the buffer it loads, :data:`PING_PONG_LOADS`)
 PING_PONG = {"fc": {"nbuf": "nbuf", "nidx": "nidx", "acc": "acc", "wbuf": "wbuf", "widx": "widx"},
              "vred": {"dst": "acc", "src": "acc"}, "vew": {"dst": "acc", "a": "acc", "b": "acc"},
+             "vewp": {"dst": "acc", "a": "acc", "b": "acc"},
              "req": {"src": "acc", "dst": "obuf"}, "st": {"src": "obuf"}, "stc": {"src": "obuf"}}
 PING_PONG_LOADS = {isa.BUFFERS[b]: b for b in ("nbuf", "nidx", "acc", "wbuf", "widx")}
 #: the bit of a loop's ``flip`` mask that moves each ping-pong buffer: the activations'

@@ -118,10 +118,13 @@ def test_tiles_of_rows_and_channels_on_a_2x2_array_on_the_rtl():
 
 @pytest.mark.parametrize("dense", [False, True], ids=["sparse", "dense_mode"])
 def test_every_core_operator_on_the_rtl(dense):
-    """tiny_cnn: conv (grouped, 1x1), max / average / global pooling, residual add, concat,
-    flatten, Gemm, and a host Softmax between core segments' outputs."""
+    """tiny_cnn: conv (grouped, 1x1), max / average / global pooling, residual add (its
+    scales in the parameter memory, ``vewp``), concat, flatten, Gemm, and a host Softmax
+    between core segments' outputs."""
     m = tiny_cnn()
     c = compile_model(m, CompileOptions(config=TEST_CORE, density=0.5, dense=dense))
+    ops = {isa.decode(w).op for s in c.segments if s["kind"] == "core" for w in s["words"]}
+    assert {"vewp", "vred", "req"} <= ops
     _rtl_matches(c, inputs(m, 2))
 
 

@@ -56,6 +56,15 @@ def test_random_programs(kind, seed):
     _check(rtl_sim.run(p.place_rom(), p.image, TEST_CORE, seed=seed), seed)
 
 
+@pytest.mark.parametrize("in_params", [False, True], ids=["vew", "vewp"])
+def test_scaled_add_with_its_multipliers_in_the_word_or_the_parameters(in_params):
+    """A residual add with its multipliers in the instruction (``vew``) or in a parameter
+    row loaded beside the requantisation's (``vewp``)."""
+    p = progen.eltwise_program(np.random.default_rng(5), TEST_CORE, in_params=in_params)
+    assert any(i.op == ("vewp" if in_params else "vew") for i in p.instrs)
+    _check(rtl_sim.run(p.place_rom(), p.image, TEST_CORE, seed=5), 5)
+
+
 @pytest.mark.parametrize("kind", ["fc", "conv", "pool"])
 def test_register_operands(kind):
     """``fc``'s nvec and the strides of ``vred``, ``req`` and ``st`` in register operands

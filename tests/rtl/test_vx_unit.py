@@ -1,5 +1,5 @@
 """VX unit (with the real accumulator, parameter and output-cache memories) against the golden
-model's vred / vew / req."""
+model's vred / vew / vewp / req."""
 
 import random
 
@@ -74,7 +74,7 @@ def _read_state(ctx, h: VxHarness):
 def _random_op(rng, c: CoreConfig):
     P = c.lanes
     words = c.acc_words
-    kind = rng.choice(["vred", "vew", "req"])
+    kind = rng.choice(["vred", "vew", "vewp", "req"])
     regs = {k: P * rng.randrange(0, 4) for k in REGS}
     if kind == "vred":
         n_o, n_i, k1, k2 = rng.randrange(1, 4), rng.randrange(1, 3), rng.randrange(1, 4), rng.randrange(1, 3)
@@ -88,6 +88,11 @@ def _random_op(rng, c: CoreConfig):
         regs.update(dst_stride=P * n_i)
         args = dict(dst=P * (words // 2), a=0, b=P * rng.randrange(0, 8), n_o=n_o, n_i=n_i,
                     ma=rng.randrange(-300, 300), mb=rng.randrange(-300, 300), relu=rng.randrange(2))
+    elif kind == "vewp":
+        n_o, n_i = rng.randrange(1, 4), rng.randrange(1, 3)
+        regs.update(dst_stride=P * n_i)
+        args = dict(dst=P * (words // 2), a=0, b=P * rng.randrange(0, 8), n_o=n_o, n_i=n_i,
+                    param=rng.randrange(c.param_rows), relu=rng.randrange(2))
     else:
         n_o, n_i = rng.randrange(1, 4), rng.randrange(1, 3)
         regs.update(dst_stride=P * n_i)
@@ -110,6 +115,11 @@ def test_vector_ops_match_golden(lanes, seed):
     nch = c.param_rows * lanes
     param = numerics.pack_params(nrng.integers(-5000, 5000, nch), nrng.integers(-2**15, 2**15, nch),
                                  nrng.integers(0, 48, nch))
+    # half the rows hold vewp multipliers (req reads them as well: bias ma | mb << 16)
+    rb = c.param_row_bytes
+    for row in range(0, c.param_rows, 2):
+        param[row * rb:(row + 1) * rb] = numerics.pack_ew_multipliers(
+            int(nrng.integers(-2**15, 2**15)), int(nrng.integers(-2**15, 2**15)), rb)
     ops = [_random_op(rng, c) for _ in range(6)]
     h = VxHarness(c, acc0, param)
     vx = h.vx
@@ -147,7 +157,7 @@ def test_vector_ops_match_golden(lanes, seed):
     # range faults found late: the destination at the second outer iteration, vew's b
     # operand at its second word, req's parameter row at its second word
     ("dst_range", ErrorCode.RANGE), ("b_range", ErrorCode.RANGE),
-    ("param_range", ErrorCode.RANGE)])
+    ("param_range", ErrorCode.RANGE), ("vewp_param", ErrorCode.RANGE)])
 def test_errors(bad, code):
     """Each fault is raised with the code the golden model gives it."""
     c = CoreConfig(lanes=4, nbuf_bytes=1024, nidx_bytes=256, wbuf_bytes=512, widx_bytes=256,
@@ -168,6 +178,9 @@ def test_errors(bad, code):
     elif bad == "b_range":
         op = "vew"
         args = dict(dst=0, a=0, b=end - P, n_o=1, n_i=2, ma=1, mb=1, relu=0)
+    elif bad == "vewp_param":
+        op = "vewp"
+        args = dict(dst=0, a=0, b=P, n_o=1, n_i=1, param=c.param_rows, relu=0)
     else:
         op = "req"
         args = dict(dst=0, src=0, param=c.param_rows - 1, n_o=1, n_i=2, relu=0)

@@ -5,7 +5,9 @@ import pytest
 
 from snpu.config import CoreConfig
 from snpu.errors import ExecutionError
-from snpu.verif import golden, index as ix, numerics
+from snpu.verif import golden, index as ix, isa, numerics
+from snpu.verif.golden import Machine
+from snpu.verif.hazards import Access
 from snpu.verif.isa import Unit
 from snpu.verif.program import Program
 
@@ -182,6 +184,36 @@ def test_vector_unit_pooling_eltwise_and_requant():
     half = np.where(shift > 0, 1 << np.maximum(shift - 1, 0), 0)
     want = np.clip((v + half) >> shift, -128, 127).astype(np.int8)
     np.testing.assert_array_equal(res.ext[y:y + want.size].view(np.int8), want.reshape(-1))
+
+
+def test_vewp_reads_its_multipliers_from_the_parameter_memory():
+    """``vewp`` computes what ``vew`` does with the int16 pair at the start of its parameter
+    row (bytes 0-1 and 2-3; the rest of the row unread); an empty one reads nothing; a row
+    past the memory is RANGE."""
+    P = SMALL.lanes
+    rb = SMALL.param_row_bytes
+    rng = np.random.default_rng(4)
+    x = rng.integers(-2**20, 2**20, 3 * 2 * P)
+    prm = np.concatenate([numerics.pack_ew_multipliers(-7, 12345, rb),
+                          numerics.pack_ew_multipliers(-32768, 32767, rb)])
+    prm[rb + 4:2 * rb] = 0xAB  # what lies beyond the pair is not read
+    m = Machine(SMALL, np.zeros(0, np.uint8))
+    m.acc[:x.size] = x
+    m.param[:prm.size] = prm
+    m.regs["vx.src_stride"] = m.regs["vx.b_stride"] = m.regs["vx.dst_stride"] = 2 * P
+    for row, (ma, mb) in enumerate([(-7, 12345), (-32768, 32767)]):
+        dst = 512 + 256 * row
+        ex = m.execute(isa.make("vewp", dst=dst, a=0, b=2 * P, n_o=2, n_i=2, param=row, relu=0))
+        px = x.reshape(3, 2 * P)
+        np.testing.assert_array_equal(m.acc[dst:dst + 4 * P].reshape(2, 2 * P),
+                                      numerics.wrap32(px[0:2] * ma + px[1:3] * mb))
+        assert Access("param", row * rb, row * rb + 4, False) in ex.accesses
+        twin = m.execute(isa.make("vew", dst=dst, a=0, b=2 * P, n_o=2, n_i=2, ma=ma, mb=mb))
+        assert twin.cycles == ex.cycles
+    assert m.execute(isa.make("vewp", dst=0, a=0, b=0, n_o=0, param=SMALL.param_rows)).accesses == []
+    with pytest.raises(ExecutionError) as fault:
+        m.execute(isa.make("vewp", dst=512, a=0, b=2 * P, n_i=2, param=SMALL.param_rows))
+    assert fault.value.fault == "RANGE"
 
 
 def test_double_buffered_units_overlap():

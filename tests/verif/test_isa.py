@@ -89,6 +89,9 @@ KNOWN = [
     # vew: dst@16 a@32 b@48 n_o@64 n_i@76 ma@84 (two's complement) mb@100 relu@116
     (make("vew", dst=16, a=32, b=48, n_o=2, n_i=3, ma=-5, mb=7, relu=1),
      0x10007FFFB030020030002000100019),
+    # vewp: vew's dst, a, b, n_o, n_i, then param@84 relu@96
+    (make("vewp", dst=16, a=32, b=48, n_o=2, n_i=3, param=5, relu=1),
+     0x100503002003000200010001B),
 ]
 
 
