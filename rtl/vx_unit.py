@@ -17,7 +17,8 @@ from .vector_alu import AluOp, VectorAlu
 
 CODES = op_codes(Unit.VX)
 # ``vewp`` is ``vew`` with its multipliers in the parameter memory: its operands sit where
-# ``vew``'s do, so the address generator reads them through ``args.vew`` for both
+# ``vew``'s do (``isa._SCALED_ADD_FIELDS``), so the address generator reads them through
+# ``args.vew`` for both
 assert all(isa.OPCODE_BY_NAME["vewp"].offsets[f] == isa.OPCODE_BY_NAME["vew"].offsets[f]
            for f in ("dst", "a", "b", "n_o", "n_i"))
 

@@ -320,6 +320,17 @@ _STREAM_FIELDS = (
     _f("cols", 16, "values per row"),
 )
 
+#: the operands ``vew`` and ``vewp`` share, first in both (the VX unit reads them through
+#: ``vew``'s layout for either)
+_SCALED_ADD_FIELDS = (
+    _f("dst", 16, "destination in acc (elements, multiple of lanes)"),
+    _f("a", 16, "first operand in acc (elements, multiple of lanes)"),
+    _f("b", 16, "second operand in acc (elements, multiple of lanes)"),
+    _f("n_o", 12, "outer iterations", default=1),
+    _f("n_i", 8, "words per outer iteration", default=1),
+)
+_RELU_FIELD = _f("relu", 1, "1: clamp negative results to 0 (ReLU)", "flag", default=0)
+
 #: the buffers a ``ld`` deals to lane banks (plane p to lane ``lane + p``)
 BANKED_BUFFERS = ("wbuf", "widx")
 
@@ -471,27 +482,19 @@ OPCODES: tuple[Opcode, ...] = (
     ),
     Opcode(
         "vew", 0x19, Unit.VX,
-        (_f("dst", 16, "destination in acc (elements, multiple of lanes)"),
-         _f("a", 16, "first operand in acc (elements, multiple of lanes)"),
-         _f("b", 16, "second operand in acc (elements, multiple of lanes)"),
-         _f("n_o", 12, "outer iterations", default=1),
-         _f("n_i", 8, "words per outer iteration", default=1),
+        (*_SCALED_ADD_FIELDS,
          _f("ma", 16, "multiplier of a", "sint", default=1),
          _f("mb", 16, "multiplier of b", "sint", default=0),
-         _f("relu", 1, "1: clamp negative results to 0 (ReLU)", "flag", default=0)),
+         _RELU_FIELD),
         "Element-wise scaled add over accumulator words (residual add, ReLU, scaling).",
         "for o<n_o, i<n_i, l<P: d = wrap32(a[..]*ma + b[..]*mb); acc[dst..] <- relu ? max(d,0) : d "
         "(a advances by vx.src_stride, b by vx.b_stride, dst by vx.dst_stride)",
     ),
     Opcode(
         "vewp", 0x1B, Unit.VX,
-        (_f("dst", 16, "destination in acc (elements, multiple of lanes)"),
-         _f("a", 16, "first operand in acc (elements, multiple of lanes)"),
-         _f("b", 16, "second operand in acc (elements, multiple of lanes)"),
-         _f("n_o", 12, "outer iterations", default=1),
-         _f("n_i", 8, "words per outer iteration", default=1),
+        (*_SCALED_ADD_FIELDS,
          _f("param", 12, "parameter row holding the multipliers"),
-         _f("relu", 1, "1: clamp negative results to 0 (ReLU)", "flag", default=0)),
+         _RELU_FIELD),
         "`vew` with its multipliers in the parameter memory: `ma` and `mb` are the int16 at "
         "bytes 0-1 and 2-3 (little-endian) of parameter row `param` (lane 0's record; the "
         "rest of the row is not read).  A layer's multipliers then travel with its other "
