@@ -25,6 +25,8 @@ _INC_BITS = _LOOP.field("in_inc").width
 FRAME = data.StructLayout({
     "start": PC_BITS, "end": PC_BITS, "left": _LOOP.field("count").width,
     **{f"inc_{s}": signed(_INC_BITS) for s in STREAMS},
+    # the loops' offset for each stream so far: this frame's iteration number times its
+    # increment, plus the frame below's offset (what a walking word at this depth adds)
     **{f"off_{s}": 32 for s in STREAMS},
     "flip": _LOOP.field("flip").width,  # the kinds of ping-pong operands (FLIP_BITS) the
     # loop flips on odd iterations
@@ -49,7 +51,9 @@ class Dispatcher(wiring.Component):
     frame pops (enclosing frames ending on the same word are handled in the same cycle).  A
     ``ld`` / ``st`` with ``walk=1`` is dispatched with the sum of the frames' offsets for its
     stream (each frame's offset is its iteration number times its increment) beside its
-    ``ext`` (``walk``: the unit's front end adds the two).  Inside ``flip`` loops, the
+    ``ext`` (``walk``: the unit's front end adds the two).  Each frame keeps that sum up to
+    itself (a pushed frame starts from the one below, a jump back adds the frame's
+    increment), so the dispatched offset is the top frame's: a multiplexer, no adder.  Inside ``flip`` loops, the
     ping-pong operands of the word (:func:`snpu.verif.sequencer.ping_pong`) of a kind an
     odd number of the loops flipping it are on odd iterations have their half bit
     inverted: an XOR of one bit per operand, from registers.
@@ -127,9 +131,10 @@ class Dispatcher(wiring.Component):
         frames = [Signal(FRAME, name=f"frame{k}") for k in range(LOOP_DEPTH)]
         depth = Signal(range(LOOP_DEPTH + 1))
         offset = {s: Signal(32, name=f"offset_{s}") for s in STREAMS}
-        for s in STREAMS:
-            m.d.comb += offset[s].eq(sum(Mux(depth > k, frames[k][f"off_{s}"], 0)
-                                         for k in range(LOOP_DEPTH)))
+        with m.Switch(depth):
+            for k in range(1, LOOP_DEPTH + 1):
+                with m.Case(k):
+                    m.d.comb += [offset[s].eq(frames[k - 1][f"off_{s}"]) for s in STREAMS]
         # per kind of ping-pong operand (FLIP_BITS), an odd number of the loops flipping it
         # on odd iterations: its operands in the other half
         flipped = Signal.like(frames[0].flip)
@@ -358,7 +363,8 @@ class Dispatcher(wiring.Component):
                                      f.left.eq(loop_left), last_trip[k].eq(loop_one),
                                      f.flip.eq(loop_flip), f.odd.eq(0)]
                         for s in STREAMS:
-                            m.d.sync += [f[f"inc_{s}"].eq(loop_inc[s]), f[f"off_{s}"].eq(0)]
+                            below = frames[k - 1][f"off_{s}"] if k else 0
+                            m.d.sync += [f[f"inc_{s}"].eq(loop_inc[s]), f[f"off_{s}"].eq(below)]
             m.d.sync += depth.eq(depth + 1)
         with m.Else():
             m.d.sync += depth.eq(depth - upd_pops)
