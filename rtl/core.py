@@ -185,7 +185,7 @@ class Core(wiring.Component):
         m.d.comb += [mx.start.eq(fe_mx.start), mx.args.eq(fe_mx.args.fc), fe_mx.done.eq(mx.done),
                      mx.regs.eq(fe_mx.regs_now),
                      mx.regs_file.eq(fe_mx.regs.value), mx.taking.eq(fe_mx.taking),
-                     mx.taken_nvec.eq(fe_mx.taken.args.fc.nvec)]
+                     mx.taken.eq(fe_mx.taken.args.fc)]
         for name in ("nbuf_w", "nidx_w", "wbuf_w", "widx_w"):
             wiring.connect(m, getattr(ld, name), getattr(mx, name))
         m.d.comb += mx.w_lane.eq(ld.w_lane)

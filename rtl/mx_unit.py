@@ -103,7 +103,7 @@ class MatrixController(wiring.Component):
             "args": In(args_layout(Unit.MX).members["fc"]),
             "regs": In(registers_layout(Unit.MX)),
             "regs_file": In(registers_layout(Unit.MX)),
-            "taking": In(1), "taken_nvec": In(5),
+            "taking": In(1), "taken": In(args_layout(Unit.MX).members["fc"]),
             "done": Out(1),
             "error": Out(ErrorCode),
             **buffer_write_ports(config, In),
@@ -130,7 +130,10 @@ class MatrixController(wiring.Component):
         # write reaches it at least three cycles before the next fc starts: UnitFrontEnd's
         # SIGNAL, IDLE, then WAIT), and for an fc whose nvec operand stands in for mx.nvec
         # (at most 31 vectors) from that operand as the front end takes the fc
-        # (``taking``, ``taken_nvec``: a 5-bit by 16-bit product, the register file final).
+        # (``taking``, ``taken``: a 5-bit by 16-bit product, the register file final).  The
+        # room the operands leave is registered as the fc is taken too, so the range check
+        # at start is one comparison of two registers, not a sum of three operands before
+        # one.
         rf = self.regs_file
         file_out_span = Signal(28)   # (mx.nvec - 1) * acc_stride
         file_in_span = Signal(28)    # (mx.nvec - 1) * nstride
@@ -138,22 +141,25 @@ class MatrixController(wiring.Component):
                      file_in_span.eq((rf.nvec - 1) * rf.nstride)]
         op_out_span = Signal(21)     # (nvec - 1) * acc_stride, nvec the operand
         op_in_span = Signal(21)
+        # what the outputs' and the neurons' first vectors leave of acc and nbuf (negative:
+        # even the first one does not fit)
+        room_out = Signal(signed(34))
+        room_in = Signal(signed(34))
         with m.If(self.taking):
-            taken_vecs = self.taken_nvec - 1
+            t = self.taken
+            taken_vecs = t.nvec - 1
             m.d.sync += [op_out_span.eq(taken_vecs[:5] * rf.acc_stride),
-                         op_in_span.eq(taken_vecs[:5] * rf.nstride)]
+                         op_in_span.eq(taken_vecs[:5] * rf.nstride),
+                         room_out.eq(c.acc_elems - (t.acc + t.rows)),
+                         room_in.eq(c.nbuf_bytes - (t.nbuf + t.n_in))]
         out_span = Mux(a.nvec != 0, op_out_span, file_out_span)
         in_span = Mux(a.nvec != 0, op_in_span, file_in_span)
-        last_out = Signal(32)
-        m.d.comb += last_out.eq(a.acc + out_span + a.rows)
-        last_in = Signal(32)
-        m.d.comb += last_in.eq(a.nbuf + in_span + a.n_in)
         work = (r.nvec != 0) & (a.rows != 0)
         misaligned = ((a.acc % P != 0) | ((r.nvec > 1) & (r.acc_stride % P != 0)) |
                       ((r.nfmt == Fmt.DIRECT) & (((a.nidx | Mux(r.nvec > 1, r.nidx_stride, 0)) & 7) != 0)) |
                       ((r.wfmt == Fmt.DIRECT) & ((a.widx & 7) != 0)))
-        out_of_range = (last_out > c.acc_elems) | (~(r.npacked & (r.nfmt != Fmt.DENSE)) &
-                                                   (last_in > c.nbuf_bytes))
+        out_of_range = (out_span > room_out) | (~(r.npacked & (r.nfmt != Fmt.DENSE)) &
+                                                (in_span > room_in))
         # the lanes convert no weight index: stride weights go only into the merge, and only
         # stride weights do (the merge's neuron side is converted by the shared source)
         n_stride, w_stride = r.nfmt == Fmt.STRIDE, r.wfmt == Fmt.STRIDE

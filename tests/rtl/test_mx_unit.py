@@ -60,6 +60,16 @@ async def _load(ctx, mx, case):
             ctx.set(port.en, 0)
 
 
+async def _take(ctx, mx, args) -> None:
+    """As the unit's front end does: the fc is taken (``taking``, ``taken``) a cycle after
+    the register file's last cfg write, and starts the cycle after at the earliest."""
+    ctx.set(mx.taken, args)
+    ctx.set(mx.taking, 1)
+    await ctx.tick()
+    ctx.set(mx.taking, 0)
+    ctx.set(mx.args, args)
+
+
 def _regs(case):
     r = case.regs
     return {"nfmt": r["mx.nfmt"], "npacked": r["mx.npacked"], "wfmt": r["mx.wfmt"],
@@ -85,8 +95,7 @@ def test_fc_with_accumulation(accumulate, seed):
         await _load(ctx, h.mx, case)
         ctx.set(h.mx.regs, _regs(case))
         ctx.set(h.mx.regs_file, _regs(case))
-        await ctx.tick()  # a cfg write precedes the fc's start (UnitFrontEnd)
-        ctx.set(h.mx.args, instr.args)
+        await _take(ctx, h.mx, instr.args)
         ctx.set(h.mx.start, 1)
         await ctx.tick()
         ctx.set(h.mx.start, 0)
@@ -112,6 +121,7 @@ def test_fc_with_accumulation(accumulate, seed):
 
 @pytest.mark.parametrize("bad,code", [("acc", ErrorCode.ALIGN), ("widx", ErrorCode.ALIGN),
                                       ("range", ErrorCode.RANGE), ("vectors", ErrorCode.RANGE),
+                                      ("neurons", ErrorCode.RANGE),
                                       ("and_stride", ErrorCode.FORMAT),
                                       ("dense_stride", ErrorCode.FORMAT),
                                       ("merge_direct", ErrorCode.FORMAT)])
@@ -130,6 +140,8 @@ def test_operand_checks(bad, code):
     if bad == "vectors":  # the last vector's outputs run past the accumulators
         case.regs["mx.acc_stride"] = CFG.acc_elems - 2 * CFG.lanes
         args["acc"] = 2 * CFG.lanes
+    elif bad == "neurons":  # the vector's last 32 neurons lie past the neuron buffer
+        args["nbuf"] = CFG.nbuf_bytes - 32
     elif bad == "acc":
         args["acc"] = 2
     elif bad == "widx":
@@ -143,8 +155,7 @@ def test_operand_checks(bad, code):
     async def driver(ctx):
         ctx.set(h.mx.regs, _regs(case))
         ctx.set(h.mx.regs_file, _regs(case))
-        await ctx.tick()  # a cfg write precedes the fc's start (UnitFrontEnd)
-        ctx.set(h.mx.args, args)
+        await _take(ctx, h.mx, args)
         ctx.set(h.mx.start, 1)
         await ctx.tick()
         ctx.set(h.mx.start, 0)
