@@ -1,6 +1,8 @@
 """Matrix (MX) unit datapath: one neuron-side index source, P lanes with private neuron-buffer
 copies and weight banks."""
 
+from types import SimpleNamespace
+
 from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
@@ -78,8 +80,11 @@ class MatrixUnit(wiring.Component):
     Memories are written a word of the AXI bus's width at a time (``axi_data_bits``: 64,
     128 or 256; the LD unit's words) and read 64 bits at a time through a synchronous read
     port each (:func:`wide_read_port`); ``nidx`` writes have bit enables (the sparse
-    processing unit writes one bit per loaded byte), the others byte enables.  Throughput:
-    ``lanes`` pairs per cycle.
+    processing unit writes one bit per loaded byte), the others byte enables.  A write is
+    registered here, at the buffers, and lands the cycle after the LD unit presents it (the
+    two units sit far apart on the die: the register halves the wire); the LD unit's
+    ``done`` pulses the cycle after its last write, so the write has landed before the
+    token that ``done`` leads to reaches an fc.  Throughput: ``lanes`` pairs per cycle.
 
     Parameters
     ----------
@@ -136,9 +141,18 @@ class MatrixUnit(wiring.Component):
             nsrc.val_vec_stride.eq(c.nstride),
             bc.start.eq(self.start), bc.rows.eq(c.rows), bc.merge.eq(modes.merge),
         ]
+        # the LD unit's writes, registered at the buffers (class docstring)
+        writes = {}
+        for name in ("nbuf", "nidx", "wbuf", "widx"):
+            port = getattr(self, f"{name}_w")
+            writes[name] = held = SimpleNamespace(**{
+                f: Signal.like(getattr(port, f), name=f"{name}_w_{f}") for f in ("addr", "data", "en")})
+            m.d.sync += [getattr(held, f).eq(getattr(port, f)) for f in ("addr", "data", "en")]
+        w_lane = Signal.like(self.w_lane)
+        m.d.sync += w_lane.eq(self.w_lane)
         wp = nidx.write_port(granularity=1)
-        m.d.comb += [wp.addr.eq(self.nidx_w.addr), wp.data.eq(self.nidx_w.data),
-                     wp.en.eq(self.nidx_w.en)]
+        m.d.comb += [wp.addr.eq(writes["nidx"].addr), wp.data.eq(writes["nidx"].data),
+                     wp.en.eq(writes["nidx"].en)]
         wide_read_port(m, nidx, nsrc.mem_addr, nsrc.mem_en, nsrc.mem_data, "nidx")
         wiring.connect(m, nsrc.chunks, bc.i_chunks)
         wiring.connect(m, nsrc.entries, bc.i_entries)
@@ -155,10 +169,10 @@ class MatrixUnit(wiring.Component):
                 mem = mems[g]
                 m.submodules[f"{name}{g}"] = mem
                 wp = mem.write_port(granularity=8)
-                port = getattr(self, f"{name}_w")
+                port = writes[name]
                 enable = port.en
                 if name in ("wbuf", "widx"):
-                    enable = Mux(self.w_lane == g, port.en, 0)
+                    enable = Mux(w_lane == g, port.en, 0)
                 m.d.comb += [wp.addr.eq(port.addr), wp.data.eq(port.data), wp.en.eq(enable)]
                 wide_read_port(m, mem, getattr(lane, f"{name}_addr"),
                                getattr(lane, f"{name}_en"), getattr(lane, f"{name}_data"),
