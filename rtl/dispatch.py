@@ -53,10 +53,11 @@ class Dispatcher(wiring.Component):
     stream (each frame's offset is its iteration number times its increment) beside its
     ``ext`` (``walk``: the unit's front end adds the two).  Each frame keeps that sum up to
     itself (a pushed frame starts from the one below, a jump back adds the frame's
-    increment), so the dispatched offset is the top frame's: a multiplexer, no adder.  Inside ``flip`` loops, the
-    ping-pong operands of the word (:func:`snpu.verif.sequencer.ping_pong`) of a kind an
-    odd number of the loops flipping it are on odd iterations have their half bit
-    inverted: an XOR of one bit per operand, from registers.
+    increment), so the dispatched offset is the top frame's: a multiplexer, no adder.
+    Inside ``flip`` loops, the ping-pong operands of the word
+    (:func:`snpu.verif.sequencer.ping_pong`) of a kind an odd number of the loops flipping it
+    are on odd iterations have their half bit inverted: an XOR of one bit per operand, from
+    registers.
 
     **Fetch timing.**  The next word's address is registered in the cycle the current one
     is dispatched and held until the cache takes it; the cache looks it up and reads it the

@@ -145,9 +145,10 @@ class MatrixUnit(wiring.Component):
         writes = {}
         for name in ("nbuf", "nidx", "wbuf", "widx"):
             port = getattr(self, f"{name}_w")
+            fields = ("addr", "data", "en")
             writes[name] = held = SimpleNamespace(**{
-                f: Signal.like(getattr(port, f), name=f"{name}_w_{f}") for f in ("addr", "data", "en")})
-            m.d.sync += [getattr(held, f).eq(getattr(port, f)) for f in ("addr", "data", "en")]
+                f: Signal.like(getattr(port, f), name=f"{name}_w_{f}") for f in fields})
+            m.d.sync += [getattr(held, f).eq(getattr(port, f)) for f in fields]
         w_lane = Signal.like(self.w_lane)
         m.d.sync += w_lane.eq(self.w_lane)
         wp = nidx.write_port(granularity=1)
