@@ -96,7 +96,7 @@ from dataclasses import dataclass
 
 
 from snpu.config import CoreConfig
-from snpu.verif import act_compress, isa
+from snpu.verif import act_compress, isa, numerics
 from snpu.verif.isa import IMPLEMENTED_UNITS, Instr, Unit
 from snpu.verif.program import Program
 
@@ -781,22 +781,27 @@ class Kernels(Emitter):
 
     def vew(self, dst: int, a: int, b: int, n_o: int, n_i: int, ma: int, mb: int, relu: int = 0, *,
             a_stride: int, b_stride: int, dst_stride: int) -> None:
-        self.cfgs(vx__src_stride=a_stride, vx__b_stride=b_stride, vx__dst_stride=dst_stride)
-        self.emit("vew", [Access("acc", *self._acc_span(a, n_o, a_stride, n_i), False),
-                          Access("acc", *self._acc_span(b, n_o, b_stride, n_i), False),
-                          Access("acc", *self._acc_span(dst, n_o, dst_stride, n_i), True)],
-                  dst=dst, a=a, b=b, n_o=n_o, n_i=n_i, ma=ma, mb=mb, relu=relu)
+        self._scaled_add("vew", [], dst, a, b, n_o, n_i, relu, a_stride, b_stride, dst_stride,
+                         ma=ma, mb=mb)
 
     def vewp(self, dst: int, a: int, b: int, n_o: int, n_i: int, param: int, relu: int = 0, *,
              a_stride: int, b_stride: int, dst_stride: int) -> None:
         """:meth:`vew` with its multipliers in parameter row ``param``."""
-        self.cfgs(vx__src_stride=a_stride, vx__b_stride=b_stride, vx__dst_stride=dst_stride)
         row = param * self.cfg.param_row_bytes
-        self.emit("vewp", [Access("acc", *self._acc_span(a, n_o, a_stride, n_i), False),
-                           Access("acc", *self._acc_span(b, n_o, b_stride, n_i), False),
-                           Access("param", row, row + 4, False),
-                           Access("acc", *self._acc_span(dst, n_o, dst_stride, n_i), True)],
-                  dst=dst, a=a, b=b, n_o=n_o, n_i=n_i, param=param, relu=relu)
+        multipliers = Access("param", row, row + numerics.EW_MULTIPLIER_BYTES, False)
+        self._scaled_add("vewp", [multipliers], dst, a, b, n_o, n_i, relu, a_stride, b_stride,
+                         dst_stride, param=param)
+
+    def _scaled_add(self, op: str, reads: list[Access], dst: int, a: int, b: int, n_o: int,
+                    n_i: int, relu: int, a_stride: int, b_stride: int, dst_stride: int,
+                    **multipliers: int) -> None:
+        """``vew`` / ``vewp``: the strides' registers, and the footprint (the two operands,
+        ``reads``, the destination)."""
+        self.cfgs(vx__src_stride=a_stride, vx__b_stride=b_stride, vx__dst_stride=dst_stride)
+        self.emit(op, [Access("acc", *self._acc_span(a, n_o, a_stride, n_i), False),
+                       Access("acc", *self._acc_span(b, n_o, b_stride, n_i), False), *reads,
+                       Access("acc", *self._acc_span(dst, n_o, dst_stride, n_i), True)],
+                  dst=dst, a=a, b=b, n_o=n_o, n_i=n_i, relu=relu, **multipliers)
 
     def req(self, dst: int, src: int, param: int, n_o: int, n_i: int, relu: int = 0, *,
             src_stride: int, dst_stride: int) -> None:

@@ -600,16 +600,17 @@ class Machine:
     def _vewp(self, i: Instr) -> _Exec:
         c = self.config
         row = i.param * c.param_row_bytes
+        end = row + numerics.EW_MULTIPLIER_BYTES
 
         def multipliers() -> tuple[int, int]:
             if i.param >= c.param_rows:
                 raise ExecutionError(f"vewp: parameter row {i.param} exceeds {c.param_rows}",
                                      fault="RANGE")
-            return numerics.unpack_ew_multipliers(self.param[row:row + 4])
+            return numerics.unpack_ew_multipliers(self.param[row:end])
 
         ex = self._scaled_add("vewp", i, multipliers)
         if ex.accesses:
-            ex.accesses.append(Access("param", row, row + 4, False))
+            ex.accesses.append(Access("param", row, end, False))
         return ex
 
     def _scaled_add(self, op: str, i: Instr, multipliers) -> _Exec:

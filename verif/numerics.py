@@ -69,6 +69,10 @@ def pack_params(bias: np.ndarray, mult: np.ndarray, shift: np.ndarray) -> np.nda
     return rec.view(np.uint8).reshape(-1)
 
 
+#: the bytes of a parameter row ``vewp`` reads: its multipliers ma, mb (int16 each)
+EW_MULTIPLIER_BYTES = 4
+
+
 def pack_ew_multipliers(ma: int, mb: int, row_bytes: int) -> np.ndarray:
     """One parameter row holding ``vewp``'s multipliers: int16 ``ma`` at bytes 0-1, ``mb``
     at bytes 2-3 (little-endian), the rest zero."""
@@ -76,13 +80,13 @@ def pack_ew_multipliers(ma: int, mb: int, row_bytes: int) -> np.ndarray:
         if not -32768 <= v <= 32767:
             raise ValueError(f"vewp multiplier {name}={v} is outside -32768..32767")
     row = np.zeros(row_bytes, np.uint8)
-    row[:4] = np.array([ma, mb], "<i2").view(np.uint8)
+    row[:EW_MULTIPLIER_BYTES] = np.array([ma, mb], "<i2").view(np.uint8)
     return row
 
 
 def unpack_ew_multipliers(raw: np.ndarray) -> tuple[int, int]:
-    """``vewp``'s (ma, mb) from the first 4 bytes of a parameter row."""
-    ma, mb = np.ascontiguousarray(raw[:4], dtype=np.uint8).view("<i2")
+    """``vewp``'s (ma, mb) from the start of a parameter row."""
+    ma, mb = np.ascontiguousarray(raw[:EW_MULTIPLIER_BYTES], dtype=np.uint8).view("<i2")
     return int(ma), int(mb)
 
 
