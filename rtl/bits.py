@@ -78,3 +78,57 @@ def lowest_set_index(value: Value) -> Value:
         return a_any | b_any, Mux(a_any, Cat(a_idx, C(0, 1)), Cat(b_idx, C(1, 1)))
 
     return tree(0, len(value))[1]
+
+
+def one_hots(m: Module, offsets: list[Value], enables: Value, width: int,
+             name: str = "one_hots") -> Value:
+    """The OR of one bit per enabled offset: bit ``b`` is set when some ``enables[k]`` is set
+    with ``offsets[k] == b``.
+
+    Each offset is split into a high and a low half and each half decoded alone (a few small
+    decoders per offset instead of one wide comparison per output bit), the high half's
+    decode gated by the enable; an output bit is then the OR over offsets of two decoded
+    bits: two LUT levels after the decoders."""
+    bits = (width - 1).bit_length()
+    lo_bits = bits // 2
+    hi_bits = bits - lo_bits
+    out = Signal(width, name=name)
+    terms = [[] for _ in range(width)]
+    for k, off in enumerate(offsets):
+        lo = Signal(1 << lo_bits, name=f"{name}_lo{k}")
+        hi = Signal(1 << hi_bits, name=f"{name}_hi{k}")
+        m.d.comb += [lo.eq(Cat(*[off[:lo_bits] == j for j in range(1 << lo_bits)])),
+                     hi.eq(Cat(*[enables[k] & (off[lo_bits:bits] == j)
+                                 for j in range(1 << hi_bits)]))]
+        for b in range(width):
+            terms[b].append(hi[b >> lo_bits] & lo[b & ((1 << lo_bits) - 1)])
+    m.d.comb += out.eq(Cat(*[Cat(*t).any() for t in terms]))
+    return out
+
+
+def thermometer(m: Module, value: Value, width: int, name: str = "thermometer") -> Value:
+    """``width`` bits, bit ``b`` set when ``b <= value``.
+
+    Each bit is one LUT of three decoded flags (the value's high half above the bit's, or
+    equal to it with the low half at or above the bit's), every flag a function of half the
+    value: no comparison chain per bit (a comparison with a constant is a carry chain in
+    the ECP5 flow)."""
+    bits = (width - 1).bit_length()
+    lo_bits = bits // 2
+    hi_bits = bits - lo_bits
+    lo, hi = value[:lo_bits], value[lo_bits:bits]
+    lo_ge = Signal(1 << lo_bits, name=f"{name}_lo_ge")   # lo >= j
+    hi_gt = Signal(1 << hi_bits, name=f"{name}_hi_gt")   # hi > j
+    hi_eq = Signal(1 << hi_bits, name=f"{name}_hi_eq")   # hi == j
+    m.d.comb += [
+        lo_ge.eq(Cat(*[Cat(*[lo == i for i in range(j, 1 << lo_bits)]).any()
+                       for j in range(1 << lo_bits)])),
+        hi_gt.eq(Cat(*[Cat(*[hi == i for i in range(j + 1, 1 << hi_bits)]).any()
+                       for j in range(1 << hi_bits)])),
+        hi_eq.eq(Cat(*[hi == j for j in range(1 << hi_bits)])),
+    ]
+    out = Signal(width, name=name)
+    lo_mask = (1 << lo_bits) - 1
+    m.d.comb += out.eq(Cat(*[hi_gt[b >> lo_bits] | (hi_eq[b >> lo_bits] & lo_ge[b & lo_mask])
+                             for b in range(width)]))
+    return out

@@ -4,47 +4,53 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .bits import one_hots
 from .layouts import ADDR, CHUNK, chunk_layout
 
 from snpu.verif.index import STRIDE_ESCAPE as ESCAPE
 #: the largest window (entries taken per cycle)
 MAX_WINDOW = 4
+#: groups of entries held between the prefix sum and the chunk assembly
+GROUPS = 3
 
 
 class StrideToDirect(wiring.Component):
     """Expands one row's stride index into direct-index chunks.
 
     ``start`` begins a row of ``n`` positions whose stride index has ``count`` entries
-    (escapes included); ``start`` must not be raised while ``busy``.  Two stages:
+    (escapes included); ``start`` must not be raised while ``busy``.  Three stages:
 
-    1. *Prefix sum*: up to ``window`` entries per cycle are taken from a byte window (a
+    1. *Take*: up to ``window`` entries per cycle are taken from a byte window (a
        :class:`~.fetch.ByteFetcher`) — how many depends only on counters, never on their
-       values — and turned into absolute positions by a running prefix sum.  Escapes only
-       move the cursor; elements enter a small position queue.
-    2. *Chunk assembly*: queued positions below the current chunk's end set its bits;
-       when the head lies beyond it (or the row's entries are exhausted) the chunk leaves.
-       Whether a position lies below the end is a flag queued with it, compared as it
-       enters (and, for the positions still queued, against the next chunk's end as a
-       chunk leaves), so which positions go this cycle starts at registers; they go into
-       the chunk even while the output waits, only the chunk's leaving waits for ``o.ready``.
+       values — as a *group*: the bytes and which of them are elements (escapes only move
+       the cursor) are registered.
+    2. *Positions*: the group's absolute positions (the cursor plus the bytes' prefix sums)
+       enter a queue of :data:`GROUPS` groups.  A group moves as a whole, so the queue is a shift
+       register of whole groups, not of single positions.
+    3. *Chunk assembly*, on the queue's head group: its elements whose chunk number (the
+       position's bits 6 and up) is the current chunk's set bits of the chunk being built,
+       those in the next chunk bits of the one after (so a group straddling a chunk
+       boundary takes one cycle, not two).  The chunk leaves when the head holds an
+       element beyond it (or the row's entries are exhausted); the head leaves the queue
+       when all its elements are placed.  Which elements are placed depends on equality
+       comparisons of registers with the chunk numbers, registers too; the entries go in
+       while the output waits, only the chunk's leaving waits for ``o.ready``.
 
     Exactly ``max(1, ceil(n / CHUNK))`` chunks leave per row; the last one has ``last`` set.
     A chunk's ``base`` is ``val_base + rank`` (packed storage: ``rank`` kept elements precede
     the chunk) or ``val_base + chunk_start`` (unpacked).  ``kept`` counts the row's elements
     emitted so far (the row total once ``busy`` falls).  A position ``>= n`` is a malformed
-    index: ``error`` rises (sticky until the next ``start``) and the row still ends after its
-    last chunk, so nothing hangs.
+    index: ``error`` rises as the last chunk leaves (sticky until the next ``start``) and the
+    row still ends after its last chunk, so nothing hangs.
 
-    Throughput: one chunk per cycle while chunks hold at most ``window`` entries, otherwise
-    ``ceil(entries / window)`` cycles per chunk.  Latency from an entry to its chunk: 3 cycles
-    (a register between the byte window and the prefix sum keeps the fetcher's multiplexers
-    and the adders in different cycles).
+    Throughput: one group (``window`` entries) per cycle and one chunk per cycle; a group
+    whose elements span more than two chunks takes a cycle per chunk.  Latency from an
+    entry to its chunk: 3 cycles.
 
     Parameters
     ----------
     window:
-        Entries taken per cycle (``E``, 1..:data:`MAX_WINDOW`).  The position queue between
-        the stages holds ``max(6, 2 E + 2)`` positions.
+        Entries taken per cycle (``E``, 1..:data:`MAX_WINDOW`).
     """
 
     def __init__(self, window: int = 2):
@@ -69,157 +75,155 @@ class StrideToDirect(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         E = self._window
-        QUEUE = max(6, 2 * E + 2)  # positions between the prefix-sum stage and the assembler
-        n = Signal(16)
+        CB = (CHUNK - 1).bit_length()  # position bits inside a chunk
+        POS = 17                       # a position: n < 2**16, plus one group past it
         packed = Signal()
         val_base = Signal(ADDR)
 
-        # ---- Stage 0: take entries (how many depends on counters only) into a register.
+        # ---- Stage 1: take a group (how many entries depends on counters only).
         remaining = Signal(16)
         rem_cap = Signal(range(E + 1))  # min(remaining, E), kept beside remaining
-        cursor = Signal(17)
-        queue = [Signal(17, name=f"q{k}") for k in range(QUEUE)]
-        # per queued position: it lies below `end` (in the current chunk), kept beside it
-        below = [Signal(name=f"below{k}") for k in range(QUEUE)]
-        qlen = Signal(range(QUEUE + 1))
-        pop = Signal(range(E + 1))  # set by stage 2
-        st_n = Signal(range(E + 1))       # entries held in the stage-0 register
-        # per staged entry: an element (not an escape), and the elements staged before it
-        st_elem = [Signal(name=f"st_elem{k}") for k in range(E)]
-        st_before = [Signal(range(k + 1), name=f"st_before{k}") for k in range(E)]
-        space = Signal(range(QUEUE + 1))
-        # this cycle's pops and the staged entries' escapes are ignored: no content paths
-        m.d.comb += space.eq(QUEUE - qlen - st_n)
+        st_n = Signal(range(E + 1))     # entries of the staged group
+        st_byte = [Signal(8, name=f"st_byte{k}") for k in range(E)]  # 0 past the group
+        st_elem = [Signal(name=f"st_elem{k}") for k in range(E)]    # entry k is an element
+        count = Signal(range(GROUPS + 1))  # groups in the queue
+        head_valid = Signal()              # count != 0, kept beside it
         take = Signal(range(E + 1))
-        lim = Mux(rem_cap < self.avail, rem_cap, self.avail)
-        m.d.comb += take.eq(Mux(space < lim, space, lim))
+        room = Signal()  # a group taken now finds a slot: the queue's pops are not counted
+        m.d.comb += room.eq(count + (st_n != 0) < GROUPS)
+        m.d.comb += take.eq(Mux(room, Mux(rem_cap < self.avail, rem_cap, self.avail), 0))
         m.d.comb += self.take.eq(Mux(self.busy, take, 0))
 
-        # ---- Stage 1: prefix sum of the staged entries; elements enter the queue.
-        # st_pre[k] is the sum of the first k + 1 staged bytes, registered with them.
-        st_pre = [Signal(10, name=f"st_pre{k}") for k in range(E)]
-        pos = [Signal(17, name=f"pos{k}") for k in range(E)]
-        m.d.comb += [pos[k].eq(cursor + st_pre[k]) for k in range(E)]
-        cursor_next = Signal(17)
-        advance = Const(0, 10)
-        for k in range(E):
-            advance = Mux(st_n == k + 1, st_pre[k], advance)
-        m.d.comb += cursor_next.eq(cursor + advance)
+        # ---- Stage 2: positions of the staged group; into the queue.
+        cursor = Signal(POS)
+        # prefix sums of the group's bytes, as a tree (two adders deep at E = 4); the bytes
+        # past the group are 0, so the last sum is the cursor's advance
+        b = [st_byte[k].as_unsigned() for k in range(E)]
+        pre = [b[0]] + [None] * (E - 1)
+        if E > 1:
+            pre[1] = b[0] + b[1]
+        if E > 2:
+            pre[2] = pre[1] + b[2]
+        if E > 3:
+            pre[3] = pre[1] + (b[2] + b[3])
+        pos = [Signal(POS, name=f"pos{k}") for k in range(E)]
+        m.d.comb += [pos[k].eq(cursor + pre[k]) for k in range(E)]
+        push = Signal()
+        m.d.comb += push.eq(Cat(*st_elem).any())
+        g_pos = [[Signal(POS, name=f"g{d}_pos{k}") for k in range(E)] for d in range(GROUPS)]
+        g_elem = [Signal(E, name=f"g{d}_elem") for d in range(GROUPS)]
 
-        # The queue after stage 2 pops and stage 1 appends (at most E each), each position
-        # with its `below` flag for the next cycle's `end`: the chunk's (kept), or after an
-        # emission the next chunk's (`next_end`).  Every position, queued or new, is compared
-        # with both ends from registers, in parallel; the pop count only selects.
-        end = Signal(17)  # registered: n for the last chunk, else chunk_lo + CHUNK
-        next_end = Signal(17)  # registered: the next chunk's end (n for the last)
-        emit = Signal()
-        below_next = [Signal(name=f"below_next{k}") for k in range(QUEUE)]
-        m.d.comb += [below_next[k].eq(Mux(emit, queue[k] < next_end, below[k]))
-                     for k in range(QUEUE)]
-        shifted = [(queue[k + p], below_next[k + p]) if k + p < QUEUE else (Const(0, 17), 0)
-                   for p in range(E + 1) for k in range(QUEUE)]
-        base_q = [Signal(17, name=f"base_q{k}") for k in range(QUEUE)]
-        base_below = [Signal(name=f"base_below{k}") for k in range(QUEUE)]
-        for k in range(QUEUE):
-            m.d.comb += [base_q[k].eq(queue[k]), base_below[k].eq(below_next[k])]
-            for p in range(1, E + 1):
-                with m.If(pop == p):
-                    m.d.comb += [base_q[k].eq(shifted[p * QUEUE + k][0]),
-                                 base_below[k].eq(shifted[p * QUEUE + k][1])]
-        pos_below = [Signal(name=f"pos_below{j}") for j in range(E)]
-        m.d.comb += [pos_below[j].eq(Mux(emit, pos[j] < next_end, pos[j] < end))
-                     for j in range(E)]
-        left = Signal(range(QUEUE + 1))
-        m.d.comb += left.eq(qlen - pop)
-        appended = [Signal(17, name=f"app{k}") for k in range(QUEUE)]
-        appended_below = [Signal(name=f"app_below{k}") for k in range(QUEUE)]
-        n_new = Signal(range(E + 1))
-        m.d.comb += n_new.eq(sum(st_elem))
-        # element j goes to position left + (elements before it): escapes leave no gap
-        slot = [Signal(range(QUEUE + E + 1), name=f"slot{j}") for j in range(E)]
-        m.d.comb += [slot[j].eq(left + st_before[j]) for j in range(E)]
-        for k in range(QUEUE):
-            m.d.comb += [appended[k].eq(base_q[k]), appended_below[k].eq(base_below[k])]
-            for j in range(E):
-                with m.If(st_elem[j] & (slot[j] == k)):
-                    m.d.comb += [appended[k].eq(pos[j]), appended_below[k].eq(pos_below[j])]
-
-        # ---- Stage 2: chunk assembly.
-        chunk_lo = Signal(17)
+        # ---- Stage 3: chunk assembly on the head group.
+        cur = Signal(POS - CB)       # the chunk being built
+        cur1 = Signal(POS - CB)      # cur + 1
         chunks_left = Signal(11)
-        acc_bits = Signal(CHUNK)
-        acc_kept = Signal(range(CHUNK + 1))
-        rank = self.kept
-        fits = [Signal(name=f"fits{k}") for k in range(E)]
-        for k in range(E):
-            m.d.comb += fits[k].eq((qlen > k) & below[k] & (fits[k - 1] if k else 1))
+        is_last = Signal()           # chunks_left == 1, kept beside it
+        next_last = Signal()         # chunks_left == 2
+        last_off = Signal(CB)        # the row's last position inside the last chunk
+        empty_row = Signal()         # n == 0: no position is inside the row
+        done = Signal(E)             # the head's elements already placed
+        pending = Signal(E)
+        m.d.comb += pending.eq(Mux(head_valid, g_elem[0] & ~done, 0))
+        in_cur, in_next = Signal(E), Signal(E)
+        m.d.comb += [in_cur.eq(Cat(*[pending[k] & (g_pos[0][k][CB:] == cur) for k in range(E)])),
+                     in_next.eq(Cat(*[pending[k] & (g_pos[0][k][CB:] == cur1)
+                                      for k in range(E)]))]
+        blocked = Signal()   # the head holds an element beyond this chunk
+        consumed = Signal()  # every element of the head is placed now
+        m.d.comb += [blocked.eq((pending & ~in_cur).any()),
+                     consumed.eq((pending & ~in_cur & ~in_next) == 0)]
+        pop = Signal()
+        m.d.comb += pop.eq(self.busy & head_valid & consumed)
+        drained = Signal()   # every entry of the row is placed by now
+        m.d.comb += drained.eq((rem_cap == 0) & (st_n == 0) &
+                               ((count == 0) | ((count == 1) & consumed)))
         out_free = Signal()
         m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
-        # entries of this chunk are taken into acc_bits whether or not the output is free:
-        # only the chunk's emission waits for it, so the queue never waits for `o.ready`
-        m.d.comb += pop.eq(Mux(self.busy, sum(fits), 0))
-        new_bits = Signal(CHUNK)
-        m.d.comb += new_bits.eq(Cat(*[Cat(*[fits[k] & (queue[k][:6] == b) for k in range(E)]).any()
-                                      for b in range(CHUNK)]))
-        blocked = Signal()  # the queue head lies beyond this chunk
-        m.d.comb += blocked.eq((qlen > pop) & (pop < E))
-        drained = Signal()  # every entry of the row is in this chunk or earlier
-        m.d.comb += drained.eq((rem_cap == 0) & (st_n == 0) & (qlen == pop))
-        is_last = Signal()
-        m.d.comb += is_last.eq(chunks_left == 1)
+        emit = Signal()
         m.d.comb += emit.eq(self.busy & out_free & (blocked | drained))
+
+        offsets = [g_pos[0][k][:CB] for k in range(E)]
+        new_cur = one_hots(m, offsets, in_cur, CHUNK, name="new_cur")
+        new_next = one_hots(m, offsets, in_next, CHUNK, name="new_next")
+        # an element placed into the last chunk past the row's last position (compared as
+        # placed, offset by offset: no mask of the last chunk's positions)
+        past_n = Signal()
+        # (or into the chunk after the last: placed, never emitted)
+        m.d.comb += past_n.eq(Cat(*[(in_cur[k] & is_last | in_next[k] & next_last) &
+                                    (empty_row | (offsets[k] > last_off)) |
+                                    in_next[k] & is_last
+                                    for k in range(E)]).any())
+        overflow = Signal()  # such an element was placed before
+        n_cur, n_next = Signal(range(E + 1)), Signal(range(E + 1))
+        m.d.comb += [n_cur.eq(sum(in_cur)), n_next.eq(sum(in_next))]
+        acc_cur, acc_next = Signal(CHUNK), Signal(CHUNK)
+        kept_cur, kept_next = Signal(range(CHUNK + 1)), Signal(range(CHUNK + 1))
+        chunk_bits = Signal(CHUNK)
+        m.d.comb += chunk_bits.eq(acc_cur | new_cur)
+        # the elements of chunks that left before the last one, and of the last one (added
+        # into rank_base the cycle after: no adder after the placement into the wide sum)
+        rank_base = Signal(ADDR)
+        last_kept = Signal(range(CHUNK + 1))
+        m.d.comb += self.kept.eq(rank_base + last_kept)
 
         with m.If(self.start):
             m.d.sync += [
-                self.busy.eq(1), self.error.eq(0), n.eq(self.n), packed.eq(self.packed),
-                val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0), qlen.eq(0),
-                st_n.eq(0), *[e.eq(0) for e in st_elem],
+                self.busy.eq(1), self.error.eq(0), packed.eq(self.packed),
+                val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0),
+                st_n.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_byte],
+                count.eq(0), head_valid.eq(0), done.eq(0),
                 # min(count, E) without a 16-bit comparison on the start path
                 rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E,
                                self.count[:E.bit_length()])),
-                chunk_lo.eq(0), rank.eq(0), acc_bits.eq(0), acc_kept.eq(0),
-                end.eq(Mux(self.n > CHUNK, CHUNK, self.n)),
-                next_end.eq(Mux(self.n > 2 * CHUNK, 2 * CHUNK, self.n)),
+                cur.eq(0), cur1.eq(1), rank_base.eq(0), last_kept.eq(0),
+                acc_cur.eq(0), acc_next.eq(0), kept_cur.eq(0), kept_next.eq(0),
                 # an empty row still produces one (empty, last) chunk
-                chunks_left.eq(Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> 6)),
+                chunks_left.eq(Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> CB)),
+                is_last.eq(self.n <= CHUNK), next_last.eq((self.n > CHUNK) & (self.n <= 2 * CHUNK)),
+                last_off.eq((self.n - 1)[:CB]), empty_row.eq(self.n == 0), overflow.eq(0),
             ]
         with m.Elif(self.busy):
             rem_next = remaining - take
             m.d.sync += [remaining.eq(rem_next), rem_cap.eq(Mux(rem_next > E, E, rem_next)),
-                         cursor.eq(cursor_next), qlen.eq(left + n_new), st_n.eq(take)]
-            # prefix sums of the window's bytes, as a tree (two adders deep at E = 4)
-            b = [self.bytes[i].as_unsigned() for i in range(E)]
-            pre = [b[0]] + [None] * (E - 1)
-            if E > 1:
-                pre[1] = b[0] + b[1]
-            if E > 2:
-                pre[2] = pre[1] + b[2]
-            if E > 3:
-                pre[3] = pre[1] + (b[2] + b[3])
-            m.d.sync += [st_pre[k].eq(pre[k]) for k in range(E)]
-            is_elem = [(k < take) & (self.bytes[k] != ESCAPE) for k in range(E)]
-            m.d.sync += [st_elem[k].eq(is_elem[k]) for k in range(E)]
-            m.d.sync += [st_before[k].eq(sum(is_elem[:k])) for k in range(1, E)]
-            m.d.sync += [queue[k].eq(appended[k]) for k in range(QUEUE)]
-            m.d.sync += [below[k].eq(appended_below[k]) for k in range(QUEUE)]
+                         cursor.eq(cursor + pre[E - 1]), st_n.eq(take)]
+            # the window's bytes go into a register as they are (the adders sit after it)
+            m.d.sync += [st_byte[k].eq(Mux(k < take, self.bytes[k], 0)) for k in range(E)]
+            m.d.sync += [st_elem[k].eq((k < take) & (self.bytes[k] != ESCAPE)) for k in range(E)]
+            # the queue: the head leaves when placed, the staged group goes behind the rest
+            left = count - pop
+            for d in range(GROUPS):
+                nxt_pos = g_pos[d + 1] if d + 1 < GROUPS else g_pos[d]
+                nxt_elem = g_elem[d + 1] if d + 1 < GROUPS else g_elem[d]
+                with m.If(push & (left == d)):
+                    m.d.sync += [g_pos[d][k].eq(pos[k]) for k in range(E)]
+                    m.d.sync += g_elem[d].eq(Cat(*st_elem))
+                with m.Elif(pop):
+                    m.d.sync += [g_pos[d][k].eq(nxt_pos[k]) for k in range(E)]
+                    m.d.sync += g_elem[d].eq(nxt_elem)
+            m.d.sync += [count.eq(left + push), head_valid.eq((left + push) != 0),
+                         done.eq(Mux(pop, 0, done | in_cur | in_next))]
+            m.d.sync += [rank_base.eq(rank_base + last_kept), last_kept.eq(0),
+                         overflow.eq(overflow | past_n)]
             with m.If(emit):
                 m.d.sync += [
-                    self.o.payload.bits.eq(acc_bits | new_bits),
-                    self.o.payload.base.eq(val_base + Mux(packed, rank, chunk_lo)),
+                    self.o.payload.bits.eq(chunk_bits),
+                    self.o.payload.base.eq(val_base + Mux(packed, self.kept, cur << CB)),
                     self.o.payload.last.eq(is_last),
-                    rank.eq(rank + acc_kept + pop),
-                    acc_bits.eq(0), acc_kept.eq(0),
-                    chunk_lo.eq(chunk_lo + CHUNK), chunks_left.eq(chunks_left - 1),
-                    end.eq(next_end),
-                    # the end of the chunk after the next: n if that is the last
-                    next_end.eq(Mux(chunks_left == 3, n, chunk_lo + 3 * CHUNK)),
+                    last_kept.eq(kept_cur + n_cur),
+                    acc_cur.eq(acc_next | new_next), kept_cur.eq(kept_next + n_next),
+                    acc_next.eq(0), kept_next.eq(0),
+                    cur.eq(cur1), cur1.eq(cur1 + 1),
+                    chunks_left.eq(chunks_left - 1), is_last.eq(next_last),
+                    next_last.eq(chunks_left == 3),
                 ]
                 with m.If(is_last):
                     m.d.sync += self.busy.eq(0)
-                    with m.If(blocked | (rem_cap != 0)):
-                        m.d.sync += self.error.eq(1)  # a position at or beyond n
+                    # an element at or beyond n: past the last chunk, or inside it past n
+                    with m.If(blocked | (rem_cap != 0) | overflow | past_n):
+                        m.d.sync += self.error.eq(1)
             with m.Else():
-                m.d.sync += [acc_bits.eq(acc_bits | new_bits), acc_kept.eq(acc_kept + pop)]
+                m.d.sync += [acc_cur.eq(chunk_bits), kept_cur.eq(kept_cur + n_cur),
+                             acc_next.eq(acc_next | new_next), kept_next.eq(kept_next + n_next)]
         with m.If(out_free):
             m.d.sync += self.o.valid.eq(emit & ~self.start)
         return m

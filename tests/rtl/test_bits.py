@@ -6,7 +6,7 @@ import pytest
 from amaranth import Elaboratable, Module, Signal
 from amaranth.sim import Simulator
 
-from snpu.rtl.bits import at_most_one, lowest_set, lowest_set_index
+from snpu.rtl.bits import at_most_one, lowest_set, lowest_set_index, one_hots, thermometer
 
 
 class _Helpers(Elaboratable):
@@ -53,3 +53,43 @@ def test_helpers_match_python(width):
 def test_lowest_set_index_needs_a_power_of_two_width():
     with pytest.raises(ValueError, match="not a power of two"):
         lowest_set_index(Signal(12))
+
+
+@pytest.mark.parametrize("width", [2, 8, 16, 64])
+def test_thermometer_and_one_hots_match_python(width):
+    """Every value of :func:`thermometer`; :func:`one_hots` of up to four offsets, each
+    enabled or not, on random draws and on all offsets equal."""
+    bits = (width - 1).bit_length()
+    value = Signal(bits)
+    offsets = [Signal(bits, name=f"off{k}") for k in range(4)]
+    enables = Signal(4)
+    m = Module()
+    therm = thermometer(m, value, width)
+    hots = one_hots(m, offsets, enables, width)
+    sim = Simulator(m)
+    rng = random.Random(width)
+    failures = []
+
+    async def bench(ctx):
+        for v in range(1 << bits):
+            ctx.set(value, v)
+            want = (1 << (v + 1)) - 1 if v < width else (1 << width) - 1
+            if ctx.get(therm) != want:
+                failures.append(("thermometer", v, ctx.get(therm), want))
+        draws = [[rng.randrange(width) for _ in range(4)] for _ in range(200)]
+        draws += [[o] * 4 for o in range(width)]
+        for offs in draws:
+            en = rng.getrandbits(4)
+            for s, o in zip(offsets, offs):
+                ctx.set(s, o)
+            ctx.set(enables, en)
+            want = 0
+            for k, o in enumerate(offs):
+                if en >> k & 1:
+                    want |= 1 << o
+            if ctx.get(hots) != want:
+                failures.append(("one_hots", offs, en, ctx.get(hots), want))
+
+    sim.add_testbench(bench)
+    sim.run()
+    assert not failures, failures[:5]

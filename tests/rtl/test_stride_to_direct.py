@@ -110,12 +110,23 @@ def _check_rows(window, rows, rng):
             assert base == 100 + (int(want_bits[:64 * k].sum()) if pk else 64 * k)
 
 
-def test_position_beyond_the_row_is_an_error_not_a_hang():
-    blob = ix.encode_stride(np.array([10, 100]))  # second element at 110 >= n = 64
-    top = FetchConvert(2)
+@pytest.mark.parametrize("positions, n", [
+    ([10, 110], 64),      # past the last chunk
+    ([10, 75], 70),       # inside the last chunk, past n
+    ([60, 75], 70),       # in the same group as an element of the chunk before
+    ([3], 0),             # an empty row
+    ([5, 200, 300], 200),  # at n, two chunks on
+])
+@pytest.mark.parametrize("window", [2, 4])
+def test_position_beyond_the_row_is_an_error_not_a_hang(positions, n, window):
+    """A position at or past ``n``: the row still ends after its ``max(1, ceil(n / 64))``
+    chunks, the last one marked, and ``error`` is set."""
+    blob = ix.encode_stride(np.diff(np.array(positions), prepend=0))
+    top = FetchConvert(window)
     f, c = top.fetch, top.conv
-    mem = WithMemory(top, {"mem": words_of(blob, 4)}, {"mem": (f.mem_addr, f.mem_en, f.mem_data)})
-    result = {}
+    mem = WithMemory(top, {"mem": words_of(blob, len(blob) // 8 + 2)},
+                     {"mem": (f.mem_addr, f.mem_en, f.mem_data)})
+    result = {"chunks": 0}
 
     async def driver(ctx):
         ctx.set(f.start, 1)
@@ -123,14 +134,18 @@ def test_position_beyond_the_row_is_an_error_not_a_hang():
         await ctx.tick()
         ctx.set(f.start, 0)
         ctx.set(c.start, 1)
-        ctx.set(c.n, 64)
-        ctx.set(c.count, 2)
+        ctx.set(c.n, n)
+        ctx.set(c.count, int.from_bytes(blob[:2], "little"))
         await ctx.tick()
         ctx.set(c.start, 0)
-        p = await stream_get(ctx, c.o)
-        result["last"], result["bits"] = p.last, p.bits
+        while True:
+            p = await stream_get(ctx, c.o)
+            result["chunks"] += 1
+            if p.last:
+                break
         await ctx.tick()
         result["error"] = ctx.get(c.error)
+        result["busy"] = ctx.get(c.busy)
 
     simulate(mem, driver, deadline_cycles=1000)
-    assert result == {"last": 1, "bits": 1 << 10, "error": 1}
+    assert result == {"chunks": max(1, -(-n // 64)), "error": 1, "busy": 0}
