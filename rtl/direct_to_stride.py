@@ -50,18 +50,22 @@ class DirectToStride(wiring.Component):
 
         t_free = Signal()
         m.d.comb += t_free.eq(~t_valid | t_ready)
-        m.d.comb += self.i.ready.eq(t_free & ~busy)
+        # a chunk is taken whenever none is held, whether or not the token register is free
+        # (taking one writes no token): the input's ready is a register, and no path runs
+        # from the stride encoder's escape decision back into the chunk queue
+        m.d.comb += self.i.ready.eq(~busy)
         with m.If(t_free):
             m.d.sync += t_valid.eq(0)
-            with m.If(~busy):
-                with m.If(self.i.valid):
-                    m.d.sync += [busy.eq(1), rem.eq(self.i.payload.bits),
-                                 last.eq(self.i.payload.last), first_chunk.eq(0)]
-                    with m.If(first_chunk):
-                        m.d.sync += [row_base.eq(self.i.payload.base), chunk_lo.eq(0)]
-                    with m.Else():
-                        m.d.sync += chunk_lo.eq(chunk_lo + CHUNK)
-            with m.Elif(rem != 0):
+        with m.If(~busy):
+            with m.If(self.i.valid):
+                m.d.sync += [busy.eq(1), rem.eq(self.i.payload.bits),
+                             last.eq(self.i.payload.last), first_chunk.eq(0)]
+                with m.If(first_chunk):
+                    m.d.sync += [row_base.eq(self.i.payload.base), chunk_lo.eq(0)]
+                with m.Else():
+                    m.d.sync += chunk_lo.eq(chunk_lo + CHUNK)
+        with m.Elif(t_free):
+            with m.If(rem != 0):
                 m.d.sync += [t_valid.eq(1), t.pos.eq(Cat(offset, chunk_lo[len(offset):])),
                              t.end.eq(0), t.base.eq(row_base), rem.eq(rem & ~low)]
             with m.Else():
