@@ -51,7 +51,8 @@ class DmaReader(wiring.Component):
     ar*, r* :
         The read channels of an AXI4 master (``arid`` is left to the arbiter).
     bytes_read : Out(32)
-        Requested bytes delivered since reset (the DMA read counter).
+        Requested bytes delivered since reset (the DMA read counter), counted the cycle
+        after their beat.
     """
 
     def __init__(self, depth: int = 4, data_bits: int = 64):
@@ -129,8 +130,12 @@ class DmaReader(wiring.Component):
             self.beats.payload.tag.eq(head.tag),
             self.rready.eq(self.beats.ready & inflight.r_rdy),
         ]
+        # the beat's bytes are counted a cycle later (the counter's carry chain stays off
+        # the path from the request's head through the beat's byte count)
+        counted = Signal(lg + 1)
+        m.d.sync += [counted.eq(Mux(self.beats.valid & self.beats.ready, count, 0)),
+                     self.bytes_read.eq(self.bytes_read + counted)]
         with m.If(self.beats.valid & self.beats.ready):
-            m.d.sync += self.bytes_read.eq(self.bytes_read + count)
             with m.If(self.rresp != RESP_OKAY):
                 m.d.sync += self.error.eq(1)
             with m.If(is_last):
