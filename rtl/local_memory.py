@@ -20,10 +20,13 @@ class LocalMemory(wiring.Component):
     streamed back one word per cycle, one write burst at a time; an address at or past
     ``size`` answers DECERR (the unit that asked faults with ``LOAD_BUS`` /
     ``STORE_BUS``).  The NET side reads words for ``send`` (``net_rd``: one request per
-    cycle, the word on ``net_rdata`` the cycle after, no back-pressure: the NET unit asks
+    cycle, the word on ``net_rdata`` two cycles after, no back-pressure: the NET unit asks
     only when it has room) and writes arriving packets' words (``net_wr``, with byte
     enables).  The read port alternates between the AXI side and the NET side when both
-    want it; arriving packets win the write port, so the network always drains.
+    want it; arriving packets win the write port, so the network always drains.  The block
+    RAM's output goes into a register before it reaches either side's queue (a block RAM's
+    clock-to-output is most of a cycle at 125 MHz), so a word leaves two cycles after its
+    read.
 
     Members
     -------
@@ -65,8 +68,11 @@ class LocalMemory(wiring.Component):
         cur_addr = Signal(28)
         cur_left = Signal(9)
         busy = Signal()
-        inflight = Signal()
-        meta = Signal(3)  # resp, last of the word in flight
+        inflight = Signal()   # a word is read from the block RAM this cycle ...
+        inflight2 = Signal()  # ... and is in the output register this cycle
+        meta = Signal(3)      # resp, last of the word read
+        meta2 = Signal(3)     # ... of the word in the output register
+        word = Signal(64)     # the block RAM's output, registered
         axi_wants = Signal()
         # room in the data queue for one more word, a register: next cycle's words queued
         # or in flight are at most this cycle's plus this cycle's read (a word leaving is not
@@ -93,10 +99,12 @@ class LocalMemory(wiring.Component):
                          meta.eq(Cat(self._resp(cur_addr), cur_left == 1))]
             with m.If(cur_left == 1):
                 m.d.sync += busy.eq(0)
-        m.d.sync += [inflight.eq(axi_go), self.net_rvalid.eq(net_go),
-                     room.eq(rq.level + inflight + axi_go < rq.depth - 1)]
-        m.d.comb += [self.net_rdata.eq(rp.data),
-                     rq.w_en.eq(inflight), rq.w_data.eq(Cat(rp.data, meta)),
+        net_read = Signal()
+        m.d.sync += [inflight.eq(axi_go), inflight2.eq(inflight), meta2.eq(meta),
+                     word.eq(rp.data), net_read.eq(net_go), self.net_rvalid.eq(net_read),
+                     room.eq(rq.level + inflight + inflight2 + axi_go < rq.depth - 1)]
+        m.d.comb += [self.net_rdata.eq(word),
+                     rq.w_en.eq(inflight2), rq.w_data.eq(Cat(word, meta2)),
                      bus.rvalid.eq(rq.r_rdy), bus.rdata.eq(rq.r_data[:64]),
                      bus.rresp.eq(rq.r_data[64:66]), bus.rlast.eq(rq.r_data[66]),
                      rq.r_en.eq(bus.rvalid & bus.rready)]

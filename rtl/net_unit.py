@@ -128,7 +128,9 @@ class NetUnit(wiring.Component):
         issue = Signal()
         rd_addr = Signal(17)       # next local word to read
         m.d.comb += [self.mem_rd.payload.eq(rd_addr), self.mem_rd.valid.eq(issue)]
-        read_last = Signal()       # the word read last cycle ends its packet (read latency 1)
+        # the word read two cycles ago ends its packet (the local memory's read latency 2)
+        read_last = Signal()
+        read_last1 = Signal()      # ... the word read last cycle
         head = Signal(HEAD)
         # The next packet's size, its destination and whether every byte is sent, registered
         # from `s` and `sent` every cycle: HEAD is entered at least a cycle after either
@@ -154,8 +156,7 @@ class NetUnit(wiring.Component):
         room = Signal()
         m.d.sync += room.eq(tx.level + inflight + accepted + (tx.w_en & ~self.mem_rvalid)
                             < tx.depth - 1)
-        with m.If(accepted):
-            m.d.sync += read_last.eq(left == 1)
+        m.d.sync += [read_last1.eq(accepted & (left == 1)), read_last.eq(read_last1)]
         # The recv's counter compared in every cycle and registered: a cycle late, which
         # only delays a recv (counts fall only by this unit's takes, each written before the
         # next recv's first comparison)
