@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from snpu.verif.index import FORMAT_CODES, STRIDE_ESCAPE as ESCAPE
 
-from .bits import popcount_bytes, sum_tree
+from .bits import popcount_bytes, sum_tree, thermometer
 from .direct_to_stride import DirectToStride
 from .fetch import ByteFetcher
 from .layouts import ADDR, CHUNK, chunk_layout, entry_layout
@@ -147,9 +147,11 @@ class SideSource(wiring.Component):
         n_reg = Signal(16)
         with m.If(self.start):
             m.d.sync += n_reg.eq(self.n)
-            last_pos = (self.n - 1)[:6]  # the last chunk's last position (n > 0)
+            # the last chunk's last position (n > 0)
+            last_pos = Signal(range(CHUNK), name="last_pos")
+            m.d.comb += last_pos.eq(self.n - 1)
             m.d.sync += last_mask.eq(Mux(self.n == 0, 0,
-                                         Cat(*[b <= last_pos for b in range(CHUNK)])))
+                                         thermometer(m, last_pos, CHUNK, "last_mask")))
         with m.If(self.start):
             m.d.sync += [w_active.eq(~is_stride & (self.nvec != 0) & (self.rows != 0)),
                          w_v.eq(0), w_k.eq(0), w_c.eq(0),
