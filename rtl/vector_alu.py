@@ -50,28 +50,45 @@ class VectorAlu(wiring.Component):
         m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
         p = self.i.payload
 
-        # Stage 1: products (exact 48-bit) or the operand itself.
+        # Stage 1: partial products, or the operand itself.  Only the low 32 bits of
+        # a * ma + b * mb are kept (wrap32), so a * ma is split at bit 16 into
+        # a[:16] * ma (a 17 x 16 signed product) and the low 16 bits of a[16:] * ma (to add
+        # at bit 16): each multiply fits one 18 x 18 block, and the adder that would join
+        # them waits for stage 2 (the multiplier's own delay is all of stage 1).
         s1_valid, s1_emit = Signal(), Signal()
         s1_op = Signal(AluOp)
         s1_relu, s1_first = Signal(), Signal()
-        s1_x = [Signal(signed(48), name=f"s1_x{k}") for k in range(L)]
-        s1_y = [Signal(signed(48), name=f"s1_y{k}") for k in range(L)]
+        s1_x = [Signal(32, name=f"s1_x{k}") for k in range(L)]   # a[:16] * ma, or a
+        s1_y = [Signal(32, name=f"s1_y{k}") for k in range(L)]   # b[:16] * mb, or 0
+        s1_xh = [Signal(16, name=f"s1_xh{k}") for k in range(L)]  # a[16:] * ma, low half
+        s1_yh = [Signal(16, name=f"s1_yh{k}") for k in range(L)]  # b[16:] * mb, low half
+
+        def low_product(v, mul):
+            return (v[:16].as_unsigned() * mul)[:32]
+
+        def high_product(v, mul):
+            return (v[16:].as_unsigned() * mul.as_unsigned())[:16]
+
         with m.If(advance):
             m.d.sync += [s1_valid.eq(self.i.valid), s1_op.eq(p.op), s1_relu.eq(p.relu),
                          s1_first.eq(p.first),
                          s1_emit.eq(Mux(p.op == AluOp.EW, 1, p.last))]
             for k in range(L):
                 with m.If(p.op == AluOp.EW):
-                    m.d.sync += [s1_x[k].eq(p.a[k] * p.ma), s1_y[k].eq(p.b[k] * p.mb)]
+                    m.d.sync += [s1_x[k].eq(low_product(p.a[k], p.ma)),
+                                 s1_xh[k].eq(high_product(p.a[k], p.ma)),
+                                 s1_y[k].eq(low_product(p.b[k], p.mb)),
+                                 s1_yh[k].eq(high_product(p.b[k], p.mb))]
                 with m.Else():
-                    m.d.sync += [s1_x[k].eq(p.a[k]), s1_y[k].eq(0)]
+                    m.d.sync += [s1_x[k].eq(p.a[k]), s1_xh[k].eq(0), s1_y[k].eq(0),
+                                 s1_yh[k].eq(0)]
 
         # Stage 2: combine with the running value; emit.
         acc = [Signal(signed(32), name=f"acc{k}") for k in range(L)]
         with m.If(advance):
             m.d.sync += self.o.valid.eq(s1_valid & s1_emit)
             for k in range(L):
-                x = s1_x[k][:32].as_signed()
+                x = s1_x[k].as_signed()
                 new = Signal(signed(32), name=f"new{k}")
                 with m.Switch(s1_op):
                     with m.Case(AluOp.MAX):
@@ -79,7 +96,8 @@ class VectorAlu(wiring.Component):
                     with m.Case(AluOp.SUM):
                         m.d.comb += new.eq(Mux(s1_first, x, (acc[k] + x)[:32]))
                     with m.Default():
-                        ew = (s1_x[k] + s1_y[k])[:32].as_signed()
+                        high = Cat(C(0, 16), (s1_xh[k] + s1_yh[k])[:16])
+                        ew = ((s1_x[k] + s1_y[k])[:32] + high)[:32].as_signed()
                         m.d.comb += new.eq(Mux(s1_relu & (ew < 0), 0, ew))
                 with m.If(s1_valid):
                     m.d.sync += acc[k].eq(new)
