@@ -146,9 +146,9 @@ class StrideToDirect(wiring.Component):
         new_cur = one_hots(m, offsets, in_cur, CHUNK, name="new_cur")
         new_next = one_hots(m, offsets, in_next, CHUNK, name="new_next")
         # an element placed into the last chunk past the row's last position (compared as
-        # placed, offset by offset: no mask of the last chunk's positions)
+        # placed, offset by offset: no mask of the last chunk's positions), or into the chunk
+        # after the last (placed, never emitted)
         past_n = Signal()
-        # (or into the chunk after the last: placed, never emitted)
         m.d.comb += past_n.eq(Cat(*[(in_cur[k] & is_last | in_next[k] & next_last) &
                                     (empty_row | (offsets[k] > last_off)) |
                                     in_next[k] & is_last
@@ -179,7 +179,8 @@ class StrideToDirect(wiring.Component):
                 acc_cur.eq(0), acc_next.eq(0), kept_cur.eq(0), kept_next.eq(0),
                 # an empty row still produces one (empty, last) chunk
                 chunks_left.eq(Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> CB)),
-                is_last.eq(self.n <= CHUNK), next_last.eq((self.n > CHUNK) & (self.n <= 2 * CHUNK)),
+                is_last.eq(self.n <= CHUNK),
+                next_last.eq((self.n > CHUNK) & (self.n <= 2 * CHUNK)),
                 last_off.eq((self.n - 1)[:CB]), empty_row.eq(self.n == 0), overflow.eq(0),
             ]
         with m.Elif(self.busy):
