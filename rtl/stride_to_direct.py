@@ -25,16 +25,16 @@ class StrideToDirect(wiring.Component):
        values — as a *group*: the bytes and which of them are elements (escapes only move
        the cursor) are registered.
     2. *Positions*: the group's absolute positions (the cursor plus the bytes' prefix sums)
-       enter a queue of :data:`GROUPS` groups.  A group moves as a whole, so the queue is a shift
-       register of whole groups, not of single positions.
-    3. *Chunk assembly*, on the queue's head group: its elements whose chunk number (the
-       position's bits 6 and up) is the current chunk's set bits of the chunk being built,
-       those in the next chunk bits of the one after (so a group straddling a chunk
-       boundary takes one cycle, not two).  The chunk leaves when the head holds an
-       element beyond it (or the row's entries are exhausted); the head leaves the queue
-       when all its elements are placed.  Which elements are placed depends on equality
-       comparisons of registers with the chunk numbers, registers too; the entries go in
-       while the output waits, only the chunk's leaving waits for ``o.ready``.
+       enter a queue of :data:`GROUPS` groups.  A group moves as a whole: the queue is a
+       shift register of whole groups, not of single positions.
+    3. *Chunk assembly*, on the queue's head group: an element whose chunk number (the
+       position's bits 6 and up) equals the current chunk's sets a bit of the chunk being
+       built; one in the next chunk sets a bit of the chunk after it (so a group straddling
+       a chunk boundary takes one cycle, not two).  The chunk leaves when the head holds
+       an element beyond it (or the row's entries are exhausted); the head leaves the
+       queue once all its elements are placed.  Placement depends only on equality
+       comparisons between registers (the positions and the two chunk numbers); elements
+       are placed while the output waits, only the chunk's leaving waits for ``o.ready``.
 
     Exactly ``max(1, ceil(n / CHUNK))`` chunks leave per row; the last one has ``last`` set.
     A chunk's ``base`` is ``val_base + rank`` (packed storage: ``rank`` kept elements precede
