@@ -21,8 +21,10 @@ class DirectToStride(wiring.Component):
     first chunk (where the row's values start).
 
     Two stages: a position extractor (one set bit per cycle, lowest first) and a stride
-    encoder (distance, escapes).  Throughput one entry per cycle; a chunk without set bits
-    takes one cycle.  Latency 2 cycles.
+    encoder (distance, escapes).  Throughput one entry per cycle within a chunk; a chunk
+    with ``k`` set bits takes ``k + 2`` cycles (taking it, its entries, letting it go),
+    which the merge path hides (its merger takes one entry of either list per cycle, and
+    the lanes queue the entries).  Latency 2 cycles.
     """
 
     i: In(stream.Signature(chunk_layout()))
