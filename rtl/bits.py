@@ -80,6 +80,13 @@ def lowest_set_index(value: Value) -> Value:
     return tree(0, len(value))[1]
 
 
+def _halves(width: int) -> tuple[int, int, int]:
+    """The bits of a position in ``width`` bits, split into a low and a high half (the
+    decoded halves of :func:`one_hots` and :func:`thermometer`)."""
+    bits = (width - 1).bit_length()
+    return bits, bits // 2, bits - bits // 2
+
+
 def one_hots(m: Module, offsets: list[Value], enables: Value, width: int,
              name: str = "one_hots") -> Value:
     """The OR of one bit per enabled offset: bit ``b`` is set when some ``enables[k]`` is set
@@ -89,9 +96,7 @@ def one_hots(m: Module, offsets: list[Value], enables: Value, width: int,
     decoders per offset instead of one wide comparison per output bit), the high half's
     decode gated by the enable; an output bit is then the OR over offsets of two decoded
     bits: two LUT levels after the decoders."""
-    bits = (width - 1).bit_length()
-    lo_bits = bits // 2
-    hi_bits = bits - lo_bits
+    bits, lo_bits, hi_bits = _halves(width)
     out = Signal(width, name=name)
     terms = [[] for _ in range(width)]
     for k, off in enumerate(offsets):
@@ -113,9 +118,7 @@ def thermometer(m: Module, value: Value, width: int, name: str = "thermometer") 
     equal to it with the low half at or above the bit's), every flag a function of half the
     value: no comparison chain per bit (a comparison with a constant is a carry chain in
     the ECP5 flow)."""
-    bits = (width - 1).bit_length()
-    lo_bits = bits // 2
-    hi_bits = bits - lo_bits
+    bits, lo_bits, hi_bits = _halves(width)
     lo, hi = value[:lo_bits], value[lo_bits:bits]
     lo_ge = Signal(1 << lo_bits, name=f"{name}_lo_ge")   # lo >= j
     hi_gt = Signal(1 << hi_bits, name=f"{name}_hi_gt")   # hi > j

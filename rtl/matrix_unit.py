@@ -143,9 +143,9 @@ class MatrixUnit(wiring.Component):
         ]
         # the LD unit's writes, registered at the buffers (class docstring)
         writes = {}
+        fields = ("addr", "data", "en")
         for name in ("nbuf", "nidx", "wbuf", "widx"):
             port = getattr(self, f"{name}_w")
-            fields = ("addr", "data", "en")
             writes[name] = held = SimpleNamespace(**{
                 f: Signal.like(getattr(port, f), name=f"{name}_w_{f}") for f in fields})
             m.d.sync += [getattr(held, f).eq(getattr(port, f)) for f in fields]

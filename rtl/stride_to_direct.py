@@ -83,14 +83,14 @@ class StrideToDirect(wiring.Component):
         # ---- Stage 1: take a group (how many entries depends on counters only).
         remaining = Signal(16)
         rem_cap = Signal(range(E + 1))  # min(remaining, E), kept beside remaining
-        st_n = Signal(range(E + 1))     # entries of the staged group
+        staged = Signal()               # a group is staged (entries were taken)
         st_byte = [Signal(8, name=f"st_byte{k}") for k in range(E)]  # 0 past the group
         st_elem = [Signal(name=f"st_elem{k}") for k in range(E)]    # entry k is an element
         count = Signal(range(GROUPS + 1))  # groups in the queue
         head_valid = Signal()              # count != 0, kept beside it
         take = Signal(range(E + 1))
         room = Signal()  # a group taken now finds a slot: the queue's pops are not counted
-        m.d.comb += room.eq(count + (st_n != 0) < GROUPS)
+        m.d.comb += room.eq(count + staged < GROUPS)
         m.d.comb += take.eq(Mux(room, Mux(rem_cap < self.avail, rem_cap, self.avail), 0))
         m.d.comb += self.take.eq(Mux(self.busy, take, 0))
 
@@ -135,7 +135,7 @@ class StrideToDirect(wiring.Component):
         pop = Signal()
         m.d.comb += pop.eq(self.busy & head_valid & consumed)
         drained = Signal()   # every entry of the row is placed by now
-        m.d.comb += drained.eq((rem_cap == 0) & (st_n == 0) &
+        m.d.comb += drained.eq((rem_cap == 0) & ~staged &
                                ((count == 0) | ((count == 1) & consumed)))
         out_free = Signal()
         m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
@@ -170,7 +170,7 @@ class StrideToDirect(wiring.Component):
             m.d.sync += [
                 self.busy.eq(1), self.error.eq(0), packed.eq(self.packed),
                 val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0),
-                st_n.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_byte],
+                staged.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_byte],
                 count.eq(0), head_valid.eq(0), done.eq(0),
                 # min(count, E) without a 16-bit comparison on the start path
                 rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E,
@@ -186,7 +186,7 @@ class StrideToDirect(wiring.Component):
         with m.Elif(self.busy):
             rem_next = remaining - take
             m.d.sync += [remaining.eq(rem_next), rem_cap.eq(Mux(rem_next > E, E, rem_next)),
-                         cursor.eq(cursor + pre[E - 1]), st_n.eq(take)]
+                         cursor.eq(cursor + pre[E - 1]), staged.eq(take != 0)]
             # the window's bytes go into a register as they are (the adders sit after it)
             m.d.sync += [st_byte[k].eq(Mux(k < take, self.bytes[k], 0)) for k in range(E)]
             m.d.sync += [st_elem[k].eq((k < take) & (self.bytes[k] != ESCAPE)) for k in range(E)]
