@@ -5,6 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .dma_reader import beat_layout
+from .skid import PipeRegister
 
 
 def word_layout(word_bytes: int = 8) -> data.StructLayout:
@@ -41,7 +42,9 @@ class Realigner(wiring.Component):
     lanes, the part that wraps past the last lane carries into the next word.
 
     Throughput one beat per cycle; one extra cycle at the end of a row whose bytes spill
-    into one more word than beats.  Latency 1 cycle.
+    into one more word than beats.  Latency 2 cycles: a beat first enters a register stage
+    with what follows from the beat alone (its valid lanes, and for a row's first beat its
+    rotation, the lanes it fills and how far), so the merge stage starts from registers.
     """
 
     def __init__(self, word_bytes: int = 8):
@@ -60,43 +63,60 @@ class Realigner(wiring.Component):
         out_free = Signal()
         m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
 
-        p = self.i.payload
-        # Everything below is worked out twice in parallel, for a row's first beat (from
-        # its `tag`) and for the next beat of a row (from `fill`), then selected by
-        # `first`: no adder or rotation waits for that selection.
         def lanes_from(start):
             """Lanes at or above ``start``."""
             return Cat(*[k >= start for k in range(n)])
 
+        # ---- Stage 1: what follows from the beat alone, registered.  For a row's first
+        # beat everything depends on its `tag` only, so it is worked out here; for a later
+        # beat the merge stage works it out from `fill` (a register), and `first` selects.
+        pre_layout = data.StructLayout({
+            "data": 8 * n, "count": lg + 1, "first": 1, "last": 1,
+            "valid": n,         # the beat's valid lanes
+            "amount0": lg,      # a first beat's rotation to its lanes
+            "here0": n,         # a first beat's lanes in its first word
+            "total0": lg + 2,   # a first beat's lanes filled in its first word
+        })
+        m.submodules.pre = pre = PipeRegister(pre_layout)
+        i = self.i.payload
+        m.d.comb += [pre.i.valid.eq(self.i.valid), self.i.ready.eq(pre.i.ready),
+                     pre.i.payload.data.eq(i.data), pre.i.payload.count.eq(i.count),
+                     pre.i.payload.first.eq(i.first), pre.i.payload.last.eq(i.last),
+                     pre.i.payload.valid.eq(((1 << i.count) - 1) << i.offset),
+                     pre.i.payload.amount0.eq(i.tag[:lg] - i.offset),
+                     pre.i.payload.here0.eq(lanes_from(i.tag[:lg])),
+                     pre.i.payload.total0.eq(i.tag[:lg] + i.count)]
+
+        # ---- Stage 2: rotate and merge.
+        p = pre.o.payload
         amount = Signal(lg)        # the rotation that takes the beat's bytes to their lanes
-        m.d.comb += amount.eq(Mux(p.first, p.tag[:lg] - p.offset, fill[:lg]))
+        m.d.comb += amount.eq(Mux(p.first, p.amount0, fill[:lg]))
         cur_be_eff = Signal(n)
         m.d.comb += cur_be_eff.eq(Mux(p.first, 0, cur_be))
-        valid_mask = Signal(n)
-        m.d.comb += valid_mask.eq(((1 << p.count) - 1) << p.offset)
         rot = _rotate_bytes(m, p.data, amount, "rot")
         rot_be = Signal(n)
-        m.d.comb += rot_be.eq(Cat(*[valid_mask.bit_select((k - amount)[:lg], 1)
+        m.d.comb += rot_be.eq(Cat(*[p.valid.bit_select((k - amount)[:lg], 1)
                                     for k in range(n)]))
         here = Signal(n)  # lanes at or above `fill`: this word
-        m.d.comb += here.eq(Mux(p.first, lanes_from(p.tag[:lg]), lanes_from(fill)))
+        m.d.comb += here.eq(Mux(p.first, p.here0, lanes_from(fill)))
         word_be = Signal(n)
         m.d.comb += word_be.eq(cur_be_eff | (rot_be & here))
         total = Signal(lg + 2)     # lanes of the current word filled after this beat
-        m.d.comb += total.eq(Mux(p.first, p.tag[:lg] + p.count, fill + p.count))
+        m.d.comb += total.eq(Mux(p.first, p.total0, fill + p.count))
         spill = Signal()  # this beat completes the current word
         m.d.comb += spill.eq(total >= n)
         carries = Signal()  # ... and has bytes for the word after it
         m.d.comb += carries.eq(total > n)
 
-        m.d.comb += self.i.ready.eq(out_free & ~flush)
+        take = Signal()
+        m.d.comb += [take.eq(pre.o.valid & out_free & ~flush), pre.o.ready.eq(out_free & ~flush)]
         with m.If(out_free):
             m.d.sync += self.o.valid.eq(0)
         with m.If(flush & out_free):
             m.d.sync += [self.o.valid.eq(1), self.o.payload.data.eq(cur),
                          self.o.payload.be.eq(cur_be), self.o.payload.last.eq(1),
                          flush.eq(0), cur_be.eq(0)]
-        with m.Elif(self.i.valid & self.i.ready):
+        with m.Elif(take):
             merged = (cur & ~self._lane_mask(here)) | (rot & self._lane_mask(here))
             with m.If(spill):
                 m.d.sync += [
