@@ -21,6 +21,8 @@ DENSE = data.StructLayout({"data": 64, "count": 4, "last": 1})
 #: a dense word in the compressor's register stage: its non-zero bytes (mask), those bytes
 #: packed from byte 0, their count, and the row's ``last`` flag
 _STAGED = data.StructLayout({"nz": 8, "packed": 64, "k": 4, "last": 1})
+#: a dense word with its non-zero valid bytes found (the compressor's first register stage)
+_FOUND = data.StructLayout({"nz": 8, "data": 64, "last": 1})
 
 
 def _nonzero_bytes(m: Module, word: Value, count: Value, name: str) -> Value:
@@ -80,8 +82,9 @@ class ChunkCompressor(wiring.Component):
 
     Throughput: one input word per cycle, plus one cycle at a chunk's end when its last word
     leaves more than 8 packed bytes (the remainder is pushed a cycle later); one output word
-    per cycle.  Latency: an input word's bytes are found and packed into a register stage,
-    and merged into the packer the cycle after; a chunk's words leave after its last input
+    per cycle.  Latency: an input word's non-zero bytes are found into a register stage,
+    packed into a second the cycle after, and merged into the packer the cycle after that;
+    a chunk's words leave after its last input
     word is merged (the mask goes first).  In the ST unit the reader, not this block, sets
     the pace (:func:`snpu.verif.timing.stc_cycles`).
 
@@ -99,7 +102,7 @@ class ChunkCompressor(wiring.Component):
 
     def __init__(self):
         self._values = SyncFIFOBuffered(width=64, depth=18)
-        self._headers = SyncFIFOBuffered(width=64 + 4, depth=3)
+        self._headers = SyncFIFOBuffered(width=64 + 4, depth=4)
         super().__init__()
 
     def elaborate(self, platform):
@@ -115,15 +118,22 @@ class ChunkCompressor(wiring.Component):
         pend_n = Signal(3)
         flushing = Signal()       # the chunk's remainder is pushed this cycle
 
-        # Stage 1: the input word's non-zero bytes, packed, and their count, into a
-        # pipeline register.
+        # Stage 1: the input word's non-zero bytes (of its valid ones) into a pipeline
+        # register beside the word; stage 2: the bytes packed and counted into another
+        # (finding the bytes and packing them in one cycle was 8 LUT levels).
+        m.submodules.found = found = PipeRegister(_FOUND)
+        m.d.comb += [found.i.valid.eq(self.i.valid), self.i.ready.eq(found.i.ready),
+                     found.i.payload.nz.eq(_nonzero_bytes(m, self.i.payload.data,
+                                                          self.i.payload.count, "in_nz")),
+                     found.i.payload.data.eq(self.i.payload.data),
+                     found.i.payload.last.eq(self.i.payload.last)]
         m.submodules.stage = stage = PipeRegister(_STAGED)
-        in_nz = _nonzero_bytes(m, self.i.payload.data, self.i.payload.count, "in_nz")
-        in_packed = _compact(m, self.i.payload.data, in_nz, "in_packed")
-        m.d.comb += [stage.i.valid.eq(self.i.valid), self.i.ready.eq(stage.i.ready),
+        in_nz = found.o.payload.nz
+        in_packed = _compact(m, found.o.payload.data, in_nz, "in_packed")
+        m.d.comb += [stage.i.valid.eq(found.o.valid), found.o.ready.eq(stage.i.ready),
                      stage.i.payload.nz.eq(in_nz), stage.i.payload.packed.eq(in_packed),
                      stage.i.payload.k.eq(popcount(m, in_nz, "in_nz_count")),
-                     stage.i.payload.last.eq(self.i.payload.last)]
+                     stage.i.payload.last.eq(found.o.payload.last)]
         nz, packed, k, last = (stage.o.payload[f] for f in ("nz", "packed", "k", "last"))
         # Stage 2: the packer merges the staged word into the pending bytes.
         merged = Signal(120)
@@ -134,11 +144,16 @@ class ChunkCompressor(wiring.Component):
         full_mask = Signal(64)
         m.d.comb += full_mask.eq(mask | (nz << (word_in_chunk * 8)))
 
+        # Room in both queues for what a cycle pushes (a value word and a header at most): a
+        # register, from the levels a cycle before, one entry short of full, so no queue's
+        # level comparison reaches the packer's decisions.
+        room = Signal()
+        m.d.sync += room.eq((values.level < values.depth - 1) & (headers.level < headers.depth - 1))
         take = Signal()           # the packer takes the staged word
-        m.d.comb += [take.eq(stage.o.valid & ~flushing & values.w_rdy & headers.w_rdy),
+        m.d.comb += [take.eq(stage.o.valid & ~flushing & room),
                      stage.o.ready.eq(take)]
         with m.If(flushing):
-            with m.If(values.w_rdy & headers.w_rdy):
+            with m.If(room):
                 m.d.comb += [values.w_en.eq(1), values.w_data.eq(pend),
                              headers.w_en.eq(1), headers.w_data.eq(Cat(mask, value_words + 1))]
                 m.d.sync += [flushing.eq(0), pend.eq(0), pend_n.eq(0), mask.eq(0),
@@ -177,7 +192,8 @@ class ChunkCompressor(wiring.Component):
             with m.If(self.o.valid & self.o.ready):
                 m.d.sync += body_left.eq(body_left - 1)
 
-        m.d.comb += self.idle.eq(~stage.o.valid & (word_in_chunk == 0) & ~flushing &
+        m.d.comb += self.idle.eq(~found.o.valid & ~stage.o.valid & (word_in_chunk == 0) &
+                                 ~flushing &
                                  (body_left == 0) & ~headers.r_rdy & ~values.r_rdy &
                                  (headers.level == 0) & (values.level == 0))
         return m
