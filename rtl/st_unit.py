@@ -14,13 +14,19 @@ from .compress import ChunkCompressor, stream_misaligned
 from .dma_reader import BEAT
 from .microcode import args_layout, op_codes, registers_layout
 from .realign import Realigner
+from .skid import SkidBuffer
 from .status import ErrorCode
 
-ROW = data.StructLayout({"src": 17, "ext": 32, "cols": 17})
+#: a row as the AXI writer takes it: its destination, and the 8-byte beats it spans there
+#: and the beats its first burst may have (the 4 KiB boundary), worked out as it is queued
+ROW = data.StructLayout({"ext": 32, "beats": 14, "limit": 5})
 #: a row as the reader takes it: its first output-cache word and byte offset, the
 #: destination's byte offset (the beats' tag), and its beats' sizes worked out as the row is
 #: queued -- the first beat's byte count and whether it is the last, then the bytes after it
 #: and the second beat's count and whether that is the last
+#: a burst's address and a beat of write data as they leave through the output registers
+AW = data.StructLayout({"addr": 32, "len": 8})
+W = data.StructLayout({"data": 64, "strb": 8, "last": 1})
 READ_ROW = data.StructLayout({"word": 14, "offset": 3, "tag": 3,
                               "first_count": 4, "first_last": 1,
                               "rest": 17, "rest_count": 4, "rest_last": 1})
@@ -45,6 +51,8 @@ class StoreUnit(wiring.Component):
     end); the stream's length header is written to ``ext`` last.
 
     Throughput one 8-byte beat per cycle (``stc``: :func:`snpu.verif.timing.stc_cycles`).
+    AW and W leave through :class:`~.skid.SkidBuffer` registers (a cycle each), so the
+    bus's ``awready`` and ``wready`` reach no logic behind them.
     """
 
     def __init__(self, config: CoreConfig):
@@ -56,6 +64,8 @@ class StoreUnit(wiring.Component):
         self._realign = Realigner()
         self._compressor = ChunkCompressor()
         self._stream = SyncFIFOBuffered(width=64, depth=32)
+        self._aw_out = SkidBuffer(AW)
+        self._w_out = SkidBuffer(W)
         super().__init__({
             "start": In(1),
             "op": In(range(len(op_codes(Unit.ST)))),
@@ -82,6 +92,17 @@ class StoreUnit(wiring.Component):
         m.submodules.realign = realign = self._realign
         m.submodules.compressor = comp = self._compressor
         m.submodules.stream = stream_q = self._stream
+        # AW and W leave through registers (skid buffers): the bus's ready signals reach
+        # only their ready registers, not the burst and beat logic behind them
+        m.submodules.aw_out = aw_out = self._aw_out
+        m.submodules.w_out = w_out = self._w_out
+        m.d.comb += [self.awvalid.eq(aw_out.o.valid), self.awaddr.eq(aw_out.o.payload.addr),
+                     self.awlen.eq(aw_out.o.payload.len), aw_out.o.ready.eq(self.awready),
+                     self.wvalid.eq(w_out.o.valid), self.wdata.eq(w_out.o.payload.data),
+                     self.wstrb.eq(w_out.o.payload.strb), self.wlast.eq(w_out.o.payload.last),
+                     w_out.o.ready.eq(self.wready)]
+        awvalid, awready = aw_out.i.valid, aw_out.i.ready
+        wvalid, wready = w_out.i.valid, w_out.i.ready
 
         # ---- Latch the operation: st's operands, or stc's as one plane.
         OP = op_codes(Unit.ST)
@@ -93,63 +114,98 @@ class StoreUnit(wiring.Component):
                          new.cols.eq(s.cols)]
         with m.Else():
             m.d.comb += new.eq(self.args.st)
-        new_misaligned = new_stc & stream_misaligned(new.src, new.ext, new.rows,
-                                                     self.regs.src_stride)
         a = Signal(self.args.st.shape())
         r = Signal(self.regs.shape())
         compress = Signal()
+        # `start` only latches the operation; what follows from it (the checks, the first
+        # row's end, the counters' loads) is worked out from those registers the cycle after
+        # (`arm`), so no operand reaches a sum or a comparison in the cycle it arrives
+        arm, arm_late = Signal(), Signal()
+        m.d.sync += [arm.eq(self.start), arm_late.eq(arm)]
         with m.If(self.start):
             m.d.sync += [a.eq(new), r.eq(self.regs), compress.eq(new_stc)]
+        misaligned = compress & stream_misaligned(a.src, a.ext, a.rows, r.src_stride)
 
-        # ---- Row generator.
+        # ---- Row generator.  Whether the row at `src_row` runs past the output cache
+        # (`bad`) and whether it is its plane's last or the last plane's are registers,
+        # worked out as the row before it is pushed (the row's end, `end_row`, walks beside
+        # `src_row`; the counters count down to zero): `push` follows from registers alone.
         issuing = Signal()
-        p_cnt, r_cnt = Signal(12), Signal(12)
+        p_left, r_left = Signal(12), Signal(12)   # planes, rows in the plane after this one
+        rows_m1 = Signal(12)
         src_plane, src_row = Signal(17), Signal(17)
+        end_plane, end_row = Signal(18), Signal(18)  # src + cols of the plane's first row, the row
         ext_plane, ext_row = Signal(32), Signal(32)
         err = Signal(ErrorCode)
         bad = Signal()
-        m.d.comb += bad.eq(src_row + a.cols > c.obuf_bytes)
+        last_row, last_plane = Signal(), Signal()
+        m.d.comb += [last_row.eq(r_left == 0), last_plane.eq(p_left == 0)]
         push = Signal()
         m.d.comb += push.eq(issuing & ~bad & rows_read.w_rdy & rows_write.w_rdy)
         push_write = push & ~compress  # stc's rows are written as one stream
         row = Signal(ROW)
-        m.d.comb += [row.src.eq(src_row), row.ext.eq(ext_row), row.cols.eq(a.cols),
+        m.d.comb += [row.ext.eq(ext_row), row.beats.eq(beats_spanned(ext_row, a.cols, 3)),
+                     row.limit.eq(burst_limit(m, ext_row & ~7, 3)),
                      rows_write.w_data.eq(row),
                      rows_read.w_en.eq(push), rows_write.w_en.eq(push_write)]
         # the reader's view of the row: its beats' sizes from registers here, so the reader
         # compares nothing between the queue's output and taking the next row
+        # (for each of the 8 byte offsets a row may start at, whether its first or second
+        # beat is its last: bits set as the instruction starts, so a row's annotations are
+        # a selection by its offset and one short sum, no comparison of its length)
         read_row = Signal(READ_ROW)
+        first_last_at, second_last_at = Signal(8), Signal(8)
+        cols_m8 = Signal(17)                  # cols - 8 (what the first beat leaves at offset 0)
+        off = src_row[:3]
         room0 = Signal(4)                     # bytes the first word holds from src on
-        m.d.comb += room0.eq(8 - src_row[:3])
+        m.d.comb += room0.eq(8 - off)
         rest = Signal(17)
-        m.d.comb += rest.eq(a.cols - room0)
-        m.d.comb += [read_row.word.eq(src_row[3:]), read_row.offset.eq(src_row[:3]),
+        m.d.comb += rest.eq(cols_m8 + off)
+        first_last = first_last_at.bit_select(off, 1)
+        rest_last = second_last_at.bit_select(off, 1)
+        m.d.comb += [read_row.word.eq(src_row[3:]), read_row.offset.eq(off),
                      read_row.tag.eq(ext_row[:3]),
-                     read_row.first_last.eq(a.cols <= room0),
-                     read_row.first_count.eq(Mux(a.cols <= room0, a.cols, room0)),
-                     read_row.rest.eq(rest), read_row.rest_last.eq(rest <= 8),
-                     read_row.rest_count.eq(Mux(rest <= 8, rest, 8)),
+                     read_row.first_last.eq(first_last),
+                     read_row.first_count.eq(Mux(first_last, a.cols[:4], room0)),
+                     read_row.rest.eq(rest), read_row.rest_last.eq(rest_last),
+                     read_row.rest_count.eq(Mux(rest_last, rest[:4], 8)),
                      rows_read.w_data.eq(read_row)]
         with m.If(self.start):
-            empty = (new.n3 == 0) | (new.rows == 0) | (new.cols == 0)
-            m.d.sync += [issuing.eq(~empty & ~new_misaligned), p_cnt.eq(0), r_cnt.eq(0),
-                         src_plane.eq(new.src), src_row.eq(new.src),
-                         ext_plane.eq(new.ext), ext_row.eq(new.ext),
-                         err.eq(Mux(new_misaligned & ~empty, ErrorCode.ALIGN, ErrorCode.NONE))]
+            m.d.sync += [issuing.eq(0), err.eq(ErrorCode.NONE)]
+        with m.Elif(arm):
+            empty = (a.n3 == 0) | (a.rows == 0) | (a.cols == 0)
+            first_end = Signal(18)
+            m.d.comb += first_end.eq(a.src + a.cols)
+            m.d.sync += [issuing.eq(~empty & ~misaligned),
+                         p_left.eq(a.n3 - 1), r_left.eq(a.rows - 1),
+                         rows_m1.eq(a.rows - 1), cols_m8.eq(a.cols - 8),
+                         first_last_at.eq(Cat(*[a.cols + k <= 8 for k in range(8)])),
+                         second_last_at.eq(Cat(*[a.cols + k <= 16 for k in range(8)])),
+                         src_plane.eq(a.src), src_row.eq(a.src),
+                         end_plane.eq(first_end), end_row.eq(first_end),
+                         bad.eq(first_end > c.obuf_bytes),
+                         ext_plane.eq(a.ext), ext_row.eq(a.ext),
+                         err.eq(Mux(misaligned & ~empty, ErrorCode.ALIGN, ErrorCode.NONE))]
         with m.Else():
             with m.If(issuing & bad):
                 m.d.sync += [issuing.eq(0), err.eq(ErrorCode.RANGE)]
             with m.If(push):
-                m.d.sync += [r_cnt.eq(r_cnt + 1), src_row.eq(src_row + r.src_stride),
-                             ext_row.eq(ext_row + r.ext_stride)]
-                with m.If(r_cnt == a.rows - 1):
-                    m.d.sync += [r_cnt.eq(0), p_cnt.eq(p_cnt + 1),
+                next_end = Signal(18)
+                with m.If(~last_row):
+                    m.d.comb += next_end.eq(end_row + r.src_stride)
+                    m.d.sync += [r_left.eq(r_left - 1), src_row.eq(src_row + r.src_stride),
+                                 ext_row.eq(ext_row + r.ext_stride)]
+                with m.Else():
+                    m.d.comb += next_end.eq(end_plane + r.src_stride3)
+                    m.d.sync += [r_left.eq(rows_m1), p_left.eq(p_left - 1),
                                  src_plane.eq(src_plane + r.src_stride3),
                                  src_row.eq(src_plane + r.src_stride3),
+                                 end_plane.eq(end_plane + r.src_stride3),
                                  ext_plane.eq(ext_plane + r.ext_stride3),
                                  ext_row.eq(ext_plane + r.ext_stride3)]
-                    with m.If(p_cnt == a.n3 - 1):
+                    with m.If(last_plane):
                         m.d.sync += issuing.eq(0)
+                m.d.sync += [end_row.eq(next_end), bad.eq(next_end > c.obuf_bytes)]
 
         # ---- Reader: output-cache words -> annotated beats (credit-limited).  Each beat's
         # byte count and "last" are registers: the first beat's come with the row, the
@@ -202,10 +258,15 @@ class StoreUnit(wiring.Component):
         header_pushed = Signal()
         stream_words = Signal(29)     # words of the stream after its header
         unclaimed = Signal(range(64))  # queued words no burst has claimed yet
-        rows_drained = ~issuing & (rows_read.level == 0) & ~rows_read.r_rdy & ~inflight & \
+        rows_drained = ~arm & ~issuing & (rows_read.level == 0) & ~rows_read.r_rdy & ~inflight & \
             ~beats.r_rdy & (beats.level == 0)
+        # the stream has ended: every row read and compressed (a register, a cycle after
+        # it holds: nothing enters once it does, so it stays true until the next start)
         stream_end = Signal()
-        m.d.comb += stream_end.eq(compress & rows_drained & comp.idle & ~comp.o.valid)
+        with m.If(self.start):
+            m.d.sync += stream_end.eq(0)
+        with m.Else():
+            m.d.sync += stream_end.eq(compress & rows_drained & comp.idle & ~comp.o.valid)
         push_header = stream_end & ~header_pushed & (unclaimed == 0) & \
             (err == ErrorCode.NONE) & stream_q.w_rdy
         with m.If(push_header):
@@ -241,8 +302,8 @@ class StoreUnit(wiring.Component):
         row_burst = Signal(range(MAX_BURST + 1))
         row_last_burst = Signal()
         row_left, row_limit = Signal(14), Signal(range(MAX_BURST + 1))
-        m.d.comb += [row_left.eq(beats_spanned(wr.ext, wr.cols, 3)),
-                     row_limit.eq(burst_limit(m, wr.ext & ~7, 3))]
+        m.d.comb += [row_left.eq(wr.beats),
+                     row_limit.eq(wr.limit)]
         first_burst, first_last = burst_size(m, row_left, row_limit)
         left_after = Signal(14)
         m.d.comb += left_after.eq(aw_left - row_burst)
@@ -253,34 +314,42 @@ class StoreUnit(wiring.Component):
                          aw_left.eq(row_left),
                          row_burst.eq(first_burst), row_last_burst.eq(first_last)]
         burst = Signal(range(MAX_BURST + 1))
-        aw_next = next_burst_address(m, aw_addr, burst, 3)  # after this burst (rows, stc)
         # stc: a burst of the queued words once `limit` are there (fewer at the stream's
-        # end), then the header's single beat at ext
+        # end), then the header's single beat at ext.  A burst's words are claimed, and the
+        # next burst's address and limit worked out, the cycle after it goes (`stc_gone`,
+        # from the registered `stc_claim`), when no stc burst may go: the burst's size,
+        # which comes from a comparison, reaches neither an adder nor `unclaimed`.
         header_aw = Signal()
+        stc_gone = Signal()
+        stc_claim = Signal(range(MAX_BURST + 1))
         stream_ready = (unclaimed >= limit) | (stream_end & (unclaimed != 0))
         with m.If(~compress):
-            m.d.comb += [burst.eq(row_burst), self.awvalid.eq(aw_busy & bursts.w_rdy)]
+            m.d.comb += [burst.eq(row_burst), awvalid.eq(aw_busy & bursts.w_rdy)]
         with m.Elif(header_aw):
-            m.d.comb += [burst.eq(1), self.awvalid.eq(bursts.w_rdy)]
+            m.d.comb += [burst.eq(1), awvalid.eq(bursts.w_rdy)]
         with m.Else():
             m.d.comb += [burst.eq(Mux(unclaimed < limit, unclaimed, limit)),
-                         self.awvalid.eq(stream_ready & bursts.w_rdy)]
-        m.d.comb += [self.awaddr.eq(Mux(header_aw, a.ext, aw_addr)), self.awlen.eq(burst - 1),
-                     bursts.w_data.eq(burst - 1), bursts.w_en.eq(self.awvalid & self.awready)]
+                         awvalid.eq(stream_ready & ~stc_gone & bursts.w_rdy)]
+        # after this burst: a row's (`row_burst`) or, the cycle after, an stc stream's
+        aw_next = next_burst_address(m, aw_addr, Mux(compress, stc_claim, row_burst), 3)
+        m.d.comb += [aw_out.i.payload.addr.eq(Mux(header_aw, a.ext, aw_addr)),
+                     aw_out.i.payload.len.eq(burst - 1),
+                     bursts.w_data.eq(burst - 1), bursts.w_en.eq(awvalid & awready)]
         outstanding_b = Signal(range(1 << 12))
         pending_rows = Signal(range(1 << 12))  # rows pushed whose bursts are not all issued
         row_issued = Signal()
-        aw_fire = self.awvalid & self.awready
+        aw_fire = awvalid & awready
         with m.If(self.start):
-            stc_first = Signal(32)
-            m.d.comb += stc_first.eq(new.ext + 8)
-            m.d.sync += [aw_addr.eq(Mux(new_stc, stc_first, aw_addr)),
-                         limit.eq(Mux(new_stc, burst_limit(m, stc_first, 3), limit)),
-                         header_aw.eq(0)]
+            m.d.sync += header_aw.eq(0)
+        with m.Elif(arm & compress):
+            m.d.sync += aw_addr.eq(a.ext + 8)
+        with m.Elif(arm_late & compress):
+            # (a cycle later than aw_addr: no stream word reaches the queue that early)
+            m.d.sync += limit.eq(burst_limit(m, aw_addr, 3))
         with m.Elif(compress):
             with m.If(aw_fire & header_aw):
                 m.d.sync += header_aw.eq(0)
-            with m.Elif(aw_fire):
+            with m.If(stc_gone):
                 m.d.sync += [aw_addr.eq(aw_next), limit.eq(limit_after_burst)]
             with m.If(push_header):
                 m.d.sync += header_aw.eq(1)
@@ -292,36 +361,38 @@ class StoreUnit(wiring.Component):
                 m.d.sync += aw_busy.eq(0)
                 m.d.comb += row_issued.eq(1)
         m.d.sync += pending_rows.eq(pending_rows + push_write - row_issued)
-        claimed = Mux(compress & aw_fire & ~header_aw, burst, 0)
+        m.d.sync += [stc_gone.eq(compress & aw_fire & ~header_aw), stc_claim.eq(burst)]
         with m.If(self.start):
-            m.d.sync += unclaimed.eq(0)
+            m.d.sync += [unclaimed.eq(0), stc_gone.eq(0)]
         with m.Else():
-            m.d.sync += unclaimed.eq(unclaimed + stream_push - claimed)
+            m.d.sync += unclaimed.eq(unclaimed + stream_push - Mux(stc_gone, stc_claim, 0))
 
         # ---- AXI data: the realigned words, `wlast` at each burst's end.
         beat_in_burst = Signal(4)
         with m.If(compress):
-            m.d.comb += [self.wvalid.eq(stream_q.r_rdy & bursts.r_rdy),
-                         self.wdata.eq(stream_q.r_data), self.wstrb.eq(0xFF),
-                         stream_q.r_en.eq(self.wready & bursts.r_rdy)]
+            m.d.comb += [wvalid.eq(stream_q.r_rdy & bursts.r_rdy),
+                         w_out.i.payload.data.eq(stream_q.r_data), w_out.i.payload.strb.eq(0xFF),
+                         stream_q.r_en.eq(wready & bursts.r_rdy)]
         with m.Else():
-            m.d.comb += [self.wvalid.eq(realign.o.valid & bursts.r_rdy),
-                         self.wdata.eq(realign.o.payload.data),
-                         self.wstrb.eq(realign.o.payload.be),
-                         realign.o.ready.eq(self.wready & bursts.r_rdy)]
-        m.d.comb += self.wlast.eq(beat_in_burst == bursts.r_data)
-        with m.If(self.wvalid & self.wready):
+            m.d.comb += [wvalid.eq(realign.o.valid & bursts.r_rdy),
+                         w_out.i.payload.data.eq(realign.o.payload.data),
+                         w_out.i.payload.strb.eq(realign.o.payload.be),
+                         realign.o.ready.eq(wready & bursts.r_rdy)]
+        wlast = w_out.i.payload.last
+        m.d.comb += wlast.eq(beat_in_burst == bursts.r_data)
+        with m.If(wvalid & wready):
             m.d.sync += beat_in_burst.eq(beat_in_burst + 1)
             m.d.sync += self.bytes_written.eq(
-                self.bytes_written + sum(self.wstrb[k] for k in range(8)))
-            with m.If(self.wlast):
+                self.bytes_written + sum(w_out.i.payload.strb[k] for k in range(8)))
+            with m.If(wlast):
                 m.d.comb += bursts.r_en.eq(1)
                 m.d.sync += beat_in_burst.eq(0)
 
         # ---- AXI responses and completion.
         m.d.comb += self.bready.eq(1)
         bus_err = Signal()
-        m.d.sync += outstanding_b.eq(outstanding_b + (self.awvalid & self.awready) -
+        # (a burst counts from its address's entry into the output register on)
+        m.d.sync += outstanding_b.eq(outstanding_b + aw_fire -
                                      (self.bvalid & self.bready))
         with m.If(self.bvalid & (self.bresp != RESP_OKAY)):
             m.d.sync += bus_err.eq(1)
@@ -334,8 +405,8 @@ class StoreUnit(wiring.Component):
             # stc: the stream and its header too (or nothing, after an error)
             stream_done = stream_end & (header_pushed | (err != ErrorCode.NONE)) & \
                 ~header_aw & (unclaimed == 0) & ~stream_q.r_rdy
-            idle = (~issuing & (pending_rows == 0) & (outstanding_b == 0) &
-                    ~(self.awvalid & self.awready) & (~compress | stream_done))
+            idle = (~arm & ~issuing & (pending_rows == 0) & (outstanding_b == 0) &
+                    ~aw_fire & (~compress | stream_done))
             with m.If(idle):
                 m.d.sync += [running.eq(0), self.done.eq(1),
                              self.error.eq(Mux(err != ErrorCode.NONE, err,

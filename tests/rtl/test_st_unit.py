@@ -87,12 +87,25 @@ def test_stores_match_golden(seed):
     np.testing.assert_array_equal(np.frombuffer(bytes(mem), np.uint8), gold.ext)
 
 
-@pytest.mark.parametrize("case,code", [("range", ErrorCode.RANGE), ("bus", ErrorCode.STORE_BUS)])
+@pytest.mark.parametrize("case,code", [("range", ErrorCode.RANGE), ("range-late", ErrorCode.RANGE),
+                                       ("range-plane", ErrorCode.RANGE),
+                                       ("bus", ErrorCode.STORE_BUS)])
 def test_errors(case, code):
+    """A source row past the output cache faults RANGE, whether it is the first row, a later
+    row of a plane or the first row of a later plane (each row's end is checked as the row
+    before it is queued)."""
     rng = random.Random(0)
     obuf = np.zeros(CFG.obuf_bytes, np.uint8)
-    regs = {"src_stride": 0, "src_stride3": 0, "ext_stride": 0, "ext_stride3": 0}
-    args = dict(src=CFG.obuf_bytes - 8 if case == "range" else 0, ext=64, n3=1, rows=1, cols=16)
+    regs = {"src_stride": 0, "src_stride3": 0, "ext_stride": 16, "ext_stride3": 48}
+    args = dict(src=0, ext=64, n3=1, rows=1, cols=16)
+    if case == "range":
+        args["src"] = CFG.obuf_bytes - 8
+    elif case == "range-late":     # plane 1's second row ends 8 bytes past the cache
+        regs.update(src_stride=16, src_stride3=CFG.obuf_bytes - 24)
+        args.update(n3=2, rows=2)
+    elif case == "range-plane":    # plane 2's first row ends 1 byte past the cache
+        regs.update(src_stride=0, src_stride3=CFG.obuf_bytes // 2 - 8)
+        args.update(src=7, n3=3, rows=2)
     errors = _run([(regs, args)], obuf, bytearray(4096), rng,
                   error_ranges=[(64, 72)] if case == "bus" else ())
     assert errors == [code]
