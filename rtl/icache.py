@@ -29,19 +29,24 @@ class InstructionCache(wiring.Component):
     """Direct-mapped instruction cache of ``lines`` lines of :data:`LINE_WORDS` words.
 
     ``req`` takes the ROM word index of the next word the sequencer needs, from registers
-    (the dispatcher holds it in one), while ``resp`` holds no word: the cache looks its line
-    up against the tags at once.  If the line is present and filled, the word (read from
-    block RAM the cycle before, see below) comes out on ``resp`` the next cycle; otherwise
-    it comes out once its line has arrived.  Each lookup is one access, classified against
-    the tags: a miss writes the line's tag and queues its fill; then, if the next line of
-    the ROM is not present, its tag is written and its fill queued (the prefetch).  Fills are 8-beat
-    AXI bursts at ``rom_base + 64 * line`` (``rom_base`` is a multiple of 64: a line never
-    crosses a 4 KiB boundary), at most :data:`FILL_SLOTS` queued or in flight, answered in
-    order.  A request that would rewrite the tag of a line still being filled waits.  A beat
-    answered with an AXI error marks its word (``error``: the dispatcher faults with
-    ``FETCH`` if it reaches the word).  ``idle`` is low while fills are queued or in flight:
-    the core does not finish before they have.  Each word is stored with its
-    :class:`~.predecode.Predecoder` result (``resp.payload.pre``), computed as it arrives.
+    (the dispatcher holds it in one, and keeps it there until that word has come out on
+    ``resp``).  It is taken whenever the cache holds no access, so ``req.ready`` comes
+    from registers, and its line is looked up against the tags as it is taken: if the line
+    is present and filled, the word (read from block RAM the cycle before, see below) comes
+    out on ``resp`` the next cycle; otherwise it comes out once its line has arrived.  Each
+    request is one access, classified against the tags: a miss writes the line's tag and
+    queues its fill; the cycle after the access, if the next line of the ROM is not
+    present, its tag is written and its fill queued (the prefetch; the next request waits
+    for that decision, which the dispatcher's two cycles per word leave time for).  Fills
+    are 8-beat AXI bursts at ``rom_base + 64 * line`` (``rom_base`` is a multiple of 64: a
+    line never crosses a 4 KiB boundary), at most :data:`FILL_SLOTS` queued or in flight,
+    answered in order.  An access or prefetch that needs a slot while none is free, or that
+    would rewrite the tag of a line still being filled, waits (it is looked up again each
+    cycle).  A beat answered with an AXI error marks its word (``error``: the dispatcher
+    faults with ``FETCH`` if it reaches the word).  ``idle`` is low while fills are queued
+    or in flight or a prefetch is still to be decided: the core does not finish before
+    they have.  Each word is stored with its :class:`~.predecode.Predecoder` result
+    (``resp.payload.pre``), computed as it arrives.
 
     Members
     -------
@@ -58,13 +63,14 @@ class InstructionCache(wiring.Component):
         it from sums in parallel with its choice of ``next_pc``, so no adder follows it).
     next_load : In
         ``next_pc`` is the next request (the dispatcher's word goes now, or it starts): the
-        cache registers ``next_line`` for the next lookup's prefetch decision.
+        cache registers ``next_line`` for the next access's prefetch decision.
     resp : Out(stream(FETCHED))
     ar*, r* :
         AXI read channels (``arid`` chosen by the core's arbiter).
     idle : Out(1)
     hits, misses, prefetches : Out(32)
-        Accesses so far, each counted the cycle after it is accepted.
+        Accesses so far, each counted the cycle after it is classified (a prefetch the
+        cycle after it is decided).
     """
 
     def __init__(self, lines: int):
@@ -117,29 +123,27 @@ class InstructionCache(wiring.Component):
         m.d.comb += count.eq(sum(slot_v[k] for k in range(FILL_SLOTS)))
         push = Signal()                 # a new slot, queued the cycle after its lookup
         push_line = Signal(LB)
-        m.d.comb += self.idle.eq((count == 0) & ~push)
+        pcheck = Signal()           # an access classified last cycle: its prefetch now
+        # (no fill queued or in flight, nor a prefetch still to be decided)
+        m.d.comb += self.idle.eq((count == 0) & ~push & ~pcheck)
 
         def filling(idx):
             return Cat(*[slot_v[k] & (slot_line[k][:IB] == idx) for k in range(FILL_SLOTS)]).any()
 
-        # ---- The word looked up: the request's (from the dispatcher's registers).
-        cur = Signal(PC_BITS)          # the word of the last access (the one resp gives)
-        look = self.req.payload.pc
-        # ---- Lookup of its line and of the next line against the tags.
-        line = Signal(LB)
-        m.d.comb += line.eq(look[W:])
-        index = line[:IB]
-        # the next line, registered as the request is made (`next_load`: the dispatcher's
-        # word goes, so `next_pc` is the next request), and whether it holds a word of the
-        # ROM (against `last_line`, a register: rom_words is constant while a program runs
-        # and set before the first request): no adder sits between the request and the tag
-        # read of the next line, nor a wide comparison after it
-        nxt = Signal(LB)
-        with m.If(self.next_load):
-            m.d.sync += nxt.eq(self.next_line)
-        last_line = Signal(LB + 1)
-        rom_empty = Signal()
-        m.d.sync += [last_line.eq((self.rom_words - 1) >> W), rom_empty.eq(self.rom_words == 0)]
+        # ---- Taking a request: from registers alone.  A request is taken whenever the
+        # cache holds no access (no word on resp, none waiting for its line, none held back,
+        # no prefetch to decide), so `req.ready` never waits for a tag lookup; what the
+        # lookup finds decides what the access does, in the cycle it is taken.
+        cur = Signal(PC_BITS)       # the pc of the access in progress (the one resp gives)
+        read = Signal()             # resp holds a word (from the last read on)
+        waiting = Signal()          # an access whose line is not ready yet
+        retry = Signal()            # an access held back (its line's fill needs a free slot
+                                    # or the set is being filled): looked up again
+        accept = Signal()
+        m.d.comb += [accept.eq(self.req.valid & ~read & ~waiting & ~retry & ~pcheck),
+                     self.req.ready.eq(accept)]
+        doing = Signal()            # an access is looked up and classified this cycle
+        m.d.comb += doing.eq(accept | retry)
 
         def tag_matches(ln, name):
             """Whether line ``ln``'s tag is the one stored at its index (every bank compared,
@@ -150,64 +154,86 @@ class InstructionCache(wiring.Component):
                 m.d.comb += [port.addr.eq(ln[:BL]), hits[k].eq(port.data == ln[IB:])]
             return hits.bit_select(ln[BL:IB], 1)  # (one bank: an empty bank number)
 
-        present = Signal()
-        next_present = Signal()
-        m.d.comb += [present.eq(valid.bit_select(index, 1) & tag_matches(line, "present")),
-                     next_present.eq(valid.bit_select(nxt[:IB], 1) & tag_matches(nxt, "next"))]
-        want_next = Signal()
-        m.d.comb += want_next.eq(~next_present & ~rom_empty & (nxt <= last_line))
-        fills_needed = Signal(range(3))
-        m.d.comb += fills_needed.eq((~present).as_unsigned() + want_next)
-        # no tag of a line still being filled is rewritten; room for the fills
-        clash = ((~present & filling(index)) | (want_next & filling(nxt[:IB])))
-        pend = Signal()             # the prefetch of a missed line's successor, next cycle
-        pend_line = Signal(LB)
-        waiting = Signal()          # an accepted request whose line is not ready yet
-        accept = Signal()           # the looked-up word is an access now
-        read = Signal()             # the read port holds a word for resp (from the last read on)
-        # room for the fills: no adder between the lookup and `accept`
-        room = Signal()
-        m.d.comb += room.eq(Mux(fills_needed == 2, count <= FILL_SLOTS - 2,
-                                Mux(fills_needed == 1, count <= FILL_SLOTS - 1, 1)))
-        lookup_ok = Signal()        # everything but the handshake
-        m.d.comb += lookup_ok.eq(~waiting & ~pend & ~clash & room)
-        # a request is an access once resp holds no word: `read`, a register, not resp's
-        # handshake (the dispatcher asks for the next word only as it takes the current one)
-        m.d.comb += [accept.eq(self.req.valid & ~read & lookup_ok), self.req.ready.eq(accept)]
+        def pushed_at(idx):
+            """The slot queued this cycle is at index ``idx``: its tag and valid bit are
+            written at the end of the cycle, so a lookup now must take them from `push_line`."""
+            return push & (push_line[:IB] == idx)
 
-        # ---- Tag writes and fill slots (at most one new slot per cycle).
+        # ---- The access's line: present (tag written) and ready (filled)?
+        # (the request's pc holds while its access is held back: no multiplexer with `cur`)
+        addr = self.req.payload.pc
+        line = Signal(LB)
+        m.d.comb += line.eq(addr[W:])
+        index = line[:IB]
+        present = Signal()
+        line_ready = Signal()
+        m.d.comb += [present.eq(Mux(pushed_at(index), push_line[IB:] == line[IB:],
+                                    valid.bit_select(index, 1) & tag_matches(line, "present"))),
+                     line_ready.eq(ready.bit_select(index, 1) & ~pushed_at(index))]
+        # a miss needs a free slot and must not rewrite the tag of a line still being filled
+        room1 = Signal()            # a register: see below, after the fill slots
+        held = Signal()
+        m.d.comb += held.eq(~present & (filling(index) | pushed_at(index) | ~room1))
+
+        # ---- The next line (the prefetch), decided the cycle after the access from
+        # registers: its lookup is made as the access is, into registers (with the tag
+        # written at the end of that cycle bypassed), and it is asked for if absent and
+        # inside the ROM (against rom_words, which is constant while a program runs).
+        # `nxt` is the line after the next request's, registered as that request is made
+        # (`next_load`); the prefetch's own line is kept (`pf_line`), since the dispatcher
+        # may ask for the next word while a prefetch waits for a slot.
+        nxt = Signal(LB)
+        with m.If(self.next_load):
+            m.d.sync += nxt.eq(self.next_line)
+        pf_line = Signal(LB)
+        look_next = Signal(LB)
+        m.d.comb += look_next.eq(Mux(pcheck, pf_line, nxt))
+        next_present = Signal()
+        next_in_rom = Signal()
+        m.d.sync += [next_present.eq(Mux(pushed_at(look_next[:IB]),
+                                         push_line[IB:] == look_next[IB:],
+                                         valid.bit_select(look_next[:IB], 1)
+                                         & tag_matches(look_next, "next"))),
+                     next_in_rom.eq(Cat(C(0, W), look_next) < self.rom_words)]
+        want_next = Signal()
+        m.d.comb += want_next.eq(pcheck & ~next_present & next_in_rom)
+        # a prefetch waits for a slot, and for a fill of its set to finish
+        pf_held = Signal()
+        m.d.comb += pf_held.eq(filling(pf_line[:IB]) | pushed_at(pf_line[:IB])
+                               | (count + push >= FILL_SLOTS))
+
+        # ---- Classification, tag writes and fill slots (at most one new slot per cycle:
+        # an access's miss, or the cycle after it, its prefetch).
         tag_writes = [bank.write_port() for bank in self._tags]
         new = Signal()
         # the access's class, counted a cycle later (the counters' adders stay off the
-        # path from the fetched word through the request)
+        # lookup's path)
         hit, missed, prefetched = Signal(), Signal(), Signal()
         counted = Signal(3)
         m.d.sync += counted.eq(Cat(hit, missed, prefetched))
         m.d.sync += [self.hits.eq(self.hits + counted[0]), self.misses.eq(self.misses + counted[1]),
                      self.prefetches.eq(self.prefetches + counted[2])]
-        # the line a new slot would take, from the address and the tags alone: `accept`
-        # (which waits for the dispatcher's decision) only enables the writes
         new_line = Signal(LB)
-        m.d.comb += new_line.eq(Mux(pend, pend_line, Mux(present, nxt, line)))
-        with m.If(~pend):
-            m.d.sync += pend_line.eq(nxt)   # (what `pend` will want, if it is set now)
-        with m.If(pend):
-            m.d.comb += new.eq(1)
-            m.d.sync += pend.eq(0)
-        with m.Elif(accept & ~present):
-            m.d.comb += [new.eq(1), missed.eq(1)]
-            with m.If(want_next):
-                m.d.comb += prefetched.eq(1)
-                m.d.sync += pend.eq(1)
-        with m.Elif(accept):
-            m.d.comb += hit.eq(1)
-            with m.If(want_next):
+        m.d.comb += new_line.eq(Mux(pcheck, pf_line, line))
+        hit_now = Signal()          # the word can be read at once
+        m.d.comb += hit_now.eq(doing & ~held & present & line_ready)
+        with m.If(doing):
+            m.d.sync += retry.eq(held)
+            with m.If(~held):
+                m.d.sync += [pcheck.eq(1), pf_line.eq(nxt)]
+                with m.If(present):
+                    m.d.comb += hit.eq(1)
+                with m.Else():
+                    m.d.comb += [new.eq(1), missed.eq(1)]
+        with m.If(pcheck):
+            with m.If(~want_next):
+                m.d.sync += pcheck.eq(0)
+            with m.Elif(~pf_held):
                 m.d.comb += [new.eq(1), prefetched.eq(1)]
+                m.d.sync += pcheck.eq(0)
         # The tag is written, and the new slot queued, the cycle after (from registers: the
-        # lookup reaches neither the tag RAM's write enable nor the slots).  No lookup can
-        # see either meanwhile: after an access `read` or `waiting` holds the next one off a
-        # cycle at least, and a prefetch's write (`pend`) is followed by the missed word's
-        # fill.
+        # lookup reaches neither the tag RAM's write enable nor the slots); a lookup in that
+        # cycle takes them from `push_line` (`pushed_at`).
         for k, tw in enumerate(tag_writes):
             m.d.sync += [tw.addr.eq(new_line[:BL]), tw.data.eq(new_line[IB:]),
                          tw.en.eq(new & (new_line[BL:IB] == k))]
@@ -219,28 +245,28 @@ class InstructionCache(wiring.Component):
         # the dispatcher.  What is read is the word a request may take next cycle, from
         # registers and the dispatcher's successor address: while resp holds a word, its
         # successor (`next_pc`: the request of the next cycle if the word goes now);
-        # while a missed word waits, that word; else the request's word.  (A line is ready
-        # the cycle after its last word is written, so a word read the cycle before may be
-        # the one written then: that write is bypassed.)
+        # while an access waits or is held back, its word; else the request's word.  (A
+        # line is ready the cycle after its last word is written, so a word read the cycle
+        # before may be the one written then: that write is bypassed.)
         rp = mem.read_port()
         rd_addr = Signal(W + IB)
         m.d.comb += [rd_addr.eq(Mux(read, self.next_pc[:W + IB],
-                                    Mux(waiting, cur[:W + IB], look[:W + IB]))),
+                                    Mux(waiting | retry, cur[:W + IB],
+                                        self.req.payload.pc[:W + IB]))),
                      rp.addr.eq(rd_addr), rp.en.eq(1)]
         rd_word = Signal(len(rp.data))     # the word read last cycle
         out = Signal(len(rp.data))
-        hit_now = accept & present & ready.bit_select(index, 1)
         # (a missed line's ready bit is cleared as its slot is queued, a cycle after the
         # lookup: until then it is the evicted line's)
         late = (waiting & ready.bit_select(cur[W:W + IB], 1)
                 & ~(push & (push_line[:IB] == cur[W:W + IB])))
         # `cur` and `out` are loaded while they hold nothing the core uses, not only as an
-        # access is accepted or a word arrives: `accept` does not fan out to their enables
-        with m.If(~read & ~waiting):
-            m.d.sync += cur.eq(look)
+        # access is taken or a word arrives: `accept` does not fan out to their enables
+        with m.If(~read & ~waiting & ~retry):
+            m.d.sync += cur.eq(self.req.payload.pc)
         with m.If(~read):
             m.d.sync += out.eq(rd_word)
-        with m.If(accept & ~hit_now):
+        with m.If(doing & ~held & ~hit_now):
             m.d.sync += waiting.eq(1)
         with m.Elif(late):
             m.d.sync += waiting.eq(0)
@@ -265,19 +291,25 @@ class InstructionCache(wiring.Component):
                      self.araddr.eq(self.rom_base + (slot_line[ar_slot] << (W + 4))),
                      self.arlen.eq(BEATS_PER_LINE - 1)]
         # A word's two beats are registered (`low`, `high`); the cycle after its second
-        # beat it is predecoded from those registers into the write registers (no bus
-        # input feeds the predecoder, and the predecoder feeds no block RAM input), written
-        # the cycle after, and the line is ready the cycle after its last word is written.
+        # beat it is copied into the predecoder's input register (`word`), the cycle
+        # after that predecoded into the write registers (no bus input feeds the
+        # predecoder, and the predecoder feeds no block RAM input: it is 9 LUT levels
+        # deep), written the cycle after, and the line is ready the cycle after its last
+        # word is written.
         beat = Signal(range(BEATS_PER_LINE))
         low, high = Signal(64), Signal(64)
         low_err, word_err = Signal(), Signal()
         w_pend = Signal()                  # `low`, `high` hold a word to write now
         w_addr = Signal(W + IB)
         wp = mem.write_port()
+        word, word_addr, word_pend = Signal(128), Signal(W + IB), Signal()
+        word_bad = Signal()
+        m.d.sync += [word.eq(Cat(low, high)), word_bad.eq(word_err), word_addr.eq(w_addr),
+                     word_pend.eq(w_pend)]
         m.submodules.predecode = pre = Predecoder()
-        m.d.comb += pre.word.eq(Cat(low, high))
-        m.d.sync += [wp.addr.eq(w_addr), wp.data.eq(Cat(low, high, word_err, pre.out)),
-                     wp.en.eq(w_pend)]
+        m.d.comb += pre.word.eq(word)
+        m.d.sync += [wp.addr.eq(word_addr), wp.data.eq(Cat(word, word_bad, pre.out)),
+                     wp.en.eq(word_pend)]
         # the word read, with a write to the address read in the same cycle bypassed
         bypass = Signal()
         written = Signal.like(wp.data)
@@ -313,17 +345,27 @@ class InstructionCache(wiring.Component):
         # the new line's valid and ready bits, decoded from `push_line`
         sel = Signal(L)
         fill_beats = Signal(L)  # the line whose last beat arrived (registered)
+        fill_staged = Signal(L)  # ... its last word in the predecoder's input register
         fill_done = Signal(L)   # the line whose last word was written (registered)
         m.d.comb += sel.eq(Const(1, L) << push_line[:IB])
         m.d.sync += [fill_beats.eq(Mux(done, Const(1, L) << slot_line[0][:IB], 0)),
-                     fill_done.eq(fill_beats)]
+                     # (a line queued again meanwhile at the same index is not ready)
+                     fill_staged.eq(fill_beats & ~Mux(push, sel, 0)),
+                     fill_done.eq(fill_staged & ~Mux(push, sel, 0))]
         with m.If(push):
             m.d.sync += slot_line[n_after].eq(push_line)
         m.d.sync += [valid.eq(valid | Mux(push, sel, 0)),
                      ready.eq((ready | fill_done) & ~Mux(push, sel, 0))]
 
+        # a free slot next cycle: the slots then, and the one queued then (a slot
+        # decided now)
+        count_next = Signal(range(FILL_SLOTS + 2))
+        m.d.comb += count_next.eq(count + push - done)
+        m.d.sync += room1.eq(Mux(new, count_next < FILL_SLOTS - 1, count_next < FILL_SLOTS))
+
         with m.If(self.start):
-            m.d.sync += [valid.eq(0), ready.eq(0), waiting.eq(0), read.eq(0), pend.eq(0),
-                         fill_beats.eq(0), fill_done.eq(0), counted.eq(0), push.eq(0),
+            m.d.sync += [valid.eq(0), ready.eq(0), waiting.eq(0), read.eq(0), retry.eq(0),
+                         pcheck.eq(0), room1.eq(1),
+                         fill_beats.eq(0), fill_staged.eq(0), fill_done.eq(0), counted.eq(0), push.eq(0),
                          self.hits.eq(0), self.misses.eq(0), self.prefetches.eq(0)]
         return m

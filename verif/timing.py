@@ -96,8 +96,8 @@ FETCH_LATENCY = DMA_LATENCY + 1
 #: beats of one line fill (64 bytes over the 8-byte bus)
 LINE_FILL_BEATS = 8
 #: cycles from a line's last beat to its words being readable (the last word is
-#: predecoded into registers, then written)
-FILL_WRITE_CYCLES = 2
+#: registered, predecoded into registers, then written)
+FILL_WRITE_CYCLES = 3
 
 
 def _rows(row_starts: np.ndarray, cols: int, axi_bytes: int):
