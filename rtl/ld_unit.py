@@ -153,13 +153,18 @@ class LoadUnit(wiring.Component):
                          new.rows.eq(s.rows), new.cols.eq(s.cols)]
         with m.Else():
             m.d.comb += new.eq(self.args.ld)
-        new_misaligned = new_ldc & stream_misaligned(new.dst, new.ext, new.rows,
-                                                     self.regs.dst_stride)
         a = Signal(self.args.ld.shape())
         r = Signal(self.regs.shape())
         compressed = Signal()
+        # `start` only latches the operation; its checks, the first row's and the counters'
+        # loads are worked out from those registers the cycle after (`arm`), so no operand
+        # reaches a sum or a comparison in the cycle it arrives
+        arm = Signal()
+        m.d.sync += arm.eq(self.start)
         with m.If(self.start):
             m.d.sync += [a.eq(new), r.eq(self.regs), compressed.eq(new_ldc)]
+        misaligned = compressed & stream_misaligned(a.dst, a.ext, a.rows, r.dst_stride)
+        empty = (a.n3 == 0) | (a.rows == 0) | (a.cols == 0)
         buf = a.buf
         sizes = {"nbuf": c.nbuf_bytes, "nidx": c.nidx_bytes, "wbuf": c.wbuf_bytes,
                  "widx": c.widx_bytes, "acc": c.acc_elems, "param": c.param_bytes}
@@ -168,13 +173,13 @@ class LoadUnit(wiring.Component):
             return (buf == BUFFERS["wbuf"]) | (buf == BUFFERS["widx"])
 
         banked = is_banked(buf)
-        p_cnt = Signal(12)
-        row_lane = Signal(13)
-        m.d.comb += row_lane.eq(a.lane + Mux(banked, p_cnt, 0))
+        row_lane = Signal(13)     # lane + p for the lane banks, else lane
 
-        # ---- Address side: one row request per cycle while rows remain.
+        # ---- Address side: one row request per cycle while rows remain.  The row and plane
+        # counters count down to zero (the last row of a plane, the last plane: zero tests
+        # of registers).
         issuing = Signal()
-        r_cnt = Signal(12)
+        r_left, p_left, rows_m1 = Signal(12), Signal(12), Signal(12)
         ext_plane, ext_row = Signal(32), Signal(32)
         dst_plane, dst_row = Signal(21), Signal(21)
         outstanding = Signal(range(1 << 14))  # rows requested and not yet written
@@ -194,26 +199,30 @@ class LoadUnit(wiring.Component):
             rows_fifo.w_data.eq(Cat((dst_row >> 3)[:20], row_lane)),
         ]
         word_done = Signal()  # a row's last word was written this cycle
-        empty = (new.n3 == 0) | (new.rows == 0) | (new.cols == 0)
-        plane_wrap = r_cnt == a.rows - 1  # the row issued now is its plane's last
+        plane_wrap = Signal()     # the row issued now is its plane's last
+        m.d.comb += plane_wrap.eq(r_left == 0)
         with m.If(self.start):
-            m.d.sync += [issuing.eq(~empty & ~new_misaligned), p_cnt.eq(0), r_cnt.eq(0),
-                         ext_plane.eq(new.ext), ext_row.eq(new.ext),
-                         dst_plane.eq(new.dst), dst_row.eq(new.dst),
-                         plane_end.eq(new.dst + new.cols), row_end.eq(new.dst + new.cols),
-                         err.eq(Mux(new_misaligned & ~empty, ErrorCode.ALIGN, ErrorCode.NONE)),
-                         outstanding.eq(0)]
+            m.d.sync += [issuing.eq(0), err.eq(ErrorCode.NONE), outstanding.eq(0)]
+        with m.Elif(arm):
+            m.d.sync += [issuing.eq(~empty & ~misaligned),
+                         r_left.eq(a.rows - 1), p_left.eq(a.n3 - 1), rows_m1.eq(a.rows - 1),
+                         row_lane.eq(a.lane),
+                         ext_plane.eq(a.ext), ext_row.eq(a.ext),
+                         dst_plane.eq(a.dst), dst_row.eq(a.dst),
+                         plane_end.eq(a.dst + a.cols), row_end.eq(a.dst + a.cols),
+                         err.eq(Mux(misaligned & ~empty, ErrorCode.ALIGN, ErrorCode.NONE))]
         with m.Else():
             with m.If(issuing & (row_bad != ErrorCode.NONE)):
                 m.d.sync += [issuing.eq(0), err.eq(row_bad)]
             with m.If(can_issue):
                 # the lane banks take consecutive bytes, every plane at dst of its lane
-                m.d.sync += [r_cnt.eq(r_cnt + 1),
+                m.d.sync += [r_left.eq(r_left - 1),
                              ext_row.eq(ext_row + Mux(banked, a.cols, r.ext_stride)),
                              dst_row.eq(dst_row + r.dst_stride),
                              row_end.eq(row_end + r.dst_stride)]
                 with m.If(plane_wrap):
-                    m.d.sync += [r_cnt.eq(0), p_cnt.eq(p_cnt + 1),
+                    m.d.sync += [r_left.eq(rows_m1), p_left.eq(p_left - 1),
+                                 row_lane.eq(row_lane + banked),
                                  ext_plane.eq(ext_plane + r.ext_stride3),
                                  dst_plane.eq(dst_plane + Mux(banked, 0, r.dst_stride3)),
                                  dst_row.eq(dst_plane + Mux(banked, 0, r.dst_stride3)),
@@ -221,7 +230,7 @@ class LoadUnit(wiring.Component):
                                  row_end.eq(plane_end + Mux(banked, 0, r.dst_stride3))]
                     with m.If(~banked):
                         m.d.sync += ext_row.eq(ext_plane + r.ext_stride3)
-                    with m.If(p_cnt == a.n3 - 1):
+                    with m.If(p_left == 0):
                         m.d.sync += issuing.eq(0)
             m.d.sync += outstanding.eq(outstanding + can_issue - word_done)
 
@@ -246,27 +255,26 @@ class LoadUnit(wiring.Component):
             return Mux(~lane_ok | past_end, ErrorCode.RANGE,
                        Mux(((first | cols) & group_mask) != 0, ErrorCode.ALIGN, ErrorCode.NONE))
 
-        # The instruction's first row is checked from the operands as they come; for the
-        # rows after it the buffer's rules are registers set at start, and so is the room
-        # a row's end has below the buffer's size for the step to the next row and to the
-        # next plane (`end + step > limit` is `step > limit or end > limit - step`), so
-        # those checks compare registers with no adder before them.  (Only a row start's
-        # bits under the group mask matter for its alignment: a sum of the mask's width.)
-        limit, group_mask = buffer_rules(new.buf, self.regs)
-        to_plane_new = Mux(is_banked(new.buf), 0, self.regs.dst_stride3)
+        # The instruction's first row is checked from the latched operands (`arm`); for the
+        # rows after it the buffer's rules are registers set then too, and so is the room a
+        # row's end has below the buffer's size for the step to the next row and to the next
+        # plane (`end + step > limit` is `step > limit or end > limit - step`), so those
+        # checks compare registers with no adder before them.  (Only a row start's bits
+        # under the group mask matter for its alignment: a sum of the mask's width.)
+        limit, group_mask = buffer_rules(a.buf, r)
+        to_plane = Mux(banked, 0, r.dst_stride3)
         buf_mask = Signal.like(group_mask, name="buf_group_mask")
         row_never, plane_never = Signal(), Signal()     # the step alone passes the limit
         row_room, plane_room = Signal(22), Signal(22)   # limit - step
-        with m.If(self.start):
+        with m.If(arm):
             m.d.sync += [buf_mask.eq(group_mask),
-                         row_never.eq(self.regs.dst_stride > limit),
-                         row_room.eq(limit - self.regs.dst_stride),
-                         plane_never.eq(to_plane_new > limit),
-                         plane_room.eq(limit - to_plane_new)]
-        to_plane = Mux(banked, 0, r.dst_stride3)
+                         row_never.eq(r.dst_stride > limit),
+                         row_room.eq(limit - r.dst_stride),
+                         plane_never.eq(to_plane > limit),
+                         plane_room.eq(limit - to_plane)]
         mb = len(group_mask)
-        bad_first = check(Mux(is_banked(new.buf), new.lane < P, new.lane == 0),
-                          new.dst + new.cols > limit, new.dst, new.cols, group_mask)
+        bad_first = check(Mux(banked, a.lane < P, a.lane == 0),
+                          a.dst + a.cols > limit, a.dst, a.cols, group_mask)
         # (row_lane is lane + p for the lane banks)
         bad_row = check(Mux(banked, row_lane < P, a.lane == 0),
                         row_never | (row_end > row_room),
@@ -274,7 +282,7 @@ class LoadUnit(wiring.Component):
         bad_plane = check(Mux(banked, row_lane < P - 1, a.lane == 0),
                           plane_never | (plane_end > plane_room),
                           (dst_plane[:mb] + to_plane[:mb])[:mb], a.cols, buf_mask)
-        with m.If(self.start):
+        with m.If(arm):
             m.d.sync += row_bad.eq(bad_first)
         with m.Elif(can_issue):
             m.d.sync += row_bad.eq(Mux(plane_wrap, bad_plane, bad_row))
@@ -294,11 +302,17 @@ class LoadUnit(wiring.Component):
         words_expected = Signal(27)
         words_arrived = Signal(27)
         with m.If(self.start):
-            m.d.sync += [fetch_header.eq(new_ldc & ~empty & ~new_misaligned),
-                         fetch_body.eq(0), fetch_wait.eq(0),
-                         body_addr.eq(new.ext + 8), words_expected.eq(0), words_arrived.eq(0)]
-        piece = Signal(10)  # words of the next body request (at most 512: 4 KiB)
-        m.d.comb += piece.eq(Mux(body_left > 512, 512, body_left))
+            m.d.sync += [fetch_header.eq(0), fetch_body.eq(0), fetch_wait.eq(0),
+                         words_expected.eq(0), words_arrived.eq(0)]
+        with m.Elif(arm):
+            m.d.sync += [fetch_header.eq(compressed & ~empty & ~misaligned),
+                         body_addr.eq(a.ext + 8)]
+        # words of the next body request (at most 512: 4 KiB): a register, set with
+        # `body_left`, so the request's length comes from registers
+        piece = Signal(10)
+
+        def first_piece(left):
+            return Mux(left > 512, 512, left)
         with m.If(fetch_header):
             m.d.comb += [reader.req.valid.eq(1), reader.req.payload.addr.eq(a.ext),
                          reader.req.payload.length.eq(8)]
@@ -313,7 +327,9 @@ class LoadUnit(wiring.Component):
         with m.If(fetch_header & req_fire):
             m.d.sync += [fetch_header.eq(0), fetch_wait.eq(1), words_expected.eq(1)]
         with m.If(fetch_body & req_fire):
-            m.d.sync += [body_addr.eq(body_addr + (piece << 3)), body_left.eq(body_left - piece),
+            left_after = body_left - piece
+            m.d.sync += [body_addr.eq(body_addr + (piece << 3)), body_left.eq(left_after),
+                         piece.eq(first_piece(left_after)),
                          words_expected.eq(words_expected + piece)]
             with m.If(body_left == piece):
                 m.d.sync += fetch_body.eq(0)
@@ -358,22 +374,31 @@ class LoadUnit(wiring.Component):
         # the header: stream bytes after it (its 8 bytes at the beat's offset)
         length = (beat.payload.data.word_select(beat.payload.offset[3:], 64) if k64
                   else beat.payload.data)
+        # (registered as it arrives, checked the cycle after: no comparison follows the
+        # bus's beat in its cycle)
+        header = Signal(64)
+        header_check = Signal()
         with m.If(header_beat & beat.valid):
-            m.d.sync += fetch_wait.eq(0)
-            with m.If((length[:3] != 0) | (length[3:] > words_bound)):
+            m.d.sync += [fetch_wait.eq(0), header.eq(length), header_check.eq(1)]
+        with m.If(header_check):
+            m.d.sync += header_check.eq(0)
+            with m.If((header[:3] != 0) | (header[3:] > words_bound)):
                 m.d.sync += index_err.eq(1)
             with m.Else():
-                m.d.sync += [body_left.eq(length[3:29]), fetch_body.eq(length[3:] != 0)]
-        fetch_quiet = ~fetch_header & ~fetch_body & ~fetch_wait & \
+                m.d.sync += [body_left.eq(header[3:29]), piece.eq(first_piece(header[3:29])),
+                             fetch_body.eq(header[3:] != 0)]
+        with m.If(self.start):
+            m.d.sync += header_check.eq(0)
+        fetch_quiet = ~fetch_header & ~fetch_body & ~fetch_wait & ~header_check & \
             (words_arrived == words_expected)
-        with m.If(compressed & fetch_quiet & expander.starving):
+        with m.If(compressed & ~arm & fetch_quiet & expander.starving):
             m.d.sync += index_err.eq(1)  # the stream ended before its chunks did
         with m.If(self.start):
             m.d.sync += index_err.eq(0)
         # the expander starts a cycle after the instruction, from registers (its first word
         # is the stream's header's successor, many cycles later)
         expand = Signal()
-        m.d.sync += expand.eq(self.start & new_ldc & ~empty & ~new_misaligned)
+        m.d.sync += expand.eq(arm & compressed & ~empty & ~misaligned)
         m.d.comb += [expander.start.eq(expand), expander.rows.eq(a.rows), expander.cols.eq(a.cols)]
 
         # ---- Write side: realigned (ld) or expanded (ldc) words, through `words`, into the
@@ -413,8 +438,13 @@ class LoadUnit(wiring.Component):
         wiring.connect(m, acc_out.o, wiring.flipped(self.acc_w))
         # sub-writes of a word: acc takes at most `lanes` elements per write, param at most
         # `lanes` channel records (one per bank)
-        acc_busy = (buf == BUFFERS["acc"])
-        prm_busy = (buf == BUFFERS["param"])
+        # which buffer the words go to, one-hot in registers (set at `arm`): the buffer's
+        # number reaches no comparison on the path from a word to its write
+        to_buf = {name: Signal(name=f"to_{name}") for name in BUFFERS}
+        with m.If(arm):
+            m.d.sync += [to_buf[name].eq(buf == code) for name, code in BUFFERS.items()]
+        acc_busy = to_buf["acc"]
+        prm_busy = to_buf["param"]
         per_prm = param_records_per_write(c)
         nsub_acc, nsub_prm = max(1, B // P), B // 8 // per_prm
         sub = Signal(range(max(nsub_acc, nsub_prm) + 1))
@@ -433,10 +463,10 @@ class LoadUnit(wiring.Component):
         # nbuf (+ the sparse processing unit), nidx, wbuf, widx, param
         for name, port in (("nbuf", self.nbuf_w), ("wbuf", self.wbuf_w), ("widx", self.widx_w)):
             m.d.comb += [port.addr.eq(addr), port.data.eq(data_w),
-                         port.en.eq(Mux(accept & (buf == BUFFERS[name]), be_w, 0))]
+                         port.en.eq(Mux(accept & to_buf[name], be_w, 0))]
         m.d.comb += self.w_lane.eq(rows_fifo.r_data[20:])  # the lane of the row being written
         m.d.comb += [
-            spu.i.valid.eq(accept & (buf == BUFFERS["nbuf"]) & (r.nidx_mode | compressed)),
+            spu.i.valid.eq(accept & to_buf["nbuf"] & (r.nidx_mode | compressed)),
             spu.i.payload.data.eq(data_w), spu.i.payload.be.eq(be_w), spu.i.payload.addr.eq(addr),
             # ldc: the index of non-zero values (threshold 0, no groups)
             spu.thresh.eq(Mux(compressed, 0, r.thresh)),
@@ -444,7 +474,7 @@ class LoadUnit(wiring.Component):
             spu.t3.eq(r.group_t3), spu.t4.eq(r.group_t4),
             spu.o.ready.eq(1),
         ]
-        nidx_raw = accept & (buf == BUFFERS["nidx"])
+        nidx_raw = accept & to_buf["nidx"]
         spu_word = spu.o.payload.addr
         with m.If(spu.o.valid):
             # a neuron-buffer word's B index bits, in their part of an index word (which
@@ -496,7 +526,7 @@ class LoadUnit(wiring.Component):
                        & ~acc_out.o.valid)
             # ldc: every requested word arrived, and the expander done (or the stream bad)
             stream_done = fetch_quiet & (expander.finished | index_err)
-            finished = running & Mux(compressed, stream_done & (written | index_err), written)
+            finished = running & ~arm & Mux(compressed, stream_done & (written | index_err), written)
             first_err = Mux(err != ErrorCode.NONE, err,
                             Mux(index_err, ErrorCode.INDEX, ErrorCode.NONE))
             with m.If(finished):
