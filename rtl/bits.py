@@ -47,6 +47,22 @@ def lowest_set(value: Value) -> Value:
     return (value & (~value + 1))[:len(value)]
 
 
+def at_most_two(value: Value) -> Value:
+    """Whether ``value`` has at most two bits set (a tree of any / two or more / three or
+    more flags, no carry chain)."""
+    level = [(value[k], C(0), C(0)) for k in range(len(value))]  # (>= 1, >= 2, >= 3) set
+    while len(level) > 1:
+        pairs = []
+        for k in range(0, len(level), 2):
+            if k + 1 == len(level):
+                pairs.append(level[k])
+                continue
+            (a1, a2, a3), (b1, b2, b3) = level[k], level[k + 1]
+            pairs.append((a1 | b1, a2 | b2 | (a1 & b1), a3 | b3 | (a2 & b1) | (a1 & b2)))
+        level = pairs
+    return ~level[0][2]
+
+
 def at_most_one(value: Value) -> Value:
     """Whether ``value`` has at most one bit set (a tree of any / several flags, no carry
     chain)."""

@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .bits import at_most_one, popcount_bytes, sum_tree
+from .bits import at_most_two, popcount_bytes, sum_tree
 from .layouts import ADDR, CHUNK, combined_layout, pairs_layout
 
 
@@ -91,14 +91,21 @@ class Compactor(wiring.Component):
         rest = Signal(CHUNK)
         m.d.comb += rest.eq(Mux(cur.stride, 0, rem & ~taken))
         finished = Signal()
-        # (one lane: no bit left after the lowest, from the bits themselves, not from `rest`)
-        m.d.comb += finished.eq(cur.stride | (at_most_one(rem) if L == 1 else rest == 0))
+        # (one lane: no bit left after the lowest, from registers: the item's flag, or for
+        # the bits held, a flag worked out as they were -- at most two bits before the pick
+        # that left them)
+        held_le1 = Signal()
+        if L == 1:
+            m.d.comb += finished.eq(cur.stride | Mux(busy, held_le1, cur.pairs_le1))
+        else:
+            m.d.comb += finished.eq(cur.stride | (rest == 0))
         emit = Signal()
         m.d.comb += emit.eq(cur.stride | rem.any() | (cur.last & finished))  # a pick: a bit left
 
         m.d.comb += self.i.ready.eq(advance & finished)
         with m.If(advance & cur_valid):
-            m.d.sync += [busy.eq(~finished), held_bits.eq(rest)]
+            m.d.sync += [busy.eq(~finished), held_bits.eq(rest),
+                         held_le1.eq(Mux(busy, at_most_two(held_bits), cur.pairs_le2))]
 
         # Stage A: per pick, the bits below it that count towards each side's offset: the
         # side's kept bits in packed storage (the pair's rank), every position otherwise (its

@@ -5,6 +5,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
+from .bits import at_most_one, at_most_two
 from .layouts import chunk_layout, combined_layout, entry_layout
 from .stride_merge import StrideMerge
 
@@ -81,6 +82,8 @@ class ConnectionUnit(wiring.Component):
             and_out.stride.eq(0), and_out.n_bits.eq(n.bits), and_out.w_bits.eq(w.bits),
             and_out.n_base.eq(n.base), and_out.w_base.eq(w.base),
             and_out.pair.eq(0), and_out.last.eq(n.last),
+            and_out.pairs_le1.eq(at_most_one(n.bits & w.bits)),
+            and_out.pairs_le2.eq(at_most_two(n.bits & w.bits)),
         ]
         join = Signal()
         m.d.comb += join.eq(nq.r_rdy & wq.r_rdy & oq.w_rdy & ~self.merge)

@@ -37,7 +37,17 @@ def combined_layout() -> data.StructLayout:
         "w_base": ADDR,
         "pair": 1,          # stride item: 1 if it is a pair, 0 for an empty row's end marker
         "last": 1,          # last item of the row
+        # chunk item: n_bits & w_bits has at most one / at most two bits set (worked out
+        # as the item is made, so the compactor's "last pick" decisions start at registers)
+        "pairs_le1": 1,
+        "pairs_le2": 1,
     })
+
+
+def pair_count_flags(n_bits: int, w_bits: int) -> dict:
+    """A chunk item's ``pairs_le1`` and ``pairs_le2`` (what the connection unit sets)."""
+    k = bin(n_bits & w_bits).count("1")
+    return {"pairs_le1": int(k <= 1), "pairs_le2": int(k <= 2)}
 
 
 def pairs_layout(lanes: int) -> data.StructLayout:

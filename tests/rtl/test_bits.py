@@ -6,7 +6,7 @@ import pytest
 from amaranth import Elaboratable, Module, Signal
 from amaranth.sim import Simulator
 
-from snpu.rtl.bits import at_most_one, lowest_set, lowest_set_index, one_hots, thermometer
+from snpu.rtl.bits import at_most_one, at_most_two, lowest_set, lowest_set_index, one_hots, thermometer
 
 
 class _Helpers(Elaboratable):
@@ -15,12 +15,14 @@ class _Helpers(Elaboratable):
     def __init__(self, width: int):
         self.value = Signal(width)
         self.one = Signal()
+        self.two = Signal()
         self.low = Signal(width)
         self.index = Signal(range(width))
 
     def elaborate(self, platform):
         m = Module()
-        m.d.comb += [self.one.eq(at_most_one(self.value)), self.low.eq(lowest_set(self.value)),
+        m.d.comb += [self.one.eq(at_most_one(self.value)), self.two.eq(at_most_two(self.value)),
+                     self.low.eq(lowest_set(self.value)),
                      self.index.eq(lowest_set_index(self.value))]
         return m
 
@@ -31,6 +33,8 @@ def test_helpers_match_python(width):
     values = {0, (1 << width) - 1, 1, 1 << (width - 1)}
     values |= {1 << k for k in range(width)} | {(1 << k) | (1 << j) for k in range(width)
                                                 for j in range(k)}
+    values |= {(1 << k) | (1 << j) | (1 << i) for k in range(0, width, 3)
+               for j in range(0, k, 2) for i in range(j)}
     values |= {rng.getrandbits(width) for _ in range(300)}
     dut = _Helpers(width)
     sim = Simulator(dut)
@@ -40,8 +44,10 @@ def test_helpers_match_python(width):
         for v in sorted(values):
             ctx.set(dut.value, v)
             low = v & -v
-            want = (bin(v).count("1") <= 1, low, low.bit_length() - 1 if v else width - 1)
-            got = (bool(ctx.get(dut.one)), ctx.get(dut.low), ctx.get(dut.index))
+            n = bin(v).count("1")
+            want = (n <= 1, n <= 2, low, low.bit_length() - 1 if v else width - 1)
+            got = (bool(ctx.get(dut.one)), bool(ctx.get(dut.two)), ctx.get(dut.low),
+                   ctx.get(dut.index))
             if got != want:
                 failures.append((v, got, want))
 

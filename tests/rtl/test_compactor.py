@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from snpu.rtl.compactor import Compactor
+from snpu.rtl.layouts import pair_count_flags
 from snpu.verif import index as ix
 
 from snpu.verif.tb.amaranth_sim import seeded, simulate, stream_get, stream_put
@@ -61,6 +62,7 @@ def test_pairs_match_index_library(lanes, seed):
             nb[:] = wb[:] = False
             nb[0 if kind > 0.95 else -1] = wb[0 if kind > 0.95 else -1] = True
         items.append(dict(stride=0, n_bits=_bits(nb), w_bits=_bits(wb),
+                          **pair_count_flags(_bits(nb), _bits(wb)),
                           n_base=rng.randrange(1000), w_base=rng.randrange(1000), pair=0,
                           last=int(rng.random() < 0.3)))
     items[-1]["last"] = 1
@@ -88,16 +90,19 @@ def test_pairs_match_index_library(lanes, seed):
     assert rows == want
 
 
-@pytest.mark.parametrize("lanes", [1, 2])
-def test_one_pair_per_lane_per_cycle_when_pairs_are_available(lanes):
-    """Full throughput: a stream of dense chunks yields `lanes` pairs every cycle."""
+@pytest.mark.parametrize("lanes,set_bits", [(1, CH), (2, CH), (1, 1), (1, 2), (1, 3)])
+def test_one_pair_per_lane_per_cycle_when_pairs_are_available(lanes, set_bits):
+    """Full throughput: a stream of chunks with `set_bits` pairs each (dense, or one, two or
+    three) yields `lanes` pairs every cycle, with no cycle between chunks."""
     dut = Compactor(lanes)
     n_items = 6
     cycles = {}
+    bits = (1 << CH) - 1 if set_bits == CH else sum(1 << (7 + 13 * j) for j in range(set_bits))
 
     async def producer(ctx):
         for k in range(n_items):
-            await stream_put(ctx, dut.i, dict(stride=0, n_bits=(1 << CH) - 1, w_bits=(1 << CH) - 1,
+            await stream_put(ctx, dut.i, dict(stride=0, n_bits=bits, w_bits=(1 << CH) - 1,
+                                              **pair_count_flags(bits, (1 << CH) - 1),
                                               n_base=0, w_base=0, pair=0, last=int(k == n_items - 1)))
 
     async def consumer(ctx):
@@ -117,5 +122,5 @@ def test_one_pair_per_lane_per_cycle_when_pairs_are_available(lanes):
         cycles["pairs"] = pairs
 
     simulate(dut, producer, consumer)
-    assert cycles["pairs"] == n_items * CH
-    assert cycles["span"] == n_items * CH // lanes
+    assert cycles["pairs"] == n_items * set_bits
+    assert cycles["span"] == n_items * set_bits // lanes
