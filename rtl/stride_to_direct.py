@@ -184,8 +184,15 @@ class StrideToDirect(wiring.Component):
                 last_off.eq((self.n - 1)[:CB]), empty_row.eq(self.n == 0), overflow.eq(0),
             ]
         with m.Elif(self.busy):
-            rem_next = remaining - take
-            m.d.sync += [remaining.eq(rem_next), rem_cap.eq(Mux(rem_next > E, E, rem_next)),
+            # min(remaining - take, E) without the 16-bit difference: with 3E or more left,
+            # E or more stay (take <= E); below that the difference fits the low bits
+            low_bits = (3 * E).bit_length()
+            many = Signal()
+            m.d.comb += many.eq((remaining[low_bits:] != 0) | (remaining[:low_bits] >= 3 * E))
+            low_next = Signal(low_bits)
+            m.d.comb += low_next.eq(remaining[:low_bits] - take)
+            m.d.sync += [remaining.eq(remaining - take),
+                         rem_cap.eq(Mux(many | (low_next > E), E, low_next)),
                          cursor.eq(cursor + pre[E - 1]), staged.eq(take != 0)]
             # the window's bytes go into a register as they are (the adders sit after it)
             m.d.sync += [st_byte[k].eq(Mux(k < take, self.bytes[k], 0)) for k in range(E)]
