@@ -41,15 +41,19 @@ class Requantizer(wiring.Component):
     mask of the positions at or above ``shift + 8`` (made in the second stage, beside the
     multiply); the last stage adds one, halves and saturates nine bits.
 
-    Throughput one element per cycle; latency 4 cycles (bias add; multiply and mask;
-    select and range test; round and saturate).  Back-pressure on ``o`` stalls the
-    pipeline.
+    The 32 x 16 multiply is split at bit 16 of ``acc + bias``: two products of one 18 x 18
+    block each, registered alone, are added in the next stage (the sum of the partial
+    products right after the multipliers was the block's critical path).
+
+    Throughput one element per cycle; latency 5 cycles (bias add; partial products and
+    mask; their sum; select and range test; round and saturate).  Back-pressure on ``o``
+    stalls the pipeline.
     """
 
     i: In(stream.Signature(REQUANT_IN))
     o: Out(stream.Signature(data.StructLayout({"y": signed(8)})))
 
-    LATENCY = 4
+    LATENCY = 5
 
     def elaborate(self, platform):
         m = Module()
@@ -62,7 +66,12 @@ class Requantizer(wiring.Component):
         # stage 1: bias add; the shift clamped
         v1, mult1, shift1 = Signal(signed(32)), Signal(signed(16)), Signal(range(SHIFT_MAX + 1))
         relu1, valid1 = Signal(), Signal()
-        # stage 2: the product, and the positions of 2 p that must equal its sign
+        # stage 2a: the partial products (low half of acc + bias unsigned), and the
+        # positions of 2 p that must equal its sign
+        lo_a, hi_a = Signal(signed(34)), Signal(signed(32))
+        shift_a, relu_a, valid_a = Signal.like(shift1), Signal(), Signal()
+        above_a = Signal(T)
+        # stage 2: the product
         prod2, shift2, relu2, valid2 = Signal(signed(P)), Signal.like(shift1), Signal(), Signal()
         above2 = Signal(T)
         # stage 3: the low bits of u = 2 p >> shift, and whether u fits them
@@ -79,8 +88,11 @@ class Requantizer(wiring.Component):
                 v1.eq((p.acc + p.bias)[:32]), mult1.eq(p.mult),
                 shift1.eq(Mux(p.shift > SHIFT_MAX, SHIFT_MAX, p.shift)),
                 relu1.eq(p.relu), valid1.eq(self.i.valid),
-                prod2.eq(v1 * mult1), shift2.eq(shift1), relu2.eq(relu1), valid2.eq(valid1),
-                above2.eq(Cat(shift1 + (K - 1) <= j for j in range(T))),
+                lo_a.eq(v1[:16].as_unsigned() * mult1), hi_a.eq(v1[16:].as_signed() * mult1),
+                shift_a.eq(shift1), relu_a.eq(relu1), valid_a.eq(valid1),
+                above_a.eq(Cat(shift1 + (K - 1) <= j for j in range(T))),
+                prod2.eq(lo_a + (hi_a << 16)), shift2.eq(shift_a), relu2.eq(relu_a),
+                valid2.eq(valid_a), above2.eq(above_a),
                 u3.eq((twice >> shift2)[:K]), fits3.eq(~(off_sign & above2).any()),
                 neg3.eq(prod2[-1]), relu3.eq(relu2), valid3.eq(valid2),
                 self.o.valid.eq(valid3),

@@ -33,7 +33,7 @@ class VectorUnit(wiring.Component):
     ``vew`` does and its parameter row beside every ``a`` word; the multipliers are
     registered as the first ``a`` word's data arrives, a cycle before its ``b`` word
     reaches the ALU, so ``vewp`` takes the cycles of ``vew``.  Words flow through the
-    :class:`VectorAlu` (2 cycles) or ``lanes`` :class:`Requantizer` s (4 cycles), a cycle
+    :class:`VectorAlu` (2 cycles) or ``lanes`` :class:`Requantizer` s (5 cycles), a cycle
     after they are read (the read data is registered first), and are
     written back to ``acc`` or to the output cache.  The VX unit has priority on the
     accumulator ports, so it never stalls.
@@ -88,24 +88,32 @@ class VectorUnit(wiring.Component):
         ma, mb = Signal(signed(16)), Signal(signed(16))
         param = Signal(12)
         args = self.args
+        # whether each counter of the address generator is at its last value: registers,
+        # loaded at start and worked out as the counter steps (no `x == n - 1` after it)
+        o_last, i_last, j1_last, j2_last = Signal(), Signal(), Signal(), Signal()
         with m.If(self.start):
-            m.d.sync += [op.eq(self.op), r.eq(self.regs)]
+            m.d.sync += [op.eq(self.op), r.eq(self.regs), j1_last.eq(1), j2_last.eq(1)]
             with m.Switch(self.op):
                 with m.Case(CODES["vred"]):
                     v = args.vred
                     m.d.sync += [src.eq(v.src), dst.eq(v.dst), b.eq(0), n_o.eq(v.n_o), n_i.eq(v.n_i),
-                                 k1.eq(v.k1), k2.eq(v.k2), mode.eq(v.mode), relu.eq(0)]
+                                 o_last.eq(v.n_o == 1), i_last.eq(v.n_i == 1),
+                                 k1.eq(v.k1), k2.eq(v.k2), mode.eq(v.mode), relu.eq(0),
+                                 j1_last.eq(v.k1 == 1), j2_last.eq(v.k2 == 1)]
                 with m.Case(CODES["vew"]):
                     v = args.vew
                     m.d.sync += [src.eq(v.a), dst.eq(v.dst), b.eq(v.b), n_o.eq(v.n_o), n_i.eq(v.n_i),
+                                 o_last.eq(v.n_o == 1), i_last.eq(v.n_i == 1),
                                  k1.eq(1), k2.eq(1), ma.eq(v.ma), mb.eq(v.mb), relu.eq(v.relu)]
                 with m.Case(CODES["vewp"]):
                     v = args.vewp
                     m.d.sync += [src.eq(v.a), dst.eq(v.dst), b.eq(v.b), n_o.eq(v.n_o), n_i.eq(v.n_i),
+                                 o_last.eq(v.n_o == 1), i_last.eq(v.n_i == 1),
                                  k1.eq(1), k2.eq(1), param.eq(v.param), relu.eq(v.relu)]
                 with m.Case(CODES["req"]):
                     v = args.req
                     m.d.sync += [src.eq(v.src), dst.eq(v.dst), b.eq(0), n_o.eq(v.n_o), n_i.eq(v.n_i),
+                                 o_last.eq(v.n_o == 1), i_last.eq(v.n_i == 1),
                                  k1.eq(1), k2.eq(1), param.eq(v.param), relu.eq(v.relu)]
         is_vred, is_req, is_vewp = op == CODES["vred"], op == CODES["req"], op == CODES["vewp"]
         is_vew = (op == CODES["vew"]) | is_vewp   # the scaled adds: a, then b, per word
@@ -123,7 +131,7 @@ class VectorUnit(wiring.Component):
         # stepped with i (no adder between them and the range checks)
         b_i, wr_i, prm_i = Signal(24), Signal(24), Signal(13)
         m.d.comb += [rd.eq(Mux(is_vew & half, b_i, rd_cur)), wr.eq(wr_i)]
-        last_j = (j1 == k1 - 1) & (j2 == k2 - 1)
+        last_j = j1_last & j2_last
         # (the limits less a word are constants: no adder before the comparisons)
         dst_last = Mux(is_req, c.obuf_bytes - P, c.acc_elems - P)
         bad = Signal(ErrorCode)
@@ -159,24 +167,30 @@ class VectorUnit(wiring.Component):
                 m.d.sync += half.eq(~half)
                 m.d.comb += step_i.eq(half)
             with m.Else():
-                m.d.sync += [j1.eq(j1 + 1), rd_cur.eq(rd_cur + r.k1_stride)]
-                with m.If(j1 == k1 - 1):
-                    m.d.sync += [j1.eq(0), j2.eq(j2 + 1), rd_j2.eq(rd_j2 + r.k2_stride),
+                m.d.sync += [j1.eq(j1 + 1), rd_cur.eq(rd_cur + r.k1_stride),
+                             j1_last.eq(j1 + 2 == k1)]
+                with m.If(j1_last):
+                    m.d.sync += [j1.eq(0), j1_last.eq(k1 == 1),
+                                 j2.eq(j2 + 1), j2_last.eq(j2 + 2 == k2),
+                                 rd_j2.eq(rd_j2 + r.k2_stride),
                                  rd_cur.eq(rd_j2 + r.k2_stride)]
-                    with m.If(j2 == k2 - 1):
-                        m.d.sync += j2.eq(0)
+                    with m.If(j2_last):
+                        m.d.sync += [j2.eq(0), j2_last.eq(k2 == 1)]
                         m.d.comb += step_i.eq(1)
             with m.If(step_i):
                 next_word = src_o + ((i + 1) << (P - 1).bit_length())
-                m.d.sync += [i.eq(i + 1), rd_j2.eq(next_word), rd_cur.eq(next_word),
+                m.d.sync += [i.eq(i + 1), i_last.eq(i + 2 == n_i),
+                             rd_j2.eq(next_word), rd_cur.eq(next_word),
                              b_i.eq(b_i + P), wr_i.eq(wr_i + P), prm_i.eq(prm_i + 1)]
-                with m.If(i == n_i - 1):
-                    m.d.sync += [i.eq(0), o.eq(o + 1), src_o.eq(src_o + r.src_stride),
+                with m.If(i_last):
+                    m.d.sync += [i.eq(0), i_last.eq(n_i == 1),
+                                 o.eq(o + 1), o_last.eq(o + 2 == n_o),
+                                 src_o.eq(src_o + r.src_stride),
                                  b_o.eq(b_o + r.b_stride), dst_o.eq(dst_o + r.dst_stride),
                                  rd_j2.eq(src_o + r.src_stride), rd_cur.eq(src_o + r.src_stride),
                                  b_i.eq(b_o + r.b_stride), wr_i.eq(dst_o + r.dst_stride),
                                  prm_i.eq(param)]
-                    with m.If(o == n_o - 1):
+                    with m.If(o_last):
                         m.d.sync += gen.eq(0)
         with m.If(self.start):
             start_ew = (self.op == CODES["vew"]) | (self.op == CODES["vewp"])

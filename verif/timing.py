@@ -61,8 +61,8 @@ FC_PIPELINE = 23
 #: pipeline fill/drain of the VX unit per vred / vew (address generator, read, read data
 #: registered, ALU, write back)
 VX_PIPELINE = 9
-#: pipeline fill/drain of the VX unit per req (the requantisers take 4 cycles)
-REQ_PIPELINE = 11
+#: pipeline fill/drain of the VX unit per req (the requantisers take 5 cycles)
+REQ_PIPELINE = 12
 #: cycles a vew reads per output word (a, then b)
 VEW_READS = 2
 #: cycles of a cfg instruction

@@ -107,9 +107,33 @@ def _random_op(rng, c: CoreConfig):
 @seeded
 def test_vector_ops_match_golden(lanes, seed):
     rng = random.Random(seed)
+    c = _config(lanes)
+    _check_ops(c, seed, [_random_op(rng, c) for _ in range(6)])
+
+
+def _config(lanes):
+    return CoreConfig(lanes=lanes, nbuf_bytes=1024, nidx_bytes=256, wbuf_bytes=512,
+                      widx_bytes=256, acc_words=32, obuf_bytes=512, param_rows=8)
+
+
+@pytest.mark.parametrize("k1,k2", [(2, 1), (3, 1), (1, 2), (2, 3), (3, 2)])
+@pytest.mark.parametrize("mode", [0, 1])
+def test_pooling_windows_match_golden(k1, k2, mode):
+    """vred over every window shape up to 3 x 3, two outer iterations of two words (the
+    window's counters wrap inside the word and word counters)."""
+    c = _config(4)
+    P = c.lanes
+    regs = {"src_stride": 3 * P, "dst_stride": 2 * P, "k1_stride": P, "k2_stride": 5 * P,
+            "b_stride": 0}
+    args = dict(mode=mode, dst=P * (c.acc_words // 2), src=0, n_o=2, n_i=2, k1=k1, k2=k2)
+    _check_ops(c, 10 * k1 + k2, [("vred", regs, args)])
+
+
+def _check_ops(c, seed, ops):
+    """Run ``ops`` (kind, registers, operands) on the VX unit from random accumulators and
+    parameters; its accumulators and output cache must equal the golden model's."""
+    lanes = c.lanes
     nrng = np.random.default_rng(seed)
-    c = CoreConfig(lanes=lanes, nbuf_bytes=1024, nidx_bytes=256, wbuf_bytes=512, widx_bytes=256,
-                   acc_words=32, obuf_bytes=512, param_rows=8)
     acc0 = nrng.integers(-2**20, 2**20, c.acc_elems).astype(np.int32)
     acc0[::7] = nrng.integers(-2**31, 2**31, acc0[::7].size)
     nch = c.param_rows * lanes
@@ -120,7 +144,6 @@ def test_vector_ops_match_golden(lanes, seed):
     for row in range(0, c.param_rows, 2):
         param[row * rb:(row + 1) * rb] = numerics.pack_ew_multipliers(
             int(nrng.integers(-2**15, 2**15)), int(nrng.integers(-2**15, 2**15)), rb)
-    ops = [_random_op(rng, c) for _ in range(6)]
     h = VxHarness(c, acc0, param)
     vx = h.vx
     out = {}
