@@ -106,7 +106,9 @@ class NetUnit(wiring.Component):
         rmw = counts.read_port(domain="comb")
         wp = counts.write_port()
         m.d.comb += [wp.addr.eq(upd_tag),
-                     wp.data.eq(count(rmw, upd_tag) + add - Mux(took, take, 0)),
+                     # (the change is worked out from registers beside the read: one sum
+                     # after the counter, not two)
+                     wp.data.eq(count(rmw, upd_tag) + Mux(took, add - take, add)),
                      wp.en.eq(arriving | taking)]
         with m.If(wp.en):
             m.d.sync += written.eq(written | (1 << upd_tag))
