@@ -34,19 +34,20 @@ class InstructionCache(wiring.Component):
     from registers, and its line is looked up against the tags as it is taken: if the line
     is present and filled, the word (read from block RAM the cycle before, see below) comes
     out on ``resp`` the next cycle; otherwise it comes out once its line has arrived.  Each
-    request is one access, classified against the tags: a miss writes the line's tag and
-    queues its fill; the cycle after the access, if the next line of the ROM is not
-    present, its tag is written and its fill queued (the prefetch; the next request waits
-    for that decision, which the dispatcher's two cycles per word leave time for).  Fills
-    are 8-beat AXI bursts at ``rom_base + 64 * line`` (``rom_base`` is a multiple of 64: a
-    line never crosses a 4 KiB boundary), at most :data:`FILL_SLOTS` queued or in flight,
-    answered in order.  An access or prefetch that needs a slot while none is free, or that
-    would rewrite the tag of a line still being filled, waits (it is looked up again each
-    cycle).  A beat answered with an AXI error marks its word (``error``: the dispatcher
-    faults with ``FETCH`` if it reaches the word).  ``idle`` is low while fills are queued
-    or in flight or a prefetch is still to be decided: the core does not finish before
-    they have.  Each word is stored with its :class:`~.predecode.Predecoder` result
-    (``resp.payload.pre``), computed as it arrives.
+    request is one access, classified against the tags the cycle after it is taken, from
+    the lookup's registered results: a miss writes the line's tag and queues its fill; if
+    the next line of the ROM is not present, its tag is written and its fill queued (the
+    prefetch: decided as a hit is classified, the cycle after a miss's).  The next request
+    waits for those decisions, which the dispatcher's two cycles per word leave time for
+    on hits.  Fills are 8-beat AXI bursts at ``rom_base + 64 * line`` (``rom_base`` is a
+    multiple of 64: a line never crosses a 4 KiB boundary), at most :data:`FILL_SLOTS`
+    queued or in flight, answered in order.  An access or prefetch that needs a slot while
+    none is free, or that would rewrite the tag of a line still being filled, waits (an
+    access is looked up again).  A beat answered with an AXI error marks its word
+    (``error``: the dispatcher faults with ``FETCH`` if it reaches the word).  ``idle`` is
+    low while fills are queued or in flight or an access or prefetch is still to be
+    decided: the core does not finish before they have.  Each word is stored with its
+    :class:`~.predecode.Predecoder` result (``resp.payload.pre``), computed as it arrives.
 
     Members
     -------
@@ -123,27 +124,31 @@ class InstructionCache(wiring.Component):
         m.d.comb += count.eq(sum(slot_v[k] for k in range(FILL_SLOTS)))
         push = Signal()                 # a new slot, queued the cycle after its lookup
         push_line = Signal(LB)
-        pcheck = Signal()           # an access classified last cycle: its prefetch now
-        # (no fill queued or in flight, nor a prefetch still to be decided)
-        m.d.comb += self.idle.eq((count == 0) & ~push & ~pcheck)
+        cls = Signal()              # an access looked up last cycle: classified now
+        pcheck = Signal()           # a missed access's prefetch (or one waiting for a slot)
+        # (no fill queued or in flight, nor an access or prefetch still to be decided)
+        m.d.comb += self.idle.eq((count == 0) & ~push & ~cls & ~pcheck)
 
         def filling(idx):
             return Cat(*[slot_v[k] & (slot_line[k][:IB] == idx) for k in range(FILL_SLOTS)]).any()
 
         # ---- Taking a request: from registers alone.  A request is taken whenever the
         # cache holds no access (no word on resp, none waiting for its line, none held back,
-        # no prefetch to decide), so `req.ready` never waits for a tag lookup; what the
-        # lookup finds decides what the access does, in the cycle it is taken.
+        # none to classify, no prefetch to decide), so `req.ready` never waits for a tag
+        # lookup.  What the lookup finds is registered: in the cycle the request is taken it
+        # decides only whether the word goes out next cycle (a ready hit); the cycle after,
+        # the access is classified from those registers (`cls`).
         cur = Signal(PC_BITS)       # the pc of the access in progress (the one resp gives)
         read = Signal()             # resp holds a word (from the last read on)
         waiting = Signal()          # an access whose line is not ready yet
         retry = Signal()            # an access held back (its line's fill needs a free slot
                                     # or the set is being filled): looked up again
         accept = Signal()
-        m.d.comb += [accept.eq(self.req.valid & ~read & ~waiting & ~retry & ~pcheck),
+        m.d.comb += [accept.eq(self.req.valid & ~read & ~waiting & ~retry & ~cls & ~pcheck),
                      self.req.ready.eq(accept)]
         doing = Signal()            # an access is looked up and classified this cycle
         m.d.comb += doing.eq(accept | retry)
+        present_r, ready_r = Signal(), Signal()   # the lookup's results, for `cls`
 
         def tag_matches(ln, name):
             """Whether line ``ln``'s tag is the one stored at its index (every bank compared,
@@ -171,14 +176,17 @@ class InstructionCache(wiring.Component):
                                     valid.bit_select(index, 1) & tag_matches(line, "present"))),
                      line_ready.eq(ready.bit_select(index, 1) & ~pushed_at(index))]
         # a miss needs a free slot and must not rewrite the tag of a line still being filled
+        # (decided as the access is classified, from registers; `cur` holds its pc)
         room1 = Signal()            # a register: see below, after the fill slots
+        cur_index = cur[W:W + IB]
         held = Signal()
-        m.d.comb += held.eq(~present & (filling(index) | pushed_at(index) | ~room1))
+        m.d.comb += held.eq(~present_r & (filling(cur_index) | pushed_at(cur_index) | ~room1))
 
-        # ---- The next line (the prefetch), decided the cycle after the access from
-        # registers: its lookup is made as the access is, into registers (with the tag
-        # written at the end of that cycle bypassed), and it is asked for if absent and
-        # inside the ROM (against rom_words, which is constant while a program runs).
+        # ---- The next line (the prefetch), decided as a hit is classified (for a miss the
+        # cycle after, `pcheck`) from registers: its lookup is made as the access's is, into
+        # registers (with the tag written at the end of that cycle bypassed), and it is
+        # asked for if absent and inside the ROM (against rom_words, which is constant while
+        # a program runs).
         # `nxt` is the line after the next request's, registered as that request is made
         # (`next_load`); the prefetch's own line is kept (`pf_line`), since the dispatcher
         # may ask for the next word while a prefetch waits for a slot.
@@ -196,14 +204,14 @@ class InstructionCache(wiring.Component):
                                          & tag_matches(look_next, "next"))),
                      next_in_rom.eq(Cat(C(0, W), look_next) < self.rom_words)]
         want_next = Signal()
-        m.d.comb += want_next.eq(pcheck & ~next_present & next_in_rom)
+        m.d.comb += want_next.eq(~next_present & next_in_rom)
         # a prefetch waits for a slot, and for a fill of its set to finish
         pf_held = Signal()
         m.d.comb += pf_held.eq(filling(pf_line[:IB]) | pushed_at(pf_line[:IB])
                                | (count + push >= FILL_SLOTS))
 
-        # ---- Classification, tag writes and fill slots (at most one new slot per cycle:
-        # an access's miss, or the cycle after it, its prefetch).
+        # ---- Classification, tag writes and fill slots (at most one new slot per cycle: a
+        # hit's prefetch, or a miss and the cycle after it, its prefetch).
         tag_writes = [bank.write_port() for bank in self._tags]
         new = Signal()
         # the access's class, counted a cycle later (the counters' adders stay off the
@@ -214,17 +222,26 @@ class InstructionCache(wiring.Component):
         m.d.sync += [self.hits.eq(self.hits + counted[0]), self.misses.eq(self.misses + counted[1]),
                      self.prefetches.eq(self.prefetches + counted[2])]
         new_line = Signal(LB)
-        m.d.comb += new_line.eq(Mux(pcheck, pf_line, line))
-        hit_now = Signal()          # the word can be read at once
-        m.d.comb += hit_now.eq(doing & ~held & present & line_ready)
+        miss_new = Signal()         # the new slot is a classified miss's
+        m.d.comb += new_line.eq(Mux(miss_new, cur[W:], pf_line))
+        hit_now = Signal()          # the word can be read at once (a hit on a ready line)
+        m.d.comb += hit_now.eq(doing & present & line_ready)
         with m.If(doing):
-            m.d.sync += retry.eq(held)
-            with m.If(~held):
-                m.d.sync += [pcheck.eq(1), pf_line.eq(nxt)]
-                with m.If(present):
-                    m.d.comb += hit.eq(1)
-                with m.Else():
-                    m.d.comb += [new.eq(1), missed.eq(1)]
+            m.d.sync += [cls.eq(1), retry.eq(0), present_r.eq(present), ready_r.eq(line_ready),
+                         pf_line.eq(nxt)]
+        with m.If(cls):
+            m.d.sync += cls.eq(0)
+            with m.If(held):
+                m.d.sync += retry.eq(1)
+            with m.Elif(~present_r):
+                m.d.comb += [new.eq(1), miss_new.eq(1), missed.eq(1)]
+                m.d.sync += pcheck.eq(1)
+            with m.Else():
+                m.d.comb += hit.eq(1)
+                with m.If(want_next & ~pf_held):
+                    m.d.comb += [new.eq(1), prefetched.eq(1)]
+                with m.Elif(want_next):
+                    m.d.sync += pcheck.eq(1)
         with m.If(pcheck):
             with m.If(~want_next):
                 m.d.sync += pcheck.eq(0)
@@ -251,7 +268,7 @@ class InstructionCache(wiring.Component):
         rp = mem.read_port()
         rd_addr = Signal(W + IB)
         m.d.comb += [rd_addr.eq(Mux(read, self.next_pc[:W + IB],
-                                    Mux(waiting | retry, cur[:W + IB],
+                                    Mux(waiting | retry | cls, cur[:W + IB],
                                         self.req.payload.pc[:W + IB]))),
                      rp.addr.eq(rd_addr), rp.en.eq(1)]
         rd_word = Signal(len(rp.data))     # the word read last cycle
@@ -262,11 +279,11 @@ class InstructionCache(wiring.Component):
                 & ~(push & (push_line[:IB] == cur[W:W + IB])))
         # `cur` and `out` are loaded while they hold nothing the core uses, not only as an
         # access is taken or a word arrives: `accept` does not fan out to their enables
-        with m.If(~read & ~waiting & ~retry):
+        with m.If(~read & ~waiting & ~retry & ~cls):
             m.d.sync += cur.eq(self.req.payload.pc)
         with m.If(~read):
             m.d.sync += out.eq(rd_word)
-        with m.If(doing & ~held & ~hit_now):
+        with m.If(cls & ~held & ~(present_r & ready_r)):
             m.d.sync += waiting.eq(1)
         with m.Elif(late):
             m.d.sync += waiting.eq(0)
@@ -365,7 +382,7 @@ class InstructionCache(wiring.Component):
 
         with m.If(self.start):
             m.d.sync += [valid.eq(0), ready.eq(0), waiting.eq(0), read.eq(0), retry.eq(0),
-                         pcheck.eq(0), room1.eq(1),
+                         cls.eq(0), pcheck.eq(0), room1.eq(1),
                          fill_beats.eq(0), fill_staged.eq(0), fill_done.eq(0), counted.eq(0), push.eq(0),
                          self.hits.eq(0), self.misses.eq(0), self.prefetches.eq(0)]
         return m
