@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .bits import at_most_one, at_most_two
 from .layouts import chunk_layout, combined_layout, entry_layout
+from .skid import PipeRegister
 from .stride_merge import StrideMerge
 
 
@@ -21,8 +22,8 @@ class ConnectionUnit(wiring.Component):
       its source, claim 10); a :class:`StrideMerge` intersects them (claim 8).
 
     Throughput one chunk per cycle on the AND path; see :class:`StrideMerge` for the merge.
-    Latency 4 cycles on the AND path (through the input and output queues), 5 on the merge
-    path (its head registers).
+    Latency 5 cycles on the AND path (through the input queues, the joined chunk's register
+    stage and the output queue), 5 on the merge path (its head registers).
 
     Parameters
     ----------
@@ -77,7 +78,10 @@ class ConnectionUnit(wiring.Component):
         (nq, n), (wq, w) = heads
 
         m.submodules.out_queue = oq = self._out_queue
-        and_out = Signal(combined_layout())
+        # the joined chunks pass a register stage with their pair-count flags (a tree over
+        # the AND of the two sides' bits) before the output queue
+        m.submodules.joined = joined = PipeRegister(combined_layout())
+        and_out = joined.i.payload
         m.d.comb += [
             and_out.stride.eq(0), and_out.n_bits.eq(n.bits), and_out.w_bits.eq(w.bits),
             and_out.n_base.eq(n.base), and_out.w_base.eq(w.base),
@@ -86,11 +90,12 @@ class ConnectionUnit(wiring.Component):
             and_out.pairs_le2.eq(at_most_two(n.bits & w.bits)),
         ]
         join = Signal()
-        m.d.comb += join.eq(nq.r_rdy & wq.r_rdy & oq.w_rdy & ~self.merge)
-        m.d.comb += [nq.r_en.eq(join), wq.r_en.eq(join),
+        m.d.comb += join.eq(nq.r_rdy & wq.r_rdy & joined.i.ready & ~self.merge)
+        m.d.comb += [nq.r_en.eq(join), wq.r_en.eq(join), joined.i.valid.eq(join),
+                     joined.o.ready.eq(oq.w_rdy & ~self.merge),
                      merger.o.ready.eq(oq.w_rdy & self.merge),
-                     oq.w_en.eq(Mux(self.merge, merger.o.valid, join)),
-                     oq.w_data.eq(Mux(self.merge, merger.o.payload, and_out)),
+                     oq.w_en.eq(Mux(self.merge, merger.o.valid, joined.o.valid & oq.w_rdy)),
+                     oq.w_data.eq(Mux(self.merge, merger.o.payload, joined.o.payload)),
                      self.o.valid.eq(oq.r_rdy), self.o.payload.eq(oq.r_data),
                      oq.r_en.eq(self.o.ready)]
         return m

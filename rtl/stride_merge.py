@@ -21,7 +21,7 @@ class StrideMerge(wiring.Component):
 
     Each side's entries enter a head register with their absolute position (the running
     sum is taken as they enter, from the previous entry's), so the merge's comparison starts
-    at registers and no adder lies between it and the inputs' ``ready``.
+    at registers; the inputs' ``ready`` are registers (a skid entry per side).
 
     Throughput: one entry of each list per cycle; a row takes about
     ``entries_a + entries_b - pairs + 1`` cycles.  Latency 2 cycles (the head registers, the
@@ -49,19 +49,27 @@ class StrideMerge(wiring.Component):
         def head(port, take, name):
             """The side's head entry, registered: valid, its absolute position, whether it is
             an escape, a terminator (``none``), its base.  It is replaced when empty or
-            taken; the running position restarts after a terminator."""
+            taken; the running position restarts after a terminator.  An entry accepted
+            while the head stays waits in a skid register, so ``port.ready`` is a register
+            and the merge's comparisons reach no queue's read enable."""
             valid, pos = Signal(name=f"{name}_valid"), Signal(18, name=f"{name}_pos")
             esc, none = Signal(name=f"{name}_esc"), Signal(name=f"{name}_none")
             base = Signal(ADDR, name=f"{name}_base")
             run = Signal(18, name=f"{name}_run")  # the last entry's position (0 after a row)
-            e = port.payload
-            m.d.comb += port.ready.eq(~valid | take)
-            with m.If(port.ready):
-                m.d.sync += valid.eq(port.valid)
-                with m.If(port.valid):
+            skid = Signal.like(port.payload, name=f"{name}_skid")
+            skid_valid = Signal(name=f"{name}_skid_valid")
+            m.d.comb += port.ready.eq(~skid_valid)
+            e = Signal.like(port.payload, name=f"{name}_next")   # the entry moving in
+            m.d.comb += e.eq(Mux(skid_valid, skid, port.payload))
+            with m.If(~valid | take):
+                m.d.sync += valid.eq(skid_valid | port.valid)
+                with m.If(skid_valid | port.valid):
                     p = run + e.value
                     m.d.sync += [pos.eq(p), esc.eq(~e.none & (e.value == ESCAPE)),
                                  none.eq(e.none), base.eq(e.base), run.eq(Mux(e.none, 0, p))]
+                m.d.sync += skid_valid.eq(0)
+            with m.Elif(port.valid & port.ready):
+                m.d.sync += [skid.eq(port.payload), skid_valid.eq(1)]
             return valid, pos, esc, none, base
 
         take_a, take_b = Signal(), Signal()

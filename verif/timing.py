@@ -56,8 +56,9 @@ FC_ROW_MIN = 3.2
 #: for 8 vectors x 32 rows of 5 chunks and 9 weights on the 4-lane core, bench/schedule.py)
 FC_EXPAND_ROW_MIN = 11.5
 #: pipeline fill/drain of the MX unit per instruction (measured: 23 cycles from start to the
-#: last sum beyond the lane's work; the lanes start a cycle after the instruction)
-FC_PIPELINE = 23
+#: last sum beyond the lane's work; the lanes start a cycle after the instruction; one more
+#: since the connection unit registers its joined chunks)
+FC_PIPELINE = 24
 #: pipeline fill/drain of the VX unit per vred / vew (address generator, read, read data
 #: registered, ALU, write back)
 VX_PIPELINE = 9
