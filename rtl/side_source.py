@@ -257,7 +257,6 @@ class SideSource(wiring.Component):
                         m.d.sync += s_error.eq(s_error | s2d.error)
                         m.next = "ROW_DONE"
             with m.State("EMIT"):
-                head = fetch.bytes[0]
                 with m.If(rem_zero):
                     m.d.comb += emit_term.eq(1)
                     with m.If(self.entries.ready):
@@ -267,8 +266,6 @@ class SideSource(wiring.Component):
                 with m.If(emit_entry & self.entries.ready):
                     m.d.comb += fetch.take.eq(1)
                     m.d.sync += [remaining.eq(remaining - 1), rem_zero.eq(remaining == 1)]
-                    with m.If(head != ESCAPE):
-                        m.d.sync += s_kept.eq(s_kept + 1)
             with m.State("ROW_DONE"):
                 m.d.sync += s_k.eq(s_k + 1)
                 m.d.sync += s_row_val.eq(Mux(self.rows_follow,
@@ -286,6 +283,10 @@ class SideSource(wiring.Component):
         # Position check of emitted entries, one cycle behind (off the fetcher's path).
         chk_valid, chk_value = Signal(), Signal(8)
         m.d.sync += [chk_valid.eq(emit_entry & self.entries.ready), chk_value.eq(fetch.bytes[0])]
+        # (an entry is counted as kept here too, a cycle after it goes: the row's end is
+        # read in ROW_DONE, two cycles after its last entry at the earliest)
+        with m.If(chk_valid & (chk_value != ESCAPE)):
+            m.d.sync += s_kept.eq(s_kept + 1)
         with m.If(stride_fsm.ongoing("COUNT")):
             m.d.sync += cursor.eq(0)
         with m.Elif(chk_valid):
