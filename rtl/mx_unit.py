@@ -79,12 +79,12 @@ class AccWriter(wiring.Component):
 class MatrixController(wiring.Component):
     """Executes ``fc`` (golden model: ``Machine._fc``).
 
-    At start it checks the operands the hardware relies on: the merge exactly when the
+    The cycle after start it checks the operands the hardware relies on (latched at start): the merge exactly when the
     weights are stride (stride neurons, or direct ones and ``mx.mixed``; else ``FORMAT``:
     the lanes convert no weight index); ``acc`` and ``acc_stride`` multiples of ``lanes``
     and direct indices 8-byte aligned (``ALIGN``); the outputs inside the accumulators and
     unpacked neuron vectors inside the neuron buffer (``RANGE``).  Then the
-    :class:`MatrixUnit` runs (its lanes start the cycle after ``start``, from registers) and
+    :class:`MatrixUnit` runs (its lanes start two cycles after ``start``, from registers) and
     an :class:`AccWriter` per lane stores the sums.  A malformed stride index in the data
     gives ``INDEX``.
 
@@ -123,8 +123,15 @@ class MatrixController(wiring.Component):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(mu, name))
         m.d.comb += mu.w_lane.eq(self.w_lane)
 
-        a, r = self.args, self.regs
-        # ---- Checks, from the operands as presented with start.  The products of the
+        # `start` only latches the operands and the registers as presented; the checks and
+        # the launch follow the cycle after (`begin`), from those registers: no path runs
+        # from the front end's operand multiplexers through a comparison into the lanes
+        a, r = Signal.like(self.args), Signal.like(self.regs)
+        begin = Signal()
+        m.d.sync += begin.eq(self.start)
+        with m.If(self.start):
+            m.d.sync += [a.eq(self.args), r.eq(self.regs)]
+        # ---- Checks, from the operands latched at start.  The products of the
         # registers are computed ahead and registered, so no multiplier lies on the path
         # from start to the lanes: from the register file as written (``regs_file``; a cfg
         # write reaches it at least three cycles before the next fc starts: UnitFrontEnd's
@@ -181,37 +188,37 @@ class MatrixController(wiring.Component):
             cfg.rows.eq(a.rows), cfg.nbuf.eq(a.nbuf), cfg.nidx.eq(a.nidx), cfg.wbuf.eq(a.wbuf),
             cfg.widx.eq(a.widx), cfg.nstride.eq(r.nstride), cfg.nidx_stride.eq(r.nidx_stride),
         ]
-        # The lanes start the cycle after `start`, from registers: the checks' adders and
-        # the token handshake that raised `start` stay off the paths into the lanes.
+        # The lanes start the cycle after the checks (`begin`), from registers: the checks'
+        # adders and the token handshake that raised `start` stay off the paths into them.
         held = Signal(FC_CONFIG)
         launch = Signal()
-        m.d.comb += launch.eq(self.start & work & (check == ErrorCode.NONE))
-        with m.If(self.start):
+        m.d.comb += launch.eq(begin & work & (check == ErrorCode.NONE))
+        with m.If(begin):
             m.d.sync += held.eq(cfg)
         lane_start = Signal()
         m.d.sync += lane_start.eq(launch)
         m.d.comb += [mu.cfg.eq(held), mu.start.eq(lane_start)]
 
         writers_start = Signal()
-        m.d.sync += writers_start.eq(self.start)
+        m.d.sync += writers_start.eq(begin)
         # the rows to write, nvec * rows, are multiplied out from the held operands a cycle
-        # after start; the first running cycle needs none of it (a launched fc writes nothing
+        # after the checks; the first running cycle needs none of it (a launched fc writes nothing
         # then, and one that did not launch ends then)
         total = Signal(24)
         m.d.sync += total.eq(held.nvec * held.rows)
         written = Signal(24)
         accumulate = Signal()
         first = Signal()
-        m.d.sync += first.eq(self.start)
-        with m.If(self.start):
+        m.d.sync += first.eq(begin)
+        with m.If(begin):
             m.d.sync += [written.eq(0), accumulate.eq(a.accumulate)]
-        # the writers start with the lanes, a cycle after `start`, from registers (the operands
+        # the writers start with the lanes, a cycle after the checks, from registers (the operands
         # stay put while the instruction runs)
         for g, wr in enumerate(self._writers):
             m.submodules[f"writer{g}"] = wr
             lane_rows = Mux(a.rows > g, (a.rows - g + P - 1) // P, 0)
             rows_reg = Signal(12, name=f"rows{g}")
-            with m.If(self.start):
+            with m.If(begin):
                 m.d.sync += rows_reg.eq(lane_rows)
             m.d.comb += [wr.start.eq(writers_start), wr.base.eq(a.acc // P),
                          wr.vec_step.eq(r.acc_stride // P), wr.rows.eq(rows_reg),
@@ -230,7 +237,7 @@ class MatrixController(wiring.Component):
         dense = Signal(40)
         m.d.sync += dense.eq(total * n_in)
         m.d.sync += self.done.eq(0)
-        with m.If(self.start):
+        with m.If(begin):
             m.d.sync += [running.eq(1), self.error.eq(check), n_in.eq(a.n_in),
                          launched.eq(launch)]
         with m.Elif(running):

@@ -57,8 +57,9 @@ FC_ROW_MIN = 3.2
 FC_EXPAND_ROW_MIN = 11.5
 #: pipeline fill/drain of the MX unit per instruction (measured: 23 cycles from start to the
 #: last sum beyond the lane's work; the lanes start a cycle after the instruction; one more
-#: since the connection unit registers its joined chunks)
-FC_PIPELINE = 24
+#: since the connection unit registers its joined chunks, one since the MX unit checks the
+#: operands it latched at start the cycle after)
+FC_PIPELINE = 25
 #: pipeline fill/drain of the VX unit per vred / vew (address generator, read, read data
 #: registered, ALU, write back)
 VX_PIPELINE = 9
