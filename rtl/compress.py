@@ -13,7 +13,7 @@ from amaranth.lib.wiring import In, Out
 
 from .bits import popcount, popcount_bytes, sum_tree
 from .realign import WORD
-from .skid import PipeRegister
+from .skid import PipeRegister, SkidBuffer
 
 #: a dense input word of a row: ``count`` valid bytes (1..8) from byte 0; ``last``: the
 #: row's last word
@@ -85,7 +85,7 @@ class ChunkCompressor(wiring.Component):
     per cycle.  Latency: an input word's non-zero bytes are found into a register stage,
     packed into a second the cycle after, and merged into the packer the cycle after that;
     a chunk's words leave after its last input
-    word is merged (the mask goes first).  In the ST unit the reader, not this block, sets
+    word is merged (the mask goes first), through an output skid buffer (a cycle).  In the ST unit the reader, not this block, sets
     the pace (:func:`snpu.verif.timing.stc_cycles`).
 
     Members
@@ -179,23 +179,27 @@ class ChunkCompressor(wiring.Component):
                              headers.w_data.eq(Cat(full_mask, value_words + (total != 0)))]
                 m.d.sync += [pend.eq(0), pend_n.eq(0), mask.eq(0), value_words.eq(0)]
 
-        # ---- Output side: a chunk's mask, then its value words.
+        # ---- Output side: a chunk's mask, then its value words, through a skid buffer
+        # (`out`): the taker's ready reaches neither queue's read enable.
+        m.submodules.out = out = SkidBuffer(64)
+        wiring.connect(m, out.o, wiring.flipped(self.o))
         body_left = Signal(4)
         with m.If(body_left == 0):
-            m.d.comb += [self.o.valid.eq(headers.r_rdy), self.o.payload.eq(headers.r_data[:64])]
-            with m.If(self.o.valid & self.o.ready):
+            m.d.comb += [out.i.valid.eq(headers.r_rdy), out.i.payload.eq(headers.r_data[:64])]
+            with m.If(out.i.valid & out.i.ready):
                 m.d.comb += headers.r_en.eq(1)
                 m.d.sync += body_left.eq(headers.r_data[64:])
         with m.Else():
-            m.d.comb += [self.o.valid.eq(values.r_rdy), self.o.payload.eq(values.r_data),
-                         values.r_en.eq(self.o.ready)]
-            with m.If(self.o.valid & self.o.ready):
+            m.d.comb += [out.i.valid.eq(values.r_rdy), out.i.payload.eq(values.r_data),
+                         values.r_en.eq(out.i.ready)]
+            with m.If(out.i.valid & out.i.ready):
                 m.d.sync += body_left.eq(body_left - 1)
 
         m.d.comb += self.idle.eq(~found.o.valid & ~stage.o.valid & (word_in_chunk == 0) &
                                  ~flushing &
                                  (body_left == 0) & ~headers.r_rdy & ~values.r_rdy &
-                                 (headers.level == 0) & (values.level == 0))
+                                 (headers.level == 0) & (values.level == 0) &
+                                 ~out.o.valid)
         return m
 
 

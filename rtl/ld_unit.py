@@ -201,9 +201,9 @@ class LoadUnit(wiring.Component):
         word_done = Signal()  # a row's last word was written this cycle
         plane_wrap = Signal()     # the row issued now is its plane's last
         m.d.comb += plane_wrap.eq(r_left == 0)
-        with m.If(self.start):
-            m.d.sync += [issuing.eq(0), err.eq(ErrorCode.NONE), outstanding.eq(0)]
-        with m.Elif(arm):
+        # (`start` clears `issuing`, `err` and `outstanding` below, after everything else:
+        # it selects none of the row generator's sums.  The unit is idle when it starts.)
+        with m.If(arm):
             m.d.sync += [issuing.eq(~empty & ~misaligned),
                          r_left.eq(a.rows - 1), p_left.eq(a.n3 - 1), rows_m1.eq(a.rows - 1),
                          row_lane.eq(a.lane),
@@ -233,6 +233,8 @@ class LoadUnit(wiring.Component):
                     with m.If(p_left == 0):
                         m.d.sync += issuing.eq(0)
             m.d.sync += outstanding.eq(outstanding + can_issue - word_done)
+        with m.If(self.start):
+            m.d.sync += [issuing.eq(0), err.eq(ErrorCode.NONE), outstanding.eq(0)]
 
         # The row checks: the destination inside the buffer and the lane existing (RANGE), a
         # group-pruned row group aligned (ALIGN).  `row_bad` is a register holding the checks
@@ -305,8 +307,9 @@ class LoadUnit(wiring.Component):
             m.d.sync += [fetch_header.eq(0), fetch_body.eq(0), fetch_wait.eq(0),
                          words_expected.eq(0), words_arrived.eq(0)]
         with m.Elif(arm):
-            m.d.sync += [fetch_header.eq(compressed & ~empty & ~misaligned),
-                         body_addr.eq(a.ext + 8)]
+            m.d.sync += fetch_header.eq(compressed & ~empty & ~misaligned)
+        with m.If(arm):     # (not under `start`: it selects no sum)
+            m.d.sync += body_addr.eq(a.ext + 8)
         # words of the next body request (at most 512: 4 KiB): a register, set with
         # `body_left`, so the request's length comes from registers
         piece = Signal(10)

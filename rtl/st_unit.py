@@ -170,9 +170,10 @@ class StoreUnit(wiring.Component):
                      read_row.rest.eq(rest), read_row.rest_last.eq(rest_last),
                      read_row.rest_count.eq(Mux(rest_last, rest[:4], 8)),
                      rows_read.w_data.eq(read_row)]
-        with m.If(self.start):
-            m.d.sync += [issuing.eq(0), err.eq(ErrorCode.NONE)]
-        with m.Elif(arm):
+        # (`start` clears `issuing` and `err` below, after everything else: it selects none
+        # of the row generator's sums, so no path runs from the front end's start through
+        # them into `bad`.  The unit is idle when it starts, and `arm` follows a start.)
+        with m.If(arm):
             empty = (a.n3 == 0) | (a.rows == 0) | (a.cols == 0)
             first_end = Signal(18)
             m.d.comb += first_end.eq(a.src + a.cols)
@@ -206,6 +207,8 @@ class StoreUnit(wiring.Component):
                     with m.If(last_plane):
                         m.d.sync += issuing.eq(0)
                 m.d.sync += [end_row.eq(next_end), bad.eq(next_end > c.obuf_bytes)]
+        with m.If(self.start):
+            m.d.sync += [issuing.eq(0), err.eq(ErrorCode.NONE)]
 
         # ---- Reader: output-cache words -> annotated beats (credit-limited).  Each beat's
         # byte count and "last" are registers: the first beat's come with the row, the
@@ -339,9 +342,7 @@ class StoreUnit(wiring.Component):
         pending_rows = Signal(range(1 << 12))  # rows pushed whose bursts are not all issued
         row_issued = Signal()
         aw_fire = awvalid & awready
-        with m.If(self.start):
-            m.d.sync += header_aw.eq(0)
-        with m.Elif(arm & compress):
+        with m.If(arm & compress):
             m.d.sync += aw_addr.eq(a.ext + 8)
         with m.Elif(arm_late & compress):
             # (a cycle later than aw_addr: no stream word reaches the queue that early)
@@ -360,6 +361,8 @@ class StoreUnit(wiring.Component):
             with m.If(row_last_burst):
                 m.d.sync += aw_busy.eq(0)
                 m.d.comb += row_issued.eq(1)
+        with m.If(self.start):      # (last: start selects none of the address sums)
+            m.d.sync += header_aw.eq(0)
         m.d.sync += pending_rows.eq(pending_rows + push_write - row_issued)
         m.d.sync += [stc_gone.eq(compress & aw_fire & ~header_aw), stc_claim.eq(burst)]
         with m.If(self.start):
