@@ -234,8 +234,12 @@ class MatrixController(wiring.Component):
         # after `dense` is ready; one that did not launch adds nothing)
         n_in = Signal.like(a.n_in)
         launched = Signal()
+        # (split at bit 17 of `total`: each partial product is one 18 x 18 multiplier block
+        # registered alone, and the adder that joins them has a stage of its own)
+        dense_lo, dense_hi = Signal(33), Signal(23)
         dense = Signal(40)
-        m.d.sync += dense.eq(total * n_in)
+        m.d.sync += [dense_lo.eq(total[:17] * n_in), dense_hi.eq(total[17:] * n_in),
+                     dense.eq(dense_lo + (dense_hi << 17))]
         m.d.sync += self.done.eq(0)
         with m.If(begin):
             m.d.sync += [running.eq(1), self.error.eq(check), n_in.eq(a.n_in),
