@@ -19,8 +19,10 @@ import numpy as np
 #: cycles from issuing an AXI burst to its first beat, including address generation
 DMA_LATENCY = 12
 #: ld / ldc: the cycles a word spends in the LD unit's two skid buffers (the bus's beats
-#: registered, then the realigned or expanded words) before it is written
-LD_WRITE_LATENCY = 2
+#: registered, then the realigned or expanded words) before it is written, and the arm
+#: cycle after start (the operands latched, then the checks and first row worked out) with
+#: the realigner's pre-stage
+LD_WRITE_LATENCY = 4
 #: the longest AXI burst (beats); a row is split into bursts of at most this many beats
 MAX_BURST = 16
 #: cycles the shared memory port spends per burst besides its beats (the interconnect's
@@ -30,17 +32,21 @@ BUS_BURST_OVERHEAD = 1
 LD_BURST_OVERHEAD = 1
 #: ld: the fewest cycles a row takes (one-beat rows wait for the read requests in flight)
 LD_ROW_MIN = 2.0
+#: ld into acc: the fewest cycles a row takes (one-beat rows, each word 8 / lanes sub-writes;
+#: measured on the RTL: 2.16 per row for 16 and 64 rows of 8 bytes on the 4-lane core)
+LD_ACC_ROW_MIN = 2.16
 #: st / stc: bytes per write beat on any bus (a bus wider than 64 bits takes them as narrow
 #: beats on the byte lanes of their address)
 ST_BEAT_BYTES = 8
-#: st: cycles from issue to its first write beat
-ST_LATENCY = 9
+#: st: cycles from issue to its first write beat (the arm cycle after start, the row
+#: generator's registers, the AW / W skid buffers)
+ST_LATENCY = 12
 #: st: cycles per burst besides its beats (the address and the write response)
 ST_BURST_OVERHEAD = 3
 #: st: a row's first beats are written one per cycle, later ones take this much longer each
 #: (the write data path fills up)
 ST_FREE_BEATS = 3
-ST_STALL = 0.35
+ST_STALL = 0.28
 #: cycles a lane spends per row besides its chunks (rows follow each other without bubbles
 #: on the AND path; measured on the RTL, bench/datapath.py)
 FC_ROW_OVERHEAD = 0
@@ -116,16 +122,17 @@ def ld_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: in
     or the words it writes at ``beat_cycles`` each (acc: ``8 / lanes``) and one more cycle
     when it starts unaligned, whichever is longer, at least :data:`LD_ROW_MIN`.  Into acc
     (``beat_cycles > 1``) an unaligned row's extra cycle hides behind the next row's
-    sub-writes (the words wait in the LD unit's skid buffer): only the last row's shows,
-    and the last word's sub-writes end a cycle after its arrival."""
+    sub-writes (the words wait in the LD unit's skid buffer), and the last word's
+    sub-writes end two cycles after its arrival (measured on the RTL, aligned or not)."""
     if row_starts.size == 0 or cols == 0:
         return 1
     off, beats, bursts, words = _rows(row_starts, cols, axi_bytes)
     per_row = np.maximum(beats + LD_BURST_OVERHEAD * bursts,
                          words * beat_cycles + (off > 0) * (beat_cycles == 1))
-    tail = int(beat_cycles > 1) * (1 + int(off[-1] > 0))
+    tail = 2 * int(beat_cycles > 1)
+    row_min = LD_ACC_ROW_MIN if beat_cycles > 1 else LD_ROW_MIN
     return (DMA_LATENCY + LD_WRITE_LATENCY + tail
-            + int(round(float(np.maximum(per_row, LD_ROW_MIN).sum()))))
+            + int(round(float(np.maximum(per_row, row_min).sum()))))
 
 
 def ld_word_cycles(config, buf: str, local: bool) -> int:
@@ -205,11 +212,11 @@ def st_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int) -> int:
 #: cycles from an ``ldc``'s header word arriving to its body's first word (the header is
 #: checked, then the body requested), measured on the RTL (bench: the stc / ldc deltas of
 #: ``tests/rtl/test_core.py``'s compress programs)
-LDC_HEADER_CYCLES = 7
+LDC_HEADER_CYCLES = 10
 #: cycles an ``stc`` spends beyond reading its rows and writing its last chunk and burst:
 #: start, the stream's end seen, the header queued and its burst answered, and the
 #: compressor's output skid buffer (RTL, measured)
-STC_OVERHEAD = 18
+STC_OVERHEAD = 22
 #: cycles per output-cache word the ST unit's reader takes (it keeps at most 3 words in
 #: flight to its 4-entry beat queue: 3 words per 4 cycles; measured on the RTL)
 ST_READ_CYCLES = 4 / 3
@@ -228,14 +235,14 @@ def ldc_cycles(nonzero: np.ndarray, cols: int, beat_cycles: int = 1) -> int:
     one dense word per cycle after it (``beat_cycles`` each into acc: the words wait in the
     LD unit's skid buffer meanwhile, so the mask word's cycle hides behind them), so it
     waits for the bus only for the bursts' overhead; into acc the last word's sub-writes end
-    a cycle after it."""
+    two cycles after it."""
     if nonzero.size == 0:
         return 1
     words = _chunk_words(cols, nonzero.shape[1])
     expand = int(np.maximum(1 + words, words * beat_cycles).sum()) * nonzero.shape[0]
     stream = int((1 + -(-nonzero // 8)).sum())
     bus = stream + LD_BURST_OVERHEAD * -(-stream // MAX_BURST)
-    return (DMA_LATENCY + LD_WRITE_LATENCY + LDC_HEADER_CYCLES + int(beat_cycles > 1)
+    return (DMA_LATENCY + LD_WRITE_LATENCY + LDC_HEADER_CYCLES + 2 * int(beat_cycles > 1)
             + max(expand, bus))
 
 
