@@ -306,10 +306,9 @@ class LoadUnit(wiring.Component):
         with m.If(self.start):
             m.d.sync += [fetch_header.eq(0), fetch_body.eq(0), fetch_wait.eq(0),
                          words_expected.eq(0), words_arrived.eq(0)]
-        with m.Elif(arm):
-            m.d.sync += fetch_header.eq(compressed & ~empty & ~misaligned)
-        with m.If(arm):     # (not under `start`: it selects no sum)
-            m.d.sync += body_addr.eq(a.ext + 8)
+        with m.If(arm):     # (not an Elif of `start`: start selects no sum)
+            m.d.sync += [fetch_header.eq(compressed & ~empty & ~misaligned),
+                         body_addr.eq(a.ext + 8)]
         # words of the next body request (at most 512: 4 KiB): a register, set with
         # `body_left`, so the request's length comes from registers
         piece = Signal(10)

@@ -35,6 +35,9 @@ LD_ROW_MIN = 2.0
 #: ld into acc: the fewest cycles a row takes (one-beat rows, each word 8 / lanes sub-writes;
 #: measured on the RTL: 2.16 per row for 16 and 64 rows of 8 bytes on the 4-lane core)
 LD_ACC_ROW_MIN = 2.16
+#: ld / ldc into acc: cycles from the last word's arrival to the end of its sub-writes
+#: (measured on the RTL, aligned or not)
+ACC_WRITE_TAIL = 2
 #: st / stc: bytes per write beat on any bus (a bus wider than 64 bits takes them as narrow
 #: beats on the byte lanes of their address)
 ST_BEAT_BYTES = 8
@@ -120,18 +123,19 @@ def ld_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: in
     """Cycles of an ``ld`` whose rows of ``cols`` bytes start at external addresses
     ``row_starts``: per row, the beats it touches on the bus and one more cycle per burst,
     or the words it writes at ``beat_cycles`` each (acc: ``8 / lanes``) and one more cycle
-    when it starts unaligned, whichever is longer, at least :data:`LD_ROW_MIN`.  Into acc
-    (``beat_cycles > 1``) an unaligned row's extra cycle hides behind the next row's
-    sub-writes (the words wait in the LD unit's skid buffer), and the last word's
-    sub-writes end two cycles after its arrival (measured on the RTL, aligned or not)."""
+    when it starts unaligned, whichever is longer, at least :data:`LD_ROW_MIN`
+    (:data:`LD_ACC_ROW_MIN` into acc).  Into acc (``beat_cycles > 1``) an unaligned row's
+    extra cycle hides behind the next row's sub-writes (the words wait in the LD unit's
+    skid buffer), and the last word's sub-writes end :data:`ACC_WRITE_TAIL` cycles after
+    its arrival."""
     if row_starts.size == 0 or cols == 0:
         return 1
     off, beats, bursts, words = _rows(row_starts, cols, axi_bytes)
     per_row = np.maximum(beats + LD_BURST_OVERHEAD * bursts,
                          words * beat_cycles + (off > 0) * (beat_cycles == 1))
-    tail = 2 * int(beat_cycles > 1)
-    row_min = LD_ACC_ROW_MIN if beat_cycles > 1 else LD_ROW_MIN
-    return (DMA_LATENCY + LD_WRITE_LATENCY + tail
+    into_acc = beat_cycles > 1
+    row_min = LD_ACC_ROW_MIN if into_acc else LD_ROW_MIN
+    return (DMA_LATENCY + LD_WRITE_LATENCY + ACC_WRITE_TAIL * into_acc
             + int(round(float(np.maximum(per_row, row_min).sum()))))
 
 
@@ -235,14 +239,15 @@ def ldc_cycles(nonzero: np.ndarray, cols: int, beat_cycles: int = 1) -> int:
     one dense word per cycle after it (``beat_cycles`` each into acc: the words wait in the
     LD unit's skid buffer meanwhile, so the mask word's cycle hides behind them), so it
     waits for the bus only for the bursts' overhead; into acc the last word's sub-writes end
-    two cycles after it."""
+    :data:`ACC_WRITE_TAIL` cycles after it."""
     if nonzero.size == 0:
         return 1
     words = _chunk_words(cols, nonzero.shape[1])
     expand = int(np.maximum(1 + words, words * beat_cycles).sum()) * nonzero.shape[0]
     stream = int((1 + -(-nonzero // 8)).sum())
     bus = stream + LD_BURST_OVERHEAD * -(-stream // MAX_BURST)
-    return (DMA_LATENCY + LD_WRITE_LATENCY + LDC_HEADER_CYCLES + 2 * int(beat_cycles > 1)
+    return (DMA_LATENCY + LD_WRITE_LATENCY + LDC_HEADER_CYCLES
+            + ACC_WRITE_TAIL * (beat_cycles > 1)
             + max(expand, bus))
 
 
