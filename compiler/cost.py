@@ -81,10 +81,12 @@ class EstimatingMachine(Machine):
             pc = np.pad(present, ((0, 0), (0, pad))).reshape(nvec, nch, B)
             kc = np.pad(kept, ((0, 0), (0, pad))).reshape(i.rows, nch, B)
             lam = d * np.einsum("vkb,rkb->vrk", pc, kc)  # expected pairs per chunk
-            expand = nfmt != wfmt and "stride" in (nfmt, wfmt)
             rows = (lam + np.exp(-lam)).sum(axis=2) + timing.FC_ROW_OVERHEAD
-            rows = np.maximum(rows + 1, timing.FC_EXPAND_ROW_MIN) if expand else \
-                np.maximum(rows, timing.FC_ROW_MIN)
+            if nfmt == "stride":  # expanded (claim 9; stride weights take the merge)
+                rows = timing.fc_row_cycles_expand(rows, nch, d * present.sum(axis=1),
+                                                   c.lanes)
+            else:
+                rows = np.maximum(rows, timing.FC_ROW_MIN)
         cycles = timing.fc_lane_cycles(rows, c.lanes).max()
         return _Exec(int(round(cycles)) + timing.FC_PIPELINE, [])
 

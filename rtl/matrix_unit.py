@@ -9,6 +9,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from snpu.config import CoreConfig
+from snpu.verif import timing
 
 from .lane import FC_CONFIG, RESULT, MatrixLane, fc_modes
 from .row_broadcast import RowBroadcast
@@ -54,12 +55,11 @@ def buffer_write_ports(config: CoreConfig, flow) -> dict:
             "widx_w": flow(write_port_signature(config.widx_bytes // B, 8, W))}
 
 
-#: Stride entries the neuron side's stride-to-direct expander takes per cycle.  4 is what the
-#: lanes' weight-side expanders needed when they existed: a stride row at density 0.1 then
-#: expands about twice as fast as its pairs are multiplied, and the expander's start-up at
-#: every row hides behind the chunks already queued (3 left that claim-9 path at 0.85 of
-#: the direct path, 2 at 0.7).
-STRIDE_WINDOW = 4
+#: Stride entries the neuron side's stride-to-direct expander takes per cycle
+#: (:data:`snpu.verif.timing.STRIDE_WINDOW`, which the cost model uses).  Only a vector's
+#: first round of rows waits for it: the side source replays the converted chunks for the
+#: other rounds at one per cycle.
+STRIDE_WINDOW = timing.STRIDE_WINDOW
 
 
 class MatrixUnit(wiring.Component):

@@ -3,9 +3,11 @@
 from amaranth import *
 from amaranth.lib import enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from snpu.verif.index import FORMAT_CODES, STRIDE_ESCAPE as ESCAPE
+from snpu.verif.timing import STRIDE_REPLAY_CHUNKS
 
 from .bits import popcount_bytes, sum_tree, thermometer
 from .direct_to_stride import DirectToStride
@@ -42,22 +44,35 @@ class SideSource(wiring.Component):
 
     The two conversions exist only with ``convert`` (the neuron side).
 
-    Throughput: one chunk per cycle (dense, direct; stride when a chunk holds at most
-    ``window`` entries); one entry per cycle on the entry path.  Row overhead: none for
-    dense / direct, about 3 cycles for stride (count read).  Latency (dense / direct): a
-    chunk enters the output queue four cycles after its index word is read (the block RAM's
-    word masked into a register, per-byte counts, their sum, the value base); the stride
-    converter's chunks leave through a :class:`~.skid.SkidBuffer` (a cycle).
+    *Replay* (neuron side, stride to chunks): every row of a vector reads the same index, so
+    only the vector's first row is converted; its chunks' bits are kept in a block RAM of
+    ``replay_chunks`` words as they leave, and the vector's other rows are read back from it
+    by the words engine, as if it were a direct index (which recomputes the packed bases).
+    A row of more than ``replay_chunks`` chunks is converted again for every row.  The
+    hand-over from the converter to the replay and back costs a few cycles per vector (the
+    converter's last chunk leaves the skid buffer, the words engine's pipeline fills).
+
+    Throughput: one chunk per cycle (dense, direct, a replayed stride row; a converted
+    stride row when a chunk holds at most ``window`` entries); one entry per cycle on the
+    entry path.  Row overhead: none for dense / direct, about 3 cycles for a converted
+    stride row (count read).  Latency (dense / direct / replay): a chunk enters the output
+    queue four cycles after its index word is read (the block RAM's word masked into a
+    register, per-byte counts, their sum, the value base); the stride converter's chunks
+    leave through a :class:`~.skid.SkidBuffer` (a cycle).
 
     Parameters
     ----------
     window:
         Stride entries the expander takes per cycle (2..4; the byte window's width).
     convert:
-        Build the converters (stride to direct, direct to stride).  Without them (a lane's
-        weight side: the compiler stores weights in the format their path takes) a stride
-        index leaves only as entries and a dense or direct one only as chunks; the MX unit
-        faults an fc asking for anything else (``FORMAT``) before the lanes start.
+        Build the converters (stride to direct, direct to stride) and the replay memory.
+        Without them (a lane's weight side: the compiler stores weights in the format their
+        path takes) a stride index leaves only as entries and a dense or direct one only as
+        chunks; the MX unit faults an fc asking for anything else (``FORMAT``) before the
+        lanes start.
+    replay_chunks:
+        Depth of the replay memory in chunks (a power of two; rows of up to
+        ``64 * replay_chunks`` positions are converted once per vector).
 
     Members
     -------
@@ -70,11 +85,17 @@ class SideSource(wiring.Component):
         Synchronous read port of the side's 64-bit index memory.
     """
 
-    def __init__(self, window: int = 2, *, convert: bool = True):
+    def __init__(self, window: int = 2, *, convert: bool = True,
+                 replay_chunks: int = STRIDE_REPLAY_CHUNKS):
         if not 2 <= window <= MAX_WINDOW:
             raise ValueError(f"window must be in 2..{MAX_WINDOW} (the count is 2 bytes), "
                              f"got {window}")
+        if replay_chunks < 1 or replay_chunks & (replay_chunks - 1) or replay_chunks > 1024:
+            raise ValueError(f"replay_chunks must be a power of two in 1..1024, "
+                             f"got {replay_chunks}")
         self._window = window
+        self._replay_chunks = replay_chunks
+        self._replay = Memory(shape=CHUNK, depth=replay_chunks, init=[]) if convert else None
         self._fifo = SyncFIFOBuffered(width=len(Signal(chunk_layout()).as_value()), depth=8)
         self._convert = convert
         self._d2s = DirectToStride() if convert else None
@@ -111,6 +132,8 @@ class SideSource(wiring.Component):
             m.submodules.s2d = s2d = self._s2d
             m.submodules.out_skid = out_skid = SkidBuffer(chunk_layout())
             m.submodules.d2s = d2s = self._d2s
+            m.submodules.replay = replay_mem = self._replay
+            replay_w, replay_r = replay_mem.write_port(), replay_mem.read_port()
 
         # Configuration-derived values, computed once at start (short paths afterwards).
         nchunks = Signal(11)
@@ -121,6 +144,12 @@ class SideSource(wiring.Component):
                          last_row.eq(self.rows - 1), last_vec.eq(self.nvec - 1)]
         is_stride = Signal()
         m.d.comb += is_stride.eq(self.fmt == Fmt.STRIDE)
+        # a stride row's chunks are replayed (the neuron side's rows re-read one index; the
+        # row fits the replay memory), registered: it is read rows after start
+        replay_ok = Signal()
+        if convert:
+            m.d.sync += replay_ok.eq(~self.to_entries & ~self.rows_follow &
+                                     (nchunks <= self._replay_chunks))
 
         # ---- Words engine (dense / direct): issue one chunk per cycle, receive a cycle later.
         w_active = Signal()
@@ -134,6 +163,11 @@ class SideSource(wiring.Component):
         # level never reaches the issue decision in the same cycle
         credit = Signal()
         issue = Signal()
+        # replay (stride rows read back from the replay memory): the stride engine starts
+        # the words engine on one vector's rows 1.. with w_go; the chunks then leave from
+        # the FIFO (replaying)
+        w_go, replaying = Signal(), Signal()
+        s_vec_val = Signal(ADDR)
         m.d.comb += issue.eq(w_active & credit)
         m.d.sync += credit.eq(fifo.level + inflight + q_pending + issue < fifo.depth)
         c_last, row_last = Signal(), Signal()
@@ -156,6 +190,10 @@ class SideSource(wiring.Component):
             m.d.sync += [w_active.eq(~is_stride & (self.nvec != 0) & (self.rows != 0)),
                          w_v.eq(0), w_k.eq(0), w_c.eq(0),
                          w_vec_idx.eq(self.idx_base), w_row_idx.eq(self.idx_base)]
+        with m.Elif(w_go):
+            # a replay: rows 1.. of the vector, every one from the replay memory's word 0
+            m.d.sync += [w_active.eq(1), w_k.eq(1), w_c.eq(0), w_v.eq(last_vec),
+                         w_vec_idx.eq(0), w_row_idx.eq(0)]
         with m.Elif(issue):
             m.d.sync += w_c.eq(w_c + 1)
             with m.If(c_last):
@@ -175,7 +213,10 @@ class SideSource(wiring.Component):
         # receive (stage 1): mask the tail (the block RAM's word goes through one LUT into
         # a register)
         bits = Signal(CHUNK)
-        m.d.comb += bits.eq(Mux(self.fmt == Fmt.DENSE, (1 << CHUNK) - 1, self.mem_data) & r_mask)
+        word = self.mem_data
+        if convert:  # a replayed stride row comes from the replay memory
+            word = Mux(is_stride, replay_r.data, self.mem_data)
+        m.d.comb += bits.eq(Mux(self.fmt == Fmt.DENSE, (1 << CHUNK) - 1, word) & r_mask)
         b_valid, b_clast, b_rowlast = Signal(), Signal(), Signal()
         b_bits = Signal(CHUNK)
         m.d.sync += [b_valid.eq(r_valid & ~self.start), b_clast.eq(r_clast),
@@ -204,6 +245,8 @@ class SideSource(wiring.Component):
         with m.If(self.start):
             m.d.sync += [rv_vec.eq(self.val_base), rv_row.eq(self.val_base),
                          rv_run.eq(self.val_base)]
+        with m.Elif(w_go):
+            m.d.sync += [rv_vec.eq(s_vec_val), rv_row.eq(s_vec_val), rv_run.eq(s_vec_val)]
         with m.Elif(k_valid):
             m.d.sync += rv_run.eq(run_next)
             with m.If(k_clast):
@@ -216,7 +259,7 @@ class SideSource(wiring.Component):
 
         # ---- Stride engine: count, then the converter or the raw entries.
         s_v, s_k = Signal(12), Signal(12)
-        s_vec_idx, s_vec_val, s_row_val = Signal(ADDR), Signal(ADDR), Signal(ADDR)
+        s_vec_idx, s_row_val = Signal(ADDR), Signal(ADDR)
         remaining = Signal(16)
         rem_zero = Signal()  # remaining == 0, kept beside it
         cursor = Signal(18)
@@ -266,19 +309,42 @@ class SideSource(wiring.Component):
                 with m.If(emit_entry & self.entries.ready):
                     m.d.comb += fetch.take.eq(1)
                     m.d.sync += [remaining.eq(remaining - 1), rem_zero.eq(remaining == 1)]
+            def next_vector():
+                m.d.sync += [s_k.eq(0), s_v.eq(s_v + 1),
+                             s_vec_idx.eq(s_vec_idx + self.idx_vec_stride),
+                             s_vec_val.eq(s_vec_val + self.val_vec_stride),
+                             s_row_val.eq(s_vec_val + self.val_vec_stride)]
+                with m.If(s_v == last_vec):
+                    m.next = "IDLE"
+
             with m.State("ROW_DONE"):
                 m.d.sync += s_k.eq(s_k + 1)
                 m.d.sync += s_row_val.eq(Mux(self.rows_follow,
                                              s_row_val + Mux(self.packed, s_kept, self.n),
                                              s_vec_val))
                 m.next = "ROW_START"
-                with m.If(s_k == last_row):
-                    m.d.sync += [s_k.eq(0), s_v.eq(s_v + 1),
-                                 s_vec_idx.eq(s_vec_idx + self.idx_vec_stride),
-                                 s_vec_val.eq(s_vec_val + self.val_vec_stride),
-                                 s_row_val.eq(s_vec_val + self.val_vec_stride)]
-                    with m.If(s_v == last_vec):
-                        m.next = "IDLE"
+                if convert:
+                    with m.If(replay_ok & (s_k == 0) & (last_row != 0)):
+                        m.next = "REPLAY_WAIT"
+                    with m.Elif(s_k == last_row):
+                        next_vector()
+                else:
+                    with m.If(s_k == last_row):
+                        next_vector()
+            if convert:
+                with m.State("REPLAY_WAIT"):
+                    # the converter's last chunk has left: the FIFO's chunks go next
+                    with m.If(~out_skid.o.valid):
+                        m.d.comb += w_go.eq(1)
+                        m.d.sync += replaying.eq(1)
+                        m.next = "REPLAY"
+                with m.State("REPLAY"):
+                    # the vector's other rows, read back, have all left
+                    with m.If(~(w_active | r_valid | b_valid | q_valid | k_valid) &
+                              (fifo.level == 0)):
+                        m.d.sync += replaying.eq(0)
+                        m.next = "ROW_START"
+                        next_vector()
 
         # Position check of emitted entries, one cycle behind (off the fetcher's path).
         chk_valid, chk_value = Signal(), Signal(8)
@@ -298,6 +364,15 @@ class SideSource(wiring.Component):
             m.d.comb += [s2d.n.eq(self.n), s2d.val_base.eq(s_row_val),
                          s2d.packed.eq(self.packed), s2d.bytes.eq(fetch.bytes),
                          s2d.avail.eq(fetch.avail)]
+            # the converted chunks' bits into the replay memory, word k = the row's chunk k
+            replay_k = Signal(range(self._replay_chunks))
+            with m.If(s2d.start):
+                m.d.sync += replay_k.eq(0)
+            with m.Elif(s2d.o.valid & s2d.o.ready):
+                m.d.sync += replay_k.eq(replay_k + 1)
+            m.d.comb += [replay_w.addr.eq(replay_k), replay_w.data.eq(s2d.o.payload.bits),
+                         replay_w.en.eq(s2d.o.valid & s2d.o.ready & replay_ok),
+                         replay_r.addr.eq(w_c), replay_r.en.eq(issue)]
 
         # ---- Memory port: words engine or fetcher.
         m.d.comb += [
@@ -309,14 +384,19 @@ class SideSource(wiring.Component):
         # ---- Outputs.
         fifo_chunk = Signal(chunk_layout())
         m.d.comb += fifo_chunk.eq(fifo.r_data)
+        to_chunks = [self.chunks.valid.eq(fifo.r_rdy), self.chunks.payload.eq(fifo_chunk),
+                     fifo.r_en.eq(self.chunks.ready)]
         with m.If(is_stride):
             if convert:
                 # through a skid buffer: the converter's output handshake (which ends its
                 # chunk assembly) does not wait for the lanes' queues
                 wiring.connect(m, s2d.o, out_skid.i)
-                m.d.comb += [self.chunks.valid.eq(out_skid.o.valid & ~self.to_entries),
-                             self.chunks.payload.eq(out_skid.o.payload),
-                             out_skid.o.ready.eq(self.chunks.ready)]
+                with m.If(replaying):
+                    m.d.comb += to_chunks
+                with m.Else():
+                    m.d.comb += [self.chunks.valid.eq(out_skid.o.valid & ~self.to_entries),
+                                 self.chunks.payload.eq(out_skid.o.payload),
+                                 out_skid.o.ready.eq(self.chunks.ready)]
             m.d.comb += [
                 self.entries.valid.eq(emit_term | emit_entry),
                 self.entries.payload.value.eq(Mux(emit_term, 0, fetch.bytes[0])),
@@ -325,8 +405,6 @@ class SideSource(wiring.Component):
                 self.entries.payload.last.eq(emit_term),
             ]
         with m.Else():
-            to_chunks = [self.chunks.valid.eq(fifo.r_rdy), self.chunks.payload.eq(fifo_chunk),
-                         fifo.r_en.eq(self.chunks.ready)]
             if convert:
                 with m.If(self.to_entries):
                     m.d.comb += [d2s.i.valid.eq(fifo.r_rdy), d2s.i.payload.eq(fifo_chunk),
