@@ -152,21 +152,28 @@ class MatrixController(wiring.Component):
         # even the first one does not fit)
         room_out = Signal(signed(34))
         room_in = Signal(signed(34))
+        op_nvec = Signal()           # the fc's nvec operand stands in for mx.nvec
         with m.If(self.taking):
             t = self.taken
             taken_vecs = t.nvec - 1
             m.d.sync += [op_out_span.eq(taken_vecs[:5] * rf.acc_stride),
                          op_in_span.eq(taken_vecs[:5] * rf.nstride),
                          room_out.eq(c.acc_elems - (t.acc + t.rows)),
-                         room_in.eq(c.nbuf_bytes - (t.nbuf + t.n_in))]
-        out_span = Mux(a.nvec != 0, op_out_span, file_out_span)
-        in_span = Mux(a.nvec != 0, op_in_span, file_in_span)
+                         room_in.eq(c.nbuf_bytes - (t.nbuf + t.n_in)),
+                         op_nvec.eq(t.nvec != 0)]
+        # the two range comparisons are made at start (the fc was taken a cycle before at
+        # the earliest, and its register file is final by then) from those registers, into
+        # registers: the begin cycle only combines them
+        out_span = Mux(op_nvec, op_out_span, file_out_span)
+        in_span = Mux(op_nvec, op_in_span, file_in_span)
+        out_past, in_past = Signal(), Signal()
+        with m.If(self.start):
+            m.d.sync += [out_past.eq(out_span > room_out), in_past.eq(in_span > room_in)]
         work = (r.nvec != 0) & (a.rows != 0)
         misaligned = ((a.acc % P != 0) | ((r.nvec > 1) & (r.acc_stride % P != 0)) |
                       ((r.nfmt == Fmt.DIRECT) & (((a.nidx | Mux(r.nvec > 1, r.nidx_stride, 0)) & 7) != 0)) |
                       ((r.wfmt == Fmt.DIRECT) & ((a.widx & 7) != 0)))
-        out_of_range = (out_span > room_out) | (~(r.npacked & (r.nfmt != Fmt.DENSE)) &
-                                                (in_span > room_in))
+        out_of_range = out_past | (~(r.npacked & (r.nfmt != Fmt.DENSE)) & in_past)
         # the lanes convert no weight index: stride weights go only into the merge, and only
         # stride weights do (the merge's neuron side is converted by the shared source)
         n_stride, w_stride = r.nfmt == Fmt.STRIDE, r.wfmt == Fmt.STRIDE
