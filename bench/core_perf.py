@@ -152,17 +152,16 @@ def speedups(cfg: CoreConfig, nvec: int, seed: int = 0,
                 layers.append((x, w, "direct", "direct", (d_a, d_w)))
         programs = [fc_layer_program(cfg, x, w, nfmt, wfmt, overlap)
                     for x, w, nfmt, wfmt, _ in layers for overlap in (False, True)]
-        # stride neurons (512x512 only), largest tiles: the direct rows' data at d_a = 0.5
-        # (layers 6-8: d_a 0.5, d_w 0.5 / 0.25 / 0.1; their largest-tile runs are
-        # programs 12, 14, 16), and at d_a = 0.25 (its own generator: the other rows' data
-        # stay as they were)
+        # stride neurons (512x512 only), largest tiles: the direct rows' data at d_a = 0.5,
+        # d_w < 1 (layer k's largest-tile run is program 2k), and the same weights at
+        # d_a = 0.25 (its own generator: the other rows' data stay as they were)
         strided = []
         if (M, N) == (512, 512):
             x_quarter = x_full.copy()
             x_quarter[np.random.default_rng(seed + 1).random(x_quarter.shape) >= 0.25] = 0
-            strided = [(x, w, d_a, d_w, 2 * k)
-                       for k, (x, w, _, _, (d_a, d_w)) in enumerate(layers[6:9], 6)]
-            strided += [(x_quarter, w, 0.25, d_w, None) for _, w, _, _, (_, d_w) in layers[6:9]]
+            strided = [(x, w, *variant, 2 * k) for k, (x, w, _, _, variant) in enumerate(layers)
+                       if variant and variant[0] == 0.5 and variant[1] < 1]
+            strided += [(x_quarter, w, 0.25, d_w, None) for _, w, _, d_w, _ in strided]
         programs += [(fc_layer_program(cfg, x, w, "stride", "direct", False)[0], 0)
                      for x, w, *_ in strided]
         print(f"layer {M}x{N}: {len(programs)} RTL runs ...", file=sys.stderr, flush=True)

@@ -46,12 +46,13 @@ from snpu.verif.tb.mx_driver import load_case, run_case  # noqa: E402
 from snpu.verif.tb.amaranth_sim import simulate  # noqa: E402
 
 DENSITIES = (1.0, 0.5, 0.25, 0.1, 0.05)
+#: the stride-neuron cases (and the direct ones they are compared with)
+STRIDE_CASES = {"n_densities": (1.0, 0.5, 0.25), "w_densities": (1.0, 0.5, 0.25, 0.1)}
 
 
 def throughput(lanes: int, n_in: int, rows: int, seed: int = 1, nfmt: str = "direct",
                n_densities: tuple[float, ...] = (1.0,),
-               w_densities: tuple[float, ...] = DENSITIES,
-               label_neurons: bool = False) -> list[dict]:
+               w_densities: tuple[float, ...] = DENSITIES) -> list[dict]:
     """Every (neuron density, weight density) case on the RTL MX unit: a direct weight index,
     neurons with a ``nfmt`` index (a stride one is expanded to direct by the shared
     converter, packed values)."""
@@ -85,7 +86,7 @@ def throughput(lanes: int, n_in: int, rows: int, seed: int = 1, nfmt: str = "dir
             pairs = case.meta["pairs"]
             bound = lanes * min(1.0, 64 * d * dn)  # pairs per cycle the chunk scan allows
             row = {"weight_format": "direct", "weight_density": d}
-            if nfmt != "direct" or label_neurons:
+            if nfmt != "direct":
                 row = {"neuron_format": nfmt, "neuron_density": dn, **row}
             results.append({
                 **row, "pairs": pairs, "cycles": cycles,
@@ -131,18 +132,13 @@ def main() -> None:
               # (the compiler stores activations direct; hand-written programs and claims 9
               # and 10 use it)
               "stride_neurons": throughput(args.lanes, args.n_in, args.rows, nfmt="stride",
-                                           n_densities=(1.0, 0.5, 0.25),
-                                           w_densities=(1.0, 0.5, 0.25, 0.1))}
-    # the stride path against the direct one on the same data: claim 9's conversion should
-    # cost little beyond the AND path's own cycles
-    direct = {(r["neuron_density"], r["weight_density"]): r["cycles"]
-              for r in throughput(args.lanes, args.n_in, args.rows, nfmt="direct",
-                                  n_densities=(1.0, 0.5, 0.25),
-                                  w_densities=(1.0, 0.5, 0.25, 0.1), label_neurons=True)}
-    for r in report["stride_neurons"]:
-        key = (r["neuron_density"], r["weight_density"])
-        r["direct_neuron_cycles"] = direct[key]
-        r["fraction_of_direct_path"] = round(direct[key] / r["cycles"], 3)
+                                           **STRIDE_CASES)}
+    # the stride path against the direct one on the same data (the same cases, in the same
+    # order): claim 9's conversion should cost little beyond the AND path's own cycles
+    direct = throughput(args.lanes, args.n_in, args.rows, nfmt="direct", **STRIDE_CASES)
+    for r, d in zip(report["stride_neurons"], direct):
+        r["direct_neuron_cycles"] = d["cycles"]
+        r["fraction_of_direct_path"] = round(d["cycles"] / r["cycles"], 3)
     if not args.no_synth:
         report["synthesis"] = synthesis()
     print(json.dumps(report, indent=1))

@@ -323,14 +323,11 @@ class SideSource(wiring.Component):
                                              s_row_val + Mux(self.packed, s_kept, self.n),
                                              s_vec_val))
                 m.next = "ROW_START"
-                if convert:
+                with m.If(s_k == last_row):
+                    next_vector()
+                if convert:  # (row 0 of several: never the last row above)
                     with m.If(replay_ok & (s_k == 0) & (last_row != 0)):
                         m.next = "REPLAY_WAIT"
-                    with m.Elif(s_k == last_row):
-                        next_vector()
-                else:
-                    with m.If(s_k == last_row):
-                        next_vector()
             if convert:
                 with m.State("REPLAY_WAIT"):
                     # the converter's last chunk has left: the FIFO's chunks go next

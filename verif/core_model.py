@@ -501,9 +501,9 @@ class Machine:
             for k, lo in enumerate(range(0, i.n_in, B)):
                 chunk_pairs[:, :, k] = (nm[:, lo:lo + B] @ wm[:, lo:lo + B].T).astype(np.int64)
             if nfmt == "stride":  # expanded (claim 9; stride weights take the merge)
-                scan = np.maximum(chunk_pairs, 1).sum(axis=-1) + timing.FC_ROW_OVERHEAD
                 row_cycles = timing.fc_row_cycles_expand(
-                    scan, chunk_pairs.shape[-1], np.array([n[2] for n in neurons]), P)
+                    timing.fc_scan_cycles(chunk_pairs), chunk_pairs.shape[-1],
+                    np.array([n[2] for n in neurons]), P)
             else:
                 row_cycles = timing.fc_row_cycles_bitmap(chunk_pairs)
         cycles = int(timing.fc_lane_cycles(row_cycles, P).max()) + timing.FC_PIPELINE

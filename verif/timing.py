@@ -297,12 +297,16 @@ def fc_lane_cycles(row_cycles: np.ndarray, lanes: int) -> np.ndarray:
     return rc.reshape(nvec, -1, lanes).sum(axis=(0, 1))
 
 
+def fc_scan_cycles(chunk_pairs: np.ndarray) -> np.ndarray:
+    """Cycles per (vector, row) a lane spends on its chunks: one cycle per pair, at least one
+    per chunk.  ``chunk_pairs[v, r, c]`` is the pairs in chunk ``c``."""
+    return np.maximum(chunk_pairs, 1).sum(axis=-1) + FC_ROW_OVERHEAD
+
+
 def fc_row_cycles_bitmap(chunk_pairs: np.ndarray) -> np.ndarray:
-    """Cycles per (vector, row) when a lane scans chunks: one cycle per pair, at least one per
-    chunk, at least :data:`FC_ROW_MIN` per row.  ``chunk_pairs[v, r, c]`` is the pairs in
-    chunk ``c`` (a stride index expanded first: :func:`fc_row_cycles_expand`)."""
-    cycles = np.maximum(chunk_pairs, 1).sum(axis=-1) + FC_ROW_OVERHEAD
-    return np.maximum(cycles, FC_ROW_MIN)
+    """Cycles per (vector, row) when a lane scans chunks (:func:`fc_scan_cycles`), at least
+    :data:`FC_ROW_MIN` per row (a stride index expanded first: :func:`fc_row_cycles_expand`)."""
+    return np.maximum(fc_scan_cycles(chunk_pairs), FC_ROW_MIN)
 
 
 def fc_row_cycles_expand(scan: np.ndarray, chunks: int, entries: np.ndarray,
