@@ -19,6 +19,9 @@ class ByteFetcher(wiring.Component):
     Words are prefetched into a two-word ring, so a consumer taking up to ``window`` bytes per
     cycle is never starved after the first word.
 
+    ``pair_zero`` says the window's first two bytes are both 0 (meaningful with ``avail >= 2``),
+    for a consumer reading a 2-byte count: it is not computed from ``bytes``.
+
     ``take`` should be computed from counters (``avail``), not from the window's contents:
     then the only loop through this block is the ring pointer, and the window multiplexers sit
     on forward paths only.
@@ -43,6 +46,7 @@ class ByteFetcher(wiring.Component):
             "start_addr": In(ADDR),
             "bytes": Out(data.ArrayLayout(8, window)),
             "avail": Out(range(window + 1)),
+            "pair_zero": Out(1),
             "take": In(range(window + 1)),
             "mem_addr": Out(word_addr_bits),
             "mem_en": Out(1),
@@ -74,6 +78,15 @@ class ByteFetcher(wiring.Component):
                 for k in range(RING_BYTES):
                     with m.Case(k):
                         m.d.comb += self.bytes[j].eq(ring_bytes[k])
+        # pair_zero: the window's first two bytes are both 0, from a zero flag per ring byte
+        # (compared on the ring's registers) selected by the read pointer: the comparison is
+        # not behind the window's multiplexer
+        ring_zero = [Signal(name=f"ring_zero{k}") for k in range(RING_BYTES)]
+        m.d.comb += [z.eq(b == 0) for z, b in zip(ring_zero, ring_bytes)]
+        with m.Switch(rp):
+            for k in range(RING_BYTES):
+                with m.Case(k):
+                    m.d.comb += self.pair_zero.eq(ring_zero[k] & ring_zero[(k + 1) % RING_BYTES])
         # avail is a register (kept equal to min(window, fill)): consumers decide on it
         # without a path through the fill arithmetic.
 

@@ -266,24 +266,32 @@ class SideSource(wiring.Component):
         s_kept = Signal(ADDR)
         s_error = Signal()
         emit_term, emit_entry = Signal(), Signal()
+        # The fetcher restarts at the row's index in ROW_START, except on the weight side's
+        # rows after row 0 (they follow each other: it keeps streaming).  Decided where
+        # ROW_START is entered, into a register: no comparison before the fetcher's start.
+        row_fetch = Signal()
+        m.d.sync += row_fetch.eq(0)
+        # The fetcher's take: the converter's (zero unless it is busy, inside CONVERT) or the
+        # count's and the entries' (zero outside COUNT and EMIT), so an OR rather than a
+        # multiplexer on the state puts the converter's take into the fetcher.
+        take_own = Signal.like(fetch.take)
         with m.FSM() as stride_fsm:
             with m.State("IDLE"):
                 with m.If(self.start & is_stride & (self.nvec != 0) & (self.rows != 0)):
                     m.d.sync += [s_v.eq(0), s_k.eq(0), s_vec_idx.eq(self.idx_base),
                                  s_vec_val.eq(self.val_base), s_row_val.eq(self.val_base),
-                                 s_error.eq(0)]
+                                 s_error.eq(0), row_fetch.eq(1)]
                     m.next = "ROW_START"
             with m.State("ROW_START"):
-                # The weight side's rows follow each other: keep streaming after row 0.
-                with m.If(~self.rows_follow | (s_k == 0)):
+                with m.If(row_fetch):
                     m.d.comb += [fetch.start.eq(1), fetch.start_addr.eq(s_vec_idx)]
                 m.next = "COUNT"
             with m.State("COUNT"):
                 with m.If(fetch.avail >= 2):
-                    m.d.comb += fetch.take.eq(2)
+                    m.d.comb += take_own.eq(2)
                     count = Cat(fetch.bytes[0], fetch.bytes[1])
                     m.d.sync += [remaining.eq(count), s_kept.eq(0),
-                                 rem_zero.eq((fetch.bytes[0] == 0) & (fetch.bytes[1] == 0))]
+                                 rem_zero.eq(fetch.pair_zero)]
                     if convert:
                         with m.If(self.to_entries):
                             m.next = "EMIT"
@@ -294,7 +302,6 @@ class SideSource(wiring.Component):
                         m.next = "EMIT"
             if convert:
                 with m.State("CONVERT"):
-                    m.d.comb += fetch.take.eq(s2d.take)
                     with m.If(~s2d.busy):
                         m.d.sync += s_kept.eq(s2d.kept)
                         m.d.sync += s_error.eq(s_error | s2d.error)
@@ -307,7 +314,7 @@ class SideSource(wiring.Component):
                 with m.Elif(fetch.avail != 0):
                     m.d.comb += emit_entry.eq(1)
                 with m.If(emit_entry & self.entries.ready):
-                    m.d.comb += fetch.take.eq(1)
+                    m.d.comb += take_own.eq(1)
                     m.d.sync += [remaining.eq(remaining - 1), rem_zero.eq(remaining == 1)]
             def next_vector():
                 m.d.sync += [s_k.eq(0), s_v.eq(s_v + 1),
@@ -316,6 +323,8 @@ class SideSource(wiring.Component):
                              s_row_val.eq(s_vec_val + self.val_vec_stride)]
                 with m.If(s_v == last_vec):
                     m.next = "IDLE"
+                with m.Else():
+                    m.d.sync += row_fetch.eq(1)
 
             with m.State("ROW_DONE"):
                 m.d.sync += s_k.eq(s_k + 1)
@@ -323,10 +332,12 @@ class SideSource(wiring.Component):
                                              s_row_val + Mux(self.packed, s_kept, self.n),
                                              s_vec_val))
                 m.next = "ROW_START"
+                m.d.sync += row_fetch.eq(~self.rows_follow)
                 with m.If(s_k == last_row):
                     next_vector()
                 if convert:  # (row 0 of several: never the last row above)
                     with m.If(replay_ok & (s_k == 0) & (last_row != 0)):
+                        m.d.sync += row_fetch.eq(0)
                         m.next = "REPLAY_WAIT"
             if convert:
                 with m.State("REPLAY_WAIT"):
@@ -357,6 +368,7 @@ class SideSource(wiring.Component):
             with m.If((chk_value != ESCAPE) & (cursor + chk_value >= n_reg)):
                 m.d.sync += s_error.eq(1)
 
+        m.d.comb += fetch.take.eq(take_own | (s2d.take if convert else 0))
         if convert:
             m.d.comb += [s2d.n.eq(self.n), s2d.val_base.eq(s_row_val),
                          s2d.packed.eq(self.packed), s2d.bytes.eq(fetch.bytes),

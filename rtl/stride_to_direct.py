@@ -89,8 +89,9 @@ class StrideToDirect(wiring.Component):
         count = Signal(range(GROUPS + 1))  # groups in the queue
         head_valid = Signal()              # count != 0, kept beside it
         take = Signal(range(E + 1))
-        room = Signal()  # a group taken now finds a slot: the queue's pops are not counted
-        m.d.comb += room.eq(count + staged < GROUPS)
+        # a group taken now finds a slot (the queue's pops are not counted): count + staged
+        # < GROUPS, a register computed from their next values (no adder before the take)
+        room = Signal()
         m.d.comb += take.eq(Mux(room, Mux(rem_cap < self.avail, rem_cap, self.avail), 0))
         m.d.comb += self.take.eq(Mux(self.busy, take, 0))
 
@@ -171,7 +172,7 @@ class StrideToDirect(wiring.Component):
                 self.busy.eq(1), self.error.eq(0), packed.eq(self.packed),
                 val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0),
                 staged.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_byte],
-                count.eq(0), head_valid.eq(0), done.eq(0),
+                count.eq(0), head_valid.eq(0), done.eq(0), room.eq(1),
                 # min(count, E) without a 16-bit comparison on the start path
                 rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E,
                                self.count[:E.bit_length()])),
@@ -209,6 +210,7 @@ class StrideToDirect(wiring.Component):
                     m.d.sync += [g_pos[d][k].eq(nxt_pos[k]) for k in range(E)]
                     m.d.sync += g_elem[d].eq(nxt_elem)
             m.d.sync += [count.eq(left + push), head_valid.eq((left + push) != 0),
+                         room.eq(left + push + (take != 0) < GROUPS),
                          done.eq(Mux(pop, 0, done | in_cur | in_next))]
             m.d.sync += [rank_base.eq(rank_base + last_kept), last_kept.eq(0),
                          overflow.eq(overflow | past_n)]
