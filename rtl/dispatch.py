@@ -131,17 +131,17 @@ class Dispatcher(wiring.Component):
         # ---- Loop frames: frames[0] is the outermost; `depth` of them are valid.
         frames = [Signal(FRAME, name=f"frame{k}") for k in range(LOOP_DEPTH)]
         depth = Signal(range(LOOP_DEPTH + 1))
+        depth_is = Signal(LOOP_DEPTH)  # one-hot: bit k is depth == k + 1 (0 for depth 0)
         offset = {s: Signal(32, name=f"offset_{s}") for s in STREAMS}
         with m.Switch(depth):
             for k in range(1, LOOP_DEPTH + 1):
                 with m.Case(k):
                     m.d.comb += [offset[s].eq(frames[k - 1][f"off_{s}"]) for s in STREAMS]
         # per kind of ping-pong operand (FLIP_BITS), an odd number of the loops flipping it
-        # on odd iterations: its operands in the other half
+        # on odd iterations: its operands in the other half.  A register, the XOR over the
+        # valid frames of `flip` where `odd`, kept up to date with the frame updates (see
+        # there): the decode does not wait for a multiplexer on `depth`.
         flipped = Signal.like(frames[0].flip)
-        m.d.comb += flipped.eq(reduce(operator.xor, [Mux((depth > k) & frames[k].odd,
-                                                         frames[k].flip, 0)
-                                                     for k in range(LOOP_DEPTH)]))
 
         # ---- Decode: legality, kind and target come predecoded with the word; here the
         # operand fields become the target unit's microinstruction.
@@ -198,6 +198,12 @@ class Dispatcher(wiring.Component):
                                 off = Mux(is_w, offset["w"], offset["in"])
                             m.d.comb += mu.walk.eq(Mux(walk, off, 0))
 
+        def line_after(pc, plus_one=False):
+            """The cache line after ``pc``'s (after ``pc + 1``'s with ``plus_one``): one sum
+            from ``pc``'s register, in parallel with the choice among the successors."""
+            step = Mux(pc[:_LINE_BITS].all(), 2, 1) if plus_one else 1
+            return (pc[_LINE_BITS:] + step)[:PC_BITS - _LINE_BITS]
+
         # ---- The loop word's context checks.  A loop word takes three cycles: in the first
         # its body's end and entry are computed into registers, in the second the checks
         # against the ROM and the frames are computed from those, in the third it is
@@ -205,11 +211,18 @@ class Dispatcher(wiring.Component):
         # comparison, nor any of them on the path to the next request.
         body = _field(word, _LOOP, "body")
         count = _field(word, _LOOP, "count")
+        # The innermost frame's end and the depth's two tests, registered every cycle: the
+        # frames change only the cycle after a word is consumed, which is before the next
+        # word arrives (DISPATCH_CYCLES), so from a loop word's first cycle to its
+        # consumption they hold, and its checks (its second cycle) read them a cycle late
+        # without a multiplexer on `depth` before the comparison.
         top_end = Signal(PC_BITS)
+        depth_zero, depth_room = Signal(), Signal()
         with m.Switch(depth):
             for k in range(1, LOOP_DEPTH + 1):
                 with m.Case(k):
-                    m.d.comb += top_end.eq(frames[k - 1].end)
+                    m.d.sync += top_end.eq(frames[k - 1].end)
+        m.d.sync += [depth_zero.eq(depth == 0), depth_room.eq(depth < LOOP_DEPTH)]
         loop_seen = Signal()               # the next four registers hold the current loop word's
         loop_end = Signal(PC_BITS + 1)     # its body's last word
         loop_zero = Signal()               # it runs its body zero times
@@ -219,6 +232,8 @@ class Dispatcher(wiring.Component):
         loop_ok = Signal()                 # its body fits the ROM and the enclosing body
         loop_end_ends = Signal(LOOP_DEPTH)  # which frames end where its body does
         loop_end_last = Signal()           # its body ends the ROM
+        loop_end_after = Signal(PC_BITS + 1)   # the word after its body
+        loop_end_after_line = Signal(PC_BITS - _LINE_BITS)  # the line after that word's
         # and what its frame is pushed with, registered in its first cycle: no adder or
         # comparison over the fetched word lies before the frames
         loop_start = Signal(PC_BITS)       # its body's first word
@@ -238,9 +253,11 @@ class Dispatcher(wiring.Component):
             m.d.sync += [loop_inc[s].eq(_field(word, _LOOP, name)) for s, name in STREAMS.items()]
             with m.If(loop_seen):
                 m.d.sync += [loop_checked.eq(1),
-                             loop_ok.eq((loop_end < self.rom_words) & (depth < LOOP_DEPTH)
-                                        & ((depth == 0) | (loop_end <= top_end))),
-                             loop_end_last.eq(loop_end + 1 == self.rom_words)]
+                             loop_ok.eq((loop_end < self.rom_words) & depth_room
+                                        & (depth_zero | (loop_end <= top_end))),
+                             loop_end_last.eq(loop_end + 1 == self.rom_words),
+                             loop_end_after.eq(loop_end + 1),
+                             loop_end_after_line.eq(line_after(loop_end, plus_one=True))]
                 m.d.sync += [loop_end_ends[k].eq(frames[k].end == loop_end)
                              for k in range(LOOP_DEPTH)]
 
@@ -251,27 +268,27 @@ class Dispatcher(wiring.Component):
         # which frames have no iterations left.
         last_trip = Signal(LOOP_DEPTH)
 
-        def line_after(pc, plus_one=False):
-            """The cache line after ``pc``'s (after ``pc + 1``'s with ``plus_one``): one sum
-            from ``pc``'s register, in parallel with the choice among the successors."""
-            step = Mux(pc[:_LINE_BITS].all(), 2, 1) if plus_one else 1
-            return (pc[_LINE_BITS:] + step)[:PC_BITS - _LINE_BITS]
-
-        def walk(last, ends, tag):
+        def walk(after, after_line, ends, tag):
+            """The successor of a body's word ``last`` (``after`` = ``last + 1`` and
+            ``after_line`` = the line after its line, from registers): which frames pop
+            and jump there, and where the word after it is."""
             reach = [Signal(name=f"{tag}_reach{k}") for k in range(LOOP_DEPTH)]
             popped = [Signal(name=f"{tag}_popped{k}") for k in range(LOOP_DEPTH)]
             jump = Signal(LOOP_DEPTH, name=f"{tag}_jump")
             for k in reversed(range(LOOP_DEPTH)):
                 below_top = (reach[k + 1] & popped[k + 1]) if k + 1 < LOOP_DEPTH else C(0)
-                m.d.comb += [reach[k].eq((depth == k + 1) | below_top),
+                m.d.comb += [reach[k].eq(depth_is[k] | below_top),
                              popped[k].eq(reach[k] & ends[k] & last_trip[k]),
                              jump[k].eq(reach[k] & ends[k] & ~last_trip[k])]
             nxt = Signal(PC_BITS + 1, name=f"{tag}_next")
             nxt_line = Signal(PC_BITS - _LINE_BITS, name=f"{tag}_next_line")
-            m.d.comb += [nxt.eq(last + 1), nxt_line.eq(line_after(last, plus_one=True))]
-            for k in range(LOOP_DEPTH):
-                with m.If(jump[k]):
-                    m.d.comb += [nxt.eq(frames[k].start), nxt_line.eq(line_after(frames[k].start))]
+            # (at most one frame jumps: the frames jumping back are ORed, not chained)
+            back = reduce(operator.or_, [Mux(jump[k], frames[k].start, 0)
+                                         for k in range(LOOP_DEPTH)])
+            back_line = reduce(operator.or_, [Mux(jump[k], line_after(frames[k].start), 0)
+                                              for k in range(LOOP_DEPTH)])
+            m.d.comb += [nxt.eq(Mux(jump.any(), back, after)),
+                         nxt_line.eq(Mux(jump.any(), back_line, after_line))]
             return nxt, nxt_line, popped, jump
 
         # The word after the current one, from registers only (its pc and the frames), so
@@ -283,12 +300,17 @@ class Dispatcher(wiring.Component):
         # the ROM's last word.
         ends_pc = Signal(LOOP_DEPTH)
         pc_last = Signal()
-        seq_next, seq_line, seq_popped, seq_jump = walk(pc, ends_pc, "seq")
+        # the current word's pc + 1 and the line after it, registered while its request
+        # was out (`req_pc` holds the word's pc until it goes): no adder before the choice
+        pc_after = Signal(PC_BITS + 1)
+        pc_after_line = Signal(PC_BITS - _LINE_BITS)
+        seq_next, seq_line, seq_popped, seq_jump = walk(pc_after, pc_after_line, ends_pc, "seq")
 
         # what the word consumed last cycle does to the frames (see "Frame updates")
         upd_push = Signal()                 # push a frame at `depth`
         upd_jump = Signal(LOOP_DEPTH)       # frames jumping back to their start
         upd_pops = Signal(range(LOOP_DEPTH + 1))
+        upd_popped = Signal(LOOP_DEPTH)     # ... the frames it pops
 
         # ---- Requests to the cache, from registers only: the address of the word after the
         # current one is registered in the cycle that word is consumed (word 0: in the start
@@ -303,7 +325,8 @@ class Dispatcher(wiring.Component):
         zero_trip = going_loop & loop_zero
         # a loop word going on at the word after its body (zero trips) or at its entry
         late = going_loop & loop_late
-        skip_next, skip_line, skip_popped, skip_jump = walk(loop_end, loop_end_ends, "skip")
+        skip_next, skip_line, skip_popped, skip_jump = walk(loop_end_after, loop_end_after_line,
+                                                            loop_end_ends, "skip")
         jump = Mux(going_loop, skip_jump, seq_jump)
         pops = Signal(range(LOOP_DEPTH + 1))
         m.d.comb += pops.eq(Mux(going_loop, sum(skip_popped), sum(seq_popped)))
@@ -343,7 +366,8 @@ class Dispatcher(wiring.Component):
             # `loop_end`)
             m.d.sync += [ends_pc[k].eq(Mux(upd_push & (depth == k), loop_end, frames[k].end)
                                        == req_pc) for k in range(LOOP_DEPTH)]
-            m.d.sync += pc_last.eq(req_pc + 1 == self.rom_words)
+            m.d.sync += [pc_last.eq(req_pc + 1 == self.rom_words), pc_after.eq(req_pc + 1),
+                         pc_after_line.eq(line_after(req_pc, plus_one=True))]
 
         # ---- Frame updates, the cycle after a word is consumed: what the word does to the
         # frames is registered as it goes (`upd_*`), so `consume`, which waits for the
@@ -354,7 +378,9 @@ class Dispatcher(wiring.Component):
         pushing = consume & going_loop & ~loop_zero
         m.d.sync += [upd_push.eq(pushing),
                      upd_jump.eq(Mux(consume & ~pushing, jump, 0)),
-                     upd_pops.eq(Mux(consume & ~pushing, pops, 0))]
+                     upd_pops.eq(Mux(consume & ~pushing, pops, 0)),
+                     upd_popped.eq(Mux(consume & ~pushing,
+                                       Mux(going_loop, Cat(*skip_popped), Cat(*seq_popped)), 0))]
         with m.If(upd_push):
             with m.Switch(depth):
                 for k in range(LOOP_DEPTH):
@@ -366,9 +392,17 @@ class Dispatcher(wiring.Component):
                         for s in STREAMS:
                             below = frames[k - 1][f"off_{s}"] if k else 0
                             m.d.sync += [f[f"inc_{s}"].eq(loop_inc[s]), f[f"off_{s}"].eq(below)]
-            m.d.sync += depth.eq(depth + 1)
+            m.d.sync += [depth.eq(depth + 1),
+                         depth_is.eq(Cat(*[depth == k for k in range(LOOP_DEPTH)]))]
         with m.Else():
-            m.d.sync += depth.eq(depth - upd_pops)
+            m.d.sync += [depth.eq(depth - upd_pops),
+                         depth_is.eq(Cat(*[depth - upd_pops == k + 1 for k in range(LOOP_DEPTH)]))]
+            # `flipped` loses the popped frames' flips (where odd) and toggles the jumping
+            # frames' (their `odd` toggles); a pushed frame starts even: no change
+            m.d.sync += flipped.eq(reduce(operator.xor,
+                                          [Mux(upd_popped[k] & frames[k].odd, frames[k].flip, 0)
+                                           ^ Mux(upd_jump[k], frames[k].flip, 0)
+                                           for k in range(LOOP_DEPTH)], flipped))
             for k in range(LOOP_DEPTH):
                 f = frames[k]
                 with m.If(upd_jump[k]):

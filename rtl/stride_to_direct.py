@@ -209,8 +209,13 @@ class StrideToDirect(wiring.Component):
                 with m.Elif(pop):
                     m.d.sync += [g_pos[d][k].eq(nxt_pos[k]) for k in range(E)]
                     m.d.sync += g_elem[d].eq(nxt_elem)
-            m.d.sync += [count.eq(left + push), head_valid.eq((left + push) != 0),
-                         room.eq(left + push + (take != 0) < GROUPS),
+            # (pop is late: what depends on it is computed for both of its values, from
+            # registers, and selected by it last)
+            kept_groups = count + push               # the groups next cycle if none pops
+            after = kept_groups + (take != 0)        # ... and the group staged now
+            m.d.sync += [count.eq(Mux(pop, kept_groups - 1, kept_groups)),
+                         head_valid.eq(Mux(pop, kept_groups > 1, kept_groups != 0)),
+                         room.eq(Mux(pop, after <= GROUPS, after < GROUPS)),
                          done.eq(Mux(pop, 0, done | in_cur | in_next))]
             m.d.sync += [rank_base.eq(rank_base + last_kept), last_kept.eq(0),
                          overflow.eq(overflow | past_n)]
