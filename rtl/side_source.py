@@ -170,8 +170,11 @@ class SideSource(wiring.Component):
         s_vec_val = Signal(ADDR)
         m.d.comb += issue.eq(w_active & credit)
         m.d.sync += credit.eq(fifo.level + inflight + q_pending + issue < fifo.depth)
-        c_last, row_last = Signal(), Signal()
-        m.d.comb += [c_last.eq(w_c == last_chunk), row_last.eq(w_k == last_row)]
+        # w_c, w_k and w_v at their last values: flags kept beside the counters (each
+        # compared against its next value as the counter moves), so an issue decides on
+        # registers, not on a comparison
+        c_last, row_last, vec_last = Signal(), Signal(), Signal()
+        one_chunk, one_row = Signal(), Signal()   # chunks == 1, rows == 1 (set at start)
         # metadata travelling with the read
         r_valid, r_clast, r_rowlast = Signal(), Signal(), Signal()
         r_mask = Signal(CHUNK)  # the chunk's positions inside the row, decided at issue
@@ -189,22 +192,28 @@ class SideSource(wiring.Component):
         with m.If(self.start):
             m.d.sync += [w_active.eq(~is_stride & (self.nvec != 0) & (self.rows != 0)),
                          w_v.eq(0), w_k.eq(0), w_c.eq(0),
-                         w_vec_idx.eq(self.idx_base), w_row_idx.eq(self.idx_base)]
+                         w_vec_idx.eq(self.idx_base), w_row_idx.eq(self.idx_base),
+                         one_chunk.eq(self.n <= CHUNK), one_row.eq(self.rows == 1),
+                         c_last.eq(self.n <= CHUNK), row_last.eq(self.rows == 1),
+                         vec_last.eq(self.nvec == 1)]
         with m.Elif(w_go):
             # a replay: rows 1.. of the vector, every one from the replay memory's word 0
             m.d.sync += [w_active.eq(1), w_k.eq(1), w_c.eq(0), w_v.eq(last_vec),
-                         w_vec_idx.eq(0), w_row_idx.eq(0)]
+                         w_vec_idx.eq(0), w_row_idx.eq(0),
+                         c_last.eq(one_chunk), row_last.eq(last_row == 1), vec_last.eq(1)]
         with m.Elif(issue):
-            m.d.sync += w_c.eq(w_c + 1)
+            m.d.sync += [w_c.eq(w_c + 1), c_last.eq(w_c + 1 == last_chunk)]
             with m.If(c_last):
-                m.d.sync += [w_c.eq(0), w_k.eq(w_k + 1),
+                m.d.sync += [w_c.eq(0), w_k.eq(w_k + 1), c_last.eq(one_chunk),
+                             row_last.eq(w_k + 1 == last_row),
                              w_row_idx.eq(Mux(self.rows_follow, w_row_idx + (nchunks << 3),
                                               w_vec_idx))]
                 with m.If(row_last):
-                    m.d.sync += [w_k.eq(0), w_v.eq(w_v + 1),
+                    m.d.sync += [w_k.eq(0), w_v.eq(w_v + 1), row_last.eq(one_row),
+                                 vec_last.eq(w_v + 1 == last_vec),
                                  w_vec_idx.eq(w_vec_idx + self.idx_vec_stride),
                                  w_row_idx.eq(w_vec_idx + self.idx_vec_stride)]
-                    with m.If(w_v == last_vec):
+                    with m.If(vec_last):
                         m.d.sync += w_active.eq(0)
         m.d.sync += [inflight.eq(issue), r_valid.eq(issue), r_clast.eq(c_last),
                      r_rowlast.eq(row_last),
