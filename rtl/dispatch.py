@@ -211,18 +211,17 @@ class Dispatcher(wiring.Component):
         # comparison, nor any of them on the path to the next request.
         body = _field(word, _LOOP, "body")
         count = _field(word, _LOOP, "count")
-        # The innermost frame's end and the depth's two tests, registered every cycle: the
-        # frames change only the cycle after a word is consumed, which is before the next
-        # word arrives (DISPATCH_CYCLES), so from a loop word's first cycle to its
-        # consumption they hold, and its checks (its second cycle) read them a cycle late
-        # without a multiplexer on `depth` before the comparison.
+        # The innermost frame's end, registered every cycle: the frames change only the
+        # cycle after a word is consumed, which is before the next word arrives
+        # (DISPATCH_CYCLES), so from a loop word's first cycle to its consumption they
+        # hold, and its checks (its second cycle) read it a cycle late without a
+        # multiplexer on `depth` before the comparison.  The depth's tests come from the
+        # one-hot `depth_is`.
         top_end = Signal(PC_BITS)
-        depth_zero, depth_room = Signal(), Signal()
         with m.Switch(depth):
             for k in range(1, LOOP_DEPTH + 1):
                 with m.Case(k):
                     m.d.sync += top_end.eq(frames[k - 1].end)
-        m.d.sync += [depth_zero.eq(depth == 0), depth_room.eq(depth < LOOP_DEPTH)]
         loop_seen = Signal()               # the next four registers hold the current loop word's
         loop_end = Signal(PC_BITS + 1)     # its body's last word
         loop_zero = Signal()               # it runs its body zero times
@@ -252,11 +251,12 @@ class Dispatcher(wiring.Component):
                          loop_flip.eq(_field(word, _LOOP, "flip"))]
             m.d.sync += [loop_inc[s].eq(_field(word, _LOOP, name)) for s, name in STREAMS.items()]
             with m.If(loop_seen):
+                end_after = loop_end + 1
                 m.d.sync += [loop_checked.eq(1),
-                             loop_ok.eq((loop_end < self.rom_words) & depth_room
-                                        & (depth_zero | (loop_end <= top_end))),
-                             loop_end_last.eq(loop_end + 1 == self.rom_words),
-                             loop_end_after.eq(loop_end + 1),
+                             loop_ok.eq((loop_end < self.rom_words) & ~depth_is[-1]
+                                        & (~depth_is.any() | (loop_end <= top_end))),
+                             loop_end_last.eq(end_after == self.rom_words),
+                             loop_end_after.eq(end_after),
                              loop_end_after_line.eq(line_after(loop_end, plus_one=True))]
                 m.d.sync += [loop_end_ends[k].eq(frames[k].end == loop_end)
                              for k in range(LOOP_DEPTH)]
@@ -310,7 +310,9 @@ class Dispatcher(wiring.Component):
         upd_push = Signal()                 # push a frame at `depth`
         upd_jump = Signal(LOOP_DEPTH)       # frames jumping back to their start
         upd_pops = Signal(range(LOOP_DEPTH + 1))
-        upd_popped = Signal(LOOP_DEPTH)     # ... the frames it pops
+        upd_popped = Signal(LOOP_DEPTH)     # ... which they are (the count is kept beside
+                                            # them: a pop count made from the bits costs
+                                            # 360 LUTs and 8 MHz placed alone)
 
         # ---- Requests to the cache, from registers only: the address of the word after the
         # current one is registered in the cycle that word is consumed (word 0: in the start
@@ -366,7 +368,8 @@ class Dispatcher(wiring.Component):
             # `loop_end`)
             m.d.sync += [ends_pc[k].eq(Mux(upd_push & (depth == k), loop_end, frames[k].end)
                                        == req_pc) for k in range(LOOP_DEPTH)]
-            m.d.sync += [pc_last.eq(req_pc + 1 == self.rom_words), pc_after.eq(req_pc + 1),
+            req_after = req_pc + 1
+            m.d.sync += [pc_last.eq(req_after == self.rom_words), pc_after.eq(req_after),
                          pc_after_line.eq(line_after(req_pc, plus_one=True))]
 
         # ---- Frame updates, the cycle after a word is consumed: what the word does to the
@@ -395,8 +398,9 @@ class Dispatcher(wiring.Component):
             m.d.sync += [depth.eq(depth + 1),
                          depth_is.eq(Cat(*[depth == k for k in range(LOOP_DEPTH)]))]
         with m.Else():
-            m.d.sync += [depth.eq(depth - upd_pops),
-                         depth_is.eq(Cat(*[depth - upd_pops == k + 1 for k in range(LOOP_DEPTH)]))]
+            popped_depth = depth - upd_pops
+            m.d.sync += [depth.eq(popped_depth),
+                         depth_is.eq(Cat(*[popped_depth == k + 1 for k in range(LOOP_DEPTH)]))]
             # `flipped` loses the popped frames' flips (where odd) and toggles the jumping
             # frames' (their `odd` toggles); a pushed frame starts even: no change
             m.d.sync += flipped.eq(reduce(operator.xor,
