@@ -40,7 +40,8 @@ SMALL = dict(lanes=1, nbuf_bytes=2048, nidx_bytes=512, wbuf_bytes=2048, widx_byt
 def blocks(config: CoreConfig) -> dict:
     """Block name -> (source file, a function making the block), in pipeline order."""
     from snpu.rtl import (compactor, compress, connection, direct_to_stride, dispatch,
-                          dma_reader, icache, lane, ld_unit, mac, matrix_unit, net_unit,
+                          dma_reader, icache, index_memory, lane, ld_unit, mac, matrix_unit,
+                          net_unit,
                           realign, requant, side_source, st_unit, stride_to_direct,
                           vector_alu, vx_unit)
     return {
@@ -50,6 +51,9 @@ def blocks(config: CoreConfig) -> dict:
         "realigner": ("rtl/realign.py", lambda: realign.Realigner(8)),
         "chunk_expander": ("rtl/compress.py", lambda: compress.ChunkExpander()),
         "ld_unit": ("rtl/ld_unit.py", lambda: ld_unit.LoadUnit(config)),
+        "index_memory": ("rtl/index_memory.py",
+                         lambda: index_memory.IndexMemory(config.nidx_bytes // config.axi_bytes,
+                                                          config.axi_data_bits)),
         "neuron_source": ("rtl/side_source.py",
                           lambda: side_source.SideSource(matrix_unit.STRIDE_WINDOW)),
         "stride_to_direct": ("rtl/stride_to_direct.py",

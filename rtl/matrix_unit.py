@@ -11,37 +11,11 @@ from amaranth.lib.wiring import In, Out
 from snpu.config import CoreConfig
 from snpu.verif import timing
 
+from .index_memory import IndexMemory
 from .lane import FC_CONFIG, RESULT, MatrixLane, fc_modes
+from .ports import wide_read_port, write_port_signature
 from .row_broadcast import RowBroadcast
 from .side_source import SideSource
-
-
-def write_port_signature(depth: int, granularity: int, width: int = 64) -> wiring.Signature:
-    """A ``width``-bit write port of a memory of ``depth`` such words: word address, data
-    and one enable per ``granularity`` bits."""
-    return wiring.Signature({
-        "addr": Out(range(depth)),
-        "data": Out(width),
-        "en": Out(width // granularity),
-    })
-
-
-def wide_read_port(m: Module, mem: Memory, addr: Value, en: Value, data: Value,
-                   name: str) -> None:
-    """Reads 64-bit words from ``mem``, whose words may be wider (a multiple of 64 bits:
-    the width the LD unit writes, the AXI bus's): ``mem``'s word ``addr >> k`` is read when
-    ``en`` is high, and its 64-bit part ``addr % 2**k`` appears on ``data`` the next cycle,
-    holding while ``en`` is low (a synchronous read port, as for a 64-bit memory)."""
-    parts = mem.shape // 64
-    rp = mem.read_port()
-    if parts == 1:
-        m.d.comb += [rp.addr.eq(addr), rp.en.eq(en), data.eq(rp.data)]
-        return
-    k = (parts - 1).bit_length()
-    part = Signal(k, name=f"{name}_part")
-    with m.If(en):
-        m.d.sync += part.eq(addr[:k])
-    m.d.comb += [rp.addr.eq(addr >> k), rp.en.eq(en), data.eq(rp.data.word_select(part, 64))]
 
 
 def buffer_write_ports(config: CoreConfig, flow) -> dict:
@@ -80,11 +54,13 @@ class MatrixUnit(wiring.Component):
     Memories are written a word of the AXI bus's width at a time (``axi_data_bits``: 64,
     128 or 256; the LD unit's words) and read 64 bits at a time through a synchronous read
     port each (:func:`wide_read_port`); ``nidx`` writes have bit enables (the sparse
-    processing unit writes one bit per loaded byte), the others byte enables.  A write is
-    registered here, at the buffers, and lands the cycle after the LD unit presents it (the
-    two units sit far apart on the die: the register halves the wire); the LD unit's
-    ``done`` pulses the cycle after its last write, so the write has landed before the
-    token that ``done`` leads to reaches an fc.  Throughput: ``lanes`` pairs per cycle.
+    processing unit writes one bit per loaded byte; an :class:`IndexMemory` makes them
+    read-modify-writes of a block RAM), the others byte enables.  A write is registered
+    here, at the buffers, and lands the cycle after the LD unit presents it (the two units
+    sit far apart on the die: the register halves the wire), an ``nidx`` write two
+    cycles later; the LD unit's ``done`` pulses the cycle after its last write, and the token it
+    leads to starts an fc two cycles later at the earliest, whose first index read comes
+    two cycles after its start: every write has landed, with a cycle to spare.  Throughput: ``lanes`` pairs per cycle.
 
     Parameters
     ----------
@@ -99,7 +75,7 @@ class MatrixUnit(wiring.Component):
         self._nsrc = SideSource(STRIDE_WINDOW)
         self._broadcast = RowBroadcast(P)
         W, B = config.axi_data_bits, config.axi_bytes
-        self._nidx = Memory(shape=W, depth=config.nidx_bytes // B, init=[])
+        self._nidx = IndexMemory(config.nidx_bytes // B, W)
         self._mems = {
             name: [Memory(shape=W, depth=size // B, init=[]) for _ in range(P)]
             for name, size in (("nbuf", config.nbuf_bytes), ("wbuf", config.wbuf_bytes),
@@ -151,10 +127,10 @@ class MatrixUnit(wiring.Component):
             m.d.sync += [getattr(held, f).eq(getattr(port, f)) for f in fields]
         w_lane = Signal.like(self.w_lane)
         m.d.sync += w_lane.eq(self.w_lane)
-        wp = nidx.write_port(granularity=1)
-        m.d.comb += [wp.addr.eq(writes["nidx"].addr), wp.data.eq(writes["nidx"].data),
-                     wp.en.eq(writes["nidx"].en)]
-        wide_read_port(m, nidx, nsrc.mem_addr, nsrc.mem_en, nsrc.mem_data, "nidx")
+        m.d.comb += [nidx.w.addr.eq(writes["nidx"].addr), nidx.w.data.eq(writes["nidx"].data),
+                     nidx.w.en.eq(writes["nidx"].en),
+                     nidx.r_addr.eq(nsrc.mem_addr), nidx.r_en.eq(nsrc.mem_en),
+                     nsrc.mem_data.eq(nidx.r_data)]
         wiring.connect(m, nsrc.chunks, bc.i_chunks)
         wiring.connect(m, nsrc.entries, bc.i_entries)
 
