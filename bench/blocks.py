@@ -37,6 +37,50 @@ SMALL = dict(lanes=1, nbuf_bytes=2048, nidx_bytes=512, wbuf_bytes=2048, widx_byt
              acc_words=128, obuf_bytes=1024, param_rows=16)
 
 
+def frontend(config: CoreConfig):
+    """The dispatcher and the instruction cache, connected as the core connects them: the
+    cache's lookup runs on the dispatcher's request register and successor address, so
+    their shared paths only show with both."""
+    from amaranth import Module
+    from amaranth.lib import wiring
+
+    from snpu.rtl import dispatch, icache
+
+    inner = {"d": dispatch.Dispatcher(), "c": icache.InstructionCache(config.icache_lines)}
+    joined = {"d": ("fetch_req", "fetch_resp", "fetch_next_pc", "fetch_next_line",
+                    "fetch_next_load"),
+              "c": ("req", "resp", "next_pc", "next_line", "next_load")}
+
+    class Frontend(wiring.Component):
+        def __init__(self):
+            super().__init__(wiring.Signature({
+                f"{k}_{name}": member for k, block in inner.items()
+                for name, member in block.signature.members.items() if name not in joined[k]}))
+
+        def elaborate(self, platform):
+            m = Module()
+            d, c = inner["d"], inner["c"]
+            m.submodules.dispatch, m.submodules.fetch = d, c
+            wiring.connect(m, d.fetch_req, c.req)
+            wiring.connect(m, c.resp, d.fetch_resp)
+            m.d.comb += [c.next_pc.eq(d.fetch_next_pc), c.next_line.eq(d.fetch_next_line),
+                         c.next_load.eq(d.fetch_next_load)]
+            for k, block in inner.items():
+                for name, member in block.signature.members.items():
+                    if name in joined[k]:
+                        continue
+                    outer, port = getattr(self, f"{k}_{name}"), getattr(block, name)
+                    if member.is_signature:
+                        wiring.connect(m, wiring.flipped(outer), port)
+                    elif member.flow == wiring.In:
+                        m.d.comb += port.eq(outer)
+                    else:
+                        m.d.comb += outer.eq(port)
+            return m
+
+    return Frontend()
+
+
 def blocks(config: CoreConfig) -> dict:
     """Block name -> (source file, a function making the block), in pipeline order."""
     from snpu.rtl import (compactor, compress, connection, direct_to_stride, dispatch,
@@ -47,6 +91,7 @@ def blocks(config: CoreConfig) -> dict:
     return {
         "icache": ("rtl/icache.py", lambda: icache.InstructionCache(config.icache_lines)),
         "dispatcher": ("rtl/dispatch.py", lambda: dispatch.Dispatcher()),
+        "frontend": ("rtl/dispatch.py, rtl/icache.py", lambda: frontend(config)),
         "dma_reader": ("rtl/dma_reader.py", lambda: dma_reader.DmaReader()),
         "realigner": ("rtl/realign.py", lambda: realign.Realigner(8)),
         "chunk_expander": ("rtl/compress.py", lambda: compress.ChunkExpander()),

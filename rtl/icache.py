@@ -31,7 +31,9 @@ class InstructionCache(wiring.Component):
     ``req`` takes the ROM word index of the next word the sequencer needs, from registers
     (the dispatcher holds it in one, and keeps it there until that word has come out on
     ``resp``).  It is taken whenever the cache holds no access, so ``req.ready`` comes
-    from registers, and its line is looked up against the tags as it is taken: if the line
+    from registers, and its line is looked up against the tags as it is taken (the tag RAM
+    read the cycle before, at the index of the word read from block RAM then, which is the
+    request's): if the line
     is present and filled, the word (read from block RAM the cycle before, see below) comes
     out on ``resp`` the next cycle; otherwise it comes out once its line has arrived.  Each
     request is one access, classified against the tags the cycle after it is taken, from
@@ -150,31 +152,61 @@ class InstructionCache(wiring.Component):
         m.d.comb += doing.eq(accept | retry)
         present_r, ready_r = Signal(), Signal()   # the lookup's results, for `cls`
 
-        def tag_matches(ln, name):
-            """Whether line ``ln``'s tag is the one stored at its index (every bank compared,
-            then the index's bank selected)."""
-            hits = Signal(len(self._tags), name=f"{name}_banks")
+        NB = len(self._tags)
+        bank_bits = IB - BL
+
+        def bank_entries(lo, name):
+            """Every bank's tag at index ``lo`` inside the bank (LUT RAM reads)."""
+            entries = []
             for k, bank in enumerate(self._tags):
                 port = bank.read_port(domain="comb")
-                m.d.comb += [port.addr.eq(ln[:BL]), hits[k].eq(port.data == ln[IB:])]
-            return hits.bit_select(ln[BL:IB], 1)  # (one bank: an empty bank number)
+                entry = Signal(self._tag_bits, name=f"{name}_tag{k}")
+                m.d.comb += [port.addr.eq(lo), entry.eq(port.data)]
+                entries.append(entry)
+            return entries
+
+        def in_bank(bits, lo):
+            """``bits`` (one per line) at index ``lo`` of every bank."""
+            return Cat(*[bits[k * self._bank_lines:(k + 1) * self._bank_lines].bit_select(lo, 1)
+                         for k in range(NB)])
+
+        def bank_of(ln):
+            return ln[BL:IB] if bank_bits else C(0, 1)
 
         def pushed_at(idx):
             """The slot queued this cycle is at index ``idx``: its tag and valid bit are
             written at the end of the cycle, so a lookup now must take them from `push_line`."""
             return push & (push_line[:IB] == idx)
 
-        # ---- The access's line: present (tag written) and ready (filled)?
-        # (the request's pc holds while its access is held back: no multiplexer with `cur`)
+        # ---- The access's line: present (tag written) and ready (filled)?  Looked up in
+        # two halves.  The cycle before a request is taken, the cache reads the word that
+        # request will ask for (`rd_addr`, below): the request's pc then is `rd_addr`'s (the
+        # dispatcher's successor, taken in the cycle it is named, or the held request, or the
+        # access in progress), so its index inside a bank is known a cycle early.  Every
+        # bank's tag there, and its valid and ready bits as they will be after this cycle's
+        # updates (a tag written now bypassed), go into registers; in the cycle the request
+        # is taken, the tags are compared with the request's and its bank selected (no LUT RAM
+        # read and no 64-way selection on the path to `read`).  `start` invalidates them.
         addr = self.req.payload.pc
         line = Signal(LB)
         m.d.comb += line.eq(addr[W:])
         index = line[:IB]
+        ahead_lo = Signal(BL)              # the next cycle's request's index inside a bank
+        ahead_tags = [Signal(self._tag_bits, name=f"ahead_tag{k}") for k in range(NB)]
+        ahead_valid, ahead_ready = Signal(NB), Signal(NB)
+        valid_after, ready_after = Signal(L), Signal(L)   # valid, ready after this cycle
+        ahead_entries = bank_entries(ahead_lo, "ahead")
+        for k in range(NB):
+            written = push & (push_line[:IB] == Cat(ahead_lo, C(k, bank_bits)))
+            m.d.sync += ahead_tags[k].eq(Mux(written, push_line[IB:], ahead_entries[k]))
+        m.d.sync += [ahead_valid.eq(in_bank(valid_after, ahead_lo)),
+                     ahead_ready.eq(in_bank(ready_after, ahead_lo))]
         present = Signal()
         line_ready = Signal()
+        tag_hits = Cat(*[t == line[IB:] for t in ahead_tags]) & ahead_valid
         m.d.comb += [present.eq(Mux(pushed_at(index), push_line[IB:] == line[IB:],
-                                    valid.bit_select(index, 1) & tag_matches(line, "present"))),
-                     line_ready.eq(ready.bit_select(index, 1) & ~pushed_at(index))]
+                                    tag_hits.bit_select(bank_of(line), 1))),
+                     line_ready.eq(ahead_ready.bit_select(bank_of(line), 1) & ~pushed_at(index))]
         # a miss needs a free slot and must not rewrite the tag of a line still being filled
         # (decided as the access is classified, from registers; `cur` holds its pc)
         room1 = Signal()            # a register: see below, after the fill slots
@@ -196,13 +228,21 @@ class InstructionCache(wiring.Component):
         pf_line = Signal(LB)
         look_next = Signal(LB)
         m.d.comb += look_next.eq(Mux(pcheck, pf_line, nxt))
+        # (also in two halves: every bank's tag compared, and the bits and the bypass of a
+        # tag written now, into registers; the bank selected the cycle after, as it is used)
+        next_hits, next_bank = Signal(NB), Signal(max(bank_bits, 1))
+        next_pushed, next_pushed_same = Signal(), Signal()
+        next_entries = bank_entries(look_next[:BL], "next")
+        m.d.sync += [next_hits.eq(Cat(*[e == look_next[IB:] for e in next_entries])
+                                  & in_bank(valid, look_next[:BL])),
+                     next_bank.eq(bank_of(look_next)),
+                     next_pushed.eq(pushed_at(look_next[:IB])),
+                     next_pushed_same.eq(push_line[IB:] == look_next[IB:])]
         next_present = Signal()
+        m.d.comb += next_present.eq(Mux(next_pushed, next_pushed_same,
+                                        next_hits.bit_select(next_bank, 1)))
         next_in_rom = Signal()
-        m.d.sync += [next_present.eq(Mux(pushed_at(look_next[:IB]),
-                                         push_line[IB:] == look_next[IB:],
-                                         valid.bit_select(look_next[:IB], 1)
-                                         & tag_matches(look_next, "next"))),
-                     next_in_rom.eq(Cat(C(0, W), look_next) < self.rom_words)]
+        m.d.sync += next_in_rom.eq(Cat(C(0, W), look_next) < self.rom_words)
         want_next = Signal()
         m.d.comb += want_next.eq(~next_present & next_in_rom)
         # a prefetch waits for a slot, and for a fill of its set to finish
@@ -270,7 +310,7 @@ class InstructionCache(wiring.Component):
         m.d.comb += [rd_addr.eq(Mux(read, self.next_pc[:W + IB],
                                     Mux(waiting | retry | cls, cur[:W + IB],
                                         self.req.payload.pc[:W + IB]))),
-                     rp.addr.eq(rd_addr), rp.en.eq(1)]
+                     rp.addr.eq(rd_addr), rp.en.eq(1), ahead_lo.eq(rd_addr[W:W + BL])]
         rd_word = Signal(len(rp.data))     # the word read last cycle
         out = Signal(len(rp.data))
         # (a missed line's ready bit is cleared as its slot is queued, a cycle after the
@@ -371,8 +411,9 @@ class InstructionCache(wiring.Component):
                      fill_done.eq(fill_staged & ~Mux(push, sel, 0))]
         with m.If(push):
             m.d.sync += slot_line[n_after].eq(push_line)
-        m.d.sync += [valid.eq(valid | Mux(push, sel, 0)),
-                     ready.eq((ready | fill_done) & ~Mux(push, sel, 0))]
+        m.d.comb += [valid_after.eq(valid | Mux(push, sel, 0)),
+                     ready_after.eq((ready | fill_done) & ~Mux(push, sel, 0))]
+        m.d.sync += [valid.eq(valid_after), ready.eq(ready_after)]
 
         # a free slot next cycle: the slots then, and the one queued then (a slot
         # decided now)
@@ -381,7 +422,8 @@ class InstructionCache(wiring.Component):
         m.d.sync += room1.eq(Mux(new, count_next < FILL_SLOTS - 1, count_next < FILL_SLOTS))
 
         with m.If(self.start):
-            m.d.sync += [valid.eq(0), ready.eq(0), waiting.eq(0), read.eq(0), retry.eq(0),
+            m.d.sync += [valid.eq(0), ready.eq(0), ahead_valid.eq(0), ahead_ready.eq(0),
+                         waiting.eq(0), read.eq(0), retry.eq(0),
                          cls.eq(0), pcheck.eq(0), room1.eq(1),
                          fill_beats.eq(0), fill_staged.eq(0), fill_done.eq(0), counted.eq(0), push.eq(0),
                          self.hits.eq(0), self.misses.eq(0), self.prefetches.eq(0)]

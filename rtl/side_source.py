@@ -278,8 +278,11 @@ class SideSource(wiring.Component):
         # The fetcher restarts at the row's index in ROW_START, except on the weight side's
         # rows after row 0 (they follow each other: it keeps streaming).  Decided where
         # ROW_START is entered, into a register: no comparison before the fetcher's start.
+        # It is high only in ROW_START (set only as ROW_START is entered, for one cycle), so
+        # it starts the fetcher on its own, without the state's decode.
         row_fetch = Signal()
         m.d.sync += row_fetch.eq(0)
+        m.d.comb += [fetch.start.eq(row_fetch), fetch.start_addr.eq(s_vec_idx)]
         # The fetcher's take: the converter's (zero unless it is busy, inside CONVERT) or the
         # count's and the entries' (zero outside COUNT and EMIT), so an OR rather than a
         # multiplexer on the state puts the converter's take into the fetcher.
@@ -292,8 +295,6 @@ class SideSource(wiring.Component):
                                  s_error.eq(0), row_fetch.eq(1)]
                     m.next = "ROW_START"
             with m.State("ROW_START"):
-                with m.If(row_fetch):
-                    m.d.comb += [fetch.start.eq(1), fetch.start_addr.eq(s_vec_idx)]
                 m.next = "COUNT"
             with m.State("COUNT"):
                 with m.If(fetch.avail >= 2):
@@ -331,6 +332,7 @@ class SideSource(wiring.Component):
                              s_vec_val.eq(s_vec_val + self.val_vec_stride),
                              s_row_val.eq(s_vec_val + self.val_vec_stride)]
                 with m.If(s_v == last_vec):
+                    m.d.sync += row_fetch.eq(0)
                     m.next = "IDLE"
                 with m.Else():
                     m.d.sync += row_fetch.eq(1)
