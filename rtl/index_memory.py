@@ -45,6 +45,7 @@ class IndexMemory(wiring.Component):
 
     def __init__(self, depth: int, width: int = 64):
         if width % 64:
+            self._MustUse__silence = True  # (not elaborated: no "unused" warning)
             raise ValueError(f"width must be a multiple of 64 bits, got {width}")
         self._depth, self._width = depth, width
         # (ram_style: a memory this small would otherwise be mapped to LUT RAM)
