@@ -112,6 +112,7 @@ def blocks(config: CoreConfig) -> dict:
         "compactor": ("rtl/compactor.py", lambda: compactor.Compactor(1)),
         "mac": ("rtl/mac.py", lambda: mac.MacUnit(1)),
         "lane": ("rtl/lane.py", lambda: lane.MatrixLane(0, 1)),
+        "matrix_unit": ("rtl/matrix_unit.py", lambda: matrix_unit.MatrixUnit(config)),
         "vector_alu": ("rtl/vector_alu.py", lambda: vector_alu.VectorAlu(1)),
         "requantizer": ("rtl/requant.py", lambda: requant.Requantizer()),
         "vx_unit": ("rtl/vx_unit.py", lambda: vx_unit.VectorUnit(config)),

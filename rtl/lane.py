@@ -66,7 +66,8 @@ class MatrixLane(wiring.Component):
     (``n_chunks`` / ``n_entries``: vector ``v``'s index once per row of this lane) and the
     lane's own :class:`SideSource` walks its weight rows -> :class:`ConnectionUnit` (AND or
     stride merge) -> :class:`Compactor` (one pair per cycle) -> operand fetch from the lane's
-    neuron-buffer copy and weight bank -> :class:`MacUnit`.  Rows of one lane follow each
+    neuron-buffer copy and weight bank (addresses, the memories' words registered, the bytes
+    selected and registered: three cycles) -> :class:`MacUnit`.  Rows of one lane follow each
     other without bubbles on the AND path.
 
     The weight side converts nothing: a stride weight index goes only into the merge (claims
@@ -77,7 +78,7 @@ class MatrixLane(wiring.Component):
     fc asking otherwise (``FORMAT``).
 
     Throughput one pair per cycle; a row costs ``sum over its chunks of max(1, pairs)``
-    cycles on the AND path.  Results leave in order (vector-major, then row), about 10
+    cycles on the AND path.  Results leave in order (vector-major, then row), about 11
     cycles after the row's last chunk is read.
 
     Parameters
@@ -170,9 +171,12 @@ class MatrixLane(wiring.Component):
         s1_valid, s1_pair, s1_last = Signal(), Signal(), Signal()
         s1_noff, s1_woff = Signal(3), Signal(3)
         s2_valid, s2_pair, s2_last = Signal(), Signal(), Signal()
-        s2_n, s2_w = Signal(8), Signal(8)
+        s2_noff, s2_woff = Signal(3), Signal(3)
+        s2_nword, s2_wword = Signal(64), Signal(64)
+        s3_valid, s3_pair, s3_last = Signal(), Signal(), Signal()
+        s3_n, s3_w = Signal(8), Signal(8)
         advance = Signal()
-        m.d.comb += [advance.eq(~s2_valid | mac.i.ready), pq.r_en.eq(advance)]
+        m.d.comb += [advance.eq(~s3_valid | mac.i.ready), pq.r_en.eq(advance)]
         pr = Signal(pairs_layout(1))
         m.d.comb += pr.eq(pq.r_data)
         m.d.comb += [
@@ -182,18 +186,22 @@ class MatrixLane(wiring.Component):
         with m.If(advance):
             m.d.sync += [s1_valid.eq(pq.r_rdy), s1_pair.eq(pr.valid[0]), s1_last.eq(pr.last),
                          s1_noff.eq(pr.n_addr[0][:3]), s1_woff.eq(pr.w_addr[0][:3])]
-        # Operand select: the bytes out of the memory words, registered before the
-        # multiplier (memory clock-to-out is slow on FPGAs).
+        # The memory words into registers as they are (a block RAM's clock-to-output is
+        # most of a cycle: its output feeds no logic), then the bytes selected out of them,
+        # registered before the multiplier.
         with m.If(advance):
             m.d.sync += [s2_valid.eq(s1_valid), s2_pair.eq(s1_pair), s2_last.eq(s1_last),
-                         s2_n.eq(self.nbuf_data.word_select(s1_noff, 8)),
-                         s2_w.eq(self.wbuf_data.word_select(s1_woff, 8))]
+                         s2_noff.eq(s1_noff), s2_woff.eq(s1_woff),
+                         s2_nword.eq(self.nbuf_data), s2_wword.eq(self.wbuf_data)]
+            m.d.sync += [s3_valid.eq(s2_valid), s3_pair.eq(s2_pair), s3_last.eq(s2_last),
+                         s3_n.eq(s2_nword.word_select(s2_noff, 8)),
+                         s3_w.eq(s2_wword.word_select(s2_woff, 8))]
         m.d.comb += [
-            mac.i.valid.eq(s2_valid),
-            mac.i.payload.n[0].eq(s2_n),
-            mac.i.payload.w[0].eq(s2_w),
-            mac.i.payload.valid.eq(s2_pair),
-            mac.i.payload.last.eq(s2_last),
+            mac.i.valid.eq(s3_valid),
+            mac.i.payload.n[0].eq(s3_n),
+            mac.i.payload.w[0].eq(s3_w),
+            mac.i.payload.valid.eq(s3_pair),
+            mac.i.payload.last.eq(s3_last),
         ]
         m.submodules.result_queue = rq = self._result_queue
         m.d.comb += [rq.w_data.eq(mac.o.payload.sum), rq.w_en.eq(mac.o.valid),
@@ -206,7 +214,7 @@ class MatrixLane(wiring.Component):
         with m.If(start_d):
             m.d.sync += [self.pairs.eq(0), outstanding.eq(c.nvec * rows_reg)]
         with m.Else():
-            with m.If(mac.i.valid & mac.i.ready & s2_pair & ~start_d):
+            with m.If(mac.i.valid & mac.i.ready & s3_pair & ~start_d):
                 m.d.sync += self.pairs.eq(self.pairs + 1)
             with m.If(self.results.valid & self.results.ready):
                 m.d.sync += outstanding.eq(outstanding - 1)

@@ -85,8 +85,9 @@ STRIDE_REPLAY_CHUNKS = 512
 #: pipeline fill/drain of the MX unit per instruction (measured: 23 cycles from start to the
 #: last sum beyond the lane's work; the lanes start a cycle after the instruction; one more
 #: since the connection unit registers its joined chunks, one since the MX unit checks the
-#: operands it latched at start the cycle after)
-FC_PIPELINE = 25
+#: operands it latched at start the cycle after, one since the lanes register the buffers'
+#: words before selecting their operand bytes)
+FC_PIPELINE = 26
 #: pipeline fill/drain of the VX unit per vred / vew (address generator, read, read data
 #: registered, ALU, write back)
 VX_PIPELINE = 9
