@@ -1,5 +1,8 @@
 """VX unit: pooling, element-wise operations and requantisation on accumulator words."""
 
+import operator
+from functools import reduce
+
 from amaranth import *
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -91,6 +94,15 @@ class VectorUnit(wiring.Component):
         # whether each counter of the address generator is at its last value: registers,
         # loaded at start and worked out as the counter steps (no `x == n - 1` after it)
         o_last, i_last, j1_last, j2_last = Signal(), Signal(), Signal(), Signal()
+        # the operation's "nothing to do" (a zero count) and "misaligned" (an operand or a
+        # stride it uses not a multiple of lanes) tests, registers set at start with the
+        # operands: the address generator's first cycle selects on them without comparing
+        empty, misaligned = Signal(), Signal()
+        g = self.regs
+
+        def unaligned(*values):
+            return ((reduce(operator.or_, values) & (P - 1)) != 0) if P > 1 else C(0)
+
         with m.If(self.start):
             m.d.sync += [op.eq(self.op), r.eq(self.regs), j1_last.eq(1), j2_last.eq(1)]
             with m.Switch(self.op):
@@ -99,22 +111,33 @@ class VectorUnit(wiring.Component):
                     m.d.sync += [src.eq(v.src), dst.eq(v.dst), b.eq(0), n_o.eq(v.n_o), n_i.eq(v.n_i),
                                  o_last.eq(v.n_o == 1), i_last.eq(v.n_i == 1),
                                  k1.eq(v.k1), k2.eq(v.k2), mode.eq(v.mode), relu.eq(0),
-                                 j1_last.eq(v.k1 == 1), j2_last.eq(v.k2 == 1)]
+                                 j1_last.eq(v.k1 == 1), j2_last.eq(v.k2 == 1),
+                                 empty.eq((v.n_o == 0) | (v.n_i == 0) | (v.k1 == 0) | (v.k2 == 0)),
+                                 misaligned.eq(unaligned(v.src, v.dst, g.src_stride, g.dst_stride,
+                                                         g.k1_stride, g.k2_stride))]
                 with m.Case(CODES["vew"]):
                     v = args.vew
                     m.d.sync += [src.eq(v.a), dst.eq(v.dst), b.eq(v.b), n_o.eq(v.n_o), n_i.eq(v.n_i),
                                  o_last.eq(v.n_o == 1), i_last.eq(v.n_i == 1),
-                                 k1.eq(1), k2.eq(1), ma.eq(v.ma), mb.eq(v.mb), relu.eq(v.relu)]
+                                 k1.eq(1), k2.eq(1), ma.eq(v.ma), mb.eq(v.mb), relu.eq(v.relu),
+                                 empty.eq((v.n_o == 0) | (v.n_i == 0)),
+                                 misaligned.eq(unaligned(v.a, v.dst, g.src_stride, g.dst_stride,
+                                                         v.b, g.b_stride))]
                 with m.Case(CODES["vewp"]):
                     v = args.vewp
                     m.d.sync += [src.eq(v.a), dst.eq(v.dst), b.eq(v.b), n_o.eq(v.n_o), n_i.eq(v.n_i),
                                  o_last.eq(v.n_o == 1), i_last.eq(v.n_i == 1),
-                                 k1.eq(1), k2.eq(1), param.eq(v.param), relu.eq(v.relu)]
+                                 k1.eq(1), k2.eq(1), param.eq(v.param), relu.eq(v.relu),
+                                 empty.eq((v.n_o == 0) | (v.n_i == 0)),
+                                 misaligned.eq(unaligned(v.a, v.dst, g.src_stride, g.dst_stride,
+                                                         v.b, g.b_stride))]
                 with m.Case(CODES["req"]):
                     v = args.req
                     m.d.sync += [src.eq(v.src), dst.eq(v.dst), b.eq(0), n_o.eq(v.n_o), n_i.eq(v.n_i),
                                  o_last.eq(v.n_o == 1), i_last.eq(v.n_i == 1),
-                                 k1.eq(1), k2.eq(1), param.eq(v.param), relu.eq(v.relu)]
+                                 k1.eq(1), k2.eq(1), param.eq(v.param), relu.eq(v.relu),
+                                 empty.eq((v.n_o == 0) | (v.n_i == 0)),
+                                 misaligned.eq(unaligned(v.src, v.dst, g.src_stride, g.dst_stride))]
         is_vred, is_req, is_vewp = op == CODES["vred"], op == CODES["req"], op == CODES["vewp"]
         is_vew = (op == CODES["vew"]) | is_vewp   # the scaled adds: a, then b, per word
 
@@ -138,10 +161,6 @@ class VectorUnit(wiring.Component):
         with m.If((rd > c.acc_elems - P) | (wr > dst_last) | (is_req & (prm_i >= c.param_rows))
                   | (is_vewp & (param >= c.param_rows))):
             m.d.comb += bad.eq(ErrorCode.RANGE)
-        # only the operands and strides the operation uses must be multiples of lanes
-        used = Mux(is_vred, r.k1_stride | r.k2_stride, Mux(is_vew, b | r.b_stride, 0))
-        aligned = Signal()
-        m.d.comb += aligned.eq(((src | dst | r.src_stride | r.dst_stride | used) & (P - 1)) == 0)
         err = Signal(ErrorCode)
         issue = Signal()
         m.d.comb += issue.eq(gen & (bad == ErrorCode.NONE))
@@ -152,9 +171,9 @@ class VectorUnit(wiring.Component):
         with m.If(self.start):
             m.d.sync += [gen.eq(1), o.eq(0), i.eq(0), j1.eq(0), j2.eq(0), half.eq(0),
                          err.eq(ErrorCode.NONE)]
-        with m.Elif(gen & ((n_o == 0) | (n_i == 0) | (k1 == 0) | (k2 == 0))):
+        with m.Elif(gen & empty):
             m.d.sync += gen.eq(0)  # nothing to do
-        with m.Elif(gen & ~aligned):
+        with m.Elif(gen & misaligned):
             m.d.sync += [gen.eq(0), err.eq(ErrorCode.ALIGN)]
         with m.Elif(gen):
             # the word's range check ends the operation; the counters and addresses step
