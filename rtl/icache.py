@@ -197,8 +197,8 @@ class InstructionCache(wiring.Component):
         valid_after, ready_after = Signal(L), Signal(L)   # valid, ready after this cycle
         ahead_entries = bank_entries(ahead_lo, "ahead")
         for k in range(NB):
-            written = push & (push_line[:IB] == Cat(ahead_lo, C(k, bank_bits)))
-            m.d.sync += ahead_tags[k].eq(Mux(written, push_line[IB:], ahead_entries[k]))
+            m.d.sync += ahead_tags[k].eq(Mux(pushed_at(Cat(ahead_lo, C(k, bank_bits))),
+                                             push_line[IB:], ahead_entries[k]))
         m.d.sync += [ahead_valid.eq(in_bank(valid_after, ahead_lo)),
                      ahead_ready.eq(in_bank(ready_after, ahead_lo))]
         present = Signal()

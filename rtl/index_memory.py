@@ -5,7 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .ports import wide_read_port
+from .ports import wide_read_port, write_port_signature
 
 
 class IndexMemory(wiring.Component):
@@ -51,16 +51,11 @@ class IndexMemory(wiring.Component):
         # (ram_style: a memory this small would otherwise be mapped to LUT RAM)
         self._mem = Memory(shape=width, depth=depth, init=[], attrs={"ram_style": "block"})
         super().__init__({
-            "w": In(wiring.Signature({
-                "addr": Out(range(depth)), "data": Out(width), "en": Out(width)})),
+            "w": In(write_port_signature(depth, 1, width)),
             "r_addr": In(range(depth * width // 64)),
             "r_en": In(1),
             "r_data": Out(64),
         })
-
-    @property
-    def memory(self) -> Memory:
-        return self._mem
 
     def elaborate(self, platform):
         m = Module()
