@@ -63,9 +63,11 @@ class Dispatcher(wiring.Component):
     is dispatched and held until the cache takes it; the cache looks it up and reads it the
     cycle after, so a word takes two cycles on cache hits
     (:data:`~snpu.verif.timing.DISPATCH_CYCLES`), a jump back to a body's start no more
-    than the next word.  The address comes from registers (the current word's pc, the
-    frames, and which frames end at that word, compared while its request was out), so no
-    path runs from the fetched word through the cache's lookup into its block RAM.  A
+    than the next word.  The address is chosen among registers: each word's successor is
+    walked through the frames while the word's own request is out (from which frames end
+    at the word, compared as its address was chosen), a zero-trip loop's in the loop
+    word's second cycle, so no path runs from the fetched word, nor from the frames'
+    walk, through the cache's lookup into its block RAM.  A
     ``loop`` word takes two cycles more (:data:`~snpu.verif.timing.LOOP_WORD_CYCLES`: its
     body's end and entry are registered, then its legality, before it is consumed), and its
     successor, even for a zero-trip loop or one entering its body at ``entry``, comes
@@ -222,6 +224,47 @@ class Dispatcher(wiring.Component):
             for k in range(1, LOOP_DEPTH + 1):
                 with m.Case(k):
                     m.d.sync += top_end.eq(frames[k - 1].end)
+
+        # ---- Next word: after `last` is done, go on after it or back to a body's start.
+        # Walking down from the top frame: a frame ending at `last` with no iterations left
+        # pops and the walk goes on to the frame below; one with iterations left jumps back.
+        # `ends`: which frames end at `last`; `last_trip` (a register, written with `left`):
+        # which frames have no iterations left.  The walk is made a cycle before its result
+        # is used, into registers (see `seq_*` and `skip_*`): the successor's choice, which
+        # the cache's block RAM address waits for, is then a few multiplexers.
+        last_trip = Signal(LOOP_DEPTH)
+
+        def walk(after, after_line, ends, trips, depth_one_hot, starts, tag):
+            """The successor of a body's word ``last`` (``after`` = ``last + 1`` and
+            ``after_line`` = the line after its line), with ``ends`` the frames ending at
+            ``last``, ``trips`` those on their last iteration, ``depth_one_hot`` the depth
+            and ``starts`` the frames' body starts: which frames pop and jump there, their
+            number, and where the word after it is (and the line after that word's)."""
+            reach = [Signal(name=f"{tag}_reach{k}") for k in range(LOOP_DEPTH)]
+            popped = Signal(LOOP_DEPTH, name=f"{tag}_popped")
+            jump = Signal(LOOP_DEPTH, name=f"{tag}_jump")
+            for k in reversed(range(LOOP_DEPTH)):
+                below_top = (reach[k + 1] & popped[k + 1]) if k + 1 < LOOP_DEPTH else C(0)
+                m.d.comb += [reach[k].eq(depth_one_hot[k] | below_top),
+                             popped[k].eq(reach[k] & ends[k] & trips[k]),
+                             jump[k].eq(reach[k] & ends[k] & ~trips[k])]
+            nxt = Signal(PC_BITS + 1, name=f"{tag}_next")
+            nxt_line = Signal(PC_BITS - _LINE_BITS, name=f"{tag}_next_line")
+            # (at most one frame jumps: the frames jumping back are ORed, not chained)
+            back = reduce(operator.or_, [Mux(jump[k], starts[k], 0) for k in range(LOOP_DEPTH)])
+            back_line = reduce(operator.or_, [Mux(jump[k], line_after(starts[k]), 0)
+                                              for k in range(LOOP_DEPTH)])
+            m.d.comb += [nxt.eq(Mux(jump.any(), back, after)),
+                         nxt_line.eq(Mux(jump.any(), back_line, after_line))]
+            return nxt, nxt_line, popped, jump, sum(popped[k] for k in range(LOOP_DEPTH))
+
+        def walk_registers(tag):
+            return (Signal(PC_BITS + 1, name=f"{tag}_next_r"),
+                    Signal(PC_BITS - _LINE_BITS, name=f"{tag}_next_line_r"),
+                    Signal(LOOP_DEPTH, name=f"{tag}_popped_r"),
+                    Signal(LOOP_DEPTH, name=f"{tag}_jump_r"),
+                    Signal(range(LOOP_DEPTH + 1), name=f"{tag}_pops_r"))
+
         loop_seen = Signal()               # the next four registers hold the current loop word's
         loop_end = Signal(PC_BITS + 1)     # its body's last word
         loop_zero = Signal()               # it runs its body zero times
@@ -229,17 +272,26 @@ class Dispatcher(wiring.Component):
         loop_entry = Signal(PC_BITS + 1)   # its first iteration's first word
         loop_checked = Signal()            # the next three hold its checks
         loop_ok = Signal()                 # its body fits the ROM and the enclosing body
-        loop_end_ends = Signal(LOOP_DEPTH)  # which frames end where its body does
         loop_end_last = Signal()           # its body ends the ROM
-        loop_end_after = Signal(PC_BITS + 1)   # the word after its body
-        loop_end_after_line = Signal(PC_BITS - _LINE_BITS)  # the line after that word's
         # and what its frame is pushed with, registered in its first cycle: no adder or
         # comparison over the fetched word lies before the frames
         loop_start = Signal(PC_BITS)       # its body's first word
         loop_left = Signal.like(frames[0].left)
         loop_one = Signal()                # it runs its body once
+        loop_two = Signal()                # ... twice
         loop_flip = Signal.like(frames[0].flip)
         loop_inc = {s: Signal(signed(_INC_BITS), name=f"loop_inc_{s}") for s in STREAMS}
+        # A loop word's successor when it skips its body (zero trips): walked in its second
+        # cycle from its body's end (a register of its first) and the frames, which hold
+        # from its first cycle to its consumption (they change only the cycle after a word
+        # is consumed), into registers its third cycle reads.
+        skip_end_after = Signal(PC_BITS + 1)
+        m.d.comb += skip_end_after.eq(loop_end + 1)
+        skip_walk = walk(skip_end_after, line_after(loop_end, plus_one=True),
+                         Cat(*[frames[k].end == loop_end for k in range(LOOP_DEPTH)]),
+                         last_trip, depth_is, [f.start for f in frames], "skip")
+        skip_next, skip_line, skip_popped, skip_jump, skip_pops = skip_regs = walk_registers("skip")
+
         consume = Signal()       # the current word is dispatched / executed this cycle
         with m.If(consume):
             m.d.sync += [loop_seen.eq(0), loop_checked.eq(0)]
@@ -248,6 +300,7 @@ class Dispatcher(wiring.Component):
             m.d.sync += [loop_seen.eq(1), loop_end.eq(pc + body), loop_zero.eq(count == 0),
                          loop_late.eq((count == 0) | (entry != 0)), loop_entry.eq(pc + 1 + entry),
                          loop_start.eq(pc + 1), loop_left.eq(count - 1), loop_one.eq(count == 1),
+                         loop_two.eq(count == 2),
                          loop_flip.eq(_field(word, _LOOP, "flip"))]
             m.d.sync += [loop_inc[s].eq(_field(word, _LOOP, name)) for s, name in STREAMS.items()]
             with m.If(loop_seen):
@@ -255,70 +308,28 @@ class Dispatcher(wiring.Component):
                 m.d.sync += [loop_checked.eq(1),
                              loop_ok.eq((loop_end < self.rom_words) & ~depth_is[-1]
                                         & (~depth_is.any() | (loop_end <= top_end))),
-                             loop_end_last.eq(end_after == self.rom_words),
-                             loop_end_after.eq(end_after),
-                             loop_end_after_line.eq(line_after(loop_end, plus_one=True))]
-                m.d.sync += [loop_end_ends[k].eq(frames[k].end == loop_end)
-                             for k in range(LOOP_DEPTH)]
+                             loop_end_last.eq(end_after == self.rom_words)]
+                m.d.sync += [r.eq(v) for r, v in zip(skip_regs, skip_walk)]
 
-        # ---- Next word: after `last` is done, go on after it or back to a body's start.
-        # Walking down from the top frame: a frame ending at `last` with no iterations left
-        # pops and the walk goes on to the frame below; one with iterations left jumps back.
-        # `ends`: which frames end at `last`; `last_trip` (a register, written with `left`):
-        # which frames have no iterations left.
-        last_trip = Signal(LOOP_DEPTH)
-
-        def walk(after, after_line, ends, tag):
-            """The successor of a body's word ``last`` (``after`` = ``last + 1`` and
-            ``after_line`` = the line after its line, from registers): which frames pop
-            and jump there, and where the word after it is."""
-            reach = [Signal(name=f"{tag}_reach{k}") for k in range(LOOP_DEPTH)]
-            popped = [Signal(name=f"{tag}_popped{k}") for k in range(LOOP_DEPTH)]
-            jump = Signal(LOOP_DEPTH, name=f"{tag}_jump")
-            for k in reversed(range(LOOP_DEPTH)):
-                below_top = (reach[k + 1] & popped[k + 1]) if k + 1 < LOOP_DEPTH else C(0)
-                m.d.comb += [reach[k].eq(depth_is[k] | below_top),
-                             popped[k].eq(reach[k] & ends[k] & last_trip[k]),
-                             jump[k].eq(reach[k] & ends[k] & ~last_trip[k])]
-            nxt = Signal(PC_BITS + 1, name=f"{tag}_next")
-            nxt_line = Signal(PC_BITS - _LINE_BITS, name=f"{tag}_next_line")
-            # (at most one frame jumps: the frames jumping back are ORed, not chained)
-            back = reduce(operator.or_, [Mux(jump[k], frames[k].start, 0)
-                                         for k in range(LOOP_DEPTH)])
-            back_line = reduce(operator.or_, [Mux(jump[k], line_after(frames[k].start), 0)
-                                              for k in range(LOOP_DEPTH)])
-            m.d.comb += [nxt.eq(Mux(jump.any(), back, after)),
-                         nxt_line.eq(Mux(jump.any(), back_line, after_line))]
-            return nxt, nxt_line, popped, jump
-
-        # The word after the current one, from registers only (its pc and the frames), so
-        # the request does not wait for the word's decode: right for every word but a
-        # zero-trip loop or one with an entry (a legal loop word never ends a body, so a loop
-        # that runs its body from its first word goes on at pc + 1 too), whose successors
-        # come from the registers of the loop word's first cycle.
-        # `ends_pc` (a register): which frames end at the current word; `pc_last`: it is
-        # the ROM's last word.
-        ends_pc = Signal(LOOP_DEPTH)
-        pc_last = Signal()
-        # the current word's pc + 1 and the line after it, registered while its request
-        # was out (`req_pc` holds the word's pc until it goes): no adder before the choice
-        pc_after = Signal(PC_BITS + 1)
-        pc_after_line = Signal(PC_BITS - _LINE_BITS)
-        seq_next, seq_line, seq_popped, seq_jump = walk(pc_after, pc_after_line, ends_pc, "seq")
-
-        # what the word consumed last cycle does to the frames (see "Frame updates")
-        upd_push = Signal()                 # push a frame at `depth`
+        # What the word consumed last cycle does to the frames (see "Frame updates").  The
+        # depth, its one-hot form and the frames' last trips are few registers and change as
+        # the word goes (`consume` enables them); the frames' fields change the cycle after.
+        upd_push = Signal(LOOP_DEPTH)       # the frame pushed (one-hot)
         upd_jump = Signal(LOOP_DEPTH)       # frames jumping back to their start
-        upd_pops = Signal(range(LOOP_DEPTH + 1))
-        upd_popped = Signal(LOOP_DEPTH)     # ... which they are (the count is kept beside
-                                            # them: a pop count made from the bits costs
-                                            # 360 LUTs and 8 MHz placed alone)
+        upd_popped = Signal(LOOP_DEPTH)     # frames popped
+        left_one = Signal(LOOP_DEPTH)       # frames with one iteration left (`left == 1`)
 
         # ---- Requests to the cache, from registers only: the address of the word after the
         # current one is registered in the cycle that word is consumed (word 0: in the start
         # cycle) and held until the cache takes it, so no path runs from the fetched word
         # through the cache's lookup into its block RAM.  A word then takes two cycles
         # (:data:`~snpu.verif.timing.DISPATCH_CYCLES`): a request cycle, then its read.
+        # The successor's address is chosen among registers: the walks' results are made
+        # before it is needed, `skip_*` (a loop word skipping its body) in the loop word's
+        # second cycle, `seq_*` (every other word) while the word's request is out, from
+        # which frames end at the word (`ends_pc`, compared as its address is chosen, the
+        # cycle before), the depth and the last trips (current from the cycle after the
+        # previous word went).
         go = Signal()            # the current word goes on to a successor (or start)
         m.d.comb += go.eq((consume & ~pre.halt) | self.start)
         # Everything below is used only as a word goes, and a loop word goes only once
@@ -327,11 +338,22 @@ class Dispatcher(wiring.Component):
         zero_trip = going_loop & loop_zero
         # a loop word going on at the word after its body (zero trips) or at its entry
         late = going_loop & loop_late
-        skip_next, skip_line, skip_popped, skip_jump = walk(loop_end_after, loop_end_after_line,
-                                                            loop_end_ends, "skip")
+        push_here = Signal(LOOP_DEPTH)      # the frame a going loop word pushes (one-hot)
+        m.d.comb += push_here.eq(Mux(going_loop & ~loop_zero,
+                                     Cat(~depth_is.any(), depth_is[:-1]), 0))
+        req_pending = Signal()
+        req_pc = Signal(PC_BITS)
+        ends_pc = Signal(LOOP_DEPTH)        # which frames end at the word `req_pc` asks for
+        pc_last = Signal()                  # ... and it is the ROM's last
+        req_after = Signal(PC_BITS + 1)
+        m.d.comb += req_after.eq(req_pc + 1)
+        seq_walk = walk(req_after, line_after(req_pc, plus_one=True), ends_pc,
+                        last_trip, depth_is,
+                        [Mux(upd_push[k], loop_start, frames[k].start) for k in range(LOOP_DEPTH)],
+                        "seq")
+        seq_next, seq_line, seq_popped, seq_jump, seq_pops = seq_regs = walk_registers("seq")
         jump = Mux(going_loop, skip_jump, seq_jump)
-        pops = Signal(range(LOOP_DEPTH + 1))
-        m.d.comb += pops.eq(Mux(going_loop, sum(skip_popped), sum(seq_popped)))
+        pops = Mux(going_loop, skip_pops, seq_pops)
         nxt = Signal(PC_BITS + 1)
         m.d.comb += nxt.eq(Mux(self.start, 0, Mux(zero_trip, skip_next,
                                                   Mux(late, loop_entry, seq_next))))
@@ -348,72 +370,70 @@ class Dispatcher(wiring.Component):
         m.d.comb += past_rom.eq(go & Mux(self.start, self.rom_words == 0,
                                          Mux(zero_trip, ~skip_jump.any() & loop_end_last,
                                              ~late & ~seq_jump.any() & pc_last)))
-        req_pending = Signal()
-        req_pc = Signal(PC_BITS)
         m.d.comb += [self.fetch_req.valid.eq(req_pending & ~self.stop),
                      self.fetch_req.payload.pc.eq(req_pc)]
         # the cache reads the successor's word from its block RAM as the current word goes
         # (`fetch_next_pc`; `fetch_next_load`: it goes, so the request holds it next cycle)
         m.d.comb += [self.fetch_next_pc.eq(nxt), self.fetch_next_load.eq(go)]
         with m.If(go):
-            m.d.sync += [req_pending.eq(~past_rom), req_pc.eq(nxt)]
+            # (the frames are current but for the one the going word pushes: its end is
+            # `loop_end`; a program starts with none)
+            m.d.sync += [req_pending.eq(~past_rom), req_pc.eq(nxt),
+                         ends_pc.eq(Mux(self.start, 0,
+                                        Cat(*[Mux(push_here[k], loop_end, frames[k].end) == nxt
+                                              for k in range(LOOP_DEPTH)])))]
         with m.Elif(self.fetch_req.ready):
             m.d.sync += req_pending.eq(0)
-        # While a request is out the frames are those its word will run under (they change
-        # only when a word is consumed), so which frames end at that word, and whether it is
-        # the ROM's last, are compared then, into registers: no comparison lies between the
-        # frames and the next request.
+        # While a request is out the frames are those its word will run under (the previous
+        # word's updates are made in the request's first cycle, a frame it pushed taken from
+        # the loop word's registers): its successor is walked then, into registers.
         with m.If(req_pending):
-            # (a frame pushed by the word just consumed is written this cycle: its end is
-            # `loop_end`)
-            m.d.sync += [ends_pc[k].eq(Mux(upd_push & (depth == k), loop_end, frames[k].end)
-                                       == req_pc) for k in range(LOOP_DEPTH)]
-            req_after = req_pc + 1
-            m.d.sync += [pc_last.eq(req_after == self.rom_words), pc_after.eq(req_after),
-                         pc_after_line.eq(line_after(req_pc, plus_one=True))]
+            m.d.sync += [pc_last.eq(req_after == self.rom_words)]
+            m.d.sync += [r.eq(v) for r, v in zip(seq_regs, seq_walk)]
 
-        # ---- Frame updates, the cycle after a word is consumed: what the word does to the
-        # frames is registered as it goes (`upd_*`), so `consume`, which waits for the
-        # fetched word, only enables those few registers, not every frame's.  The frames
-        # are next read as the following request is out (its `ends_pc`, which takes a
-        # pushed frame's end from `loop_end`) and as the next word goes, two cycles after
-        # this one at the earliest (DISPATCH_CYCLES): by then they are current.
+        # ---- Frame updates.  As the word goes: the depth and the last trips (a pushed
+        # frame's is `loop_one`; a jumping frame's, `left == 1`, is kept ready in
+        # `left_one`).  The cycle after: the frames' fields, from what the word did
+        # (`upd_*`, registered as it goes), so `consume`, which waits for the fetched word,
+        # enables only those few registers, not every frame's.  The frames' fields are next
+        # read as the following request is out (the walk, which takes a pushed frame's
+        # start from `loop_start`) and as the next word goes, two cycles after this one at
+        # the earliest (DISPATCH_CYCLES): by then they are current.
         pushing = consume & going_loop & ~loop_zero
-        m.d.sync += [upd_push.eq(pushing),
+        m.d.sync += [upd_push.eq(Mux(consume, push_here, 0)),
                      upd_jump.eq(Mux(consume & ~pushing, jump, 0)),
-                     upd_pops.eq(Mux(consume & ~pushing, pops, 0)),
                      upd_popped.eq(Mux(consume & ~pushing,
-                                       Mux(going_loop, Cat(*skip_popped), Cat(*seq_popped)), 0))]
-        with m.If(upd_push):
-            with m.Switch(depth):
-                for k in range(LOOP_DEPTH):
-                    with m.Case(k):
-                        f = frames[k]
-                        m.d.sync += [f.start.eq(loop_start), f.end.eq(loop_end),
-                                     f.left.eq(loop_left), last_trip[k].eq(loop_one),
-                                     f.flip.eq(loop_flip), f.odd.eq(0)]
-                        for s in STREAMS:
-                            below = frames[k - 1][f"off_{s}"] if k else 0
-                            m.d.sync += [f[f"inc_{s}"].eq(loop_inc[s]), f[f"off_{s}"].eq(below)]
-            m.d.sync += [depth.eq(depth + 1),
-                         depth_is.eq(Cat(*[depth == k for k in range(LOOP_DEPTH)]))]
-        with m.Else():
-            popped_depth = depth - upd_pops
-            m.d.sync += [depth.eq(popped_depth),
-                         depth_is.eq(Cat(*[popped_depth == k + 1 for k in range(LOOP_DEPTH)]))]
-            # `flipped` loses the popped frames' flips (where odd) and toggles the jumping
-            # frames' (their `odd` toggles); a pushed frame starts even: no change
-            m.d.sync += flipped.eq(reduce(operator.xor,
-                                          [Mux(upd_popped[k] & frames[k].odd, frames[k].flip, 0)
-                                           ^ Mux(upd_jump[k], frames[k].flip, 0)
-                                           for k in range(LOOP_DEPTH)], flipped))
+                                       Mux(going_loop, skip_popped, seq_popped), 0))]
+        with m.If(consume):
+            with m.If(pushing):
+                m.d.sync += [depth.eq(depth + 1), depth_is.eq(push_here)]
+            with m.Else():
+                depth_after = depth - pops
+                m.d.sync += [depth.eq(depth_after),
+                             depth_is.eq(Cat(*[depth_after == k + 1 for k in range(LOOP_DEPTH)]))]
             for k in range(LOOP_DEPTH):
-                f = frames[k]
-                with m.If(upd_jump[k]):
-                    m.d.sync += [f.left.eq(f.left - 1), last_trip[k].eq(f.left == 1),
-                                 f.odd.eq(~f.odd)]
-                    for s in STREAMS:
-                        m.d.sync += f[f"off_{s}"].eq(f[f"off_{s}"] + f[f"inc_{s}"])
+                with m.If(push_here[k]):
+                    m.d.sync += last_trip[k].eq(loop_one)
+                with m.Elif(~pushing & jump[k]):
+                    m.d.sync += last_trip[k].eq(left_one[k])
+        for k in range(LOOP_DEPTH):
+            f = frames[k]
+            with m.If(upd_push[k]):
+                m.d.sync += [f.start.eq(loop_start), f.end.eq(loop_end), f.left.eq(loop_left),
+                             f.flip.eq(loop_flip), f.odd.eq(0), left_one[k].eq(loop_two)]
+                for s in STREAMS:
+                    below = frames[k - 1][f"off_{s}"] if k else 0
+                    m.d.sync += [f[f"inc_{s}"].eq(loop_inc[s]), f[f"off_{s}"].eq(below)]
+            with m.If(upd_jump[k]):
+                m.d.sync += [f.left.eq(f.left - 1), left_one[k].eq(f.left == 2), f.odd.eq(~f.odd)]
+                for s in STREAMS:
+                    m.d.sync += f[f"off_{s}"].eq(f[f"off_{s}"] + f[f"inc_{s}"])
+        # `flipped` loses the popped frames' flips (where odd) and toggles the jumping
+        # frames' (their `odd` toggles); a pushed frame starts even: no change
+        m.d.sync += flipped.eq(reduce(operator.xor,
+                                      [Mux(upd_popped[k] & frames[k].odd, frames[k].flip, 0)
+                                       ^ Mux(upd_jump[k], frames[k].flip, 0)
+                                       for k in range(LOOP_DEPTH)], flipped))
 
         # ---- Dispatch.
         for u in UNITS:
