@@ -307,9 +307,10 @@ class InstructionCache(wiring.Component):
         # before may be the one written then: that write is bypassed.)
         rp = mem.read_port()
         rd_addr = Signal(W + IB)
-        m.d.comb += [rd_addr.eq(Mux(read, self.next_pc[:W + IB],
-                                    Mux(waiting | retry | cls, cur[:W + IB],
-                                        self.req.payload.pc[:W + IB]))),
+        rd_held = Signal()                 # the word read is the access's in progress
+        m.d.comb += [rd_held.eq(waiting | retry | cls),
+                     rd_addr.eq(Mux(read, self.next_pc[:W + IB],
+                                    Mux(rd_held, cur[:W + IB], self.req.payload.pc[:W + IB]))),
                      rp.addr.eq(rd_addr), rp.en.eq(1), ahead_lo.eq(rd_addr[W:W + BL])]
         rd_word = Signal(len(rp.data))     # the word read last cycle
         out = Signal(len(rp.data))
@@ -348,11 +349,11 @@ class InstructionCache(wiring.Component):
                      self.araddr.eq(self.rom_base + (slot_line[ar_slot] << (W + 4))),
                      self.arlen.eq(BEATS_PER_LINE - 1)]
         # A word's two beats are registered (`low`, `high`); the cycle after its second
-        # beat it is copied into the predecoder's input register (`word`), the cycle
-        # after that predecoded into the write registers (no bus input feeds the
-        # predecoder, and the predecoder feeds no block RAM input: it is 9 LUT levels
-        # deep), written the cycle after, and the line is ready the cycle after its last
-        # word is written.
+        # beat it is copied into a register (`word`) while the predecoder's first half
+        # registers its checks, the cycle after that the word and the predecoder's result
+        # go into the write registers (no bus input feeds the predecoder, and it feeds no
+        # block RAM input; each half is about 5 LUT levels deep), it is written the cycle
+        # after, and the line is ready the cycle after its last word is written.
         beat = Signal(range(BEATS_PER_LINE))
         low, high = Signal(64), Signal(64)
         low_err, word_err = Signal(), Signal()
@@ -363,14 +364,19 @@ class InstructionCache(wiring.Component):
         word_bad = Signal()
         m.d.sync += [word.eq(Cat(low, high)), word_bad.eq(word_err), word_addr.eq(w_addr),
                      word_pend.eq(w_pend)]
-        m.submodules.predecode = pre = Predecoder()
-        m.d.comb += pre.word.eq(word)
+        m.submodules.predecode = pre = Predecoder(latency=1)
+        m.d.comb += pre.word.eq(Cat(low, high))   # (its result comes out as `word` holds it)
         m.d.sync += [wp.addr.eq(word_addr), wp.data.eq(Cat(word, word_bad, pre.out)),
                      wp.en.eq(word_pend)]
-        # the word read, with a write to the address read in the same cycle bypassed
+        # the word read, with a write to the address read in the same cycle bypassed (the
+        # write address compared with each of the read address's sources, then chosen as
+        # it is: the dispatcher's successor reaches no comparator)
         bypass = Signal()
         written = Signal.like(wp.data)
-        m.d.sync += [bypass.eq(wp.en & (wp.addr == rd_addr)), written.eq(wp.data)]
+        m.d.sync += [bypass.eq(wp.en & Mux(read, wp.addr == self.next_pc[:W + IB],
+                                           Mux(rd_held, wp.addr == cur[:W + IB],
+                                               wp.addr == self.req.payload.pc[:W + IB]))),
+                     written.eq(wp.data)]
         m.d.comb += rd_word.eq(Mux(bypass, written, rp.data))
         done = Signal()  # the oldest slot's last beat
         m.d.comb += self.rready.eq(slot_v[0] & slot_ar[0])
