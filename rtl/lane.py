@@ -209,15 +209,26 @@ class MatrixLane(wiring.Component):
                      self.results.payload.sum.eq(rq.r_data), self.results.valid.eq(rq.r_rdy),
                      rq.r_en.eq(self.results.ready)]
 
-        # Bookkeeping: pairs counter, results outstanding.
+        # Bookkeeping: pairs counter, results outstanding.  The results to expect,
+        # nvec * rows, are multiplied out from registers into a register and loaded into
+        # `outstanding` the cycle after the sources start (the first result comes many
+        # cycles later): no multiplier lies before `busy`.
         outstanding = Signal(24)
+        expected = Signal(24)
+        any_expected = Signal()
+        start_d2 = Signal()
+        m.d.sync += [expected.eq(c.nvec * rows_reg), any_expected.eq((c.nvec != 0) & (rows_reg != 0)),
+                     start_d2.eq(start_d)]
+        # (no pair and no result of an instruction is in the pipeline before its sources
+        # start: the previous one's were all taken before `busy` fell)
         with m.If(start_d):
-            m.d.sync += [self.pairs.eq(0), outstanding.eq(c.nvec * rows_reg)]
-        with m.Else():
-            with m.If(mac.i.valid & mac.i.ready & s3_pair & ~start_d):
-                m.d.sync += self.pairs.eq(self.pairs + 1)
-            with m.If(self.results.valid & self.results.ready):
-                m.d.sync += outstanding.eq(outstanding - 1)
-        m.d.comb += [self.busy.eq((outstanding != 0) | start_d),
+            m.d.sync += self.pairs.eq(0)
+        with m.Elif(mac.i.valid & mac.i.ready & s3_pair):
+            m.d.sync += self.pairs.eq(self.pairs + 1)
+        with m.If(start_d2):
+            m.d.sync += outstanding.eq(expected)
+        with m.Elif(self.results.valid & self.results.ready):
+            m.d.sync += outstanding.eq(outstanding - 1)
+        m.d.comb += [self.busy.eq((outstanding != 0) | start_d | (start_d2 & any_expected)),
                      self.error.eq(wsrc.error)]
         return m

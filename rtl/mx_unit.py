@@ -208,17 +208,15 @@ class MatrixController(wiring.Component):
 
         writers_start = Signal()
         m.d.sync += writers_start.eq(begin)
-        # the rows to write, nvec * rows, are multiplied out from the held operands a cycle
-        # after the checks; the first running cycle needs none of it (a launched fc writes nothing
-        # then, and one that did not launch ends then)
+        # the rows to write, nvec * rows, are multiplied out from the held operands in the
+        # first running cycle, a cycle after the checks, which needs none of it (a launched
+        # fc writes nothing then, and one that did not launch ends then)
         total = Signal(24)
-        m.d.sync += total.eq(held.nvec * held.rows)
-        written = Signal(24)
         accumulate = Signal()
         first = Signal()
         m.d.sync += first.eq(begin)
         with m.If(begin):
-            m.d.sync += [written.eq(0), accumulate.eq(a.accumulate)]
+            m.d.sync += accumulate.eq(a.accumulate)
         # the writers start with the lanes, a cycle after the checks, from registers (the operands
         # stay put while the instruction runs)
         for g, wr in enumerate(self._writers):
@@ -233,7 +231,15 @@ class MatrixController(wiring.Component):
             wiring.connect(m, mu.results[g], wr.sums)
             wiring.connect(m, wr.w, wiring.flipped(self.acc_w[g]))
             wiring.connect(m, wr.rd, wiring.flipped(self.acc_rd[g]))
-        n_written = sum(wr.written for wr in self._writers)
+        # The sums written are counted a cycle late, from registers (`wrote`: which writers
+        # wrote last cycle; a writer's `written` waits for the accumulator port's ready):
+        # `remaining` is the sums still to write but those of last cycle, so every sum is
+        # written when it equals last cycle's count (no adder on the way to the end test)
+        wrote = Signal(P)
+        m.d.sync += wrote.eq(Cat(*[wr.written for wr in self._writers]))
+        n_wrote = Signal(range(P + 1))
+        m.d.comb += n_wrote.eq(sum(wrote[g] for g in range(P)))
+        remaining = Signal(24)
 
         running = Signal()
         # the dense count, nvec * rows * n_in, is multiplied out while the instruction runs
@@ -252,8 +258,15 @@ class MatrixController(wiring.Component):
             m.d.sync += [running.eq(1), self.error.eq(check), n_in.eq(a.n_in),
                          launched.eq(launch)]
         with m.Elif(running):
-            m.d.sync += [written.eq(written + n_written), self.busy_cycles.eq(self.busy_cycles + 1)]
-            with m.If(Mux(first, ~launched, written == total) & ~mu.busy):
+            m.d.sync += self.busy_cycles.eq(self.busy_cycles + 1)
+            with m.If(first):
+                # (the writers write nothing before the lanes start, the cycle after)
+                product = held.nvec * held.rows
+                m.d.sync += [total.eq(product), remaining.eq(product)]
+            with m.Else():
+                m.d.sync += remaining.eq(remaining - n_wrote)
+            all_written = (remaining[len(n_wrote):] == 0) & (remaining[:len(n_wrote)] == n_wrote)
+            with m.If(Mux(first, ~launched, all_written) & ~mu.busy):
                 m.d.sync += [running.eq(0), self.done.eq(1),
                              self.pairs.eq(self.pairs + mu.pairs),
                              self.dense_pairs.eq(self.dense_pairs + Mux(launched, dense, 0))]

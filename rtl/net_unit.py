@@ -135,14 +135,15 @@ class NetUnit(wiring.Component):
         read_last1 = Signal()      # ... the word read last cycle
         head = Signal(HEAD)
         # The next packet's size, its destination and whether every byte is sent, registered
-        # from `s` and `sent` every cycle: HEAD is entered at least a cycle after either
-        # changes (after CHECK, or after a packet's DATA), so they are current there.
+        # from `s`, `sent` and `unsent` (the bytes still to send, a register beside `sent`)
+        # every cycle: HEAD is entered at least a cycle after either changes (after CHECK,
+        # or after a packet's DATA), so they are current there.
+        unsent = Signal(17)
         pk_bytes = Signal(17)
         pk_dst = Signal(17)
         all_sent = Signal()
-        unsent = s.bytes - sent
         m.d.sync += [pk_bytes.eq(Mux(unsent > packet, packet, unsent)), pk_dst.eq(s.dst + sent),
-                     all_sent.eq(sent == s.bytes)]
+                     all_sent.eq(unsent == 0)]
         m.d.comb += [head.x.eq(s.x), head.y.eq(s.y), head.addr.eq(pk_dst), head.tag.eq(s.tag),
                      head.bytes.eq(pk_bytes)]
         with m.If(self.mem_rvalid):
@@ -164,20 +165,26 @@ class NetUnit(wiring.Component):
         # next recv's first comparison)
         enough = Signal()
         m.d.sync += enough.eq(count(look, r.tag) >= r.bytes)
+        # The checks, worked out every cycle from the operands the front end holds (its
+        # registers) into registers: in CHECK, the cycle after start, they are the started
+        # instruction's, and no sum or comparison lies before the FSM's decisions.
         send_bad = Signal(ErrorCode)
-        with m.If(((s.src | s.dst) & 7) != 0):
-            m.d.comb += send_bad.eq(ErrorCode.ALIGN)
-        with m.Elif((s.x >= self.w) | (s.y >= self.h) | (s.src + s.bytes > size)
-                    | (s.dst + s.bytes > size)):
-            m.d.comb += send_bad.eq(ErrorCode.RANGE)
+        recv_bad = Signal()
+        sa, ra = self.args.send, self.args.recv
+        m.d.sync += [
+            send_bad.eq(Mux(((sa.src | sa.dst) & 7) != 0, ErrorCode.ALIGN,
+                            Mux((sa.x >= self.w) | (sa.y >= self.h) | (sa.src + sa.bytes > size)
+                                | (sa.dst + sa.bytes > size), ErrorCode.RANGE, ErrorCode.NONE))),
+            recv_bad.eq((ra.bytes != 0) & (ra.dst + ra.bytes > size)),
+        ]
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += sent.eq(0)
+                    m.d.sync += [sent.eq(0), unsent.eq(self.args.send.bytes)]
                     m.next = "CHECK"
             with m.State("CHECK"):
                 with m.If(op == CODES["recv"]):
-                    with m.If((r.bytes != 0) & (r.dst + r.bytes > size)):
+                    with m.If(recv_bad):
                         m.d.sync += [self.error.eq(ErrorCode.RANGE), self.done.eq(1)]
                         m.next = "END"
                     with m.Else():
@@ -201,6 +208,7 @@ class NetUnit(wiring.Component):
                     m.d.comb += [tx.w_en.eq(1), tx.w_data.eq(Cat(head.as_value(), C(0, 64 - HEAD.size),
                                                                  C(0, 1)))]
                     m.d.sync += [left.eq((pk_bytes + 7) >> 3), sent.eq(sent + pk_bytes),
+                                 unsent.eq(unsent - pk_bytes),
                                  self.bytes_sent.eq(self.bytes_sent + pk_bytes)]
                     m.next = "DATA"
             with m.State("DATA"):
