@@ -65,9 +65,10 @@ class Dispatcher(wiring.Component):
     (:data:`~snpu.verif.timing.DISPATCH_CYCLES`), a jump back to a body's start no more
     than the next word.  The address is chosen among registers: each word's successor is
     walked through the frames while the word's own request is out (from which frames end
-    at the word, compared as its address was chosen), a zero-trip loop's in the loop
-    word's second cycle, so no path runs from the fetched word, nor from the frames'
-    walk, through the cache's lookup into its block RAM.  A
+    at the word, compared as its address was chosen); a zero-trip loop goes on after its
+    body or as the walk from the innermost frame's end goes, which is made every cycle;
+    so no path runs from the fetched word, nor from the frames' walk, through the cache's
+    lookup into its block RAM.  A
     ``loop`` word takes two cycles more (:data:`~snpu.verif.timing.LOOP_WORD_CYCLES`: its
     body's end and entry are registered, then its legality, before it is consumed), and its
     successor, even for a zero-trip loop or one entering its body at ``entry``, comes
@@ -230,7 +231,7 @@ class Dispatcher(wiring.Component):
         # pops and the walk goes on to the frame below; one with iterations left jumps back.
         # `ends`: which frames end at `last`; `last_trip` (a register, written with `left`):
         # which frames have no iterations left.  The walk is made a cycle before its result
-        # is used, into registers (see `seq_*` and `skip_*`): the successor's choice, which
+        # is used, into registers (see `seq_*` and `top_*`): the successor's choice, which
         # the cache's block RAM address waits for, is then a few multiplexers.
         last_trip = Signal(LOOP_DEPTH)
 
@@ -281,16 +282,28 @@ class Dispatcher(wiring.Component):
         loop_two = Signal()                # ... twice
         loop_flip = Signal.like(frames[0].flip)
         loop_inc = {s: Signal(signed(_INC_BITS), name=f"loop_inc_{s}") for s in STREAMS}
-        # A loop word's successor when it skips its body (zero trips): walked in its second
-        # cycle from its body's end (a register of its first) and the frames, which hold
-        # from its first cycle to its consumption (they change only the cycle after a word
-        # is consumed), into registers its third cycle reads.
-        skip_end_after = Signal(PC_BITS + 1)
-        m.d.comb += skip_end_after.eq(loop_end + 1)
-        skip_walk = walk(skip_end_after, line_after(loop_end, plus_one=True),
-                         Cat(*[frames[k].end == loop_end for k in range(LOOP_DEPTH)]),
-                         last_trip, depth_is, [f.start for f in frames], "skip")
-        skip_next, skip_line, skip_popped, skip_jump, skip_pops = skip_regs = walk_registers("skip")
+        # A loop word's successor when it skips its body (zero trips).  A legal loop lies
+        # inside the innermost frame's body (its end at or before `top_end`), and every
+        # frame's body inside the one below it, so frames end at the loop's last word only
+        # if it is the innermost frame's last: then the frames ending there are those ending
+        # where the innermost does, and the walk is the same for every loop word.  That walk
+        # (`top_*`) is made every cycle from registers (which frames end where which others
+        # do, compared every cycle), into registers, current from the second cycle after the
+        # frames change, which is by the loop word's third; its second compares its end with
+        # `top_end`.  The loop word's third cycle then chooses between registers.
+        same_end = {(k, j): Signal(name=f"same_end{k}_{j}")
+                    for k in range(LOOP_DEPTH) for j in range(k + 1, LOOP_DEPTH)}
+        m.d.sync += [v.eq(frames[k].end == frames[j].end) for (k, j), v in same_end.items()]
+        ends_top = Cat(*[depth_is[k] | Cat(*[depth_is[j] & same_end[k, j]
+                                             for j in range(k + 1, LOOP_DEPTH)]).any()
+                         for k in range(LOOP_DEPTH)])
+        top_walk = walk(C(0, PC_BITS + 1), C(0, PC_BITS - _LINE_BITS), ends_top, last_trip,
+                        depth_is, [f.start for f in frames], "top")
+        top_back, top_back_line, top_popped, top_jump, top_pops = top_regs = walk_registers("top")
+        m.d.sync += [r.eq(v) for r, v in zip(top_regs, top_walk)]
+        skip_at_top = Signal()             # the skipped body ends where the innermost does
+        skip_after = Signal(PC_BITS + 1)   # the word after it, and the line after that word's
+        skip_after_line = Signal(PC_BITS - _LINE_BITS)
 
         consume = Signal()       # the current word is dispatched / executed this cycle
         with m.If(consume):
@@ -309,7 +322,8 @@ class Dispatcher(wiring.Component):
                              loop_ok.eq((loop_end < self.rom_words) & ~depth_is[-1]
                                         & (~depth_is.any() | (loop_end <= top_end))),
                              loop_end_last.eq(end_after == self.rom_words)]
-                m.d.sync += [r.eq(v) for r, v in zip(skip_regs, skip_walk)]
+                m.d.sync += [skip_at_top.eq(loop_end == top_end), skip_after.eq(end_after),
+                             skip_after_line.eq(line_after(loop_end, plus_one=True))]
 
         # What the word consumed last cycle does to the frames (see "Frame updates").  The
         # depth, its one-hot form and the frames' last trips are few registers and change as
@@ -325,8 +339,8 @@ class Dispatcher(wiring.Component):
         # through the cache's lookup into its block RAM.  A word then takes two cycles
         # (:data:`~snpu.verif.timing.DISPATCH_CYCLES`): a request cycle, then its read.
         # The successor's address is chosen among registers: the walks' results are made
-        # before it is needed, `skip_*` (a loop word skipping its body) in the loop word's
-        # second cycle, `seq_*` (every other word) while the word's request is out, from
+        # before it is needed, `top_*` (for a loop word skipping its body) every cycle,
+        # `seq_*` (every other word) while the word's request is out, from
         # which frames end at the word (`ends_pc`, compared as its address is chosen, the
         # cycle before), the depth and the last trips (current from the cycle after the
         # previous word went).
@@ -352,6 +366,13 @@ class Dispatcher(wiring.Component):
                         [Mux(upd_push[k], loop_start, frames[k].start) for k in range(LOOP_DEPTH)],
                         "seq")
         seq_next, seq_line, seq_popped, seq_jump, seq_pops = seq_regs = walk_registers("seq")
+        # the zero-trip loop's walk: the innermost frame's, if its body ends there
+        skip_jump = Mux(skip_at_top, top_jump, 0)
+        skip_popped = Mux(skip_at_top, top_popped, 0)
+        skip_pops = Mux(skip_at_top, top_pops, 0)
+        skip_back = skip_at_top & top_jump.any()
+        skip_next = Mux(skip_back, top_back, skip_after)
+        skip_line = Mux(skip_back, top_back_line, skip_after_line)
         jump = Mux(going_loop, skip_jump, seq_jump)
         pops = Mux(going_loop, skip_pops, seq_pops)
         nxt = Signal(PC_BITS + 1)

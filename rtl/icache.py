@@ -307,10 +307,9 @@ class InstructionCache(wiring.Component):
         # before may be the one written then: that write is bypassed.)
         rp = mem.read_port()
         rd_addr = Signal(W + IB)
-        rd_held = Signal()                 # the word read is the access's in progress
-        m.d.comb += [rd_held.eq(waiting | retry | cls),
-                     rd_addr.eq(Mux(read, self.next_pc[:W + IB],
-                                    Mux(rd_held, cur[:W + IB], self.req.payload.pc[:W + IB]))),
+        m.d.comb += [rd_addr.eq(Mux(read, self.next_pc[:W + IB],
+                                    Mux(waiting | retry | cls, cur[:W + IB],
+                                        self.req.payload.pc[:W + IB]))),
                      rp.addr.eq(rd_addr), rp.en.eq(1), ahead_lo.eq(rd_addr[W:W + BL])]
         rd_word = Signal(len(rp.data))     # the word read last cycle
         out = Signal(len(rp.data))
@@ -368,16 +367,16 @@ class InstructionCache(wiring.Component):
         m.d.comb += pre.word.eq(Cat(low, high))   # (its result comes out as `word` holds it)
         m.d.sync += [wp.addr.eq(word_addr), wp.data.eq(Cat(word, word_bad, pre.out)),
                      wp.en.eq(word_pend)]
-        # the word read, with a write to the address read in the same cycle bypassed (the
-        # write address compared with each of the read address's sources, then chosen as
-        # it is: the dispatcher's successor reaches no comparator)
+        # the word read, with a write to the address read in the same cycle bypassed.  The
+        # addresses are compared the cycle after, from registered copies, beside the block
+        # RAM's clock-to-output: the dispatcher's successor reaches no comparator.
         bypass = Signal()
         written = Signal.like(wp.data)
-        m.d.sync += [bypass.eq(wp.en & Mux(read, wp.addr == self.next_pc[:W + IB],
-                                           Mux(rd_held, wp.addr == cur[:W + IB],
-                                               wp.addr == self.req.payload.pc[:W + IB]))),
+        rd_addr_r, wr_addr_r, wr_en_r = Signal.like(rd_addr), Signal.like(wp.addr), Signal()
+        m.d.sync += [rd_addr_r.eq(rd_addr), wr_addr_r.eq(wp.addr), wr_en_r.eq(wp.en),
                      written.eq(wp.data)]
-        m.d.comb += rd_word.eq(Mux(bypass, written, rp.data))
+        m.d.comb += [bypass.eq(wr_en_r & (wr_addr_r == rd_addr_r)),
+                     rd_word.eq(Mux(bypass, written, rp.data))]
         done = Signal()  # the oldest slot's last beat
         m.d.comb += self.rready.eq(slot_v[0] & slot_ar[0])
         err = self.rresp != RESP_OKAY

@@ -197,6 +197,40 @@ def test_loops_dispatch_the_unrolled_stream(seed):
     _check_stream(out, expected)
 
 
+def _cfg(value):
+    return isa.make("cfg", reg="vx.k1_stride", value=value)
+
+
+@pytest.mark.parametrize("prog", [
+    # a zero-trip loop whose body ends the enclosing one: the skip jumps back, then pops
+    [isa.make("loop", count=3, body=3), _cfg(1), isa.make("loop", count=0, body=1), _cfg(2),
+     _cfg(3), isa.make("halt")],
+    # ... ends two enclosing bodies at once: the inner jumps back, then both pop
+    [isa.make("loop", count=2, body=5), _cfg(1), isa.make("loop", count=2, body=3), _cfg(2),
+     isa.make("loop", count=0, body=1), _cfg(3), _cfg(4), isa.make("halt")],
+    # ... is the first word of the body of the loop just pushed (the frames change the
+    # cycle before it arrives)
+    [_cfg(1), isa.make("loop", count=3, body=2), isa.make("loop", count=0, body=1), _cfg(2),
+     _cfg(3), isa.make("halt")],
+    # nested pushes back to back, the innermost zero-trip ending all three bodies
+    [isa.make("loop", count=2, body=3), isa.make("loop", count=2, body=2),
+     isa.make("loop", count=0, body=1), _cfg(2), _cfg(3), isa.make("halt")],
+    # a one-trip loop ending the enclosing body, and a one-word body ending two
+    [isa.make("loop", count=2, body=5), _cfg(1), isa.make("loop", count=3, body=3), _cfg(2),
+     isa.make("loop", count=1, body=1), _cfg(3), _cfg(4), isa.make("halt")],
+])
+@pytest.mark.parametrize("delays", [False, True])
+def test_loops_ending_together_dispatch_the_unrolled_stream(prog, delays):
+    """Loops whose bodies end on the same word (zero-trip and one-trip ones among them),
+    right after the frame that encloses them is pushed: the walk through the frames that
+    end there, made before the word goes, gives the golden sequencer's stream."""
+    words = [isa.encode(i) for i in prog]
+    expected = [ins for _, ins in unroll(isa.decode_program(words)) if ins.unit is not None]
+    out, res = _dispatch(words, random.Random(len(prog)) if delays else None)
+    assert res["error"] == ErrorCode.NONE
+    _check_stream(out, expected)
+
+
 @pytest.mark.parametrize("prog,pc", [
     ([isa.make("loop", count=2, body=isa.LOOP_DEPTH + 1 - k) for k in range(isa.LOOP_DEPTH + 1)] +
      [isa.make("cfg", reg="vx.k1_stride", value=0), isa.make("halt")], isa.LOOP_DEPTH),
