@@ -144,8 +144,16 @@ class StrideToDirect(wiring.Component):
         m.d.comb += emit.eq(self.busy & out_free & (blocked | drained))
 
         offsets = [g_pos[0][k][:CB] for k in range(E)]
-        new_cur = one_hots(m, offsets, in_cur, CHUNK, name="new_cur")
-        new_next = one_hots(m, offsets, in_next, CHUNK, name="new_next")
+        # the bits are set from the head's elements in the two chunks whether placed before
+        # or not (setting a bit again changes nothing): `done` is not on the path into the
+        # chunk's bits, only into the counts and the decision to emit
+        elem_cur, elem_next = Signal(E), Signal(E)
+        head_elems = Mux(head_valid, g_elem[0], 0)
+        m.d.comb += [elem_cur.eq(Cat(*[head_elems[k] & (g_pos[0][k][CB:] == cur) for k in range(E)])),
+                     elem_next.eq(Cat(*[head_elems[k] & (g_pos[0][k][CB:] == cur1)
+                                        for k in range(E)]))]
+        new_cur = one_hots(m, offsets, elem_cur, CHUNK, name="new_cur")
+        new_next = one_hots(m, offsets, elem_next, CHUNK, name="new_next")
         # an element placed into the last chunk past the row's last position (compared as
         # placed, offset by offset: no mask of the last chunk's positions), or into the chunk
         # after the last (placed, never emitted)
