@@ -288,9 +288,10 @@ class Dispatcher(wiring.Component):
         # if it is the innermost frame's last: then the frames ending there are those ending
         # where the innermost does, and the walk is the same for every loop word.  That walk
         # (`top_*`) is made every cycle from registers (which frames end where which others
-        # do, compared every cycle), into registers, current from the second cycle after the
-        # frames change, which is by the loop word's third; its second compares its end with
-        # `top_end`.  The loop word's third cycle then chooses between registers.
+        # do, compared every cycle) into registers: it is current three cycles after the
+        # cycle the frames are written in (the one after a word goes), which is by the loop
+        # word's third cycle.  Its second compares its end with `top_end`; the third then
+        # chooses between registers.
         same_end = {(k, j): Signal(name=f"same_end{k}_{j}")
                     for k in range(LOOP_DEPTH) for j in range(k + 1, LOOP_DEPTH)}
         m.d.sync += [v.eq(frames[k].end == frames[j].end) for (k, j), v in same_end.items()]
