@@ -124,7 +124,6 @@ class NetUnit(wiring.Component):
         with m.If(self.start):
             m.d.sync += [op.eq(self.op), s.eq(self.args.send), r.eq(self.args.recv),
                          packet.eq(8 << self.regs.packet_log2), self.error.eq(ErrorCode.NONE)]
-        sent = Signal(17)          # bytes of the send already in packets
         left = Signal(12)          # data words of the current packet still to read
         inflight = Signal(range(5))
         issue = Signal()
@@ -134,15 +133,15 @@ class NetUnit(wiring.Component):
         read_last = Signal()
         read_last1 = Signal()      # ... the word read last cycle
         head = Signal(HEAD)
-        # The next packet's size, its destination and whether every byte is sent, registered
-        # from `s`, `sent` and `unsent` (the bytes still to send, a register beside `sent`)
-        # every cycle: HEAD is entered at least a cycle after either changes (after CHECK,
-        # or after a packet's DATA), so they are current there.
+        # The next packet's destination and the bytes still to send, registers stepped by
+        # each packet; its size and whether every byte is sent registered from them every
+        # cycle: HEAD is entered at least a cycle after they change (after CHECK, or after a
+        # packet's DATA), so those are current there.
+        pk_dst = Signal(17)
         unsent = Signal(17)
         pk_bytes = Signal(17)
-        pk_dst = Signal(17)
         all_sent = Signal()
-        m.d.sync += [pk_bytes.eq(Mux(unsent > packet, packet, unsent)), pk_dst.eq(s.dst + sent),
+        m.d.sync += [pk_bytes.eq(Mux(unsent > packet, packet, unsent)),
                      all_sent.eq(unsent == 0)]
         m.d.comb += [head.x.eq(s.x), head.y.eq(s.y), head.addr.eq(pk_dst), head.tag.eq(s.tag),
                      head.bytes.eq(pk_bytes)]
@@ -180,7 +179,7 @@ class NetUnit(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [sent.eq(0), unsent.eq(self.args.send.bytes)]
+                    m.d.sync += [pk_dst.eq(self.args.send.dst), unsent.eq(self.args.send.bytes)]
                     m.next = "CHECK"
             with m.State("CHECK"):
                 with m.If(op == CODES["recv"]):
@@ -207,7 +206,7 @@ class NetUnit(wiring.Component):
                 with m.Elif((inflight == 0) & tx.w_rdy & ~self.mem_rvalid):
                     m.d.comb += [tx.w_en.eq(1), tx.w_data.eq(Cat(head.as_value(), C(0, 64 - HEAD.size),
                                                                  C(0, 1)))]
-                    m.d.sync += [left.eq((pk_bytes + 7) >> 3), sent.eq(sent + pk_bytes),
+                    m.d.sync += [left.eq((pk_bytes + 7) >> 3), pk_dst.eq(pk_dst + pk_bytes),
                                  unsent.eq(unsent - pk_bytes),
                                  self.bytes_sent.eq(self.bytes_sent + pk_bytes)]
                     m.next = "DATA"

@@ -115,7 +115,7 @@ class Predecoder(wiring.Component):
                     v = field(o, f.name)
                     ok &= Cat(*[v == e for e in f.enum.values()]).any()
             if o.mnemonic == "cfg":
-                pass
+                pass   # its register checks follow
             elif o.unit is None:  # halt, sync, loop
                 ok &= (wait == 0) & (signal == 0)
                 if o.mnemonic == "loop":

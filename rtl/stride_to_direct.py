@@ -123,12 +123,19 @@ class StrideToDirect(wiring.Component):
         last_off = Signal(CB)        # the row's last position inside the last chunk
         empty_row = Signal()         # n == 0: no position is inside the row
         done = Signal(E)             # the head's elements already placed
+        # the head's elements in the current chunk and the next, placed before or not (the
+        # chunk's bits are set from these: setting a bit again changes nothing, so `done`
+        # is not on the path into the bits, only into the counts and the decision to emit)
+        elem_cur, elem_next = Signal(E), Signal(E)
+        head_elems = Mux(head_valid, g_elem[0], 0)
+        m.d.comb += [elem_cur.eq(Cat(*[head_elems[k] & (g_pos[0][k][CB:] == cur)
+                                       for k in range(E)])),
+                     elem_next.eq(Cat(*[head_elems[k] & (g_pos[0][k][CB:] == cur1)
+                                        for k in range(E)]))]
         pending = Signal(E)
-        m.d.comb += pending.eq(Mux(head_valid, g_elem[0] & ~done, 0))
         in_cur, in_next = Signal(E), Signal(E)
-        m.d.comb += [in_cur.eq(Cat(*[pending[k] & (g_pos[0][k][CB:] == cur) for k in range(E)])),
-                     in_next.eq(Cat(*[pending[k] & (g_pos[0][k][CB:] == cur1)
-                                      for k in range(E)]))]
+        m.d.comb += [pending.eq(head_elems & ~done),
+                     in_cur.eq(elem_cur & ~done), in_next.eq(elem_next & ~done)]
         blocked = Signal()   # the head holds an element beyond this chunk
         consumed = Signal()  # every element of the head is placed now
         m.d.comb += [blocked.eq((pending & ~in_cur).any()),
@@ -144,14 +151,6 @@ class StrideToDirect(wiring.Component):
         m.d.comb += emit.eq(self.busy & out_free & (blocked | drained))
 
         offsets = [g_pos[0][k][:CB] for k in range(E)]
-        # the bits are set from the head's elements in the two chunks whether placed before
-        # or not (setting a bit again changes nothing): `done` is not on the path into the
-        # chunk's bits, only into the counts and the decision to emit
-        elem_cur, elem_next = Signal(E), Signal(E)
-        head_elems = Mux(head_valid, g_elem[0], 0)
-        m.d.comb += [elem_cur.eq(Cat(*[head_elems[k] & (g_pos[0][k][CB:] == cur) for k in range(E)])),
-                     elem_next.eq(Cat(*[head_elems[k] & (g_pos[0][k][CB:] == cur1)
-                                        for k in range(E)]))]
         new_cur = one_hots(m, offsets, elem_cur, CHUNK, name="new_cur")
         new_next = one_hots(m, offsets, elem_next, CHUNK, name="new_next")
         # an element placed into the last chunk past the row's last position (compared as
