@@ -63,6 +63,39 @@ def burst_size(m: Module, beats_left: Value, limit: Value) -> tuple[Signal, Sign
     return burst, last
 
 
+def burst_last_beat(m: Module, addr: Value, beat_log2: int) -> Signal:
+    """``burst_limit(addr) - 1`` (a burst's ``arlen`` when it is full), without the
+    subtraction: ``MAX_BURST - 1 - beat`` is the beat index's complement in the page's last
+    ``MAX_BURST`` beats, else ``MAX_BURST - 1`` (which is also the complement of beat 0)."""
+    beat = addr[beat_log2:beat_log2 + BURST_BITS]
+    last = Signal(BURST_BITS)
+    m.d.comb += last.eq(Mux(addr[beat_log2 + BURST_BITS:PAGE_BITS].all(), ~beat, MAX_BURST - 1))
+    return last
+
+
+def burst_last_beat_after_full(m: Module, addr: Value, beat_log2: int) -> Signal:
+    """``burst_limit_after_full(addr) - 1``: the address after a full burst from ``addr`` is
+    in its page's last ``MAX_BURST`` beats (at the same beat index) exactly when ``addr``'s
+    burst index is the page's last but one; a burst that ends the page is followed by the
+    next page's beat 0."""
+    beat = addr[beat_log2:beat_log2 + BURST_BITS]
+    group = addr[beat_log2 + BURST_BITS:PAGE_BITS]
+    last = Signal(BURST_BITS)
+    m.d.comb += last.eq(Mux(group == (1 << len(group)) - 2, ~beat, MAX_BURST - 1))
+    return last
+
+
+def burst_len(m: Module, left_m1: Value, last_beat: Value) -> tuple[Signal, Signal]:
+    """``(min(left_m1, last_beat), left_m1 <= last_beat)``: the next burst's ``arlen`` and
+    whether it is the request's last, from the beats left minus one and
+    :func:`burst_last_beat`'s value: comparisons of ``BURST_BITS`` bits, no adder."""
+    few = left_m1[BURST_BITS:] == 0
+    arlen, last = Signal(BURST_BITS), Signal()
+    m.d.comb += [arlen.eq(Mux(few & (left_m1[:BURST_BITS] < last_beat), left_m1, last_beat)),
+                 last.eq(few & (left_m1[:BURST_BITS] <= last_beat))]
+    return arlen, last
+
+
 def next_burst_address(m: Module, addr: Value, burst: Value, beat_log2: int) -> Signal:
     """``addr + burst`` beats, for a burst that does not cross the 4 KiB boundary: the page
     offset's sum, and the page number incremented (in parallel) when the burst ends exactly
@@ -82,6 +115,12 @@ def beats_spanned(addr: Value, length: Value, beat_log2: int) -> Value:
     (``length >= 1``): one short sum, not the difference of the first and last beats'
     addresses."""
     return (addr[:beat_log2] + length + ((1 << beat_log2) - 1)) >> beat_log2
+
+
+def last_beat_spanned(addr: Value, length: Value, beat_log2: int) -> Value:
+    """``beats_spanned(addr, length) - 1``: the index of the last beat the bytes
+    ``[addr, addr + length)`` touch (``length >= 1``)."""
+    return (addr[:beat_log2] + length - 1) >> beat_log2
 
 
 class AxiReadSignature(wiring.Signature):

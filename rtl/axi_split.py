@@ -124,7 +124,8 @@ class ReadUpsizer(wiring.Component):
         n = self._parts
         m.d.comb += [self.s_arvalid.eq(self.m_arvalid), self.m_arready.eq(self.s_arready),
                      self.s_araddr.eq(self.m_araddr),
-                     self.s_arlen.eq(((self.m_arlen + 1) * n - 1)[:8])]
+                     # ((arlen + 1) * n - 1 for n a power of two: no adder)
+                     self.s_arlen.eq(Cat(C(n - 1, (n - 1).bit_length()), self.m_arlen)[:8])]
         part = Signal(range(n))
         gathered = Signal(64 * (n - 1))    # the parts before the last
         resp = Signal(2)                   # the worst response of those parts

@@ -287,17 +287,24 @@ class Dispatcher(wiring.Component):
         # frame's body inside the one below it, so frames end at the loop's last word only
         # if it is the innermost frame's last: then the frames ending there are those ending
         # where the innermost does, and the walk is the same for every loop word.  That walk
-        # (`top_*`) is made every cycle from registers (which frames end where which others
-        # do, compared every cycle) into registers: it is current three cycles after the
-        # cycle the frames are written in (the one after a word goes), which is by the loop
-        # word's third cycle.  Its second compares its end with `top_end`; the third then
-        # chooses between registers.
+        # (`top_*`) is made every cycle from registers into registers.  Which frames end
+        # where the innermost does: a frame's end changes only as it is pushed, when the
+        # frames below it stay, so as a loop word pushes frame `p`, the frames below ending
+        # where it does come from `end_is_loop_end` (every frame's end compared with the loop
+        # word's, registered from its second cycle on) into `same_end[k, p]`; those ending
+        # where the innermost does are registered every cycle (`ends_top`).  Both are current
+        # the cycle after a word goes, the walk's registers two cycles later; a loop word's
+        # third cycle, where they are used, is four cycles after its predecessor went at the
+        # earliest.  The loop word's second cycle compares its end with `top_end`; its third
+        # then chooses between registers.
+        end_is_loop_end = Signal(LOOP_DEPTH)
+        m.d.sync += end_is_loop_end.eq(Cat(*[f.end == loop_end for f in frames]))
         same_end = {(k, j): Signal(name=f"same_end{k}_{j}")
                     for k in range(LOOP_DEPTH) for j in range(k + 1, LOOP_DEPTH)}
-        m.d.sync += [v.eq(frames[k].end == frames[j].end) for (k, j), v in same_end.items()]
-        ends_top = Cat(*[depth_is[k] | Cat(*[depth_is[j] & same_end[k, j]
-                                             for j in range(k + 1, LOOP_DEPTH)]).any()
-                         for k in range(LOOP_DEPTH)])
+        ends_top = Signal(LOOP_DEPTH)
+        m.d.sync += ends_top.eq(Cat(*[depth_is[k] | Cat(*[depth_is[j] & same_end[k, j]
+                                                          for j in range(k + 1, LOOP_DEPTH)]).any()
+                                      for k in range(LOOP_DEPTH)]))
         top_walk = walk(C(0, PC_BITS + 1), C(0, PC_BITS - _LINE_BITS), ends_top, last_trip,
                         depth_is, [f.start for f in frames], "top")
         top_back, top_back_line, top_popped, top_jump, top_pops = top_regs = walk_registers("top")
@@ -436,6 +443,7 @@ class Dispatcher(wiring.Component):
             for k in range(LOOP_DEPTH):
                 with m.If(push_here[k]):
                     m.d.sync += last_trip[k].eq(loop_one)
+                    m.d.sync += [same_end[j, k].eq(end_is_loop_end[j]) for j in range(k)]
                 with m.Elif(~pushing & jump[k]):
                     m.d.sync += last_trip[k].eq(left_one[k])
         for k in range(LOOP_DEPTH):

@@ -6,8 +6,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .axi import (MAX_BURST, RESP_OKAY, beats_spanned, burst_limit, burst_limit_after_full,
-                  burst_size, next_burst_address)
+from .axi import (BURST_BITS, MAX_BURST, RESP_OKAY, burst_last_beat, burst_last_beat_after_full,
+                  burst_len, last_beat_spanned, next_burst_address)
 
 #: a request: the bytes ``[addr, addr + length)``; ``tag`` travels with its beats
 REQUEST = data.StructLayout({"addr": 32, "length": 17, "tag": 16})
@@ -78,27 +78,28 @@ class DmaReader(wiring.Component):
         # ---- Address side: one request at a time, burst by burst.
         busy = Signal()
         next_addr = Signal(32)   # beat-aligned address of the next burst
-        # `limit`: the beats a burst from `next_addr` may have (the 4 KiB boundary), a register
-        # set with `next_addr`, so `arlen` starts at registers.  After a burst, `next_addr`
-        # is the next burst's only if that burst was full (`limit` beats): a request's last
-        # burst is followed by the next request's address.
-        limit = Signal(range(MAX_BURST + 1), init=MAX_BURST)
-        beats_left = Signal(14)  # beats of the current request not yet requested
+        # `last_beat`: the index of the last beat a burst from `next_addr` may have (the
+        # 4 KiB boundary), and `left_m1`: the beats of the current request not yet requested,
+        # minus one -- both registers, so `arlen` is their minimum (a 4-bit comparison, no
+        # adder after the registers).  A burst that is not the request's last is full, so
+        # the next address and the beats left after it come from the registers too; after
+        # a request's last burst, the next request's address is loaded.
+        last_beat = Signal(BURST_BITS, init=MAX_BURST - 1)
+        left_m1 = Signal(14)
         m.d.comb += self.req.ready.eq(~busy & inflight.w_rdy)
         m.d.comb += [inflight.w_data.eq(self.req.payload), inflight.w_en.eq(self.req.valid & self.req.ready)]
         first = self.req.payload.addr & ~(B - 1)
         with m.If(self.req.valid & self.req.ready):
-            m.d.sync += [busy.eq(1), next_addr.eq(first), limit.eq(burst_limit(m, first, lg)),
-                         beats_left.eq(beats_spanned(self.req.payload.addr,
-                                                     self.req.payload.length, lg))]
-        # the burst: at most MAX_BURST beats, none past the 4 KiB boundary (rtl/axi.py's
-        # helpers keep the adders and comparisons short)
-        burst, last_burst = burst_size(m, beats_left, limit)
-        m.d.comb += [self.arvalid.eq(busy), self.araddr.eq(next_addr), self.arlen.eq(burst - 1)]
+            m.d.sync += [busy.eq(1), next_addr.eq(first),
+                         last_beat.eq(burst_last_beat(m, first, lg)),
+                         left_m1.eq(last_beat_spanned(self.req.payload.addr,
+                                                      self.req.payload.length, lg))]
+        arlen, last_burst = burst_len(m, left_m1, last_beat)
+        m.d.comb += [self.arvalid.eq(busy), self.araddr.eq(next_addr), self.arlen.eq(arlen)]
         with m.If(self.arvalid & self.arready):
-            m.d.sync += [next_addr.eq(next_burst_address(m, next_addr, burst, lg)),
-                         limit.eq(burst_limit_after_full(m, next_addr, lg)),
-                         beats_left.eq(beats_left - burst)]
+            m.d.sync += [next_addr.eq(next_burst_address(m, next_addr, last_beat + 1, lg)),
+                         last_beat.eq(burst_last_beat_after_full(m, next_addr, lg)),
+                         left_m1.eq(left_m1 - last_beat - 1)]
             with m.If(last_burst):
                 m.d.sync += busy.eq(0)
 

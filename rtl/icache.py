@@ -183,24 +183,31 @@ class InstructionCache(wiring.Component):
         # request will ask for (`rd_addr`, below): the request's pc then is `rd_addr`'s (the
         # dispatcher's successor, taken in the cycle it is named, or the held request, or the
         # access in progress), so its index inside a bank is known a cycle early.  Every
-        # bank's tag there, and its valid and ready bits as they will be after this cycle's
-        # updates (a tag written now bypassed), go into registers; in the cycle the request
-        # is taken, the tags are compared with the request's and its bank selected (no LUT RAM
-        # read and no 64-way selection on the path to `read`).  `start` invalidates them.
+        # bank's tag there (a tag written now bypassed) goes into a register, and the index
+        # too; in the cycle the request is taken, every bank's valid and ready bits at that
+        # registered index are selected (from registers: they are then as they were after
+        # the cycle before), the tags compared with the request's and its bank selected (no
+        # LUT RAM read and no 64-way selection on the path to `read`).
         addr = self.req.payload.pc
         line = Signal(LB)
         m.d.comb += line.eq(addr[W:])
         index = line[:IB]
         ahead_lo = Signal(BL)              # the next cycle's request's index inside a bank
+        ahead_lo_r = Signal(BL)            # ... registered: the request's, as it is taken
         ahead_tags = [Signal(self._tag_bits, name=f"ahead_tag{k}") for k in range(NB)]
-        ahead_valid, ahead_ready = Signal(NB), Signal(NB)
         valid_after, ready_after = Signal(L), Signal(L)   # valid, ready after this cycle
         ahead_entries = bank_entries(ahead_lo, "ahead")
         for k in range(NB):
             m.d.sync += ahead_tags[k].eq(Mux(pushed_at(Cat(ahead_lo, C(k, bank_bits))),
                                              push_line[IB:], ahead_entries[k]))
-        m.d.sync += [ahead_valid.eq(in_bank(valid_after, ahead_lo)),
-                     ahead_ready.eq(in_bank(ready_after, ahead_lo))]
+        # the valid and ready bits are selected in the cycle the request is taken, from the
+        # registered index (they are then what they were after the cycle before, as the
+        # tags): the dispatcher's successor reaches only the tag RAMs' read address, not a
+        # 16-way selection per bank
+        m.d.sync += ahead_lo_r.eq(ahead_lo)
+        ahead_valid, ahead_ready = Signal(NB), Signal(NB)
+        m.d.comb += [ahead_valid.eq(in_bank(valid, ahead_lo_r)),
+                     ahead_ready.eq(in_bank(ready, ahead_lo_r))]
         present = Signal()
         line_ready = Signal()
         tag_hits = Cat(*[t == line[IB:] for t in ahead_tags]) & ahead_valid
@@ -406,14 +413,19 @@ class InstructionCache(wiring.Component):
                 m.d.sync += slot_line[k].eq(slot_line[k + 1])
         # the new line's valid and ready bits, decoded from `push_line`
         sel = Signal(L)
-        fill_beats = Signal(L)  # the line whose last beat arrived (registered)
-        fill_staged = Signal(L)  # ... its last word in the predecoder's input register
-        fill_done = Signal(L)   # the line whose last word was written (registered)
         m.d.comb += sel.eq(Const(1, L) << push_line[:IB])
-        m.d.sync += [fill_beats.eq(Mux(done, Const(1, L) << slot_line[0][:IB], 0)),
-                     # (a line queued again meanwhile at the same index is not ready)
-                     fill_staged.eq(fill_beats & ~Mux(push, sel, 0)),
-                     fill_done.eq(fill_staged & ~Mux(push, sel, 0))]
+        # a filled line's index on its way to `ready`, a stage per cycle: its last beat
+        # arrived, its last word is in the predecoder's input register, its last word was
+        # written (each a valid bit and the index; a line queued again meanwhile at the
+        # same index is not ready)
+        fill_v = Signal(3)
+        fill_idx = [Signal(IB, name=f"fill_idx{k}") for k in range(3)]
+        m.d.sync += [fill_v[0].eq(done), fill_idx[0].eq(slot_line[0][:IB])]
+        for k in (1, 2):
+            m.d.sync += [fill_v[k].eq(fill_v[k - 1] & ~pushed_at(fill_idx[k - 1])),
+                         fill_idx[k].eq(fill_idx[k - 1])]
+        fill_done = Signal(L)   # the line whose last word was written, decoded
+        m.d.comb += fill_done.eq(Mux(fill_v[2], Const(1, L) << fill_idx[2], 0))
         with m.If(push):
             m.d.sync += slot_line[n_after].eq(push_line)
         m.d.comb += [valid_after.eq(valid | Mux(push, sel, 0)),
@@ -427,9 +439,9 @@ class InstructionCache(wiring.Component):
         m.d.sync += room1.eq(Mux(new, count_next < FILL_SLOTS - 1, count_next < FILL_SLOTS))
 
         with m.If(self.start):
-            m.d.sync += [valid.eq(0), ready.eq(0), ahead_valid.eq(0), ahead_ready.eq(0),
+            m.d.sync += [valid.eq(0), ready.eq(0),
                          waiting.eq(0), read.eq(0), retry.eq(0),
                          cls.eq(0), pcheck.eq(0), room1.eq(1),
-                         fill_beats.eq(0), fill_staged.eq(0), fill_done.eq(0), counted.eq(0), push.eq(0),
+                         fill_v.eq(0), counted.eq(0), push.eq(0),
                          self.hits.eq(0), self.misses.eq(0), self.prefetches.eq(0)]
         return m

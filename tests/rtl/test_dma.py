@@ -98,8 +98,9 @@ def test_burst_helpers_follow_the_axi_rules(beat_log2):
     touches."""
     from amaranth.sim import Simulator
 
-    from snpu.rtl.axi import (beats_spanned, burst_limit, burst_limit_after_full, burst_size,
-                              next_burst_address)
+    from snpu.rtl.axi import (beats_spanned, burst_last_beat, burst_last_beat_after_full,
+                              burst_len, burst_limit, burst_limit_after_full, burst_size,
+                              last_beat_spanned, next_burst_address)
 
     B = 1 << beat_log2
     m = Module()
@@ -110,6 +111,12 @@ def test_burst_helpers_follow_the_axi_rules(beat_log2):
     limit_after_full = burst_limit_after_full(m, addr, beat_log2)
     span = Signal(14)
     m.d.comb += span.eq(beats_spanned(addr, length, beat_log2))
+    # the forms the DMA reader keeps: indices of last beats (counts minus one)
+    last_beat = burst_last_beat(m, addr, beat_log2)
+    last_beat_after_full = burst_last_beat_after_full(m, addr, beat_log2)
+    left_m1, span_m1 = Signal(14), Signal(14)
+    m.d.comb += [left_m1.eq(left - 1), span_m1.eq(last_beat_spanned(addr, length, beat_log2))]
+    arlen, last_m1 = burst_len(m, left_m1, last_beat)
     rng = random.Random(beat_log2)
     cases = [(page * 4096 + off, rng.choice([1, 2, 15, 16, 17, 300, rng.randrange(1, 1 << 13)]))
              for page in (0, 1, 0xFFFFE) for off in range(0, 4096, B)]
@@ -129,6 +136,11 @@ def test_burst_helpers_follow_the_axi_rules(beat_log2):
                    ctx.get(span), ctx.get(limit_after_full))
             if got != want:
                 failures.append((a, n, got, want))
+            want_m1 = (want_limit - 1, want_burst - 1, n <= want_limit, want[4] - 1, want[5] - 1)
+            got_m1 = (ctx.get(last_beat), ctx.get(arlen), bool(ctx.get(last_m1)),
+                      ctx.get(span_m1), ctx.get(last_beat_after_full))
+            if got_m1 != want_m1:
+                failures.append((a, n, "minus one", got_m1, want_m1))
 
     sim = Simulator(m)
     sim.add_testbench(bench)

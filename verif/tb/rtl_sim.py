@@ -121,16 +121,27 @@ def _verilator_env() -> dict:
     return env
 
 
-def _source_hash(config: CoreConfig, memory: str, mem_bytes: int, waves: str | None,
-                 sim: str, mesh: tuple[int, int], ports: int) -> str:
+def _sources_digest() -> bytes:
+    """What the Verilog depends on: the RTL, the ISA tables it is generated from, and the
+    simulation top, as the files are now."""
     h = hashlib.sha256()
-    # what the Verilog depends on: the RTL, the ISA tables it is generated from, and the
-    # simulation top
     files = sorted(RTL.glob("*.py")) + [HERE.parent / f for f in ("isa.py", "index.py",
                                                                   "sequencer.py")] + \
         [HERE / "axi_ram.py", HERE / "rtl_sim.py"]
     for p in files:
         h.update(p.name.encode() + p.read_bytes())
+    return h.digest()
+
+
+#: the sources' digest as this process imported them: the Verilog a build emits comes
+#: from the modules already imported, so a source edited while a run goes on must not
+#: give a build made from the old modules the new sources' key
+_SOURCES = _sources_digest()
+
+
+def _source_hash(config: CoreConfig, memory: str, mem_bytes: int, waves: str | None,
+                 sim: str, mesh: tuple[int, int], ports: int) -> str:
+    h = hashlib.sha256(_SOURCES)
     h.update(json.dumps([config.to_dict(), memory, mem_bytes, waves, sim, list(mesh), ports],
                         sort_keys=True).encode())
     return h.hexdigest()[:16]
