@@ -163,7 +163,13 @@ class Core(wiring.Component):
         # ---- Queues and front ends.
         idle = [~self._front[u].busy & ~self._queues[u].r_rdy & (self._queues[u].level == 0)
                 for u in UNITS]
-        m.d.comb += disp.units_idle.eq(Cat(*idle).all())
+        # registered: the units' busy flags come from all over the core, and a word that
+        # waits for them (and `halted`) may see them a cycle late.  No word is missed: one
+        # dispatched now is in its queue from next cycle on, and the next word goes two
+        # cycles after this one at the earliest (DISPATCH_CYCLES).
+        units_idle = Signal()
+        m.d.sync += units_idle.eq(Cat(*idle).all())
+        m.d.comb += disp.units_idle.eq(units_idle)
         for k, u in enumerate(UNITS):
             q, fe = self._queues[u], self._front[u]
             src = disp.queue(u)

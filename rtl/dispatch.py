@@ -295,8 +295,9 @@ class Dispatcher(wiring.Component):
         # where the innermost does are registered every cycle (`ends_top`).  Both are current
         # the cycle after a word goes, the walk's registers two cycles later; a loop word's
         # third cycle, where they are used, is four cycles after its predecessor went at the
-        # earliest.  The loop word's second cycle compares its end with `top_end`; its third
-        # then chooses between registers.
+        # earliest.  The loop word's second cycle compares its end with `top_end` and takes
+        # the walk it skips to into registers (`skip_*`, below); its third then chooses
+        # between registers.
         end_is_loop_end = Signal(LOOP_DEPTH)
         m.d.sync += end_is_loop_end.eq(Cat(*[f.end == loop_end for f in frames]))
         same_end = {(k, j): Signal(name=f"same_end{k}_{j}")
@@ -309,9 +310,12 @@ class Dispatcher(wiring.Component):
                         depth_is, [f.start for f in frames], "top")
         top_back, top_back_line, top_popped, top_jump, top_pops = top_regs = walk_registers("top")
         m.d.sync += [r.eq(v) for r, v in zip(top_regs, top_walk)]
-        skip_at_top = Signal()             # the skipped body ends where the innermost does
-        skip_after = Signal(PC_BITS + 1)   # the word after it, and the line after that word's
-        skip_after_line = Signal(PC_BITS - _LINE_BITS)
+        # the zero-trip loop's walk, chosen in the loop word's second cycle (the `top_*`
+        # registers are current by then): the innermost frame's if the skipped body ends
+        # where the innermost does, else none (the word after the body, and the line after
+        # that word's)
+        skip_next, skip_line, skip_popped, skip_jump, skip_pops = skip_regs = \
+            walk_registers("skip")
 
         consume = Signal()       # the current word is dispatched / executed this cycle
         with m.If(consume):
@@ -330,8 +334,14 @@ class Dispatcher(wiring.Component):
                              loop_ok.eq((loop_end < self.rom_words) & ~depth_is[-1]
                                         & (~depth_is.any() | (loop_end <= top_end))),
                              loop_end_last.eq(end_after == self.rom_words)]
-                m.d.sync += [skip_at_top.eq(loop_end == top_end), skip_after.eq(end_after),
-                             skip_after_line.eq(line_after(loop_end, plus_one=True))]
+                at_top = loop_end == top_end
+                back = at_top & top_jump.any()
+                m.d.sync += [skip_next.eq(Mux(back, top_back, end_after)),
+                             skip_line.eq(Mux(back, top_back_line,
+                                              line_after(loop_end, plus_one=True))),
+                             skip_popped.eq(Mux(at_top, top_popped, 0)),
+                             skip_jump.eq(Mux(at_top, top_jump, 0)),
+                             skip_pops.eq(Mux(at_top, top_pops, 0))]
 
         # What the word consumed last cycle does to the frames (see "Frame updates").  The
         # depth, its one-hot form and the frames' last trips are few registers and change as
@@ -374,13 +384,6 @@ class Dispatcher(wiring.Component):
                         [Mux(upd_push[k], loop_start, frames[k].start) for k in range(LOOP_DEPTH)],
                         "seq")
         seq_next, seq_line, seq_popped, seq_jump, seq_pops = seq_regs = walk_registers("seq")
-        # the zero-trip loop's walk: the innermost frame's, if its body ends there
-        skip_jump = Mux(skip_at_top, top_jump, 0)
-        skip_popped = Mux(skip_at_top, top_popped, 0)
-        skip_pops = Mux(skip_at_top, top_pops, 0)
-        skip_back = skip_at_top & top_jump.any()
-        skip_next = Mux(skip_back, top_back, skip_after)
-        skip_line = Mux(skip_back, top_back_line, skip_after_line)
         jump = Mux(going_loop, skip_jump, seq_jump)
         pops = Mux(going_loop, skip_pops, seq_pops)
         nxt = Signal(PC_BITS + 1)

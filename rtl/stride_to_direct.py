@@ -22,9 +22,9 @@ class StrideToDirect(wiring.Component):
 
     1. *Take*: up to ``window`` entries per cycle are taken from a byte window (a
        :class:`~.fetch.ByteFetcher`) — how many depends only on counters, never on their
-       values — as a *group*: the bytes and which of them are elements (escapes only move
-       the cursor) are registered.
-    2. *Positions*: the group's absolute positions (the cursor plus the bytes' prefix sums)
+       values — as a *group*: the bytes' prefix sums and which of them are elements
+       (escapes only move the cursor) are registered.
+    2. *Positions*: the group's absolute positions (the cursor plus the prefix sums)
        enter a queue of :data:`GROUPS` groups.  A group moves as a whole: the queue is a
        shift register of whole groups, not of single positions.
     3. *Chunk assembly*, on the queue's head group: an element whose chunk number (the
@@ -32,9 +32,11 @@ class StrideToDirect(wiring.Component):
        built; one in the next chunk sets a bit of the chunk after it (so a group straddling
        a chunk boundary takes one cycle, not two).  The chunk leaves when the head holds
        an element beyond it (or the row's entries are exhausted); the head leaves the
-       queue once all its elements are placed.  Placement depends only on equality
-       comparisons between registers (the positions and the two chunk numbers); elements
-       are placed while the output waits, only the chunk's leaving waits for ``o.ready``.
+       queue once all its elements are placed.  Which of the head's elements lie in the
+       current chunk and in the next are registered flags, compared as a group becomes the
+       head or a chunk leaves (for every group that may be the head next cycle, against
+       every chunk that may be current); elements are placed while the output waits, only
+       the chunk's leaving waits for ``o.ready``.
 
     Exactly ``max(1, ceil(n / CHUNK))`` chunks leave per row; the last one has ``last`` set.
     A chunk's ``base`` is ``val_base + rank`` (packed storage: ``rank`` kept elements precede
@@ -84,7 +86,9 @@ class StrideToDirect(wiring.Component):
         remaining = Signal(16)
         rem_cap = Signal(range(E + 1))  # min(remaining, E), kept beside remaining
         staged = Signal()               # a group is staged (entries were taken)
-        st_byte = [Signal(8, name=f"st_byte{k}") for k in range(E)]  # 0 past the group
+        # the group's bytes' prefix sums (the bytes past the group are 0, so the last sum is
+        # the cursor's advance)
+        st_pre = [Signal(8 + (k + 1).bit_length(), name=f"st_pre{k}") for k in range(E)]
         st_elem = [Signal(name=f"st_elem{k}") for k in range(E)]    # entry k is an element
         count = Signal(range(GROUPS + 1))  # groups in the queue
         head_valid = Signal()              # count != 0, kept beside it
@@ -97,16 +101,7 @@ class StrideToDirect(wiring.Component):
 
         # ---- Stage 2: positions of the staged group; into the queue.
         cursor = Signal(POS)
-        # prefix sums of the group's bytes, as a tree (two adders deep at E = 4); the bytes
-        # past the group are 0, so the last sum is the cursor's advance
-        b = [st_byte[k].as_unsigned() for k in range(E)]
-        pre = [b[0]] + [None] * (E - 1)
-        if E > 1:
-            pre[1] = b[0] + b[1]
-        if E > 2:
-            pre[2] = pre[1] + b[2]
-        if E > 3:
-            pre[3] = pre[1] + (b[2] + b[3])
+        pre = st_pre
         pos = [Signal(POS, name=f"pos{k}") for k in range(E)]
         m.d.comb += [pos[k].eq(cursor + pre[k]) for k in range(E)]
         push = Signal()
@@ -117,6 +112,7 @@ class StrideToDirect(wiring.Component):
         # ---- Stage 3: chunk assembly on the head group.
         cur = Signal(POS - CB)       # the chunk being built
         cur1 = Signal(POS - CB)      # cur + 1
+        cur2 = Signal(POS - CB)      # cur + 2
         chunks_left = Signal(11)
         is_last = Signal()           # chunks_left == 1, kept beside it
         next_last = Signal()         # chunks_left == 2
@@ -128,10 +124,12 @@ class StrideToDirect(wiring.Component):
         # is not on the path into the bits, only into the counts and the decision to emit)
         elem_cur, elem_next = Signal(E), Signal(E)
         head_elems = Mux(head_valid, g_elem[0], 0)
-        m.d.comb += [elem_cur.eq(Cat(*[head_elems[k] & (g_pos[0][k][CB:] == cur)
-                                       for k in range(E)])),
-                     elem_next.eq(Cat(*[head_elems[k] & (g_pos[0][k][CB:] == cur1)
-                                        for k in range(E)]))]
+        # which of the head's positions are in the current chunk and in the next: registers,
+        # compared as the group becomes the head or the chunk moves on (for each group that
+        # may be the head next cycle and each chunk that may be current), so the emit
+        # decision and the counts start at registers, not at a comparison of chunk numbers
+        h_cur, h_next = Signal(E), Signal(E)
+        m.d.comb += [elem_cur.eq(head_elems & h_cur), elem_next.eq(head_elems & h_next)]
         pending = Signal(E)
         in_cur, in_next = Signal(E), Signal(E)
         m.d.comb += [pending.eq(head_elems & ~done),
@@ -178,12 +176,13 @@ class StrideToDirect(wiring.Component):
             m.d.sync += [
                 self.busy.eq(1), self.error.eq(0), packed.eq(self.packed),
                 val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0),
-                staged.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_byte],
+                staged.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_pre],
                 count.eq(0), head_valid.eq(0), done.eq(0), room.eq(1),
                 # min(count, E) without a 16-bit comparison on the start path
                 rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E,
                                self.count[:E.bit_length()])),
-                cur.eq(0), cur1.eq(1), rank_base.eq(0), last_kept.eq(0),
+                cur.eq(0), cur1.eq(1), cur2.eq(2), h_cur.eq(0), h_next.eq(0),
+                rank_base.eq(0), last_kept.eq(0),
                 acc_cur.eq(0), acc_next.eq(0), kept_cur.eq(0), kept_next.eq(0),
                 # an empty row still produces one (empty, last) chunk
                 chunks_left.eq(Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> CB)),
@@ -202,8 +201,17 @@ class StrideToDirect(wiring.Component):
             m.d.sync += [remaining.eq(remaining - take),
                          rem_cap.eq(Mux(many | (low_next > E), E, low_next)),
                          cursor.eq(cursor + pre[E - 1]), staged.eq(take != 0)]
-            # the window's bytes go into a register as they are (the adders sit after it)
-            m.d.sync += [st_byte[k].eq(Mux(k < take, self.bytes[k], 0)) for k in range(E)]
+            # the taken bytes' prefix sums, as a tree (two adders deep at E = 4), into
+            # registers: the positions' sums with the cursor come after them
+            b = [Mux(k < take, self.bytes[k], 0) for k in range(E)]
+            sums = [b[0]] + [None] * (E - 1)
+            if E > 1:
+                sums[1] = b[0] + b[1]
+            if E > 2:
+                sums[2] = sums[1] + b[2]
+            if E > 3:
+                sums[3] = sums[1] + (b[2] + b[3])
+            m.d.sync += [st_pre[k].eq(sums[k]) for k in range(E)]
             m.d.sync += [st_elem[k].eq((k < take) & (self.bytes[k] != ESCAPE)) for k in range(E)]
             # the queue: the head leaves when placed, the staged group goes behind the rest
             left = count - pop
@@ -216,6 +224,19 @@ class StrideToDirect(wiring.Component):
                 with m.Elif(pop):
                     m.d.sync += [g_pos[d][k].eq(nxt_pos[k]) for k in range(E)]
                     m.d.sync += g_elem[d].eq(nxt_elem)
+            # the head's chunk flags next cycle: the head then is the group pushed now
+            # into an empty queue, the one behind the head if it pops, or the head; the
+            # current chunk then is `cur1` if a chunk leaves now, else `cur`
+            def flags(chunks):
+                """(in the current chunk next cycle, in the next chunk next cycle)"""
+                return (Cat(*[Mux(emit, c == cur1, c == cur) for c in chunks]),
+                        Cat(*[Mux(emit, c == cur2, c == cur1) for c in chunks]))
+            pushed_cur, pushed_next = flags([pos[k][CB:] for k in range(E)])
+            behind_cur, behind_next = flags([g_pos[1][k][CB:] for k in range(E)])
+            head_cur, head_next = flags([g_pos[0][k][CB:] for k in range(E)])
+            to_head = push & ((count == 0) | ((count == 1) & pop))
+            m.d.sync += [h_cur.eq(Mux(to_head, pushed_cur, Mux(pop, behind_cur, head_cur))),
+                         h_next.eq(Mux(to_head, pushed_next, Mux(pop, behind_next, head_next)))]
             # (pop is late: what depends on it is computed for both of its values, from
             # registers, and selected by it last)
             kept_groups = count + push               # the groups next cycle if none pops
@@ -234,7 +255,7 @@ class StrideToDirect(wiring.Component):
                     last_kept.eq(kept_cur + n_cur),
                     acc_cur.eq(acc_next | new_next), kept_cur.eq(kept_next + n_next),
                     acc_next.eq(0), kept_next.eq(0),
-                    cur.eq(cur1), cur1.eq(cur1 + 1),
+                    cur.eq(cur1), cur1.eq(cur2), cur2.eq(cur2 + 1),
                     chunks_left.eq(chunks_left - 1), is_last.eq(next_last),
                     next_last.eq(chunks_left == 3),
                 ]
