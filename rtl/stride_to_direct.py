@@ -22,9 +22,9 @@ class StrideToDirect(wiring.Component):
 
     1. *Take*: up to ``window`` entries per cycle are taken from a byte window (a
        :class:`~.fetch.ByteFetcher`) — how many depends only on counters, never on their
-       values — as a *group*: the bytes' prefix sums and which of them are elements
-       (escapes only move the cursor) are registered.
-    2. *Positions*: the group's absolute positions (the cursor plus the prefix sums)
+       values — as a *group*: the bytes and which of them are elements (escapes only move
+       the cursor) are registered.
+    2. *Positions*: the group's absolute positions (the cursor plus the bytes' prefix sums)
        enter a queue of :data:`GROUPS` groups.  A group moves as a whole: the queue is a
        shift register of whole groups, not of single positions.
     3. *Chunk assembly*, on the queue's head group: an element whose chunk number (the
@@ -86,9 +86,7 @@ class StrideToDirect(wiring.Component):
         remaining = Signal(16)
         rem_cap = Signal(range(E + 1))  # min(remaining, E), kept beside remaining
         staged = Signal()               # a group is staged (entries were taken)
-        # the group's bytes' prefix sums (the bytes past the group are 0, so the last sum is
-        # the cursor's advance)
-        st_pre = [Signal(8 + (k + 1).bit_length(), name=f"st_pre{k}") for k in range(E)]
+        st_byte = [Signal(8, name=f"st_byte{k}") for k in range(E)]  # 0 past the group
         st_elem = [Signal(name=f"st_elem{k}") for k in range(E)]    # entry k is an element
         count = Signal(range(GROUPS + 1))  # groups in the queue
         head_valid = Signal()              # count != 0, kept beside it
@@ -101,7 +99,18 @@ class StrideToDirect(wiring.Component):
 
         # ---- Stage 2: positions of the staged group; into the queue.
         cursor = Signal(POS)
-        pre = st_pre
+        # prefix sums of the group's bytes, as a tree (two adders deep at E = 4); the bytes
+        # past the group are 0, so the last sum is the cursor's advance.  (Not in stage 1:
+        # the window's bytes come out of the byte fetcher's multiplexers, and the adders
+        # after them were the core's worst path.)
+        b = [st_byte[k].as_unsigned() for k in range(E)]
+        pre = [b[0]] + [None] * (E - 1)
+        if E > 1:
+            pre[1] = b[0] + b[1]
+        if E > 2:
+            pre[2] = pre[1] + b[2]
+        if E > 3:
+            pre[3] = pre[1] + (b[2] + b[3])
         pos = [Signal(POS, name=f"pos{k}") for k in range(E)]
         m.d.comb += [pos[k].eq(cursor + pre[k]) for k in range(E)]
         push = Signal()
@@ -176,7 +185,7 @@ class StrideToDirect(wiring.Component):
             m.d.sync += [
                 self.busy.eq(1), self.error.eq(0), packed.eq(self.packed),
                 val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0),
-                staged.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_pre],
+                staged.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_byte],
                 count.eq(0), head_valid.eq(0), done.eq(0), room.eq(1),
                 # min(count, E) without a 16-bit comparison on the start path
                 rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E,
@@ -201,17 +210,8 @@ class StrideToDirect(wiring.Component):
             m.d.sync += [remaining.eq(remaining - take),
                          rem_cap.eq(Mux(many | (low_next > E), E, low_next)),
                          cursor.eq(cursor + pre[E - 1]), staged.eq(take != 0)]
-            # the taken bytes' prefix sums, as a tree (two adders deep at E = 4), into
-            # registers: the positions' sums with the cursor come after them
-            b = [Mux(k < take, self.bytes[k], 0) for k in range(E)]
-            sums = [b[0]] + [None] * (E - 1)
-            if E > 1:
-                sums[1] = b[0] + b[1]
-            if E > 2:
-                sums[2] = sums[1] + b[2]
-            if E > 3:
-                sums[3] = sums[1] + (b[2] + b[3])
-            m.d.sync += [st_pre[k].eq(sums[k]) for k in range(E)]
+            # the window's bytes go into a register as they are (the adders sit after it)
+            m.d.sync += [st_byte[k].eq(Mux(k < take, self.bytes[k], 0)) for k in range(E)]
             m.d.sync += [st_elem[k].eq((k < take) & (self.bytes[k] != ESCAPE)) for k in range(E)]
             # the queue: the head leaves when placed, the staged group goes behind the rest
             left = count - pop
