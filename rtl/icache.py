@@ -195,15 +195,10 @@ class InstructionCache(wiring.Component):
         ahead_lo = Signal(BL)              # the next cycle's request's index inside a bank
         ahead_lo_r = Signal(BL)            # ... registered: the request's, as it is taken
         ahead_tags = [Signal(self._tag_bits, name=f"ahead_tag{k}") for k in range(NB)]
-        valid_after, ready_after = Signal(L), Signal(L)   # valid, ready after this cycle
         ahead_entries = bank_entries(ahead_lo, "ahead")
         for k in range(NB):
             m.d.sync += ahead_tags[k].eq(Mux(pushed_at(Cat(ahead_lo, C(k, bank_bits))),
                                              push_line[IB:], ahead_entries[k]))
-        # the valid and ready bits are selected in the cycle the request is taken, from the
-        # registered index (they are then what they were after the cycle before, as the
-        # tags): the dispatcher's successor reaches only the tag RAMs' read address, not a
-        # 16-way selection per bank
         m.d.sync += ahead_lo_r.eq(ahead_lo)
         ahead_valid, ahead_ready = Signal(NB), Signal(NB)
         m.d.comb += [ahead_valid.eq(in_bank(valid, ahead_lo_r)),
@@ -428,6 +423,7 @@ class InstructionCache(wiring.Component):
         m.d.comb += fill_done.eq(Mux(fill_v[2], Const(1, L) << fill_idx[2], 0))
         with m.If(push):
             m.d.sync += slot_line[n_after].eq(push_line)
+        valid_after, ready_after = Signal(L), Signal(L)   # valid, ready after this cycle
         m.d.comb += [valid_after.eq(valid | Mux(push, sel, 0)),
                      ready_after.eq((ready | fill_done) & ~Mux(push, sel, 0))]
         m.d.sync += [valid.eq(valid_after), ready.eq(ready_after)]
