@@ -10,8 +10,10 @@ from .layouts import ADDR, CHUNK, chunk_layout
 from snpu.verif.index import STRIDE_ESCAPE as ESCAPE
 #: the largest window (entries taken per cycle)
 MAX_WINDOW = 4
-#: groups of entries held between the prefix sum and the chunk assembly
-GROUPS = 3
+#: groups of entries held between the positions' register and the chunk assembly (a group
+#: consumed in one cycle is followed by one in the queue, one in the positions' register and
+#: one staged: four, so the take does not wait while the assembly keeps pace)
+GROUPS = 4
 
 
 class StrideToDirect(wiring.Component):
@@ -25,8 +27,10 @@ class StrideToDirect(wiring.Component):
        values — as a *group*: the bytes and which of them are elements (escapes only move
        the cursor) are registered.
     2. *Positions*: the group's absolute positions (the cursor plus the bytes' prefix sums)
-       enter a queue of :data:`GROUPS` groups.  A group moves as a whole: the queue is a
-       shift register of whole groups, not of single positions.
+       are registered, and from that register enter a queue of :data:`GROUPS` groups (so
+       the chunk flags of a group entering the queue are compared from registers, not
+       after the adders).  A group moves as a whole: the queue is a shift register of
+       whole groups, not of single positions.
     3. *Chunk assembly*, on the queue's head group: an element whose chunk number (the
        position's bits 6 and up) equals the current chunk's sets a bit of the chunk being
        built; one in the next chunk sets a bit of the chunk after it (so a group straddling
@@ -47,7 +51,7 @@ class StrideToDirect(wiring.Component):
 
     Throughput: one group (``window`` entries) per cycle and one chunk per cycle; a group
     whose elements span more than two chunks takes a cycle per chunk.  Latency from an
-    entry to its chunk: 3 cycles.
+    entry to its chunk: 4 cycles.
 
     Parameters
     ----------
@@ -91,8 +95,9 @@ class StrideToDirect(wiring.Component):
         count = Signal(range(GROUPS + 1))  # groups in the queue
         head_valid = Signal()              # count != 0, kept beside it
         take = Signal(range(E + 1))
-        # a group taken now finds a slot (the queue's pops are not counted): count + staged
-        # < GROUPS, a register computed from their next values (no adder before the take)
+        # a group taken now finds a slot (the queue's pops are not counted): count + the
+        # registered group + the staged one < GROUPS, a register computed from their next
+        # values (no adder before the take)
         room = Signal()
         m.d.comb += take.eq(Mux(room, Mux(rem_cap < self.avail, rem_cap, self.avail), 0))
         m.d.comb += self.take.eq(Mux(self.busy, take, 0))
@@ -113,8 +118,13 @@ class StrideToDirect(wiring.Component):
             pre[3] = pre[1] + (b[2] + b[3])
         pos = [Signal(POS, name=f"pos{k}") for k in range(E)]
         m.d.comb += [pos[k].eq(cursor + pre[k]) for k in range(E)]
-        push = Signal()
-        m.d.comb += push.eq(Cat(*st_elem).any())
+        # the positions' register: the group enters the queue from here
+        e_pos = [Signal(POS, name=f"e_pos{k}") for k in range(E)]
+        e_elem = Signal(E)
+        e_push = Signal()   # e_elem != 0, kept beside it: the registered group enters now
+        st_push = Signal()  # the staged group holds an element (it goes into e_pos now)
+        m.d.comb += st_push.eq(Cat(*st_elem).any())
+        push = e_push
         g_pos = [[Signal(POS, name=f"g{d}_pos{k}") for k in range(E)] for d in range(GROUPS)]
         g_elem = [Signal(E, name=f"g{d}_elem") for d in range(GROUPS)]
 
@@ -150,7 +160,7 @@ class StrideToDirect(wiring.Component):
         pop = Signal()
         m.d.comb += pop.eq(self.busy & head_valid & consumed)
         drained = Signal()   # every entry of the row is placed by now
-        m.d.comb += drained.eq((rem_cap == 0) & ~staged &
+        m.d.comb += drained.eq((rem_cap == 0) & ~staged & ~e_push &
                                ((count == 0) | ((count == 1) & consumed)))
         out_free = Signal()
         m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
@@ -186,6 +196,7 @@ class StrideToDirect(wiring.Component):
                 self.busy.eq(1), self.error.eq(0), packed.eq(self.packed),
                 val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0),
                 staged.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_byte],
+                e_elem.eq(0), e_push.eq(0),
                 count.eq(0), head_valid.eq(0), done.eq(0), room.eq(1),
                 # min(count, E) without a 16-bit comparison on the start path
                 rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E,
@@ -213,14 +224,16 @@ class StrideToDirect(wiring.Component):
             # the window's bytes go into a register as they are (the adders sit after it)
             m.d.sync += [st_byte[k].eq(Mux(k < take, self.bytes[k], 0)) for k in range(E)]
             m.d.sync += [st_elem[k].eq((k < take) & (self.bytes[k] != ESCAPE)) for k in range(E)]
+            m.d.sync += [*[e_pos[k].eq(pos[k]) for k in range(E)],
+                         e_elem.eq(Cat(*st_elem)), e_push.eq(st_push)]
             # the queue: the head leaves when placed, the staged group goes behind the rest
             left = count - pop
             for d in range(GROUPS):
                 nxt_pos = g_pos[d + 1] if d + 1 < GROUPS else g_pos[d]
                 nxt_elem = g_elem[d + 1] if d + 1 < GROUPS else g_elem[d]
                 with m.If(push & (left == d)):
-                    m.d.sync += [g_pos[d][k].eq(pos[k]) for k in range(E)]
-                    m.d.sync += g_elem[d].eq(Cat(*st_elem))
+                    m.d.sync += [g_pos[d][k].eq(e_pos[k]) for k in range(E)]
+                    m.d.sync += g_elem[d].eq(e_elem)
                 with m.Elif(pop):
                     m.d.sync += [g_pos[d][k].eq(nxt_pos[k]) for k in range(E)]
                     m.d.sync += g_elem[d].eq(nxt_elem)
@@ -231,7 +244,7 @@ class StrideToDirect(wiring.Component):
                 """(in the current chunk next cycle, in the next chunk next cycle)"""
                 return (Cat(*[Mux(emit, c == cur1, c == cur) for c in chunks]),
                         Cat(*[Mux(emit, c == cur2, c == cur1) for c in chunks]))
-            pushed_cur, pushed_next = flags([pos[k][CB:] for k in range(E)])
+            pushed_cur, pushed_next = flags([e_pos[k][CB:] for k in range(E)])
             behind_cur, behind_next = flags([g_pos[1][k][CB:] for k in range(E)])
             head_cur, head_next = flags([g_pos[0][k][CB:] for k in range(E)])
             to_head = push & ((count == 0) | ((count == 1) & pop))
@@ -240,7 +253,8 @@ class StrideToDirect(wiring.Component):
             # (pop is late: what depends on it is computed for both of its values, from
             # registers, and selected by it last)
             kept_groups = count + push               # the groups next cycle if none pops
-            after = kept_groups + (take != 0)        # ... and the group staged now
+            # ... and those in flight next cycle: registered now, staged now
+            after = kept_groups + st_push + (take != 0)
             m.d.sync += [count.eq(Mux(pop, kept_groups - 1, kept_groups)),
                          head_valid.eq(Mux(pop, kept_groups > 1, kept_groups != 0)),
                          room.eq(Mux(pop, after <= GROUPS, after < GROUPS)),
