@@ -94,9 +94,15 @@ class NetUnit(wiring.Component):
         take = Signal(COUNT_BITS)
         take_tag = Signal(4)
         took = Signal()               # the take is written this cycle (alone or with the arrival)
+        m.d.comb += took.eq(taking & (~arriving | (take_tag == add_tag)))
+        # The counter written this cycle, `arriving ? add_tag : take_tag`, and whether it
+        # was written since start: registers, set where `add_tag` / `take_tag` are set (an
+        # arrival's last flit, a recv finding its bytes) and else to the pending take's tag,
+        # so the read-modify-write starts at a register, not at a multiplexer of two tags
+        # and of the written bits.  (An arrival's tag wins: a take waits while an arrival on
+        # another tag writes, and arrivals are two cycles apart at least.)
         upd_tag = Signal(4)
-        m.d.comb += [took.eq(taking & (~arriving | (take_tag == add_tag))),
-                     upd_tag.eq(Mux(arriving, add_tag, take_tag))]
+        upd_written = Signal()
 
         def count(port, tag):
             """Counter ``tag`` read on ``port`` (0 if not written since start)."""
@@ -105,13 +111,20 @@ class NetUnit(wiring.Component):
 
         rmw = counts.read_port(domain="comb")
         wp = counts.write_port()
-        m.d.comb += [wp.addr.eq(upd_tag),
+        m.d.comb += [wp.addr.eq(upd_tag), rmw.addr.eq(upd_tag),
                      # (the change is worked out from registers beside the read: one sum
                      # after the counter, not two)
-                     wp.data.eq(count(rmw, upd_tag) + Mux(took, add - take, add)),
+                     wp.data.eq(Mux(upd_written, rmw.data, 0) + Mux(took, add - take, add)),
                      wp.en.eq(arriving | taking)]
         with m.If(wp.en):
             m.d.sync += written.eq(written | (1 << upd_tag))
+
+        def next_update(tag):
+            """Counter ``tag`` is the one written next cycle."""
+            return [upd_tag.eq(tag),
+                    upd_written.eq(written.bit_select(tag, 1) | (wp.en & (upd_tag == tag)))]
+        with m.If(taking):
+            m.d.sync += next_update(take_tag)
         with m.If(took):
             m.d.sync += taking.eq(0)
         look = counts.read_port(domain="comb")   # the counter a recv compares (`enough`)
@@ -218,7 +231,8 @@ class NetUnit(wiring.Component):
                         m.next = "HEAD"
             with m.State("RECV"):
                 with m.If(~taking & enough):
-                    m.d.sync += [taking.eq(1), take.eq(r.bytes), take_tag.eq(r.tag)]
+                    m.d.sync += [taking.eq(1), take.eq(r.bytes), take_tag.eq(r.tag),
+                                 *next_update(r.tag)]
                     m.d.sync += self.done.eq(1)
                     m.next = "END"
             with m.State("END"):
@@ -250,6 +264,8 @@ class NetUnit(wiring.Component):
                     with m.If(self.eject.payload.last):
                         m.d.sync += [add.eq(a_head.bytes), add_tag.eq(a_head.tag),
                                      arriving.eq(a_head.bytes != 0)]
+                        with m.If(a_head.bytes != 0):
+                            m.d.sync += next_update(a_head.tag)
                         m.d.sync += self.bytes_received.eq(self.bytes_received + a_head.bytes)
                         m.next = "HEAD"
         return m
