@@ -20,8 +20,9 @@ class DirectToStride(wiring.Component):
     (``none = 1, last = 1``) closes the list.  Every entry carries the ``base`` of the row's
     first chunk (where the row's values start).
 
-    Two stages: a position extractor (one set bit per cycle, lowest first) and a stride
-    encoder (distance, escapes).  Throughput one entry per cycle within a chunk; a chunk
+    Two stages: a position extractor (one set bit per cycle, lowest first, as its distance
+    from the previous one: the chunk's distance from the previous bit, a register, plus the
+    bit's offset) and a stride encoder (escapes, from the registered distance).  Throughput one entry per cycle within a chunk; a chunk
     with ``k`` set bits takes ``k + 2`` cycles (taking it, its entries, letting it go),
     which the merge path hides (its merger takes one entry of either list per cycle, and
     the lanes queue the entries).  Latency 2 cycles.
@@ -33,7 +34,8 @@ class DirectToStride(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         # ---- Stage 1: positions.
-        token = data.StructLayout({"pos": 17, "end": 1, "base": ADDR})
+        # a position as its distance from the previous one (the first from position 0)
+        token = data.StructLayout({"gap": 18, "end": 1, "base": ADDR})
         t_valid = Signal()
         t = Signal(token)
         t_ready = Signal()
@@ -41,7 +43,6 @@ class DirectToStride(wiring.Component):
         busy = Signal()           # holding a chunk
         rem = Signal(CHUNK)
         last = Signal()
-        chunk_lo = Signal(17)     # the chunk's first position, a multiple of CHUNK
         row_base = Signal(ADDR)
         first_chunk = Signal(init=1)
         low = Signal(CHUNK)
@@ -49,6 +50,10 @@ class DirectToStride(wiring.Component):
         # (its index from a multiplexer tree on rem, beside the carry chain of `low`)
         offset = Signal(range(CHUNK))
         m.d.comb += offset.eq(lowest_set_index(rem))
+        # the held chunk's first position less the previous token's position, kept as
+        # tokens leave and chunks are taken, so a token's distance is this plus the set
+        # bit's offset (the stride encoder's escape decision then compares a register)
+        to_chunk = Signal(18)
 
         t_free = Signal()
         m.d.comb += t_free.eq(~t_valid | t_ready)
@@ -63,12 +68,12 @@ class DirectToStride(wiring.Component):
                 m.d.sync += [busy.eq(1), rem.eq(self.i.payload.bits),
                              last.eq(self.i.payload.last), first_chunk.eq(0)]
                 with m.If(first_chunk):
-                    m.d.sync += [row_base.eq(self.i.payload.base), chunk_lo.eq(0)]
+                    m.d.sync += [row_base.eq(self.i.payload.base), to_chunk.eq(0)]
                 with m.Else():
-                    m.d.sync += chunk_lo.eq(chunk_lo + CHUNK)
+                    m.d.sync += to_chunk.eq(to_chunk + CHUNK)
         with m.Elif(t_free):
             with m.If(rem != 0):
-                m.d.sync += [t_valid.eq(1), t.pos.eq(Cat(offset, chunk_lo[len(offset):])),
+                m.d.sync += [t_valid.eq(1), t.gap.eq(to_chunk + offset), to_chunk.eq(-offset),
                              t.end.eq(0), t.base.eq(row_base), rem.eq(rem & ~low)]
             with m.Else():
                 m.d.sync += busy.eq(0)
@@ -77,13 +82,10 @@ class DirectToStride(wiring.Component):
                                  first_chunk.eq(1)]
 
         # ---- Stage 2: distances and escapes.
-        prev = Signal(17)
-        gap = Signal(18)
-        m.d.comb += gap.eq(t.pos - prev)
         out_free = Signal()
         m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
         escape = Signal()
-        m.d.comb += escape.eq(~t.end & (gap >= ESCAPE))
+        m.d.comb += escape.eq(~t.end & (t.gap >= ESCAPE))
         m.d.comb += t_ready.eq(out_free & ~escape)
         with m.If(out_free):
             m.d.sync += self.o.valid.eq(t_valid)
@@ -91,9 +93,10 @@ class DirectToStride(wiring.Component):
                 m.d.sync += [self.o.payload.base.eq(t.base), self.o.payload.none.eq(t.end),
                              self.o.payload.last.eq(t.end)]
                 with m.If(t.end):
-                    m.d.sync += [self.o.payload.value.eq(0), prev.eq(0)]
+                    m.d.sync += self.o.payload.value.eq(0)
                 with m.Elif(escape):
-                    m.d.sync += [self.o.payload.value.eq(ESCAPE), prev.eq(prev + ESCAPE)]
+                    # the token stays (t_ready is low) with 255 positions fewer to go
+                    m.d.sync += [self.o.payload.value.eq(ESCAPE), t.gap.eq(t.gap - ESCAPE)]
                 with m.Else():
-                    m.d.sync += [self.o.payload.value.eq(gap), prev.eq(t.pos)]
+                    m.d.sync += self.o.payload.value.eq(t.gap)
         return m

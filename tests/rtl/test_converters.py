@@ -63,6 +63,41 @@ def test_direct_to_stride_entries(seed):
         assert entries == ix.stride_entries(ix.direct_to_stride(bits)).tolist()
 
 
+def test_direct_to_stride_escapes():
+    """Distances around one, two and three escapes (254 ... 766 positions, the first from
+    position 0 too), inside a chunk and across many empty ones, under back-pressure."""
+    rows = []
+    for positions, n in [([254], 300), ([255], 300), ([256], 300), ([0, 255, 510, 511], 600),
+                         ([509, 1019, 1530], 1600), ([3, 769], 800), ([1999], 2000),
+                         ([60, 63, 64, 318, 319, 575], 640)]:
+        bits = np.zeros(n, bool)
+        bits[positions] = True
+        rows.append(bits)
+    rng = random.Random(5)
+    dut = DirectToStride()
+    got = []
+
+    async def producer(ctx):
+        for bits in rows:
+            for ch in _chunks(bits):
+                await stream_put(ctx, dut.i, ch, rng, 0.3)
+
+    async def consumer(ctx):
+        for _ in rows:
+            entries = []
+            while True:
+                e = await stream_get(ctx, dut.o, rng, 0.5)
+                if e.none:
+                    break
+                entries.append(e.value)
+            got.append(entries)
+
+    simulate(dut, producer, consumer)
+    for bits, entries in zip(rows, got):
+        want = ix.stride_entries(ix.direct_to_stride(bits)).tolist()
+        assert entries == want, np.flatnonzero(bits).tolist()
+
+
 def _entries(bits, base):
     es = [{"value": int(v), "base": base, "none": 0, "last": 0}
           for v in ix.stride_entries(ix.direct_to_stride(bits))]
