@@ -144,8 +144,16 @@ class MatrixController(wiring.Component):
         rf = self.regs_file
         file_out_span = Signal(28)   # (mx.nvec - 1) * acc_stride
         file_in_span = Signal(28)    # (mx.nvec - 1) * nstride
-        m.d.sync += [file_out_span.eq((rf.nvec - 1) * rf.acc_stride),
-                     file_in_span.eq((rf.nvec - 1) * rf.nstride)]
+        # (in two stages, the factors registered first, so the multiplier has a register on
+        # either side: current two cycles after the register file, which is in time: the
+        # cfg's SIGNAL cycle sees the file written, then IDLE takes the fc, then WAIT
+        # starts it at the earliest)
+        file_vecs = Signal(signed(13))
+        file_acc_stride, file_nstride = Signal(16), Signal(16)
+        m.d.sync += [file_vecs.eq(rf.nvec - 1), file_acc_stride.eq(rf.acc_stride),
+                     file_nstride.eq(rf.nstride),
+                     file_out_span.eq(file_vecs * file_acc_stride),
+                     file_in_span.eq(file_vecs * file_nstride)]
         op_out_span = Signal(21)     # (nvec - 1) * acc_stride, nvec the operand
         op_in_span = Signal(21)
         # what the outputs' and the neurons' first vectors leave of acc and nbuf (negative:

@@ -61,8 +61,10 @@ async def _load(ctx, mx, case):
 
 
 async def _take(ctx, mx, args) -> None:
-    """As the unit's front end does: the fc is taken (``taking``, ``taken``) a cycle after
-    the register file's last cfg write, and starts the cycle after at the earliest."""
+    """As the unit's front end does: the register file's last cfg write is seen a cycle
+    (the cfg's SIGNAL cycle) before the fc is taken (``taking``, ``taken``, in IDLE), and
+    the fc starts the cycle after at the earliest (WAIT)."""
+    await ctx.tick()
     ctx.set(mx.taken, args)
     ctx.set(mx.taking, 1)
     await ctx.tick()
