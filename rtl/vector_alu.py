@@ -24,6 +24,12 @@ def alu_input_layout(lanes: int) -> data.StructLayout:
     })
 
 
+def _carry_save(a: Value, b: Value, c: Value) -> tuple[Value, Value]:
+    """Three 32-bit addends as two with the same sum modulo 2**32 (a full adder per bit:
+    the sum bits, and the carries one place up)."""
+    return (a ^ b ^ c)[:32], Cat(C(0, 1), (a & b | a & c | b & c)[:31])
+
+
 class VectorAlu(wiring.Component):
     """Element-wise int32 arithmetic on words of ``lanes`` elements, bit-exact with the golden
     model's ``vred`` and ``vew``.
@@ -96,8 +102,11 @@ class VectorAlu(wiring.Component):
                     with m.Case(AluOp.SUM):
                         m.d.comb += new.eq(Mux(s1_first, x, (acc[k] + x)[:32]))
                     with m.Default():
-                        high = Cat(C(0, 16), (s1_xh[k] + s1_yh[k])[:16])
-                        ew = ((s1_x[k] + s1_y[k])[:32] + high)[:32].as_signed()
+                        # x + y + (xh + yh) << 16, wrapped at 32 bits: two carry-save
+                        # layers, then one adder (not an adder after an adder)
+                        sv, cv = _carry_save(s1_x[k], s1_y[k], Cat(C(0, 16), s1_xh[k]))
+                        sv, cv = _carry_save(sv, cv, Cat(C(0, 16), s1_yh[k]))
+                        ew = (sv + cv)[:32].as_signed()
                         m.d.comb += new.eq(Mux(s1_relu & (ew < 0), 0, ew))
                 with m.If(s1_valid):
                     m.d.sync += acc[k].eq(new)
