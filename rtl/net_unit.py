@@ -164,13 +164,20 @@ class NetUnit(wiring.Component):
         m.d.comb += accepted.eq(issue & self.mem_rd.ready)
         m.d.sync += inflight.eq(inflight + accepted - self.mem_rvalid)
         # Room in `tx` for one more read, a register: next cycle's flits queued or in
-        # flight are at most this cycle's plus this cycle's new read and head flit (a word
+        # flight are at most this cycle's plus this cycle's new read or head flit (a word
         # arriving moves from in flight to queued; a flit leaving is not counted, so the
-        # room may show up a cycle late).  No adder lies between the FIFO's level and the
-        # local memory's read port.
+        # room may show up a cycle late).  The flits queued or in flight are a register
+        # (`occupied`, tx.level + inflight), compared with the two bounds and selected by
+        # whether a read or a head goes in now (never both: reads are made in DATA, heads
+        # in HEAD): no adder lies between the FIFO's level and the local memory's read
+        # port, nor between the send's state and the room.
+        occupied = Signal(range(tx.depth + 6))
+        head_in = Signal()
+        m.d.comb += head_in.eq(tx.w_en & ~self.mem_rvalid)
+        m.d.sync += occupied.eq(occupied + accepted + head_in - (tx.r_en & tx.r_rdy))
         room = Signal()
-        m.d.sync += room.eq(tx.level + inflight + accepted + (tx.w_en & ~self.mem_rvalid)
-                            < tx.depth - 1)
+        m.d.sync += room.eq(Mux(accepted | head_in, occupied < tx.depth - 2,
+                                occupied < tx.depth - 1))
         m.d.sync += [read_last1.eq(accepted & (left == 1)), read_last.eq(read_last1)]
         # The recv's counter compared in every cycle and registered: a cycle late, which
         # only delays a recv (counts fall only by this unit's takes, each written before the
