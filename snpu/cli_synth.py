@@ -34,8 +34,9 @@ DEVICES = ("25k", "45k", "85k")
               help="Stop after yosys: the per-block area and the deepest paths of the "
                    "netlist, without nextpnr's placement (no Fmax; minutes faster).")
 @click.option("--paths", type=click.IntRange(0, 100), default=5, show_default=True,
-              help="List this many of the deepest register-to-register paths (before "
-                   "placement), each with its source lines.")
+              help="List this many of the deepest register-to-register paths before "
+                   "placement and, placed, of the worst paths after routing (one per "
+                   "register and logic cone), each with its source lines.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def synth(core: str | None, mesh: str | None, router: bool, device: str, seeds: int,
           target_mhz: float, timing_weight: int | None, no_place: bool, paths: int,
@@ -110,3 +111,14 @@ def _print_placed(what: str, r: dict, target_mhz: float) -> None:
                    f"{cp['logic_levels']} logic levels, {cp['from']} -> {cp['to']} (ns: {split})")
         for step in cp["through"]:
             click.echo(f"  {step['signal']:<48} {step['source'] or ''}")
+    worst = next(iter(r["placed_paths"]), None)
+    if worst is None:
+        return
+    pp = r["placed_paths"][worst]
+    click.echo(f"\nseed {worst}: {pp['failing_endpoints']} endpoints in "
+               f"{pp['failing_registers']} registers miss {target_mhz:g} MHz; the worst paths "
+               f"after routing, one per register and logic cone (ns at each signal):")
+    for p in pp["paths"]:
+        click.echo(f"  {p['fmax_mhz']:6.1f} MHz  to {p['to']}, {p['cells']} cells")
+        for step in p["through"]:
+            click.echo(f"    {step['at_ns']:6.2f}  {step['signal'][:60]:<60} {step['source'] or ''}")

