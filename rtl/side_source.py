@@ -56,8 +56,8 @@ class SideSource(wiring.Component):
     stride row when a chunk holds at most ``window`` entries); one entry per cycle on the
     entry path.  Row overhead: none for dense / direct, about 3 cycles for a converted
     stride row (count read).  Latency (dense / direct / replay): a chunk enters the output
-    queue four cycles after its index word is read (the block RAM's word masked into a
-    register, per-byte counts, their sum, the value base); the stride converter's chunks
+    queue five cycles after its index word is read (the block RAM's word registered, then
+    masked into a register, per-byte counts, their sum, the value base); the stride converter's chunks
     leave through a :class:`~.skid.SkidBuffer` (a cycle).
 
     Parameters
@@ -96,7 +96,7 @@ class SideSource(wiring.Component):
         self._window = window
         self._replay_chunks = replay_chunks
         self._replay = Memory(shape=CHUNK, depth=replay_chunks, init=[]) if convert else None
-        self._fifo = SyncFIFOBuffered(width=len(Signal(chunk_layout()).as_value()), depth=8)
+        self._fifo = SyncFIFOBuffered(width=len(Signal(chunk_layout()).as_value()), depth=10)
         self._convert = convert
         self._d2s = DirectToStride() if convert else None
         self._fetch = ByteFetcher(window)
@@ -156,7 +156,7 @@ class SideSource(wiring.Component):
         w_v, w_k, w_c = Signal(12), Signal(12), Signal(11)
         w_vec_idx, w_row_idx = Signal(ADDR), Signal(ADDR)
         inflight = Signal()
-        q_pending = Signal(2)  # chunks in the receiver's later stages
+        q_pending = Signal(3)  # chunks in the receiver's later stages
         # room for one more chunk, registered: the chunks in flight and in the FIFO after
         # this cycle are at most this cycle's plus its issue (a chunk leaving only makes more
         # room), so if those are below the depth, a chunk issued next cycle fits; the FIFO's
@@ -177,17 +177,21 @@ class SideSource(wiring.Component):
         one_chunk, one_row = Signal(), Signal()   # chunks == 1, rows == 1 (set at start)
         # metadata travelling with the read
         r_valid, r_clast, r_rowlast = Signal(), Signal(), Signal()
-        r_mask = Signal(CHUNK)  # the chunk's positions inside the row, decided at issue
         # the row's last chunk's positions (n - 64 * (chunks - 1) of them), a register set
-        # at start; every other chunk has all 64
+        # the cycle after start from the registered n (a chunk's word is masked three
+        # cycles after its issue at the earliest, and the first issue comes the cycle after
+        # start); every other chunk has all 64
         last_mask = Signal(CHUNK)
         n_reg = Signal(16)
+        start_d = Signal()
+        m.d.sync += start_d.eq(self.start)
         with m.If(self.start):
             m.d.sync += n_reg.eq(self.n)
+        with m.If(start_d):
             # the last chunk's last position (n > 0)
             last_pos = Signal(range(CHUNK), name="last_pos")
-            m.d.comb += last_pos.eq(self.n - 1)
-            m.d.sync += last_mask.eq(Mux(self.n == 0, 0,
+            m.d.comb += last_pos.eq(n_reg - 1)
+            m.d.sync += last_mask.eq(Mux(n_reg == 0, 0,
                                          thermometer(m, last_pos, CHUNK, "last_mask")))
         with m.If(self.start):
             m.d.sync += [w_active.eq(~is_stride & (self.nvec != 0) & (self.rows != 0)),
@@ -216,20 +220,26 @@ class SideSource(wiring.Component):
                     with m.If(vec_last):
                         m.d.sync += w_active.eq(0)
         m.d.sync += [inflight.eq(issue), r_valid.eq(issue), r_clast.eq(c_last),
-                     r_rowlast.eq(row_last),
-                     r_mask.eq(Mux(c_last, last_mask, (1 << CHUNK) - 1))]
+                     r_rowlast.eq(row_last)]
 
-        # receive (stage 1): mask the tail (the block RAM's word goes through one LUT into
-        # a register)
-        bits = Signal(CHUNK)
+        # receive (stage 0): the block RAM's word into a register as it is (its
+        # clock-to-output is most of a cycle); a replayed stride row's from the replay
+        # memory (a selection by the format, which holds)
         word = self.mem_data
-        if convert:  # a replayed stride row comes from the replay memory
+        if convert:
             word = Mux(is_stride, replay_r.data, self.mem_data)
-        m.d.comb += bits.eq(Mux(self.fmt == Fmt.DENSE, (1 << CHUNK) - 1, word) & r_mask)
+        d_valid, d_clast, d_rowlast = Signal(), Signal(), Signal()
+        d_word = Signal(CHUNK)
+        m.d.sync += [d_valid.eq(r_valid & ~self.start), d_clast.eq(r_clast),
+                     d_rowlast.eq(r_rowlast), d_word.eq(word)]
+        # receive (stage 1): mask the row's last chunk's tail (one LUT per bit)
+        bits = Signal(CHUNK)
+        m.d.comb += bits.eq(Mux(self.fmt == Fmt.DENSE, (1 << CHUNK) - 1, d_word) &
+                            Mux(d_clast, last_mask, (1 << CHUNK) - 1))
         b_valid, b_clast, b_rowlast = Signal(), Signal(), Signal()
         b_bits = Signal(CHUNK)
-        m.d.sync += [b_valid.eq(r_valid & ~self.start), b_clast.eq(r_clast),
-                     b_rowlast.eq(r_rowlast), b_bits.eq(bits)]
+        m.d.sync += [b_valid.eq(d_valid & ~self.start), b_clast.eq(d_clast),
+                     b_rowlast.eq(d_rowlast), b_bits.eq(bits)]
         # receive (stage 2): count the kept elements per byte
         q_valid, q_clast, q_rowlast = Signal(), Signal(), Signal()
         q_bits = Signal(CHUNK)
@@ -359,7 +369,7 @@ class SideSource(wiring.Component):
                         m.next = "REPLAY"
                 with m.State("REPLAY"):
                     # the vector's other rows, read back, have all left
-                    with m.If(~(w_active | r_valid | b_valid | q_valid | k_valid) &
+                    with m.If(~(w_active | r_valid | d_valid | b_valid | q_valid | k_valid) &
                               (fifo.level == 0)):
                         m.d.sync += replaying.eq(0)
                         m.next = "ROW_START"
@@ -438,8 +448,8 @@ class SideSource(wiring.Component):
                 m.d.comb += to_chunks
 
         m.d.comb += self.error.eq(s_error | (s2d.error if convert else 0))
-        m.d.comb += q_pending.eq(b_valid + q_valid + k_valid)
-        m.d.comb += self.busy.eq(w_active | r_valid | b_valid | q_valid | k_valid |
+        m.d.comb += q_pending.eq(d_valid + b_valid + q_valid + k_valid)
+        m.d.comb += self.busy.eq(w_active | r_valid | d_valid | b_valid | q_valid | k_valid |
                                  ~stride_fsm.ongoing("IDLE")
                                  | (out_skid.o.valid if convert else 0))
         return m

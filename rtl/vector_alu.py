@@ -56,16 +56,20 @@ class VectorAlu(wiring.Component):
         m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
         p = self.i.payload
 
-        # Stage 1: partial products, or the operand itself.  Only the low 32 bits of
+        # Stage 1: partial products, and the operand itself.  Only the low 32 bits of
         # a * ma + b * mb are kept (wrap32), so a * ma is split at bit 16 into
         # a[:16] * ma (a 17 x 16 signed product) and the low 16 bits of a[16:] * ma (to add
         # at bit 16): each multiply fits one 18 x 18 block, and the adder that would join
-        # them waits for stage 2 (the multiplier's own delay is all of stage 1).
+        # them waits for stage 2.  The products go into their registers straight from the
+        # multipliers (whose own delay, about 4 ns on an ECP5, is most of the cycle), for
+        # every operation: the operand of a reduction is registered beside them, and stage
+        # 2 picks what its operation uses.
         s1_valid, s1_emit = Signal(), Signal()
         s1_op = Signal(AluOp)
         s1_relu, s1_first = Signal(), Signal()
-        s1_x = [Signal(32, name=f"s1_x{k}") for k in range(L)]   # a[:16] * ma, or a
-        s1_y = [Signal(32, name=f"s1_y{k}") for k in range(L)]   # b[:16] * mb, or 0
+        s1_a = [Signal(32, name=f"s1_a{k}") for k in range(L)]    # a
+        s1_x = [Signal(32, name=f"s1_x{k}") for k in range(L)]    # a[:16] * ma
+        s1_y = [Signal(32, name=f"s1_y{k}") for k in range(L)]    # b[:16] * mb
         s1_xh = [Signal(16, name=f"s1_xh{k}") for k in range(L)]  # a[16:] * ma, low half
         s1_yh = [Signal(16, name=f"s1_yh{k}") for k in range(L)]  # b[16:] * mb, low half
 
@@ -80,27 +84,24 @@ class VectorAlu(wiring.Component):
                          s1_first.eq(p.first),
                          s1_emit.eq(Mux(p.op == AluOp.EW, 1, p.last))]
             for k in range(L):
-                with m.If(p.op == AluOp.EW):
-                    m.d.sync += [s1_x[k].eq(low_product(p.a[k], p.ma)),
-                                 s1_xh[k].eq(high_product(p.a[k], p.ma)),
-                                 s1_y[k].eq(low_product(p.b[k], p.mb)),
-                                 s1_yh[k].eq(high_product(p.b[k], p.mb))]
-                with m.Else():
-                    m.d.sync += [s1_x[k].eq(p.a[k]), s1_xh[k].eq(0), s1_y[k].eq(0),
-                                 s1_yh[k].eq(0)]
+                m.d.sync += [s1_a[k].eq(p.a[k]),
+                             s1_x[k].eq(low_product(p.a[k], p.ma)),
+                             s1_xh[k].eq(high_product(p.a[k], p.ma)),
+                             s1_y[k].eq(low_product(p.b[k], p.mb)),
+                             s1_yh[k].eq(high_product(p.b[k], p.mb))]
 
         # Stage 2: combine with the running value; emit.
         acc = [Signal(signed(32), name=f"acc{k}") for k in range(L)]
         with m.If(advance):
             m.d.sync += self.o.valid.eq(s1_valid & s1_emit)
             for k in range(L):
-                x = s1_x[k].as_signed()
+                a = s1_a[k].as_signed()
                 new = Signal(signed(32), name=f"new{k}")
                 with m.Switch(s1_op):
                     with m.Case(AluOp.MAX):
-                        m.d.comb += new.eq(Mux(s1_first | (x > acc[k]), x, acc[k]))
+                        m.d.comb += new.eq(Mux(s1_first | (a > acc[k]), a, acc[k]))
                     with m.Case(AluOp.SUM):
-                        m.d.comb += new.eq(Mux(s1_first, x, (acc[k] + x)[:32]))
+                        m.d.comb += new.eq(Mux(s1_first, a, (acc[k] + a)[:32]))
                     with m.Default():
                         # x + y + (xh + yh) << 16, wrapped at 32 bits: two carry-save
                         # layers, then one adder (not an adder after an adder)

@@ -87,7 +87,7 @@ STRIDE_REPLAY_CHUNKS = 512
 #: since the connection unit registers its joined chunks, one since the MX unit checks the
 #: operands it latched at start the cycle after, one since the lanes register the buffers'
 #: words before selecting their operand bytes)
-FC_PIPELINE = 26
+FC_PIPELINE = 27
 #: pipeline fill/drain of the VX unit per vred / vew (address generator, read, read data
 #: registered, ALU, write back)
 VX_PIPELINE = 9

@@ -268,4 +268,4 @@ def test_replayed_stride_rows_at_one_chunk_per_cycle():
     first_row, replayed = times[:10], times[10:]
     assert first_row[-1] - first_row[0] >= 9 * 16 - 4  # the converter's pace: 64 entries a chunk
     assert replayed[-1] - replayed[0] == len(replayed) - 1  # back to back
-    assert replayed[0] - first_row[-1] <= 8
+    assert replayed[0] - first_row[-1] <= 9  # (the words engine's five stages fill)

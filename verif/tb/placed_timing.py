@@ -99,7 +99,9 @@ def endpoint_slacks(text: str):
             if p in arrival:
                 continue
             if expanded:
-                best = (launches.get(p, 0.0), None)
+                # a pin that no register launches (a constant, a top-level input) is never
+                # reached: -inf, so a constant's arcs cannot hide a real path
+                best = (launches.get(p, float("-inf")), None)
                 for src, d in arcs.get(p, ()):
                     if src in arrival and arrival[src][0] + d > best[0]:
                         best = (arrival[src][0] + d, src)
@@ -115,6 +117,8 @@ def endpoint_slacks(text: str):
     out = []
     for end, setup in setups.items():
         a = arrive(end)
+        if a == float("-inf"):
+            continue
         chain, p = [], end
         while p is not None:
             chain.append((p, round(arrival[p][0], 3)))
