@@ -20,7 +20,9 @@ class ByteFetcher(wiring.Component):
     cycle is never starved after the first word.
 
     ``pair_zero`` says the window's first two bytes are both 0 (meaningful with ``avail >= 2``),
-    for a consumer reading a 2-byte count: it is not computed from ``bytes``.
+    for a consumer reading a 2-byte count: it is not computed from ``bytes``.  Likewise
+    ``escape[j]`` says window byte ``j`` is 255 (a stride index's escape), from a flag per
+    ring byte compared on the ring's registers and selected with the byte.
 
     ``take`` should be computed from counters (``avail``), not from the window's contents:
     then the only loop through this block is the ring pointer, and the window multiplexers sit
@@ -47,6 +49,7 @@ class ByteFetcher(wiring.Component):
             "bytes": Out(data.ArrayLayout(8, window)),
             "avail": Out(range(window + 1)),
             "pair_zero": Out(1),
+            "escape": Out(window),
             "take": In(range(window + 1)),
             "mem_addr": Out(word_addr_bits),
             "mem_en": Out(1),
@@ -87,6 +90,13 @@ class ByteFetcher(wiring.Component):
             for k in range(RING_BYTES):
                 with m.Case(k):
                     m.d.comb += self.pair_zero.eq(ring_zero[k] & ring_zero[(k + 1) % RING_BYTES])
+        ring_escape = [Signal(name=f"ring_escape{k}") for k in range(RING_BYTES)]
+        m.d.comb += [e.eq(b == 255) for e, b in zip(ring_escape, ring_bytes)]
+        for j in range(E):
+            with m.Switch(idx[j]):
+                for k in range(RING_BYTES):
+                    with m.Case(k):
+                        m.d.comb += self.escape[j].eq(ring_escape[k])
         # avail is a register (kept equal to min(window, fill)): consumers decide on it
         # without a path through the fill arithmetic.
 

@@ -24,9 +24,13 @@ class LocalMemory(wiring.Component):
     only when it has room) and writes arriving packets' words (``net_wr``, with byte
     enables).  The read port alternates between the AXI side and the NET side when both
     want it; arriving packets win the write port, so the network always drains.  The block
-    RAM's output goes into a register before it reaches either side's queue (a block RAM's
-    clock-to-output is most of a cycle at 125 MHz), so a word leaves two cycles after its
-    read.
+    RAMs' inputs come from registers (the read address and enable as arbitrated, the write
+    address, data and enables as chosen), registered here beside the memory: a 64 KiB
+    memory is 32 block RAMs across the die, and neither arbitration's choice feeds their
+    pins in the cycle it is made.  Reads and writes are delayed alike, so their order is
+    kept.  The block RAMs' output goes into a register before it reaches either side's
+    queue (a block RAM's clock-to-output is most of a cycle at 125 MHz), so a word leaves
+    three cycles after its read is taken (``net_rdata`` three cycles after ``net_rd``).
 
     Members
     -------
@@ -41,7 +45,7 @@ class LocalMemory(wiring.Component):
         self._size = size
         self.mem = Memory(shape=64, depth=size // 8, init=[])
         self._ar = SyncFIFOBuffered(width=36, depth=2)
-        self._rdata = SyncFIFOBuffered(width=67, depth=8)
+        self._rdata = SyncFIFOBuffered(width=67, depth=10)
         super().__init__({
             "axi": In(AxiSignature()),
             "net_rd": In(stream.Signature(17)),
@@ -68,9 +72,11 @@ class LocalMemory(wiring.Component):
         cur_addr = Signal(28)
         cur_left = Signal(9)
         busy = Signal()
-        inflight = Signal()   # a word is read from the block RAM this cycle ...
+        inflight0 = Signal()  # a read's address is in the block RAMs' address register ...
+        inflight = Signal()   # ... the word is read from the block RAM this cycle ...
         inflight2 = Signal()  # ... and is in the output register this cycle
-        meta = Signal(3)      # resp, last of the word read
+        meta0 = Signal(3)     # resp, last of the word whose address is registered
+        meta = Signal(3)      # ... of the word read
         meta2 = Signal(3)     # ... of the word in the output register
         word = Signal(64)     # the block RAM's output, registered
         axi_wants = Signal()
@@ -90,19 +96,27 @@ class LocalMemory(wiring.Component):
         m.d.comb += [net_go.eq(self.net_rd.valid & (prefer_net | ~axi_wants)),
                      axi_go.eq(axi_wants & ~net_go),
                      self.net_rd.ready.eq(net_go),
-                     rp.addr.eq(Mux(net_go, self.net_rd.payload, cur_addr[3:])),
-                     rp.en.eq(net_go | axi_go)]
+                     ]
+        # the read's address and enable into registers at the block RAMs
+        rd_addr = Signal.like(rp.addr)
+        rd_en = Signal()
+        m.d.sync += [rd_addr.eq(Mux(net_go, self.net_rd.payload, cur_addr[3:])),
+                     rd_en.eq(net_go | axi_go)]
+        m.d.comb += [rp.addr.eq(rd_addr), rp.en.eq(rd_en)]
         with m.If(self.net_rd.valid & axi_wants):
             m.d.sync += prefer_net.eq(~net_go)
         with m.If(axi_go):
             m.d.sync += [cur_addr.eq(cur_addr + 8), cur_left.eq(cur_left - 1),
-                         meta.eq(Cat(self._resp(cur_addr), cur_left == 1))]
+                         meta0.eq(Cat(self._resp(cur_addr), cur_left == 1))]
             with m.If(cur_left == 1):
                 m.d.sync += busy.eq(0)
-        net_read = Signal()
-        m.d.sync += [inflight.eq(axi_go), inflight2.eq(inflight), meta2.eq(meta),
-                     word.eq(rp.data), net_read.eq(net_go), self.net_rvalid.eq(net_read),
-                     room.eq(rq.level + inflight + inflight2 + axi_go < rq.depth - 1)]
+        net_read0, net_read = Signal(), Signal()
+        m.d.sync += [inflight0.eq(axi_go), inflight.eq(inflight0), inflight2.eq(inflight),
+                     meta.eq(meta0), meta2.eq(meta), word.eq(rp.data),
+                     net_read0.eq(net_go), net_read.eq(net_read0),
+                     self.net_rvalid.eq(net_read),
+                     room.eq(rq.level + inflight0 + inflight + inflight2 + axi_go
+                             < rq.depth - 1)]
         m.d.comb += [self.net_rdata.eq(word),
                      rq.w_en.eq(inflight2), rq.w_data.eq(Cat(word, meta2)),
                      bus.rvalid.eq(rq.r_rdy), bus.rdata.eq(rq.r_data[:64]),
@@ -113,14 +127,18 @@ class LocalMemory(wiring.Component):
         m.d.comb += [idq.w_en.eq(bus.arvalid & bus.arready), idq.w_data.eq(bus.arid),
                      bus.rid.eq(idq.r_data), idq.r_en.eq(bus.rvalid & bus.rready & bus.rlast)]
 
-        # ---- Writes: arriving packets first, then one AXI burst at a time.
+        # ---- Writes: arriving packets first, then one AXI burst at a time; the chosen
+        # write into registers at the block RAMs (`wr`), written the cycle after.
+        wr = Signal(NET_WRITE)
+        m.d.comb += [wp.addr.eq(wr.addr), wp.data.eq(wr.data), wp.en.eq(wr.en)]
         m.d.comb += self.net_wr.ready.eq(1)
         w_addr = Signal(28)
         w_err = Signal(2)
         axi_w = Signal()
+        m.d.sync += wr.en.eq(0)
         with m.If(self.net_wr.valid):
-            m.d.comb += [wp.addr.eq(self.net_wr.payload.addr), wp.data.eq(self.net_wr.payload.data),
-                         wp.en.eq(self.net_wr.payload.en)]
+            m.d.sync += [wr.addr.eq(self.net_wr.payload.addr), wr.data.eq(self.net_wr.payload.data),
+                         wr.en.eq(self.net_wr.payload.en)]
         with m.FSM():
             with m.State("ADDR"):
                 m.d.comb += bus.awready.eq(1)
@@ -131,8 +149,8 @@ class LocalMemory(wiring.Component):
                 m.d.comb += [bus.wready.eq(~self.net_wr.valid), axi_w.eq(bus.wvalid & bus.wready)]
                 resp = self._resp(w_addr)
                 with m.If(~self.net_wr.valid):
-                    m.d.comb += [wp.addr.eq(w_addr[3:]), wp.data.eq(bus.wdata),
-                                 wp.en.eq(Mux(axi_w & (resp == RESP_OKAY), bus.wstrb, 0))]
+                    m.d.sync += [wr.addr.eq(w_addr[3:]), wr.data.eq(bus.wdata),
+                                 wr.en.eq(Mux(axi_w & (resp == RESP_OKAY), bus.wstrb, 0))]
                 with m.If(axi_w):
                     m.d.sync += w_addr.eq(w_addr + 8)
                     with m.If(resp != RESP_OKAY):

@@ -142,8 +142,9 @@ class NetUnit(wiring.Component):
         issue = Signal()
         rd_addr = Signal(17)       # next local word to read
         m.d.comb += [self.mem_rd.payload.eq(rd_addr), self.mem_rd.valid.eq(issue)]
-        # the word read two cycles ago ends its packet (the local memory's read latency 2)
+        # the word read three cycles ago ends its packet (the local memory's read latency 3)
         read_last = Signal()
+        read_last2 = Signal()      # ... the word read two cycles ago
         read_last1 = Signal()      # ... the word read last cycle
         head = Signal(HEAD)
         # The next packet's destination and the bytes still to send, registers stepped by
@@ -178,7 +179,8 @@ class NetUnit(wiring.Component):
         room = Signal()
         m.d.sync += room.eq(Mux(accepted | head_in, occupied < tx.depth - 2,
                                 occupied < tx.depth - 1))
-        m.d.sync += [read_last1.eq(accepted & (left == 1)), read_last.eq(read_last1)]
+        m.d.sync += [read_last1.eq(accepted & (left == 1)), read_last2.eq(read_last1),
+                     read_last.eq(read_last2)]
         # The recv's counter compared in every cycle and registered: a cycle late, which
         # only delays a recv (counts fall only by this unit's takes, each written before the
         # next recv's first comparison)

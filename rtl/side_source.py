@@ -297,6 +297,7 @@ class SideSource(wiring.Component):
         # count's and the entries' (zero outside COUNT and EMIT), so an OR rather than a
         # multiplexer on the state puts the converter's take into the fetcher.
         take_own = Signal.like(fetch.take)
+        s2d_go = Signal()   # start the converter (CONVERT's first cycle)
         with m.FSM() as stride_fsm:
             with m.State("IDLE"):
                 with m.If(self.start & is_stride & (self.nvec != 0) & (self.rows != 0)):
@@ -316,13 +317,18 @@ class SideSource(wiring.Component):
                         with m.If(self.to_entries):
                             m.next = "EMIT"
                         with m.Else():
-                            m.d.comb += [s2d.start.eq(1), s2d.count.eq(count)]
+                            m.d.sync += s2d_go.eq(1)
                             m.next = "CONVERT"
                     else:
                         m.next = "EMIT"
             if convert:
                 with m.State("CONVERT"):
-                    with m.If(~s2d.busy):
+                    # the converter starts in this state's first cycle, from the count
+                    # registered as it was read (the fetcher's window feeds no register of
+                    # the converter: the two sit apart on the die), and is busy the cycle after
+                    m.d.comb += [s2d.start.eq(s2d_go), s2d.count.eq(remaining)]
+                    m.d.sync += s2d_go.eq(0)
+                    with m.If(~s2d.busy & ~s2d_go):
                         m.d.sync += s_kept.eq(s2d.kept)
                         m.d.sync += s_error.eq(s_error | s2d.error)
                         m.next = "ROW_DONE"
@@ -393,6 +399,7 @@ class SideSource(wiring.Component):
         if convert:
             m.d.comb += [s2d.n.eq(self.n), s2d.val_base.eq(s_row_val),
                          s2d.packed.eq(self.packed), s2d.bytes.eq(fetch.bytes),
+                         s2d.escape.eq(fetch.escape),
                          s2d.avail.eq(fetch.avail)]
             # the converted chunks' bits into the replay memory, word k = the row's chunk k
             replay_k = Signal(range(self._replay_chunks))

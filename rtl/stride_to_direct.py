@@ -7,7 +7,6 @@ from amaranth.lib.wiring import In, Out
 from .bits import one_hots
 from .layouts import ADDR, CHUNK, chunk_layout
 
-from snpu.verif.index import STRIDE_ESCAPE as ESCAPE
 #: the largest window (entries taken per cycle)
 MAX_WINDOW = 4
 #: groups of entries held between the positions' register and the chunk assembly (a group
@@ -73,6 +72,7 @@ class StrideToDirect(wiring.Component):
             "error": Out(1),
             "kept": Out(ADDR),
             "bytes": In(data.ArrayLayout(8, window)),
+            "escape": In(window),   # bytes[k] == 255, from the byte fetcher's flags
             "avail": In(range(window + 1)),
             "take": Out(range(window + 1)),
             "o": Out(stream.Signature(chunk_layout())),
@@ -223,7 +223,9 @@ class StrideToDirect(wiring.Component):
                          cursor.eq(cursor + pre[E - 1]), staged.eq(take != 0)]
             # the window's bytes go into a register as they are (the adders sit after it)
             m.d.sync += [st_byte[k].eq(Mux(k < take, self.bytes[k], 0)) for k in range(E)]
-            m.d.sync += [st_elem[k].eq((k < take) & (self.bytes[k] != ESCAPE)) for k in range(E)]
+            # (the escape flags come with the bytes: no comparison after the window's
+            # multiplexers)
+            m.d.sync += [st_elem[k].eq((k < take) & ~self.escape[k]) for k in range(E)]
             m.d.sync += [*[e_pos[k].eq(pos[k]) for k in range(E)],
                          e_elem.eq(Cat(*st_elem)), e_push.eq(st_push)]
             # the queue: the head leaves when placed, the staged group goes behind the rest

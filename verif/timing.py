@@ -61,17 +61,17 @@ FC_ROW_MIN = 3.2
 #: expanding a stride index into bitmap chunks (claim 9): a converted (vector, row) takes
 #: one cycle more than on the AND path, and at least this many (the converter's start-up
 #: at every row is hidden behind the previous row only when that row is long)
-FC_EXPAND_ROW_MIN = 8
+FC_EXPAND_ROW_MIN = 9
 #: stride entries the MX unit's stride-to-direct converter takes per cycle (claim 9)
 STRIDE_WINDOW = 4
 #: cycles from a converted row's start to its first chunk at the lanes, beyond the
 #: converter's entries / STRIDE_WINDOW (count read, the converter's stages, its output skid,
 #: the broadcast)
-FC_EXPAND_LATENCY = 6
+FC_EXPAND_LATENCY = 7
 #: cycles the first replayed row of a vector pays for the hand-over from the converter to
 #: the replay (the converter's last chunk leaves, the words engine's pipeline fills; mostly
 #: hidden behind the lanes' queues)
-FC_REPLAY_SWITCH = 2
+FC_REPLAY_SWITCH = 3
 # (FC_EXPAND_ROW_MIN, FC_EXPAND_LATENCY and FC_REPLAY_SWITCH fitted to 66 random
 # stride-neuron fcs on the 4-lane MatrixUnit: every case of 150 cycles or more within
 # 7.1 % of the RTL, the mean error 5.4 %, the worst +-29 % on fcs of under 100 cycles whose
@@ -104,9 +104,9 @@ CFG_CYCLES = 3
 DISPATCH_CYCLES = 2
 #: cycles of a send besides one per flit (reading the first word of local memory, the last
 #: flits draining into the router; measured on the RTL, bench/noc.py)
-NET_SEND_OVERHEAD = 3
+NET_SEND_OVERHEAD = 4
 #: cycles between the packets of one send (the next head waits for the reads in flight)
-NET_PACKET_GAP = 1
+NET_PACKET_GAP = 2
 #: cycles of a recv whose bytes are there
 RECV_CYCLES = 3
 #: cycles from an instruction's end on one unit to a dependency token it gives being seen

@@ -23,7 +23,8 @@ class FetchConvert(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         m.submodules.fetch, m.submodules.conv = self.fetch, self.conv
-        m.d.comb += [self.conv.bytes.eq(self.fetch.bytes), self.conv.avail.eq(self.fetch.avail),
+        m.d.comb += [self.conv.bytes.eq(self.fetch.bytes), self.conv.escape.eq(self.fetch.escape),
+                     self.conv.avail.eq(self.fetch.avail),
                      self.fetch.take.eq(self.conv.take)]
         return m
 
