@@ -20,12 +20,13 @@ class DirectToStride(wiring.Component):
     (``none = 1, last = 1``) closes the list.  Every entry carries the ``base`` of the row's
     first chunk (where the row's values start).
 
-    Two stages: a position extractor (one set bit per cycle, lowest first, as its distance
-    from the previous one: the chunk's distance from the previous bit, a register, plus the
-    bit's offset) and a stride encoder (escapes, from the registered distance).  Throughput one entry per cycle within a chunk; a chunk
-    with ``k`` set bits takes ``k + 2`` cycles (taking it, its entries, letting it go),
-    which the merge path hides (its merger takes one entry of either list per cycle, and
-    the lanes queue the entries).  Latency 2 cycles.
+    Three stages: a position extractor (one set bit per cycle, lowest first: its position, the
+    held chunk's number beside the bit's offset, a concatenation), the distances (the
+    position less the previous one, from registers) and a stride encoder (escapes, from the
+    registered distance).  Throughput one entry per cycle within a chunk; a chunk with
+    ``k`` set bits takes ``k + 2`` cycles (taking it, its entries, letting it go), which the
+    merge path hides (its merger takes one entry of either list per cycle, and the lanes
+    queue the entries).  Latency 3 cycles.
     """
 
     i: In(stream.Signature(chunk_layout()))
@@ -33,55 +34,66 @@ class DirectToStride(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # ---- Stage 1: positions.
-        # a position as its distance from the previous one (the first from position 0)
-        token = data.StructLayout({"gap": 18, "end": 1, "base": ADDR})
-        t_valid = Signal()
-        t = Signal(token)
-        t_ready = Signal()
+        POS = 18
+        CB = (CHUNK - 1).bit_length()
+        # ---- Stage 1: positions, one set bit per cycle.
+        position = data.StructLayout({"pos": POS, "end": 1, "base": ADDR})
+        p_valid = Signal()
+        p = Signal(position)
+        p_ready = Signal()
 
         busy = Signal()           # holding a chunk
         rem = Signal(CHUNK)
         last = Signal()
         row_base = Signal(ADDR)
+        chunk_no = Signal(POS - CB)   # the held chunk's number in its row
         first_chunk = Signal(init=1)
         low = Signal(CHUNK)
         m.d.comb += low.eq(lowest_set(rem))
         # (its index from a multiplexer tree on rem, beside the carry chain of `low`)
         offset = Signal(range(CHUNK))
         m.d.comb += offset.eq(lowest_set_index(rem))
-        # the held chunk's first position less the previous token's position, kept as
-        # tokens leave and chunks are taken, so a token's distance is this plus the set
-        # bit's offset (the stride encoder's escape decision then compares a register)
-        to_chunk = Signal(18)
 
-        t_free = Signal()
-        m.d.comb += t_free.eq(~t_valid | t_ready)
-        # a chunk is taken whenever none is held, whether or not the token register is free
-        # (taking one writes no token): the input's ready is a register, and no path runs
-        # from the stride encoder's escape decision back into the chunk queue
+        # a chunk is taken whenever none is held, whether or not the position register is
+        # free (taking one writes no position): the input's ready is a register, and no path
+        # runs from the stride encoder's escape decision back into the chunk queue
         m.d.comb += self.i.ready.eq(~busy)
-        with m.If(t_free):
-            m.d.sync += t_valid.eq(0)
+        with m.If(p_ready):
+            m.d.sync += p_valid.eq(0)
         with m.If(~busy):
             with m.If(self.i.valid):
                 m.d.sync += [busy.eq(1), rem.eq(self.i.payload.bits),
                              last.eq(self.i.payload.last), first_chunk.eq(0)]
                 with m.If(first_chunk):
-                    m.d.sync += [row_base.eq(self.i.payload.base), to_chunk.eq(0)]
+                    m.d.sync += [row_base.eq(self.i.payload.base), chunk_no.eq(0)]
                 with m.Else():
-                    m.d.sync += to_chunk.eq(to_chunk + CHUNK)
-        with m.Elif(t_free):
+                    m.d.sync += chunk_no.eq(chunk_no + 1)
+        with m.Elif(p_ready):
             with m.If(rem != 0):
-                m.d.sync += [t_valid.eq(1), t.gap.eq(to_chunk + offset), to_chunk.eq(-offset),
-                             t.end.eq(0), t.base.eq(row_base), rem.eq(rem & ~low)]
+                m.d.sync += [p_valid.eq(1), p.pos.eq(Cat(offset, chunk_no)), p.end.eq(0),
+                             p.base.eq(row_base), rem.eq(rem & ~low)]
             with m.Else():
                 m.d.sync += busy.eq(0)
                 with m.If(last):
-                    m.d.sync += [t_valid.eq(1), t.end.eq(1), t.base.eq(row_base),
+                    m.d.sync += [p_valid.eq(1), p.end.eq(1), p.base.eq(row_base),
                                  first_chunk.eq(1)]
 
-        # ---- Stage 2: distances and escapes.
+        # ---- Stage 2: a position as its distance from the previous one (the first from
+        # position 0): one subtraction of registers.
+        token = data.StructLayout({"gap": POS, "end": 1, "base": ADDR})
+        t_valid = Signal()
+        t = Signal(token)
+        t_ready = Signal()
+        prev = Signal(POS)        # the row's previous position (0 before its first)
+        t_free = Signal()
+        m.d.comb += [t_free.eq(~t_valid | t_ready), p_ready.eq(~p_valid | t_free)]
+        with m.If(t_free):
+            m.d.sync += t_valid.eq(p_valid)
+            with m.If(p_valid):
+                m.d.sync += [t.end.eq(p.end), t.base.eq(p.base), t.gap.eq(p.pos - prev)]
+                m.d.sync += prev.eq(Mux(p.end, 0, p.pos))
+
+        # ---- Stage 3: escapes.
         out_free = Signal()
         m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
         escape = Signal()

@@ -42,16 +42,18 @@ def test_direct_to_stride_entries(seed):
     got = []
 
     async def producer(ctx):
-        for bits in rows:
+        for r, bits in enumerate(rows):
             for ch in _chunks(bits):
-                await stream_put(ctx, dut.i, ch, rng, 0.3)
+                # (each row's own base, taken from its first chunk: a row's entries still
+                # in the pipeline keep theirs while the next row's first chunk is taken)
+                await stream_put(ctx, dut.i, {**ch, "base": ch["base"] + 100 * r}, rng, 0.3)
 
     async def consumer(ctx):
-        for _ in rows:
+        for r, _ in enumerate(rows):
             entries = []
             while True:
                 e = await stream_get(ctx, dut.o, rng, 0.3)
-                assert e.base == 7
+                assert e.base == 7 + 100 * r
                 if e.none:
                     assert e.last
                     break
