@@ -31,7 +31,8 @@ class VectorUnit(wiring.Component):
     ``Machine._vred/_vew/_vewp/_req``).
 
     An address generator walks the instruction's loop nest and reads one accumulator word
-    (``lanes`` elements) per cycle: ``k1 * k2`` reads per output word for ``vred``, two (``a``
+    (``lanes`` elements) per cycle, each read's address and enable registered before they
+    leave (a cycle after the word is chosen and checked): ``k1 * k2`` reads per output word for ``vred``, two (``a``
     then ``b``) for ``vew``, one (plus a parameter row) for ``req``.  ``vewp`` reads as
     ``vew`` does and its parameter row beside every ``a`` word; the multipliers are
     registered as the first ``a`` word's data arrives, a cycle before its ``b`` word
@@ -164,9 +165,21 @@ class VectorUnit(wiring.Component):
         err = Signal(ErrorCode)
         issue = Signal()
         m.d.comb += issue.eq(gen & (bad == ErrorCode.NONE))
-        m.d.comb += [self.acc_rd_en.eq(issue), self.acc_rd_row.eq(rd // P),
-                     self.prm_en.eq(issue & (is_req | is_vewp & ~half)),
-                     self.prm_row.eq(Mux(is_vewp, param, prm_i))]
+        # The reads go out of registers (`q`): the range checks and the choice of the word
+        # to read (a or b, the loop counters) end in the cycle they are made, and the
+        # accumulator banks' and parameter memory's address and enable multiplexers (the
+        # VX unit's reads win over the MX lanes') start from flip-flops.
+        read_ctl = data.StructLayout({"valid": 1, "first": 1, "last": 1, "half": 1, "wr": 24})
+        q = Signal(read_ctl)
+        q_row = Signal.like(self.acc_rd_row)
+        q_prm_en = Signal()
+        q_prm_row = Signal.like(self.prm_row)
+        m.d.sync += [q.valid.eq(issue), q.first.eq((j1 == 0) & (j2 == 0)), q.last.eq(last_j),
+                     q.half.eq(half), q.wr.eq(wr), q_row.eq(rd // P),
+                     q_prm_en.eq(issue & (is_req | is_vewp & ~half)),
+                     q_prm_row.eq(Mux(is_vewp, param, prm_i))]
+        m.d.comb += [self.acc_rd_en.eq(q.valid), self.acc_rd_row.eq(q_row),
+                     self.prm_en.eq(q_prm_en), self.prm_row.eq(q_prm_row)]
 
         with m.If(self.start):
             m.d.sync += [gen.eq(1), o.eq(0), i.eq(0), j1.eq(0), j2.eq(0), half.eq(0),
@@ -226,13 +239,10 @@ class VectorUnit(wiring.Component):
         # goes along, before anything is computed on it (no block RAM output feeds a
         # multiplier: that path limited the core's clock).  A read word's control: `d` as
         # the buffers give its data, `e` beside its registered data.
-        read_ctl = data.StructLayout({"valid": 1, "first": 1, "last": 1, "half": 1, "wr": 24})
         d, e = Signal(read_ctl), Signal(read_ctl)
         e_acc = Signal(data.ArrayLayout(signed(32), P))
         e_prm = Signal(data.ArrayLayout(64, P))
-        m.d.sync += [d.valid.eq(issue), d.first.eq((j1 == 0) & (j2 == 0)), d.last.eq(last_j),
-                     d.half.eq(half), d.wr.eq(wr),
-                     e.eq(d), e_acc.eq(self.acc_rd_data), e_prm.eq(self.prm_data)]
+        m.d.sync += [d.eq(q), e.eq(d), e_acc.eq(self.acc_rd_data), e_prm.eq(self.prm_data)]
         # the ALU's first operand, registered beside e_acc: the word read (vred), or a vew's
         # a word, kept while its b word is read (no multiplexer between it and the multiply)
         alu_a = Signal(data.ArrayLayout(signed(32), P))
@@ -283,6 +293,6 @@ class VectorUnit(wiring.Component):
         m.d.sync += self.done.eq(0)
         with m.If(self.start):
             m.d.sync += running.eq(1)
-        with m.Elif(running & ~gen & ~d.valid & ~e.valid & (pending == 0)):
+        with m.Elif(running & ~gen & ~q.valid & ~d.valid & ~e.valid & (pending == 0)):
             m.d.sync += [running.eq(0), self.done.eq(1), self.error.eq(err)]
         return m

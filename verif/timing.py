@@ -88,11 +88,11 @@ STRIDE_REPLAY_CHUNKS = 512
 #: operands it latched at start the cycle after, one since the lanes register the buffers'
 #: words before selecting their operand bytes)
 FC_PIPELINE = 27
-#: pipeline fill/drain of the VX unit per vred / vew (address generator, read, read data
-#: registered, ALU, write back)
-VX_PIPELINE = 9
+#: pipeline fill/drain of the VX unit per vred / vew (address generator, read request
+#: registered, read, read data registered, ALU, write back)
+VX_PIPELINE = 10
 #: pipeline fill/drain of the VX unit per req (the requantisers take 5 cycles)
-REQ_PIPELINE = 12
+REQ_PIPELINE = 13
 #: cycles a vew reads per output word (a, then b)
 VEW_READS = 2
 #: cycles of a cfg instruction
