@@ -32,8 +32,9 @@ class VectorUnit(wiring.Component):
 
     An address generator walks the instruction's loop nest and reads one accumulator word
     (``lanes`` elements) per cycle, each read's address and enable registered before they
-    leave (a cycle after the word is chosen and checked): ``k1 * k2`` reads per output word for ``vred``, two (``a``
-    then ``b``) for ``vew``, one (plus a parameter row) for ``req``.  ``vewp`` reads as
+    leave (a cycle after the word is chosen and checked): ``k1 * k2`` reads per output
+    word for ``vred``, two (``a`` then ``b``) for ``vew``, one (plus a parameter row) for
+    ``req``.  ``vewp`` reads as
     ``vew`` does and its parameter row beside every ``a`` word; the multipliers are
     registered as the first ``a`` word's data arrives, a cycle before its ``b`` word
     reaches the ALU, so ``vewp`` takes the cycles of ``vew``.  Words flow through the
