@@ -85,8 +85,8 @@ class ChunkCompressor(wiring.Component):
     per cycle.  Latency: an input word's non-zero bytes are found into a register stage,
     packed into a second the cycle after, and merged into the packer the cycle after that;
     a chunk's words leave after its last input word is merged (the mask goes first),
-    through an output skid buffer (a cycle).  In the ST unit the reader, not this block,
-    sets the pace (:func:`snpu.verif.timing.stc_cycles`).
+    through an output skid buffer (a cycle).  In the ST unit a chunk takes the longer of
+    its input words and its output words (:func:`snpu.verif.timing.stc_cycles`).
 
     Members
     -------

@@ -190,8 +190,11 @@ class LoadUnit(wiring.Component):
         row_end, plane_end = Signal(22), Signal(22)
         can_issue = Signal()
         # ld: a read request per row; ldc: the rows only say where the dense words go
-        m.d.comb += can_issue.eq(issuing & (reader.req.ready | compressed) & rows_fifo.w_rdy &
-                                 (row_bad == ErrorCode.NONE))
+        # the cycle after `arm`, the first row's checks go into `row_bad` (no row issues)
+        first_check = Signal()
+        m.d.sync += first_check.eq(arm)
+        m.d.comb += can_issue.eq(issuing & ~first_check & (reader.req.ready | compressed) &
+                                 rows_fifo.w_rdy & (row_bad == ErrorCode.NONE))
         row_req = Signal()
         m.d.comb += row_req.eq(can_issue & ~compressed)
         m.d.comb += [
@@ -257,26 +260,28 @@ class LoadUnit(wiring.Component):
             return Mux(~lane_ok | past_end, ErrorCode.RANGE,
                        Mux(((first | cols) & group_mask) != 0, ErrorCode.ALIGN, ErrorCode.NONE))
 
-        # The instruction's first row is checked from the latched operands (`arm`); for the
-        # rows after it the buffer's rules are registers set then too, and so is the room a
-        # row's end has below the buffer's size for the step to the next row and to the next
-        # plane (`end + step > limit` is `step > limit or end > limit - step`), so those
-        # checks compare registers with no adder before them.  (Only a row start's bits
-        # under the group mask matter for its alignment: a sum of the mask's width.)
+        # The buffer's rules are registers set at `arm`, and so is the room a row's end has
+        # below the buffer's size for the step to the next row and to the next plane
+        # (`end + step > limit` is `step > limit or end > limit - step`), so the checks
+        # compare registers with no adder before them.  The instruction's first row is
+        # checked the cycle after `arm` (`first_check`), from its end (`row_end`, set at
+        # `arm`) and those registers.  (Only a row start's bits under the group mask matter
+        # for its alignment: a sum of the mask's width.)
         limit, group_mask = buffer_rules(a.buf, r)
         to_plane = Mux(banked, 0, r.dst_stride3)
         buf_mask = Signal.like(group_mask, name="buf_group_mask")
+        buf_limit = Signal.like(limit, name="buf_limit")
         row_never, plane_never = Signal(), Signal()     # the step alone passes the limit
         row_room, plane_room = Signal(22), Signal(22)   # limit - step
         with m.If(arm):
-            m.d.sync += [buf_mask.eq(group_mask),
+            m.d.sync += [buf_mask.eq(group_mask), buf_limit.eq(limit),
                          row_never.eq(r.dst_stride > limit),
                          row_room.eq(limit - r.dst_stride),
                          plane_never.eq(to_plane > limit),
                          plane_room.eq(limit - to_plane)]
         mb = len(group_mask)
         bad_first = check(Mux(banked, a.lane < P, a.lane == 0),
-                          a.dst + a.cols > limit, a.dst, a.cols, group_mask)
+                          row_end > buf_limit, a.dst[:mb], a.cols[:mb], buf_mask)
         # (row_lane is lane + p for the lane banks)
         bad_row = check(Mux(banked, row_lane < P, a.lane == 0),
                         row_never | (row_end > row_room),
@@ -285,6 +290,8 @@ class LoadUnit(wiring.Component):
                           plane_never | (plane_end > plane_room),
                           (dst_plane[:mb] + to_plane[:mb])[:mb], a.cols, buf_mask)
         with m.If(arm):
+            m.d.sync += row_bad.eq(ErrorCode.NONE)
+        with m.Elif(first_check):
             m.d.sync += row_bad.eq(bad_first)
         with m.Elif(can_issue):
             m.d.sync += row_bad.eq(Mux(plane_wrap, bad_plane, bad_row))

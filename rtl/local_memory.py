@@ -114,9 +114,12 @@ class LocalMemory(wiring.Component):
         m.d.sync += [inflight0.eq(axi_go), inflight.eq(inflight0), inflight2.eq(inflight),
                      meta.eq(meta0), meta2.eq(meta), word.eq(rp.data),
                      net_read0.eq(net_go), net_read.eq(net_read0),
-                     self.net_rvalid.eq(net_read),
-                     room.eq(rq.level + inflight0 + inflight + inflight2 + axi_go
-                             < rq.depth - 1)]
+                     self.net_rvalid.eq(net_read)]
+        # (the words queued and in flight are summed from registers; the read issued now,
+        # late from the arbitration, only selects between two comparisons)
+        queued = Signal(range(rq.depth + 4))
+        m.d.comb += queued.eq(rq.level + inflight0 + inflight + inflight2)
+        m.d.sync += room.eq(Mux(axi_go, queued < rq.depth - 2, queued < rq.depth - 1))
         m.d.comb += [self.net_rdata.eq(word),
                      rq.w_en.eq(inflight2), rq.w_data.eq(Cat(word, meta2)),
                      bus.rvalid.eq(rq.r_rdy), bus.rdata.eq(rq.r_data[:64]),

@@ -30,6 +30,10 @@ W = data.StructLayout({"data": 64, "strb": 8, "last": 1})
 READ_ROW = data.StructLayout({"word": 14, "offset": 3, "tag": 3,
                               "first_count": 4, "first_last": 1,
                               "rest": 17, "rest_count": 4, "rest_last": 1})
+#: entries of the ST unit's beat queue: the reader keeps every word it has read and the
+#: queue has not passed on in it (two in flight in front of it: the output cache's read,
+#: then the register after it), so it reads one word per cycle while the queue drains one
+BEAT_QUEUE = 6
 
 
 class StoreUnit(wiring.Component):
@@ -60,7 +64,7 @@ class StoreUnit(wiring.Component):
         self._rows_read = SyncFIFOBuffered(width=READ_ROW.size, depth=4)
         self._rows_write = SyncFIFOBuffered(width=ROW.size, depth=4)
         self._bursts = SyncFIFOBuffered(width=5, depth=8)
-        self._beats = SyncFIFOBuffered(width=BEAT.size, depth=4)
+        self._beats = SyncFIFOBuffered(width=BEAT.size, depth=BEAT_QUEUE)
         self._realign = Realigner()
         self._compressor = ChunkCompressor()
         self._stream = SyncFIFOBuffered(width=64, depth=32)
@@ -224,9 +228,15 @@ class StoreUnit(wiring.Component):
         offset = Mux(rd_started, 0, rd.offset)
         count = Mux(rd_started, next_count, rd.first_count)
         is_last = Mux(rd_started, next_last, rd.first_last)
-        inflight = Signal()
+        # words read and not yet in the beat queue: one whose address is out now (`inflight`,
+        # its data comes next cycle) and one whose data is in the register in front of the
+        # queue (`arriving`); the queue keeps a place for each
+        inflight, arriving = Signal(), Signal()
+        # words read and not passed on by the queue, a counter (no adder before `issue`)
+        held = Signal(range(BEAT_QUEUE + 1))
         issue = Signal()
-        m.d.comb += issue.eq(rows_read.r_rdy & (beats.level + inflight < beats.depth - 1))
+        m.d.comb += issue.eq(rows_read.r_rdy & (held < BEAT_QUEUE - 1))
+        m.d.sync += held.eq(held + issue - (beats.r_en & beats.r_rdy))
         m.d.comb += [self.obuf_addr.eq(cur_word), self.obuf_en.eq(issue)]
         beat_meta = Signal(BEAT)
         # after a beat that is not the row's last: the row's second beat (from the row), or
@@ -247,9 +257,11 @@ class StoreUnit(wiring.Component):
             with m.Else():
                 m.d.sync += rd_started.eq(1)
         m.d.sync += inflight.eq(issue)
+        # the output cache's word goes into a register before the beat queue (a block RAM's
+        # output, then routing, into LUT RAM was the core's worst placed path)
         arrived = Signal(BEAT)
-        m.d.comb += [arrived.eq(beat_meta), arrived.data.eq(self.obuf_data)]
-        m.d.comb += [beats.w_en.eq(inflight), beats.w_data.eq(arrived)]
+        m.d.sync += [arriving.eq(inflight), arrived.eq(beat_meta), arrived.data.eq(self.obuf_data)]
+        m.d.comb += [beats.w_en.eq(arriving), beats.w_data.eq(arrived)]
         beat = Signal(BEAT)
         m.d.comb += beat.eq(beats.r_data)
         m.d.comb += [realign.i.valid.eq(beats.r_rdy & ~compress), realign.i.payload.eq(beat),
@@ -261,7 +273,7 @@ class StoreUnit(wiring.Component):
         header_pushed = Signal()
         stream_words = Signal(29)     # words of the stream after its header
         unclaimed = Signal(range(64))  # queued words no burst has claimed yet
-        rows_drained = ~arm & ~issuing & (rows_read.level == 0) & ~rows_read.r_rdy & ~inflight & \
+        rows_drained = ~arm & ~issuing & (rows_read.level == 0) & ~rows_read.r_rdy & ~inflight & ~arriving & \
             ~beats.r_rdy & (beats.level == 0)
         # the stream has ended: every row read and compressed (a register, a cycle after
         # it holds: nothing enters once it does, so it stays true until the next start)

@@ -28,8 +28,10 @@ class StrideToDirect(wiring.Component):
     2. *Positions*: the group's absolute positions (the cursor plus the bytes' prefix sums)
        are registered, and from that register enter a queue of :data:`GROUPS` groups (so
        the chunk flags of a group entering the queue are compared from registers, not
-       after the adders).  A group moves as a whole: the queue is a shift register of
-       whole groups, not of single positions.
+       after the adders).  A group moves as a whole: the queue is the head group's
+       registers and a ring of ``GROUPS - 1`` groups behind it; a group leaving the head
+       loads the head from the ring's oldest (or from the group entering, if the ring is
+       empty), so only the head's registers wait for the decision that it leaves.
     3. *Chunk assembly*, on the queue's head group: an element whose chunk number (the
        position's bits 6 and up) equals the current chunk's sets a bit of the chunk being
        built; one in the next chunk sets a bit of the chunk after it (so a group straddling
@@ -125,8 +127,18 @@ class StrideToDirect(wiring.Component):
         st_push = Signal()  # the staged group holds an element (it goes into e_pos now)
         m.d.comb += st_push.eq(Cat(*st_elem).any())
         push = e_push
-        g_pos = [[Signal(POS, name=f"g{d}_pos{k}") for k in range(E)] for d in range(GROUPS)]
-        g_elem = [Signal(E, name=f"g{d}_elem") for d in range(GROUPS)]
+        # the queue: the head group in registers of its own, the groups behind it in a ring
+        # of GROUPS - 1 slots (a group pushed is written into the ring's next slot whether or
+        # not it goes to the head instead, so the ring's writes never wait for `pop`; `pop`
+        # loads only the head)
+        Q = GROUPS - 1
+        head_pos = [Signal(POS, name=f"head_pos{k}") for k in range(E)]
+        head_elem = Signal(E)
+        ring_pos = [[Signal(POS, name=f"ring{d}_pos{k}") for k in range(E)] for d in range(Q)]
+        ring_elem = [Signal(E, name=f"ring{d}_elem") for d in range(Q)]
+        ring_rd, ring_wr = Signal(range(Q)), Signal(range(Q))
+        ring_n = Signal(range(Q + 1))     # groups in the ring
+        ring_any = Signal()               # ring_n != 0, kept beside it
 
         # ---- Stage 3: chunk assembly on the head group.
         cur = Signal(POS - CB)       # the chunk being built
@@ -142,7 +154,7 @@ class StrideToDirect(wiring.Component):
         # chunk's bits are set from these: setting a bit again changes nothing, so `done`
         # is not on the path into the bits, only into the counts and the decision to emit)
         elem_cur, elem_next = Signal(E), Signal(E)
-        head_elems = Mux(head_valid, g_elem[0], 0)
+        head_elems = Mux(head_valid, head_elem, 0)
         # which of the head's positions are in the current chunk and in the next: registers,
         # compared as the group becomes the head or the chunk moves on (for each group that
         # may be the head next cycle and each chunk that may be current), so the emit
@@ -167,7 +179,7 @@ class StrideToDirect(wiring.Component):
         emit = Signal()
         m.d.comb += emit.eq(self.busy & out_free & (blocked | drained))
 
-        offsets = [g_pos[0][k][:CB] for k in range(E)]
+        offsets = [head_pos[k][:CB] for k in range(E)]
         new_cur = one_hots(m, offsets, elem_cur, CHUNK, name="new_cur")
         new_next = one_hots(m, offsets, elem_next, CHUNK, name="new_next")
         # an element placed into the last chunk past the row's last position (compared as
@@ -196,7 +208,8 @@ class StrideToDirect(wiring.Component):
                 self.busy.eq(1), self.error.eq(0), packed.eq(self.packed),
                 val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0),
                 staged.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_byte],
-                e_elem.eq(0), e_push.eq(0),
+                e_elem.eq(0), e_push.eq(0), ring_rd.eq(0), ring_wr.eq(0),
+                ring_n.eq(0), ring_any.eq(0),
                 count.eq(0), head_valid.eq(0), done.eq(0), room.eq(1),
                 # min(count, E) without a 16-bit comparison on the start path
                 rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E,
@@ -228,30 +241,48 @@ class StrideToDirect(wiring.Component):
             m.d.sync += [st_elem[k].eq((k < take) & ~self.escape[k]) for k in range(E)]
             m.d.sync += [*[e_pos[k].eq(pos[k]) for k in range(E)],
                          e_elem.eq(Cat(*st_elem)), e_push.eq(st_push)]
-            # the queue: the head leaves when placed, the staged group goes behind the rest
-            left = count - pop
-            for d in range(GROUPS):
-                nxt_pos = g_pos[d + 1] if d + 1 < GROUPS else g_pos[d]
-                nxt_elem = g_elem[d + 1] if d + 1 < GROUPS else g_elem[d]
-                with m.If(push & (left == d)):
-                    m.d.sync += [g_pos[d][k].eq(e_pos[k]) for k in range(E)]
-                    m.d.sync += g_elem[d].eq(e_elem)
-                with m.Elif(pop):
-                    m.d.sync += [g_pos[d][k].eq(nxt_pos[k]) for k in range(E)]
-                    m.d.sync += g_elem[d].eq(nxt_elem)
-            # the head's chunk flags next cycle: the head then is the group pushed now
-            # into an empty queue, the one behind the head if it pops, or the head; the
-            # current chunk then is `cur1` if a chunk leaves now, else `cur`
+            # the queue: the head leaves when placed; the group that becomes the head next is
+            # the ring's oldest, or the group pushed now if the ring is empty (`succ`)
+            def wrap(p):
+                return Mux(p == Q - 1, 0, p + 1)
+            ring_pos_rd = [Signal(POS, name=f"ring_rd_pos{k}") for k in range(E)]
+            ring_elem_rd = Signal(E)
+            with m.Switch(ring_rd):
+                for d in range(Q):
+                    with m.Case(d):
+                        m.d.comb += [ring_pos_rd[k].eq(ring_pos[d][k]) for k in range(E)]
+                        m.d.comb += ring_elem_rd.eq(ring_elem[d])
+            succ_pos = [Mux(ring_any, ring_pos_rd[k], e_pos[k]) for k in range(E)]
+            succ_elem = Mux(ring_any, ring_elem_rd, e_elem)
+            for d in range(Q):
+                with m.If(push & (ring_wr == d)):
+                    m.d.sync += [ring_pos[d][k].eq(e_pos[k]) for k in range(E)]
+                    m.d.sync += ring_elem[d].eq(e_elem)
+            move = Signal()      # the head is loaded now (it leaves, or it is empty)
+            m.d.comb += move.eq(pop | ~head_valid)
+            with m.If(move):
+                m.d.sync += [head_pos[k].eq(succ_pos[k]) for k in range(E)]
+                m.d.sync += head_elem.eq(succ_elem)
+            # the ring: its oldest leaves when it moves to the head; the group pushed stays in
+            # the ring unless it went to the head (an empty ring and a head that moves)
+            ring_out = move & ring_any
+            ring_in = push & ~(move & ~ring_any)
+            ring_left = ring_n - ring_out
+            m.d.sync += [ring_rd.eq(Mux(ring_out, wrap(ring_rd), ring_rd)),
+                         ring_wr.eq(Mux(ring_in, wrap(ring_wr), ring_wr)),
+                         ring_n.eq(ring_left + ring_in),
+                         ring_any.eq((ring_left != 0) | ring_in)]
+            # the head's chunk flags next cycle: the head then is the successor if the head
+            # moves now, else the head; the current chunk then is `cur1` if a chunk leaves
+            # now, else `cur`
             def flags(chunks):
                 """(in the current chunk next cycle, in the next chunk next cycle)"""
                 return (Cat(*[Mux(emit, c == cur1, c == cur) for c in chunks]),
                         Cat(*[Mux(emit, c == cur2, c == cur1) for c in chunks]))
-            pushed_cur, pushed_next = flags([e_pos[k][CB:] for k in range(E)])
-            behind_cur, behind_next = flags([g_pos[1][k][CB:] for k in range(E)])
-            head_cur, head_next = flags([g_pos[0][k][CB:] for k in range(E)])
-            to_head = push & ((count == 0) | ((count == 1) & pop))
-            m.d.sync += [h_cur.eq(Mux(to_head, pushed_cur, Mux(pop, behind_cur, head_cur))),
-                         h_next.eq(Mux(to_head, pushed_next, Mux(pop, behind_next, head_next)))]
+            succ_cur, succ_next = flags([succ_pos[k][CB:] for k in range(E)])
+            head_cur, head_next = flags([head_pos[k][CB:] for k in range(E)])
+            m.d.sync += [h_cur.eq(Mux(move, succ_cur, head_cur)),
+                         h_next.eq(Mux(move, succ_next, head_next))]
             # (pop is late: what depends on it is computed for both of its values, from
             # registers, and selected by it last)
             kept_groups = count + push               # the groups next cycle if none pops

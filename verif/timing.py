@@ -23,6 +23,10 @@ DMA_LATENCY = 12
 #: cycle after start (the operands latched, then the checks and first row worked out) with
 #: the realigner's pre-stage
 LD_WRITE_LATENCY = 4
+#: ld: the cycle after the arm cycle in which the first row's checks go into a register
+#: before its read is requested (an ldc requests its header first and checks its rows
+#: while it waits)
+LD_FIRST_CHECK = 1
 #: the longest AXI burst (beats); a row is split into bursts of at most this many beats
 MAX_BURST = 16
 #: cycles the shared memory port spends per burst besides its beats (the interconnect's
@@ -42,14 +46,11 @@ ACC_WRITE_TAIL = 2
 #: beats on the byte lanes of their address)
 ST_BEAT_BYTES = 8
 #: st: cycles from issue to its first write beat (the arm cycle after start, the row
-#: generator's registers, the AW / W skid buffers)
-ST_LATENCY = 12
+#: generator's registers, the output cache's word registered before the beat queue, the
+#: AW / W skid buffers)
+ST_LATENCY = 13
 #: st: cycles per burst besides its beats (the address and the write response)
 ST_BURST_OVERHEAD = 3
-#: st: a row's first beats are written one per cycle, later ones take this much longer each
-#: (the write data path fills up)
-ST_FREE_BEATS = 3
-ST_STALL = 0.28
 #: cycles a lane spends per row besides its chunks (rows follow each other without bubbles
 #: on the AND path; measured on the RTL, bench/datapath.py)
 FC_ROW_OVERHEAD = 0
@@ -154,7 +155,7 @@ def ld_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int, beat_cycles: in
                          words * beat_cycles + (off > 0) * (beat_cycles == 1))
     into_acc = beat_cycles > 1
     row_min = LD_ACC_ROW_MIN if into_acc else LD_ROW_MIN
-    return (DMA_LATENCY + LD_WRITE_LATENCY + ACC_WRITE_TAIL * into_acc
+    return (DMA_LATENCY + LD_WRITE_LATENCY + LD_FIRST_CHECK + ACC_WRITE_TAIL * into_acc
             + int(round(float(np.maximum(per_row, row_min).sum()))))
 
 
@@ -228,7 +229,7 @@ def st_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int) -> int:
     if row_starts.size == 0 or cols == 0:
         return 1
     _, beats, bursts, _ = _rows(row_starts, cols, axi_bytes)
-    per_row = beats + ST_BURST_OVERHEAD * bursts + ST_STALL * np.maximum(0, beats - ST_FREE_BEATS)
+    per_row = beats + ST_BURST_OVERHEAD * bursts
     return ST_LATENCY + int(round(float(per_row.sum())))
 
 
@@ -236,13 +237,11 @@ def st_cycles(row_starts: np.ndarray, cols: int, axi_bytes: int) -> int:
 #: checked, then the body requested), measured on the RTL (bench: the stc / ldc deltas of
 #: ``tests/rtl/test_core.py``'s compress programs)
 LDC_HEADER_CYCLES = 10
-#: cycles an ``stc`` spends beyond reading its rows and writing its last chunk and burst:
-#: start, the stream's end seen, the header queued and its burst answered, and the
-#: compressor's output skid buffer (RTL, measured)
-STC_OVERHEAD = 22
-#: cycles per output-cache word the ST unit's reader takes (it keeps at most 3 words in
-#: flight to its 4-entry beat queue: 3 words per 4 cycles; measured on the RTL)
-ST_READ_CYCLES = 4 / 3
+#: cycles an ``stc`` spends beyond its rows' chunks and its bursts: start, the compressor's
+#: stages, the stream's end seen, the header queued and its burst answered, the output skid
+#: buffers (fitted with the model of :func:`stc_cycles` to 13 shapes on the RTL, every one
+#: within 4 %)
+STC_OVERHEAD = 28
 
 
 def _chunk_words(cols: int, chunks: int) -> np.ndarray:
@@ -272,22 +271,25 @@ def ldc_cycles(nonzero: np.ndarray, cols: int, beat_cycles: int = 1) -> int:
 
 def stc_cycles(nonzero: np.ndarray, cols: int) -> int:
     """Cycles of an ``stc`` of rows of ``cols`` values whose chunks hold ``nonzero[r, k]``
-    non-zero values.  Its rows are read from the output cache as an ``st`` reads them
-    (:data:`ST_READ_CYCLES` per word); the compressed words leave while later chunks are
-    read, except the last chunk's mask and values, which go after it is read, and the words
-    of the last burst, which is issued once the stream has ended; then the header word.
-    Every burst after the first costs the writer :data:`ST_BURST_OVERHEAD`.  Measured on
-    the RTL (12 shapes): within 8 cycles of about 100."""
+    non-zero values.  The ST unit reads one output-cache word per cycle and the compressor
+    sends one stream word per cycle, so a chunk takes the longer of its dense words and its
+    compressed ones (the mask and the value words) and its compressed words are queued as it
+    ends.  A burst of :data:`MAX_BURST` queued words goes as soon as they are there and the
+    previous burst is done (its beats and :data:`ST_BURST_OVERHEAD`); the last, shorter one
+    once the stream has ended; then the header word (in :data:`STC_OVERHEAD`)."""
     if nonzero.size == 0:
         return 1
-    n = nonzero.shape[0]
-    value_words = -(-nonzero // 8)
-    out = int((1 + value_words).sum())
-    last_burst = out - MAX_BURST * ((out - 1) // MAX_BURST)
-    read = int(np.ceil(n * -(-cols // 8) * ST_READ_CYCLES))
-    bursts = -(-out // MAX_BURST)
-    return STC_OVERHEAD + read + 1 + int(value_words[-1, -1]) + last_burst + \
-        ST_BURST_OVERHEAD * (bursts - 1)
+    value_words = -(-nonzero // 8).ravel()
+    dense = np.tile(_chunk_words(cols, nonzero.shape[1]), nonzero.shape[0])
+    ready = np.cumsum(np.maximum(dense, 1 + value_words))   # a chunk's words queued
+    queued = np.cumsum(1 + value_words)                     # stream words by then
+    out = int(queued[-1])
+    free = 0                                                # the writer's next free cycle
+    full = (out - 1) // MAX_BURST                           # bursts before the last
+    for b in range(full):
+        chunk = int(np.searchsorted(queued, MAX_BURST * (b + 1)))
+        free = max(free, int(ready[chunk])) + MAX_BURST + ST_BURST_OVERHEAD
+    return STC_OVERHEAD + max(free, int(ready[-1])) + out - MAX_BURST * full
 
 
 def fc_lane_cycles(row_cycles: np.ndarray, lanes: int) -> np.ndarray:
