@@ -47,10 +47,8 @@ def lowest_set(value: Value) -> Value:
     return (value & (~value + 1))[:len(value)]
 
 
-def at_most_two(value: Value) -> Value:
-    """Whether ``value`` has at most two bits set (a tree of any / two or more / three or
-    more flags, no carry chain)."""
-    level = [(value[k], C(0), C(0)) for k in range(len(value))]  # (>= 1, >= 2, >= 3) set
+def _merge_counts(level: list) -> tuple:
+    """Merge (>= 1, >= 2, >= 3 set) flags of parts into those of their union, as a tree."""
     while len(level) > 1:
         pairs = []
         for k in range(0, len(level), 2):
@@ -60,7 +58,33 @@ def at_most_two(value: Value) -> Value:
             (a1, a2, a3), (b1, b2, b3) = level[k], level[k + 1]
             pairs.append((a1 | b1, a2 | b2 | (a1 & b1), a3 | b3 | (a2 & b1) | (a1 & b2)))
         level = pairs
-    return ~level[0][2]
+    return level[0]
+
+
+def at_most_two(value: Value) -> Value:
+    """Whether ``value`` has at most two bits set (a tree of any / two or more / three or
+    more flags, no carry chain)."""
+    return ~_merge_counts([(value[k], C(0), C(0)) for k in range(len(value))])[2]
+
+
+def set_count_flags(value: Value, parts: int) -> Value:
+    """Each of ``parts`` equal slices of ``value``: whether it has at least one, two and
+    three bits set (3 bits per slice, ``Cat`` of them).  Register these, then
+    :func:`pair_count_flags_of`: a 64-bit "at most one / two set" in two short stages."""
+    width = len(value) // parts
+    flags = []
+    for p in range(parts):
+        piece = value[p * width:(p + 1) * width]
+        flags.append(Cat(*_merge_counts([(piece[k], C(0), C(0)) for k in range(width)])))
+    return Cat(*flags)
+
+
+def at_most_flags(flags: Value) -> tuple[Value, Value]:
+    """From :func:`set_count_flags`' slices: (at most one bit set, at most two set) in the
+    whole value."""
+    level = [(flags[3 * p], flags[3 * p + 1], flags[3 * p + 2]) for p in range(len(flags) // 3)]
+    ge1, ge2, ge3 = _merge_counts(level)
+    return ~ge2, ~ge3
 
 
 def at_most_one(value: Value) -> Value:

@@ -5,10 +5,14 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .bits import at_most_one, at_most_two
+from .bits import at_most_flags, set_count_flags
 from .layouts import chunk_layout, combined_layout, entry_layout
 from .skid import PipeRegister
 from .stride_merge import StrideMerge
+
+
+#: slices of a chunk whose pair counts are registered before the whole chunk's flags
+PAIR_FLAG_SLICES = 4
 
 
 class ConnectionUnit(wiring.Component):
@@ -78,24 +82,31 @@ class ConnectionUnit(wiring.Component):
         (nq, n), (wq, w) = heads
 
         m.submodules.out_queue = oq = self._out_queue
-        # the joined chunks pass a register stage with their pair-count flags (a tree over
-        # the AND of the two sides' bits) before the output queue
+        # the joined chunks pass a register stage before the output queue, and their
+        # pair-count flags (how many bits of the AND of the two sides' bits are set) are
+        # worked out across it: per 16-bit slice (at least one, two, three set) into a
+        # register beside the stage's (loaded when it is), the whole chunk's after it
         m.submodules.joined = joined = PipeRegister(combined_layout())
         and_out = joined.i.payload
         m.d.comb += [
             and_out.stride.eq(0), and_out.n_bits.eq(n.bits), and_out.w_bits.eq(w.bits),
             and_out.n_base.eq(n.base), and_out.w_base.eq(w.base),
             and_out.pair.eq(0), and_out.last.eq(n.last),
-            and_out.pairs_le1.eq(at_most_one(n.bits & w.bits)),
-            and_out.pairs_le2.eq(at_most_two(n.bits & w.bits)),
         ]
+        slice_flags = Signal(3 * PAIR_FLAG_SLICES)
+        with m.If(joined.i.ready):
+            m.d.sync += slice_flags.eq(set_count_flags(n.bits & w.bits, PAIR_FLAG_SLICES))
+        joined_out = Signal(combined_layout())
+        le1, le2 = at_most_flags(slice_flags)
+        m.d.comb += [joined_out.eq(joined.o.payload),
+                     joined_out.pairs_le1.eq(le1), joined_out.pairs_le2.eq(le2)]
         join = Signal()
         m.d.comb += join.eq(nq.r_rdy & wq.r_rdy & joined.i.ready & ~self.merge)
         m.d.comb += [nq.r_en.eq(join), wq.r_en.eq(join), joined.i.valid.eq(join),
                      joined.o.ready.eq(oq.w_rdy & ~self.merge),
                      merger.o.ready.eq(oq.w_rdy & self.merge),
                      oq.w_en.eq(Mux(self.merge, merger.o.valid, joined.o.valid & oq.w_rdy)),
-                     oq.w_data.eq(Mux(self.merge, merger.o.payload, joined.o.payload)),
+                     oq.w_data.eq(Mux(self.merge, merger.o.payload, joined_out)),
                      self.o.valid.eq(oq.r_rdy), self.o.payload.eq(oq.r_data),
                      oq.r_en.eq(self.o.ready)]
         return m

@@ -354,6 +354,10 @@ class StoreUnit(wiring.Component):
         pending_rows = Signal(range(1 << 12))  # rows pushed whose bursts are not all issued
         row_issued = Signal()
         aw_fire = awvalid & awready
+        # a row's burst going: `awvalid` without the stc branch's comparisons, so the
+        # stream's word count reaches none of the row registers below
+        row_fire = Signal()
+        m.d.comb += row_fire.eq(~compress & aw_busy & bursts.w_rdy & awready)
         with m.If(arm & compress):
             m.d.sync += aw_addr.eq(a.ext + 8)
         with m.Elif(arm_late & compress):
@@ -366,7 +370,7 @@ class StoreUnit(wiring.Component):
                 m.d.sync += [aw_addr.eq(aw_next), limit.eq(limit_after_burst)]
             with m.If(push_header):
                 m.d.sync += header_aw.eq(1)
-        with m.Elif(aw_fire):
+        with m.Elif(row_fire):
             m.d.sync += [aw_addr.eq(aw_next), limit.eq(limit_after_burst),
                          aw_left.eq(left_after),
                          row_burst.eq(next_burst), row_last_burst.eq(next_last)]

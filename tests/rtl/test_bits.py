@@ -6,7 +6,7 @@ import pytest
 from amaranth import Elaboratable, Module, Signal
 from amaranth.sim import Simulator
 
-from snpu.rtl.bits import at_most_one, at_most_two, lowest_set, lowest_set_index, one_hots, thermometer
+from snpu.rtl.bits import at_most_flags, at_most_one, at_most_two, lowest_set, set_count_flags, lowest_set_index, one_hots, thermometer
 
 
 class _Helpers(Elaboratable):
@@ -16,6 +16,9 @@ class _Helpers(Elaboratable):
         self.value = Signal(width)
         self.one = Signal()
         self.two = Signal()
+        # the same from four slices' flags (the connection unit's two stages, here unregistered)
+        self.one_sliced = Signal()
+        self.two_sliced = Signal()
         self.low = Signal(width)
         self.index = Signal(range(width))
 
@@ -24,6 +27,11 @@ class _Helpers(Elaboratable):
         m.d.comb += [self.one.eq(at_most_one(self.value)), self.two.eq(at_most_two(self.value)),
                      self.low.eq(lowest_set(self.value)),
                      self.index.eq(lowest_set_index(self.value))]
+        if len(self.value) % 4 == 0:
+            one, two = at_most_flags(set_count_flags(self.value, 4))
+            m.d.comb += [self.one_sliced.eq(one), self.two_sliced.eq(two)]
+        else:
+            m.d.comb += [self.one_sliced.eq(self.one), self.two_sliced.eq(self.two)]
         return m
 
 
@@ -45,9 +53,9 @@ def test_helpers_match_python(width):
             ctx.set(dut.value, v)
             low = v & -v
             n = bin(v).count("1")
-            want = (n <= 1, n <= 2, low, low.bit_length() - 1 if v else width - 1)
-            got = (bool(ctx.get(dut.one)), bool(ctx.get(dut.two)), ctx.get(dut.low),
-                   ctx.get(dut.index))
+            want = (n <= 1, n <= 2, n <= 1, n <= 2, low, low.bit_length() - 1 if v else width - 1)
+            got = (bool(ctx.get(dut.one)), bool(ctx.get(dut.two)), bool(ctx.get(dut.one_sliced)),
+                   bool(ctx.get(dut.two_sliced)), ctx.get(dut.low), ctx.get(dut.index))
             if got != want:
                 failures.append((v, got, want))
 
