@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .bits import lowest_set, lowest_set_index
+from .bits import at_most_one, lowest_set, lowest_set_index
 from .layouts import ADDR, CHUNK, chunk_layout, entry_layout
 
 from snpu.verif.index import STRIDE_ESCAPE as ESCAPE
@@ -44,6 +44,8 @@ class DirectToStride(wiring.Component):
 
         busy = Signal()           # holding a chunk
         rem = Signal(CHUNK)
+        rem_any = Signal()        # rem != 0, a register worked out with rem's next value
+                                  # (rem's enable waits for no 64-bit OR of itself)
         last = Signal()
         row_base = Signal(ADDR)
         chunk_no = Signal(POS - CB)   # the held chunk's number in its row
@@ -63,15 +65,17 @@ class DirectToStride(wiring.Component):
         with m.If(~busy):
             with m.If(self.i.valid):
                 m.d.sync += [busy.eq(1), rem.eq(self.i.payload.bits),
+                             rem_any.eq(self.i.payload.bits.any()),
                              last.eq(self.i.payload.last), first_chunk.eq(0)]
                 with m.If(first_chunk):
                     m.d.sync += [row_base.eq(self.i.payload.base), chunk_no.eq(0)]
                 with m.Else():
                     m.d.sync += chunk_no.eq(chunk_no + 1)
         with m.Elif(p_ready):
-            with m.If(rem != 0):
+            with m.If(rem_any):
                 m.d.sync += [p_valid.eq(1), p.pos.eq(Cat(offset, chunk_no)), p.end.eq(0),
-                             p.base.eq(row_base), rem.eq(rem & ~low)]
+                             p.base.eq(row_base), rem.eq(rem & ~low),
+                             rem_any.eq(~at_most_one(rem))]
             with m.Else():
                 m.d.sync += busy.eq(0)
                 with m.If(last):
@@ -87,17 +91,21 @@ class DirectToStride(wiring.Component):
         prev = Signal(POS)        # the row's previous position (0 before its first)
         t_free = Signal()
         m.d.comb += [t_free.eq(~t_valid | t_ready), p_ready.eq(~p_valid | t_free)]
+        # whether the token's entry is an escape (gap >= 255, not the end), a register
+        # worked out with the gap, so the stages' readies wait for no comparison
+        escape = Signal()
+        gap = Signal(POS)
+        m.d.comb += gap.eq(p.pos - prev)
         with m.If(t_free):
             m.d.sync += t_valid.eq(p_valid)
             with m.If(p_valid):
-                m.d.sync += [t.end.eq(p.end), t.base.eq(p.base), t.gap.eq(p.pos - prev)]
+                m.d.sync += [t.end.eq(p.end), t.base.eq(p.base), t.gap.eq(gap),
+                             escape.eq(~p.end & (gap >= ESCAPE))]
                 m.d.sync += prev.eq(Mux(p.end, 0, p.pos))
 
         # ---- Stage 3: escapes.
         out_free = Signal()
         m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
-        escape = Signal()
-        m.d.comb += escape.eq(~t.end & (t.gap >= ESCAPE))
         m.d.comb += t_ready.eq(out_free & ~escape)
         with m.If(out_free):
             m.d.sync += self.o.valid.eq(t_valid)
@@ -108,7 +116,8 @@ class DirectToStride(wiring.Component):
                     m.d.sync += self.o.payload.value.eq(0)
                 with m.Elif(escape):
                     # the token stays (t_ready is low) with 255 positions fewer to go
-                    m.d.sync += [self.o.payload.value.eq(ESCAPE), t.gap.eq(t.gap - ESCAPE)]
+                    m.d.sync += [self.o.payload.value.eq(ESCAPE), t.gap.eq(t.gap - ESCAPE),
+                                 escape.eq(t.gap >= 2 * ESCAPE)]
                 with m.Else():
                     m.d.sync += self.o.payload.value.eq(t.gap)
         return m

@@ -79,7 +79,8 @@ class AccWriter(wiring.Component):
 class MatrixController(wiring.Component):
     """Executes ``fc`` (golden model: ``Machine._fc``).
 
-    The cycle after start it checks the operands the hardware relies on (latched at start): the merge exactly when the
+    Two cycles after start it checks the operands the hardware relies on (latched at
+    start; the range comparisons made the cycle before): the merge exactly when the
     weights are stride (stride neurons, or direct ones and ``mx.mixed``; else ``FORMAT``:
     the lanes convert no weight index); ``acc`` and ``acc_stride`` multiples of ``lanes``
     and direct indices 8-byte aligned (``ALIGN``); the outputs inside the accumulators and
@@ -124,11 +125,13 @@ class MatrixController(wiring.Component):
         m.d.comb += mu.w_lane.eq(self.w_lane)
 
         # `start` only latches the operands and the registers as presented; the checks and
-        # the launch follow the cycle after (`begin`), from those registers: no path runs
+        # the launch follow two cycles after (`begin`), from those registers: no path runs
         # from the front end's operand multiplexers through a comparison into the lanes
         a, r = Signal.like(self.args), Signal.like(self.regs)
-        begin = Signal()
-        m.d.sync += begin.eq(self.start)
+        # `settle`: the range comparisons, from products registered by then; `begin`: the
+        # checks combined, the lanes launched
+        settle, begin = Signal(), Signal()
+        m.d.sync += [settle.eq(self.start), begin.eq(settle)]
         with m.If(self.start):
             m.d.sync += [a.eq(self.args), r.eq(self.regs)]
         # ---- Checks, from the operands latched at start.  The products of the
@@ -137,10 +140,10 @@ class MatrixController(wiring.Component):
         # write reaches it at least three cycles before the next fc starts: UnitFrontEnd's
         # SIGNAL, IDLE, then WAIT), and for an fc whose nvec operand stands in for mx.nvec
         # (at most 31 vectors) from that operand as the front end takes the fc
-        # (``taking``, ``taken``: a 5-bit by 16-bit product, the register file final).  The
-        # room the operands leave is registered as the fc is taken too, so the range check
-        # at start is one comparison of two registers, not a sum of three operands before
-        # one.
+        # (``taking``, ``taken``: the operand registered, then a 5-bit by 16-bit product
+        # every cycle, the register file final).  The room the operands leave is registered
+        # as the fc is taken too, so the range check is one comparison of two registers,
+        # not a sum of three operands before one.
         rf = self.regs_file
         file_out_span = Signal(28)   # (mx.nvec - 1) * acc_stride
         file_in_span = Signal(28)    # (mx.nvec - 1) * nstride
@@ -154,7 +157,8 @@ class MatrixController(wiring.Component):
                      file_nstride.eq(rf.nstride),
                      file_out_span.eq(file_vecs * file_acc_stride),
                      file_in_span.eq(file_vecs * file_nstride)]
-        op_out_span = Signal(21)     # (nvec - 1) * acc_stride, nvec the operand
+        op_vecs = Signal(5)          # nvec - 1, nvec the operand
+        op_out_span = Signal(21)     # (nvec - 1) * acc_stride
         op_in_span = Signal(21)
         # what the outputs' and the neurons' first vectors leave of acc and nbuf (negative:
         # even the first one does not fit)
@@ -163,19 +167,20 @@ class MatrixController(wiring.Component):
         op_nvec = Signal()           # the fc's nvec operand stands in for mx.nvec
         with m.If(self.taking):
             t = self.taken
-            taken_vecs = t.nvec - 1
-            m.d.sync += [op_out_span.eq(taken_vecs[:5] * rf.acc_stride),
-                         op_in_span.eq(taken_vecs[:5] * rf.nstride),
+            m.d.sync += [op_vecs.eq((t.nvec - 1)[:5]),
                          room_out.eq(c.acc_elems - (t.acc + t.rows)),
                          room_in.eq(c.nbuf_bytes - (t.nbuf + t.n_in)),
                          op_nvec.eq(t.nvec != 0)]
-        # the two range comparisons are made at start (the fc was taken a cycle before at
-        # the earliest, and its register file is final by then) from those registers, into
+        # (the fc is taken a cycle before start at the earliest: these are current from
+        # the cycle after start, `settle`, on)
+        m.d.sync += [op_out_span.eq(op_vecs * rf.acc_stride),
+                     op_in_span.eq(op_vecs * rf.nstride)]
+        # the two range comparisons are made at `settle`, from those registers, into
         # registers: the begin cycle only combines them
         out_span = Mux(op_nvec, op_out_span, file_out_span)
         in_span = Mux(op_nvec, op_in_span, file_in_span)
         out_past, in_past = Signal(), Signal()
-        with m.If(self.start):
+        with m.If(settle):
             m.d.sync += [out_past.eq(out_span > room_out), in_past.eq(in_span > room_in)]
         work = (r.nvec != 0) & (a.rows != 0)
         misaligned = ((a.acc % P != 0) | ((r.nvec > 1) & (r.acc_stride % P != 0)) |

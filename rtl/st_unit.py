@@ -144,8 +144,11 @@ class StoreUnit(wiring.Component):
         bad = Signal()
         last_row, last_plane = Signal(), Signal()
         m.d.comb += [last_row.eq(r_left == 0), last_plane.eq(p_left == 0)]
+        # the cycle after `arm`, the first row's check goes into `bad` (no row is pushed)
+        first_check = Signal()
+        m.d.sync += first_check.eq(arm)
         push = Signal()
-        m.d.comb += push.eq(issuing & ~bad & rows_read.w_rdy & rows_write.w_rdy)
+        m.d.comb += push.eq(issuing & ~first_check & ~bad & rows_read.w_rdy & rows_write.w_rdy)
         push_write = push & ~compress  # stc's rows are written as one stream
         row = Signal(ROW)
         m.d.comb += [row.ext.eq(ext_row), row.beats.eq(beats_spanned(ext_row, a.cols, 3)),
@@ -177,6 +180,18 @@ class StoreUnit(wiring.Component):
         # (`start` clears `issuing` and `err` below, after everything else: it selects none
         # of the row generator's sums, so no path runs from the front end's start through
         # them into `bad`.  The unit is idle when it starts, and `arm` follows a start.)
+        # The rows' checks compare registers: the first row's end (set at `arm`) with the
+        # output cache's size the cycle after (`first_check`), and a row's end with the room
+        # the step to the next row or plane leaves below that size (`end + step > size` is
+        # `step > size or end > size - step`, both set at `arm`), so no adder lies before
+        # a comparison
+        row_never, plane_never = Signal(), Signal()
+        row_room, plane_room = Signal(18), Signal(18)
+        with m.If(arm):
+            m.d.sync += [row_never.eq(r.src_stride > c.obuf_bytes),
+                         row_room.eq(c.obuf_bytes - r.src_stride),
+                         plane_never.eq(r.src_stride3 > c.obuf_bytes),
+                         plane_room.eq(c.obuf_bytes - r.src_stride3)]
         with m.If(arm):
             empty = (a.n3 == 0) | (a.rows == 0) | (a.cols == 0)
             first_end = Signal(18)
@@ -187,10 +202,11 @@ class StoreUnit(wiring.Component):
                          first_last_at.eq(Cat(*[a.cols + k <= 8 for k in range(8)])),
                          second_last_at.eq(Cat(*[a.cols + k <= 16 for k in range(8)])),
                          src_plane.eq(a.src), src_row.eq(a.src),
-                         end_plane.eq(first_end), end_row.eq(first_end),
-                         bad.eq(first_end > c.obuf_bytes),
+                         end_plane.eq(first_end), end_row.eq(first_end), bad.eq(0),
                          ext_plane.eq(a.ext), ext_row.eq(a.ext),
                          err.eq(Mux(misaligned & ~empty, ErrorCode.ALIGN, ErrorCode.NONE))]
+        with m.Elif(first_check):
+            m.d.sync += bad.eq(end_row > c.obuf_bytes)
         with m.Else():
             with m.If(issuing & bad):
                 m.d.sync += [issuing.eq(0), err.eq(ErrorCode.RANGE)]
@@ -199,10 +215,12 @@ class StoreUnit(wiring.Component):
                 with m.If(~last_row):
                     m.d.comb += next_end.eq(end_row + r.src_stride)
                     m.d.sync += [r_left.eq(r_left - 1), src_row.eq(src_row + r.src_stride),
-                                 ext_row.eq(ext_row + r.ext_stride)]
+                                 ext_row.eq(ext_row + r.ext_stride),
+                                 bad.eq(row_never | (end_row > row_room))]
                 with m.Else():
                     m.d.comb += next_end.eq(end_plane + r.src_stride3)
-                    m.d.sync += [r_left.eq(rows_m1), p_left.eq(p_left - 1),
+                    m.d.sync += [bad.eq(plane_never | (end_plane > plane_room)),
+                                 r_left.eq(rows_m1), p_left.eq(p_left - 1),
                                  src_plane.eq(src_plane + r.src_stride3),
                                  src_row.eq(src_plane + r.src_stride3),
                                  end_plane.eq(end_plane + r.src_stride3),
@@ -210,7 +228,7 @@ class StoreUnit(wiring.Component):
                                  ext_row.eq(ext_plane + r.ext_stride3)]
                     with m.If(last_plane):
                         m.d.sync += issuing.eq(0)
-                m.d.sync += [end_row.eq(next_end), bad.eq(next_end > c.obuf_bytes)]
+                m.d.sync += end_row.eq(next_end)
         with m.If(self.start):
             m.d.sync += [issuing.eq(0), err.eq(ErrorCode.NONE)]
 

@@ -45,10 +45,10 @@ ACC_WRITE_TAIL = 2
 #: st / stc: bytes per write beat on any bus (a bus wider than 64 bits takes them as narrow
 #: beats on the byte lanes of their address)
 ST_BEAT_BYTES = 8
-#: st: cycles from issue to its first write beat (the arm cycle after start, the row
-#: generator's registers, the output cache's word registered before the beat queue, the
-#: AW / W skid buffers)
-ST_LATENCY = 13
+#: st: cycles from issue to its first write beat (the arm cycle after start, the first
+#: row's check, the row generator's registers, the output cache's word registered before
+#: the beat queue, the AW / W skid buffers)
+ST_LATENCY = 14
 #: st: cycles per burst besides its beats (the address and the write response)
 ST_BURST_OVERHEAD = 3
 #: cycles a lane spends per row besides its chunks (rows follow each other without bubbles
@@ -87,8 +87,9 @@ STRIDE_REPLAY_CHUNKS = 512
 #: last sum beyond the lane's work; the lanes start a cycle after the instruction; one more
 #: since the connection unit registers its joined chunks, one since the MX unit checks the
 #: operands it latched at start the cycle after, one since the lanes register the buffers'
-#: words before selecting their operand bytes)
-FC_PIPELINE = 27
+#: words before selecting their operand bytes, one since its range comparisons wait a
+#: cycle for the product of a taken fc's nvec operand)
+FC_PIPELINE = 28
 #: pipeline fill/drain of the VX unit per vred / vew (address generator, read request
 #: registered, read, read data registered, ALU, write back)
 VX_PIPELINE = 10
@@ -241,7 +242,7 @@ LDC_HEADER_CYCLES = 10
 #: stages, the stream's end seen, the header queued and its burst answered, the output skid
 #: buffers (fitted with the model of :func:`stc_cycles` to 13 shapes on the RTL, every one
 #: within 4 %)
-STC_OVERHEAD = 28
+STC_OVERHEAD = 29
 
 
 def _chunk_words(cols: int, chunks: int) -> np.ndarray:
