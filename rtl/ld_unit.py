@@ -332,10 +332,13 @@ class LoadUnit(wiring.Component):
             m.d.comb += [reader.req.valid.eq(row_req), reader.req.payload.addr.eq(ext_row),
                          reader.req.payload.length.eq(a.cols),
                          reader.req.payload.tag.eq(dst_row[:lgB])]
-        req_fire = reader.req.valid & reader.req.ready
-        with m.If(fetch_header & req_fire):
+        # (the header's and the body's requests are always valid: they go on the reader's
+        # ready alone, not on the row requests' `valid`, which waits for the row checks)
+        header_fire = fetch_header & reader.req.ready
+        body_fire = fetch_body & reader.req.ready
+        with m.If(header_fire):
             m.d.sync += [fetch_header.eq(0), fetch_wait.eq(1), words_expected.eq(1)]
-        with m.If(fetch_body & req_fire):
+        with m.If(body_fire):
             left_after = body_left - piece
             m.d.sync += [body_addr.eq(body_addr + (piece << 3)), body_left.eq(left_after),
                          piece.eq(first_piece(left_after)),

@@ -203,27 +203,7 @@ class StrideToDirect(wiring.Component):
         last_kept = Signal(range(CHUNK + 1))
         m.d.comb += self.kept.eq(rank_base + last_kept)
 
-        with m.If(self.start):
-            m.d.sync += [
-                self.busy.eq(1), self.error.eq(0), packed.eq(self.packed),
-                val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0),
-                staged.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_byte],
-                e_elem.eq(0), e_push.eq(0), ring_rd.eq(0), ring_wr.eq(0),
-                ring_n.eq(0), ring_any.eq(0),
-                count.eq(0), head_valid.eq(0), done.eq(0), room.eq(1),
-                # min(count, E) without a 16-bit comparison on the start path
-                rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E,
-                               self.count[:E.bit_length()])),
-                cur.eq(0), cur1.eq(1), cur2.eq(2), h_cur.eq(0), h_next.eq(0),
-                rank_base.eq(0), last_kept.eq(0),
-                acc_cur.eq(0), acc_next.eq(0), kept_cur.eq(0), kept_next.eq(0),
-                # an empty row still produces one (empty, last) chunk
-                chunks_left.eq(Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> CB)),
-                is_last.eq(self.n <= CHUNK),
-                next_last.eq((self.n > CHUNK) & (self.n <= 2 * CHUNK)),
-                last_off.eq((self.n - 1)[:CB]), empty_row.eq(self.n == 0), overflow.eq(0),
-            ]
-        with m.Elif(self.busy):
+        with m.If(self.busy):
             # min(remaining - take, E) without the 16-bit difference: with 3E or more left,
             # E or more stay (take <= E); below that the difference fits the low bits
             low_bits = (3 * E).bit_length()
@@ -314,6 +294,29 @@ class StrideToDirect(wiring.Component):
             with m.Else():
                 m.d.sync += [acc_cur.eq(chunk_bits), kept_cur.eq(kept_cur + n_cur),
                              acc_next.eq(acc_next | new_next), kept_next.eq(kept_next + n_next)]
+        # (`start` comes last, after the busy work it never meets -- it is not raised while
+        # busy -- so it is the last multiplexer before the registers it loads, not a select
+        # at the head of every chain: it fans out to most of this block's registers)
+        with m.If(self.start):
+            m.d.sync += [
+                self.busy.eq(1), self.error.eq(0), packed.eq(self.packed),
+                val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0),
+                staged.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_byte],
+                e_elem.eq(0), e_push.eq(0), ring_rd.eq(0), ring_wr.eq(0),
+                ring_n.eq(0), ring_any.eq(0),
+                count.eq(0), head_valid.eq(0), done.eq(0), room.eq(1),
+                # min(count, E) without a 16-bit comparison on the start path
+                rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E,
+                               self.count[:E.bit_length()])),
+                cur.eq(0), cur1.eq(1), cur2.eq(2), h_cur.eq(0), h_next.eq(0),
+                rank_base.eq(0), last_kept.eq(0),
+                acc_cur.eq(0), acc_next.eq(0), kept_cur.eq(0), kept_next.eq(0),
+                # an empty row still produces one (empty, last) chunk
+                chunks_left.eq(Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> CB)),
+                is_last.eq(self.n <= CHUNK),
+                next_last.eq((self.n > CHUNK) & (self.n <= 2 * CHUNK)),
+                last_off.eq((self.n - 1)[:CB]), empty_row.eq(self.n == 0), overflow.eq(0),
+            ]
         with m.If(out_free):
             m.d.sync += self.o.valid.eq(emit & ~self.start)
         return m
