@@ -127,11 +127,10 @@ def _rtl(progs, mesh, config: CoreConfig, stall: float, seed: int, waves: str | 
     from .tb import rtl_sim
 
     jobs = _jobs(progs, mesh)
-    mem = max(j.runs()[1].size for j in jobs)
-    mem_bytes = 1 << max(16 if tuple(mesh) == (1, 1) else 18, (mem - 1).bit_length())
+    # (built under the lock, at the size run_many asks for: the workers share one build)
     with _build_lock():
-        rtl_sim.build(config, "hdl", mem_bytes, rtl_sim.waves_format(waves) if waves else None,
-                      tuple(mesh))
+        rtl_sim.build(config, "hdl", rtl_sim.memory_bytes(jobs),
+                      rtl_sim.waves_format(waves) if waves else None, tuple(mesh))
     return rtl_sim.run_many(jobs, config, stall=stall, seed=seed, waves=waves, mesh=tuple(mesh))
 
 

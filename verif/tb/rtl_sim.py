@@ -150,6 +150,15 @@ def _source_hash(config: CoreConfig, memory: str, mem_bytes: int, waves: str | N
 WAVE_FORMATS = (".vcd", ".fst")
 
 
+def memory_bytes(jobs) -> int:
+    """The simulated external memory's size for ``jobs`` (what :func:`run_many` builds
+    for): the largest image rounded up to a power of two, at least 256 KiB, so that small
+    programs share one build per configuration (each memory size is a Verilator build of
+    its own: minutes on a fresh clone)."""
+    size = max(j.runs()[1].size for j in jobs)
+    return 1 << max(18, (size - 1).bit_length())
+
+
 def waves_format(path: str | os.PathLike) -> str:
     """``"vcd"`` or ``"fst"`` from a waveform file name; FST needs liblz4 and zlib headers
     (Verilator's FST writer links them), VCD works with any C++ compiler."""
@@ -359,10 +368,7 @@ def run_many(jobs: list, config: CoreConfig | None = None, *, memory: str = "hdl
     config = config or CoreConfig()
     mesh = tuple(mesh)
     coords = [(x, y) for y in range(mesh[1]) for x in range(mesh[0])]
-    size = max(j.runs()[1].size for j in jobs)
-    # at least 256 KiB, so that small programs share one build per configuration (each
-    # memory size is a Verilator build of its own: minutes on a fresh clone)
-    mem_bytes = 1 << max(18, (size - 1).bit_length())
+    mem_bytes = memory_bytes(jobs)
     wave_format = waves_format(waves) if waves else None
     ports = ports_of(mesh, memory_ports)
     bdir = build(config, memory, mem_bytes, waves=wave_format, mesh=mesh, memory_ports=ports)
