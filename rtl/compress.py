@@ -226,7 +226,12 @@ class ChunkExpander(wiring.Component):
     i : In(stream(64))
     o : Out(stream(WORD))
     start : In(1)
-        Begin an instruction of ``rows`` rows of ``cols`` values.
+        Begin an instruction of ``rows`` rows of ``cols`` values; not while busy
+        (``finished`` low): raise ``clear`` a cycle or more before to abandon one.
+    clear : In(1)
+        Abandon the instruction in progress (``finished`` rises the cycle after).  ``start``
+        then takes no part in the expansion's decisions (they wait for ``busy`` alone, a
+        register), so it only loads the registers it sets.
     finished : Out(1)
         Every row has been expanded and the last chunk's words taken (until the next
         ``start``).
@@ -238,6 +243,7 @@ class ChunkExpander(wiring.Component):
     i: In(stream.Signature(64))
     o: Out(stream.Signature(WORD))
     start: In(1)
+    clear: In(1)
     rows: In(12)
     cols: In(16)
     finished: Out(1)
@@ -305,8 +311,8 @@ class ChunkExpander(wiring.Component):
         m.d.comb += [self.o.payload.data.eq(dense), self.o.payload.be.eq(be),
                      self.o.payload.last.eq(last_word_of_row)]
 
-        with m.If(~busy | self.start):
-            pass  # idle, or (re)starting: nothing is taken or given
+        with m.If(~busy):
+            pass  # idle (or starting: not busy then): nothing is taken or given
         with m.Elif(head):
             m.d.comb += word_ready.eq(1)
             with m.If(word_valid):
@@ -357,6 +363,8 @@ class ChunkExpander(wiring.Component):
                         m.d.sync += busy.eq(0)
                     with m.Else():
                         m.d.sync += head.eq(1)
-        m.d.comb += self.starving.eq(busy & ~self.start & ~word_valid &
+        m.d.comb += self.starving.eq(busy & ~word_valid &
                                      (head | skipping | (~head & ~skipping & take_word)))
+        with m.If(self.clear):
+            m.d.sync += busy.eq(0)
         return m

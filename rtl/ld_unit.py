@@ -411,7 +411,10 @@ class LoadUnit(wiring.Component):
         # is the stream's header's successor, many cycles later)
         expand = Signal()
         m.d.sync += expand.eq(arm & compressed & ~empty & ~misaligned)
-        m.d.comb += [expander.start.eq(expand), expander.rows.eq(a.rows), expander.cols.eq(a.cols)]
+        # (an ldc ended by a bad stream may leave it busy: the instruction's start clears it,
+        # two cycles before it starts again)
+        m.d.comb += [expander.start.eq(expand), expander.clear.eq(self.start),
+                     expander.rows.eq(a.rows), expander.cols.eq(a.cols)]
 
         # ---- Write side: realigned (ld) or expanded (ldc) words, through `words`, into the
         # buffer.
