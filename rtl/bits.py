@@ -61,22 +61,23 @@ def _merge_counts(level: list) -> tuple:
     return level[0]
 
 
+def _bit_counts(value: Value) -> tuple:
+    """(>= 1, >= 2, >= 3 bits set) of ``value``, as a tree of flags (no carry chain)."""
+    return _merge_counts([(value[k], C(0), C(0)) for k in range(len(value))])
+
+
 def at_most_two(value: Value) -> Value:
     """Whether ``value`` has at most two bits set (a tree of any / two or more / three or
     more flags, no carry chain)."""
-    return ~_merge_counts([(value[k], C(0), C(0)) for k in range(len(value))])[2]
+    return ~_bit_counts(value)[2]
 
 
 def set_count_flags(value: Value, parts: int) -> Value:
     """Each of ``parts`` equal slices of ``value``: whether it has at least one, two and
     three bits set (3 bits per slice, ``Cat`` of them).  Register these, then
-    :func:`pair_count_flags_of`: a 64-bit "at most one / two set" in two short stages."""
+    :func:`at_most_flags`: a 64-bit "at most one / two set" in two short stages."""
     width = len(value) // parts
-    flags = []
-    for p in range(parts):
-        piece = value[p * width:(p + 1) * width]
-        flags.append(Cat(*_merge_counts([(piece[k], C(0), C(0)) for k in range(width)])))
-    return Cat(*flags)
+    return Cat(*[Cat(*_bit_counts(value[p * width:(p + 1) * width])) for p in range(parts)])
 
 
 def at_most_flags(flags: Value) -> tuple[Value, Value]:

@@ -192,7 +192,6 @@ class StoreUnit(wiring.Component):
                          row_room.eq(c.obuf_bytes - r.src_stride),
                          plane_never.eq(r.src_stride3 > c.obuf_bytes),
                          plane_room.eq(c.obuf_bytes - r.src_stride3)]
-        with m.If(arm):
             empty = (a.n3 == 0) | (a.rows == 0) | (a.cols == 0)
             first_end = Signal(18)
             m.d.comb += first_end.eq(a.src + a.cols)
@@ -291,8 +290,7 @@ class StoreUnit(wiring.Component):
         header_pushed = Signal()
         stream_words = Signal(29)     # words of the stream after its header
         unclaimed = Signal(range(64))  # queued words no burst has claimed yet
-        rows_drained = ~arm & ~issuing & (rows_read.level == 0) & ~rows_read.r_rdy & ~inflight & ~arriving & \
-            ~beats.r_rdy & (beats.level == 0)
+        rows_drained = ~arm & ~issuing & (rows_read.level == 0) & ~rows_read.r_rdy & (held == 0)
         # the stream has ended: every row read and compressed (a register, a cycle after
         # it holds: nothing enters once it does, so it stays true until the next start)
         stream_end = Signal()

@@ -137,8 +137,8 @@ class StrideToDirect(wiring.Component):
         ring_pos = [[Signal(POS, name=f"ring{d}_pos{k}") for k in range(E)] for d in range(Q)]
         ring_elem = [Signal(E, name=f"ring{d}_elem") for d in range(Q)]
         ring_rd, ring_wr = Signal(range(Q)), Signal(range(Q))
-        ring_n = Signal(range(Q + 1))     # groups in the ring
-        ring_any = Signal()               # ring_n != 0, kept beside it
+        ring_any = Signal()   # a group waits behind the head: `count` (the head counted) > 1
+        m.d.comb += ring_any.eq(count > 1)
 
         # ---- Stage 3: chunk assembly on the head group.
         cur = Signal(POS - CB)       # the chunk being built
@@ -247,11 +247,8 @@ class StrideToDirect(wiring.Component):
             # the ring unless it went to the head (an empty ring and a head that moves)
             ring_out = move & ring_any
             ring_in = push & ~(move & ~ring_any)
-            ring_left = ring_n - ring_out
             m.d.sync += [ring_rd.eq(Mux(ring_out, wrap(ring_rd), ring_rd)),
-                         ring_wr.eq(Mux(ring_in, wrap(ring_wr), ring_wr)),
-                         ring_n.eq(ring_left + ring_in),
-                         ring_any.eq((ring_left != 0) | ring_in)]
+                         ring_wr.eq(Mux(ring_in, wrap(ring_wr), ring_wr))]
             # the head's chunk flags next cycle: the head then is the successor if the head
             # moves now, else the head; the current chunk then is `cur1` if a chunk leaves
             # now, else `cur`
@@ -303,7 +300,6 @@ class StrideToDirect(wiring.Component):
                 val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0),
                 staged.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_byte],
                 e_elem.eq(0), e_push.eq(0), ring_rd.eq(0), ring_wr.eq(0),
-                ring_n.eq(0), ring_any.eq(0),
                 count.eq(0), head_valid.eq(0), done.eq(0), room.eq(1),
                 # min(count, E) without a 16-bit comparison on the start path
                 rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E,
