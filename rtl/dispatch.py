@@ -24,6 +24,9 @@ _LOOP = isa.OPCODE_BY_NAME["loop"]
 _INC_BITS = _LOOP.field("in_inc").width
 FRAME = data.StructLayout({
     "start": PC_BITS, "end": PC_BITS, "left": _LOOP.field("count").width,
+    # the cache line after the start's (what the fetcher's next-line register takes when
+    # the frame jumps back): kept beside the start, so no sum lies on the walk
+    "start_line": PC_BITS - _LINE_BITS,
     **{f"inc_{s}": signed(_INC_BITS) for s in STREAMS},
     # the loops' offset for each stream so far: this frame's iteration number times its
     # increment, plus the frame below's offset (what a walking word at this depth adds)
@@ -235,12 +238,13 @@ class Dispatcher(wiring.Component):
         # the cache's block RAM address waits for, is then a few multiplexers.
         last_trip = Signal(LOOP_DEPTH)
 
-        def walk(after, after_line, ends, trips, depth_one_hot, starts, tag):
+        def walk(after, after_line, ends, trips, depth_one_hot, starts, start_lines, tag):
             """The successor of a body's word ``last`` (``after`` = ``last + 1`` and
             ``after_line`` = the line after its line), with ``ends`` the frames ending at
-            ``last``, ``trips`` those on their last iteration, ``depth_one_hot`` the depth
-            and ``starts`` the frames' body starts: which frames pop and jump there, their
-            number, and where the word after it is (and the line after that word's)."""
+            ``last``, ``trips`` those on their last iteration, ``depth_one_hot`` the depth,
+            ``starts`` the frames' body starts and ``start_lines`` the lines after theirs:
+            which frames pop and jump there, their number, and where the word after it is
+            (and the line after that word's)."""
             reach = [Signal(name=f"{tag}_reach{k}") for k in range(LOOP_DEPTH)]
             popped = Signal(LOOP_DEPTH, name=f"{tag}_popped")
             jump = Signal(LOOP_DEPTH, name=f"{tag}_jump")
@@ -253,7 +257,7 @@ class Dispatcher(wiring.Component):
             nxt_line = Signal(PC_BITS - _LINE_BITS, name=f"{tag}_next_line")
             # (at most one frame jumps: the frames jumping back are ORed, not chained)
             back = reduce(operator.or_, [Mux(jump[k], starts[k], 0) for k in range(LOOP_DEPTH)])
-            back_line = reduce(operator.or_, [Mux(jump[k], line_after(starts[k]), 0)
+            back_line = reduce(operator.or_, [Mux(jump[k], start_lines[k], 0)
                                               for k in range(LOOP_DEPTH)])
             m.d.comb += [nxt.eq(Mux(jump.any(), back, after)),
                          nxt_line.eq(Mux(jump.any(), back_line, after_line))]
@@ -277,6 +281,9 @@ class Dispatcher(wiring.Component):
         # and what its frame is pushed with, registered in its first cycle: no adder or
         # comparison over the fetched word lies before the frames
         loop_start = Signal(PC_BITS)       # its body's first word
+        # (from its second cycle) the lines after its body's first word's and its entry's
+        loop_start_line = Signal(PC_BITS - _LINE_BITS)
+        loop_entry_line = Signal(PC_BITS - _LINE_BITS)
         loop_left = Signal.like(frames[0].left)
         loop_one = Signal()                # it runs its body once
         loop_two = Signal()                # ... twice
@@ -307,7 +314,8 @@ class Dispatcher(wiring.Component):
                                                           for j in range(k + 1, LOOP_DEPTH)]).any()
                                       for k in range(LOOP_DEPTH)]))
         top_walk = walk(C(0, PC_BITS + 1), C(0, PC_BITS - _LINE_BITS), ends_top, last_trip,
-                        depth_is, [f.start for f in frames], "top")
+                        depth_is, [f.start for f in frames], [f.start_line for f in frames],
+                        "top")
         top_back, top_back_line, top_popped, top_jump, top_pops = top_regs = walk_registers("top")
         m.d.sync += [r.eq(v) for r, v in zip(top_regs, top_walk)]
         # the zero-trip loop's walk, chosen in the loop word's second cycle (the `top_*`
@@ -330,6 +338,8 @@ class Dispatcher(wiring.Component):
             m.d.sync += [loop_inc[s].eq(_field(word, _LOOP, name)) for s, name in STREAMS.items()]
             with m.If(loop_seen):
                 end_after = loop_end + 1
+                m.d.sync += [loop_start_line.eq(line_after(loop_start)),
+                             loop_entry_line.eq(line_after(loop_entry))]
                 m.d.sync += [loop_checked.eq(1),
                              loop_ok.eq((loop_end < self.rom_words) & ~depth_is[-1]
                                         & (~depth_is.any() | (loop_end <= top_end))),
@@ -382,6 +392,8 @@ class Dispatcher(wiring.Component):
         seq_walk = walk(req_after, line_after(req_pc, plus_one=True), ends_pc,
                         last_trip, depth_is,
                         [Mux(upd_push[k], loop_start, frames[k].start) for k in range(LOOP_DEPTH)],
+                        [Mux(upd_push[k], loop_start_line, frames[k].start_line)
+                         for k in range(LOOP_DEPTH)],
                         "seq")
         seq_next, seq_line, seq_popped, seq_jump, seq_pops = seq_regs = walk_registers("seq")
         jump = Mux(going_loop, skip_jump, seq_jump)
@@ -393,7 +405,7 @@ class Dispatcher(wiring.Component):
         # (the cache's next-line register takes it: no adder after the choice)
         m.d.comb += self.fetch_next_line.eq(
             Mux(self.start, 1, Mux(zero_trip, skip_line,
-                                   Mux(late, line_after(loop_entry), seq_line))))
+                                   Mux(late, loop_entry_line, seq_line))))
         # the successor lies past the ROM (no halt): ILLEGAL at that word.  A jump goes back
         # into a body and an entry lies inside one, both inside the ROM; pc + 1 lies past it
         # only after the last word (`pc_last`, compared while the word's request was out),
@@ -452,7 +464,8 @@ class Dispatcher(wiring.Component):
         for k in range(LOOP_DEPTH):
             f = frames[k]
             with m.If(upd_push[k]):
-                m.d.sync += [f.start.eq(loop_start), f.end.eq(loop_end), f.left.eq(loop_left),
+                m.d.sync += [f.start.eq(loop_start), f.start_line.eq(loop_start_line),
+                             f.end.eq(loop_end), f.left.eq(loop_left),
                              f.flip.eq(loop_flip), f.odd.eq(0), left_one[k].eq(loop_two)]
                 for s in STREAMS:
                     below = frames[k - 1][f"off_{s}"] if k else 0

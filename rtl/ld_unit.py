@@ -13,7 +13,7 @@ from .dma_reader import DmaReader
 from .matrix_unit import buffer_write_ports
 from .microcode import args_layout, op_codes, registers_layout
 from .realign import Realigner
-from .skid import PipeRegister, SkidBuffer
+from .skid import SkidBuffer
 from .sparse_unit import SparseProcessingUnit
 from .status import ErrorCode
 from snpu.verif.isa import Unit
@@ -449,7 +449,9 @@ class LoadUnit(wiring.Component):
         else:
             m.d.comb += [data_w.eq(w.data), be_w.eq(w.be)]
         accept = Signal()
-        m.submodules.acc_out = acc_out = PipeRegister(acc_write_layout(c))
+        # (a skid buffer: its ready is a register, so the accumulators' arbitration, which
+        # gives the VX unit's writes the port, reaches no register of the words' path)
+        m.submodules.acc_out = acc_out = SkidBuffer(acc_write_layout(c))
         wiring.connect(m, acc_out.o, wiring.flipped(self.acc_w))
         # sub-writes of a word: acc takes at most `lanes` elements per write, param at most
         # `lanes` channel records (one per bank)

@@ -13,7 +13,7 @@ from .bits import popcount_bytes, sum_tree, thermometer
 from .direct_to_stride import DirectToStride
 from .fetch import ByteFetcher
 from .layouts import ADDR, CHUNK, chunk_layout, entry_layout
-from .skid import SkidBuffer
+from .skid import PipeRegister, SkidBuffer
 from .stride_to_direct import MAX_WINDOW, StrideToDirect
 
 
@@ -57,8 +57,9 @@ class SideSource(wiring.Component):
     entry path.  Row overhead: none for dense / direct, about 3 cycles for a converted
     stride row (count read).  Latency (dense / direct / replay): a chunk enters the output
     queue five cycles after its index word is read (the block RAM's word registered, then
-    masked into a register, per-byte counts, their sum, the value base); the stride converter's chunks
-    leave through a :class:`~.skid.SkidBuffer` (a cycle).
+    masked into a register, per-byte counts, their sum, the value base); the stride
+    converter's chunks leave through a :class:`~.skid.SkidBuffer` (a cycle), a stored stride
+    row's entries through a :class:`~.skid.PipeRegister` (a cycle).
 
     Parameters
     ----------
@@ -127,6 +128,10 @@ class SideSource(wiring.Component):
         m = Module()
         m.submodules.fifo = fifo = self._fifo
         m.submodules.fetch = fetch = self._fetch
+        # a stride row's entries leave through a register: the fetcher's window byte
+        # reaches no lane's entry queue in the cycle it is selected
+        m.submodules.entry_out = entry_out = PipeRegister(entry_layout())
+        entries_ready = entry_out.i.ready
         convert = self._convert
         if convert:
             m.submodules.s2d = s2d = self._s2d
@@ -178,21 +183,23 @@ class SideSource(wiring.Component):
         # metadata travelling with the read
         r_valid, r_clast, r_rowlast = Signal(), Signal(), Signal()
         # the row's last chunk's positions (n - 64 * (chunks - 1) of them), a register set
-        # the cycle after start from the registered n (a chunk's word is masked three
-        # cycles after its issue at the earliest, and the first issue comes the cycle after
-        # start); every other chunk has all 64
+        # two cycles after start (the first issue comes the cycle after start, its word is
+        # masked two cycles after that, three after start); every other chunk has all 64
         last_mask = Signal(CHUNK)
         n_reg = Signal(16)
-        start_d = Signal()
-        m.d.sync += start_d.eq(self.start)
+        start_d, start_dd = Signal(), Signal()
+        m.d.sync += [start_d.eq(self.start), start_dd.eq(start_d)]
         with m.If(self.start):
             m.d.sync += n_reg.eq(self.n)
+        # the last chunk's last position (n > 0) and n == 0 into registers the cycle after
+        # start, the mask from them the cycle after that: no subtraction before the
+        # thermometer
+        last_pos = Signal(range(CHUNK), name="last_pos")
+        n_zero = Signal()
         with m.If(start_d):
-            # the last chunk's last position (n > 0)
-            last_pos = Signal(range(CHUNK), name="last_pos")
-            m.d.comb += last_pos.eq(n_reg - 1)
-            m.d.sync += last_mask.eq(Mux(n_reg == 0, 0,
-                                         thermometer(m, last_pos, CHUNK, "last_mask")))
+            m.d.sync += [last_pos.eq(n_reg - 1), n_zero.eq(n_reg == 0)]
+        with m.If(start_dd):
+            m.d.sync += last_mask.eq(Mux(n_zero, 0, thermometer(m, last_pos, CHUNK, "last_mask")))
         with m.If(self.start):
             m.d.sync += [w_active.eq(~is_stride & (self.nvec != 0) & (self.rows != 0)),
                          w_v.eq(0), w_k.eq(0), w_c.eq(0),
@@ -222,19 +229,22 @@ class SideSource(wiring.Component):
         m.d.sync += [inflight.eq(issue), r_valid.eq(issue), r_clast.eq(c_last),
                      r_rowlast.eq(row_last)]
 
-        # receive (stage 0): the block RAM's word into a register as it is (its
-        # clock-to-output is most of a cycle); a replayed stride row's from the replay
-        # memory (a selection by the format, which holds)
-        word = self.mem_data
-        if convert:
-            word = Mux(is_stride, replay_r.data, self.mem_data)
+        # receive (stage 0): the block RAMs' words into registers as they are, each its
+        # own (a block RAM's clock-to-output is most of a cycle: no multiplexer after it);
+        # the index memory's, and a replayed stride row's from the replay memory
         d_valid, d_clast, d_rowlast = Signal(), Signal(), Signal()
         d_word = Signal(CHUNK)
         m.d.sync += [d_valid.eq(r_valid & ~self.start), d_clast.eq(r_clast),
-                     d_rowlast.eq(r_rowlast), d_word.eq(word)]
-        # receive (stage 1): mask the row's last chunk's tail (one LUT per bit)
+                     d_rowlast.eq(r_rowlast), d_word.eq(self.mem_data)]
+        word = d_word
+        if convert:
+            d_replay = Signal(CHUNK)
+            m.d.sync += d_replay.eq(replay_r.data)
+            # (a selection by the format, which holds)
+            word = Mux(is_stride, d_replay, d_word)
+        # receive (stage 1): mask the row's last chunk's tail (a LUT or two per bit)
         bits = Signal(CHUNK)
-        m.d.comb += bits.eq(Mux(self.fmt == Fmt.DENSE, (1 << CHUNK) - 1, d_word) &
+        m.d.comb += bits.eq(Mux(self.fmt == Fmt.DENSE, (1 << CHUNK) - 1, word) &
                             Mux(d_clast, last_mask, (1 << CHUNK) - 1))
         b_valid, b_clast, b_rowlast = Signal(), Signal(), Signal()
         b_bits = Signal(CHUNK)
@@ -335,11 +345,11 @@ class SideSource(wiring.Component):
             with m.State("EMIT"):
                 with m.If(rem_zero):
                     m.d.comb += emit_term.eq(1)
-                    with m.If(self.entries.ready):
+                    with m.If(entries_ready):
                         m.next = "ROW_DONE"
                 with m.Elif(fetch.avail != 0):
                     m.d.comb += emit_entry.eq(1)
-                with m.If(emit_entry & self.entries.ready):
+                with m.If(emit_entry & entries_ready):
                     m.d.comb += take_own.eq(1)
                     m.d.sync += [remaining.eq(remaining - 1), rem_zero.eq(remaining == 1)]
             def next_vector():
@@ -383,7 +393,7 @@ class SideSource(wiring.Component):
 
         # Position check of emitted entries, one cycle behind (off the fetcher's path).
         chk_valid, chk_value = Signal(), Signal(8)
-        m.d.sync += [chk_valid.eq(emit_entry & self.entries.ready), chk_value.eq(fetch.bytes[0])]
+        m.d.sync += [chk_valid.eq(emit_entry & entries_ready), chk_value.eq(fetch.bytes[0])]
         # (an entry is counted as kept here too, a cycle after it goes: the row's end is
         # read in ROW_DONE, two cycles after its last entry at the earliest)
         with m.If(chk_valid & (chk_value != ESCAPE)):
@@ -435,12 +445,13 @@ class SideSource(wiring.Component):
                                  self.chunks.payload.eq(out_skid.o.payload),
                                  out_skid.o.ready.eq(self.chunks.ready)]
             m.d.comb += [
-                self.entries.valid.eq(emit_term | emit_entry),
-                self.entries.payload.value.eq(Mux(emit_term, 0, fetch.bytes[0])),
-                self.entries.payload.base.eq(s_row_val),
-                self.entries.payload.none.eq(emit_term),
-                self.entries.payload.last.eq(emit_term),
+                entry_out.i.valid.eq(emit_term | emit_entry),
+                entry_out.i.payload.value.eq(Mux(emit_term, 0, fetch.bytes[0])),
+                entry_out.i.payload.base.eq(s_row_val),
+                entry_out.i.payload.none.eq(emit_term),
+                entry_out.i.payload.last.eq(emit_term),
             ]
+            wiring.connect(m, entry_out.o, wiring.flipped(self.entries))
         with m.Else():
             if convert:
                 with m.If(self.to_entries):
@@ -457,6 +468,6 @@ class SideSource(wiring.Component):
         m.d.comb += self.error.eq(s_error | (s2d.error if convert else 0))
         m.d.comb += q_pending.eq(d_valid + b_valid + q_valid + k_valid)
         m.d.comb += self.busy.eq(w_active | r_valid | d_valid | b_valid | q_valid | k_valid |
-                                 ~stride_fsm.ongoing("IDLE")
+                                 ~stride_fsm.ongoing("IDLE") | entry_out.o.valid
                                  | (out_skid.o.valid if convert else 0))
         return m

@@ -186,6 +186,7 @@ class StoreUnit(wiring.Component):
         # `step > size or end > size - step`, both set at `arm`), so no adder lies before
         # a comparison
         row_never, plane_never = Signal(), Signal()
+        refuse, refuse_align = Signal(), Signal()   # nothing to store / misaligned (at arm)
         row_room, plane_room = Signal(18), Signal(18)
         with m.If(arm):
             m.d.sync += [row_never.eq(r.src_stride > c.obuf_bytes),
@@ -195,17 +196,23 @@ class StoreUnit(wiring.Component):
             empty = (a.n3 == 0) | (a.rows == 0) | (a.cols == 0)
             first_end = Signal(18)
             m.d.comb += first_end.eq(a.src + a.cols)
-            m.d.sync += [issuing.eq(~empty & ~misaligned),
+            # (whether it issues at all, and its ALIGN fault, follow from these registers at
+            # `first_check`, where no row is pushed)
+            m.d.sync += [refuse.eq(empty | misaligned), refuse_align.eq(misaligned & ~empty)]
+            m.d.sync += [issuing.eq(1),
                          p_left.eq(a.n3 - 1), r_left.eq(a.rows - 1),
                          rows_m1.eq(a.rows - 1), cols_m8.eq(a.cols - 8),
                          first_last_at.eq(Cat(*[a.cols + k <= 8 for k in range(8)])),
                          second_last_at.eq(Cat(*[a.cols + k <= 16 for k in range(8)])),
                          src_plane.eq(a.src), src_row.eq(a.src),
                          end_plane.eq(first_end), end_row.eq(first_end), bad.eq(0),
-                         ext_plane.eq(a.ext), ext_row.eq(a.ext),
-                         err.eq(Mux(misaligned & ~empty, ErrorCode.ALIGN, ErrorCode.NONE))]
+                         ext_plane.eq(a.ext), ext_row.eq(a.ext)]
         with m.Elif(first_check):
             m.d.sync += bad.eq(end_row > c.obuf_bytes)
+            with m.If(refuse):
+                m.d.sync += issuing.eq(0)
+            with m.If(refuse_align):
+                m.d.sync += err.eq(ErrorCode.ALIGN)
         with m.Else():
             with m.If(issuing & bad):
                 m.d.sync += [issuing.eq(0), err.eq(ErrorCode.RANGE)]
