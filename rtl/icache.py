@@ -314,7 +314,7 @@ class InstructionCache(wiring.Component):
                                         self.req.payload.pc[:W + IB]))),
                      rp.addr.eq(rd_addr), rp.en.eq(1), ahead_lo.eq(rd_addr[W:W + BL])]
         rd_word = Signal(len(rp.data))     # the word read last cycle
-        out = Signal(len(rp.data))
+        out = Signal(len(rp.data), reset_less=True)   # (its valid flag is `read`)
         # (a missed line's ready bit is cleared as its slot is queued, a cycle after the
         # lookup: until then it is the evicted line's)
         late = (waiting & ready.bit_select(cur[W:W + IB], 1)
@@ -356,27 +356,32 @@ class InstructionCache(wiring.Component):
         # block RAM input; each half is about 5 LUT levels deep), it is written the cycle
         # after, and the line is ready the cycle after its last word is written.
         beat = Signal(range(BEATS_PER_LINE))
-        low, high = Signal(64), Signal(64)
+        # (these data registers, like `out` above, are not reset with the core's `start`,
+        # only their valid flags are: a reset would fan `start` out to hundreds more
+        # flip-flops, and a flip-flop with a reset packs only beside one with the same)
+        low, high = Signal(64, reset_less=True), Signal(64, reset_less=True)
         low_err, word_err = Signal(), Signal()
         w_pend = Signal()                  # `low`, `high` hold a word to write now
         w_addr = Signal(W + IB)
         wp = mem.write_port()
-        word, word_addr, word_pend = Signal(128), Signal(W + IB), Signal()
+        word, word_addr, word_pend = Signal(128, reset_less=True), Signal(W + IB), Signal()
+        w_data = Signal(len(wp.data), reset_less=True)
+        m.d.comb += wp.data.eq(w_data)
         word_bad = Signal()
         m.d.sync += [word.eq(Cat(low, high)), word_bad.eq(word_err), word_addr.eq(w_addr),
                      word_pend.eq(w_pend)]
         m.submodules.predecode = pre = Predecoder(latency=1)
         m.d.comb += pre.word.eq(Cat(low, high))   # (its result comes out as `word` holds it)
-        m.d.sync += [wp.addr.eq(word_addr), wp.data.eq(Cat(word, word_bad, pre.out)),
+        m.d.sync += [wp.addr.eq(word_addr), w_data.eq(Cat(word, word_bad, pre.out)),
                      wp.en.eq(word_pend)]
         # the word read, with a write to the address read in the same cycle bypassed.  The
         # addresses are compared the cycle after, from registered copies, beside the block
         # RAM's clock-to-output: the dispatcher's successor reaches no comparator.
         bypass = Signal()
-        written = Signal.like(wp.data)
+        written = Signal.like(wp.data, reset_less=True)
         rd_addr_r, wr_addr_r, wr_en_r = Signal.like(rd_addr), Signal.like(wp.addr), Signal()
         m.d.sync += [rd_addr_r.eq(rd_addr), wr_addr_r.eq(wp.addr), wr_en_r.eq(wp.en),
-                     written.eq(wp.data)]
+                     written.eq(w_data)]
         m.d.comb += [bypass.eq(wr_en_r & (wr_addr_r == rd_addr_r)),
                      rd_word.eq(Mux(bypass, written, rp.data))]
         done = Signal()  # the oldest slot's last beat

@@ -185,6 +185,7 @@ class LoadUnit(wiring.Component):
         outstanding = Signal(range(1 << 14))  # rows requested and not yet written
         err = Signal(ErrorCode)
         row_bad = Signal(ErrorCode)
+        row_good = Signal(init=1)  # row_bad == NONE, kept beside it (the issue decides on it)
         # dst_row + cols, kept beside dst_row (and dst_plane) so the range check is one
         # comparison, not an adder and a comparison
         row_end, plane_end = Signal(22), Signal(22)
@@ -194,7 +195,7 @@ class LoadUnit(wiring.Component):
         first_check = Signal()
         m.d.sync += first_check.eq(arm)
         m.d.comb += can_issue.eq(issuing & ~first_check & (reader.req.ready | compressed) &
-                                 rows_fifo.w_rdy & (row_bad == ErrorCode.NONE))
+                                 rows_fifo.w_rdy & row_good)
         row_req = Signal()
         m.d.comb += row_req.eq(can_issue & ~compressed)
         m.d.comb += [
@@ -215,7 +216,7 @@ class LoadUnit(wiring.Component):
                          plane_end.eq(a.dst + a.cols), row_end.eq(a.dst + a.cols),
                          err.eq(Mux(misaligned & ~empty, ErrorCode.ALIGN, ErrorCode.NONE))]
         with m.Else():
-            with m.If(issuing & (row_bad != ErrorCode.NONE)):
+            with m.If(issuing & ~row_good):
                 m.d.sync += [issuing.eq(0), err.eq(row_bad)]
             with m.If(can_issue):
                 # the lane banks take consecutive bytes, every plane at dst of its lane
@@ -290,11 +291,13 @@ class LoadUnit(wiring.Component):
                           plane_never | (plane_end > plane_room),
                           (dst_plane[:mb] + to_plane[:mb])[:mb], a.cols, buf_mask)
         with m.If(arm):
-            m.d.sync += row_bad.eq(ErrorCode.NONE)
+            m.d.sync += [row_bad.eq(ErrorCode.NONE), row_good.eq(1)]
         with m.Elif(first_check):
-            m.d.sync += row_bad.eq(bad_first)
+            m.d.sync += [row_bad.eq(bad_first), row_good.eq(bad_first == ErrorCode.NONE)]
         with m.Elif(can_issue):
-            m.d.sync += row_bad.eq(Mux(plane_wrap, bad_plane, bad_row))
+            m.d.sync += [row_bad.eq(Mux(plane_wrap, bad_plane, bad_row)),
+                         row_good.eq(Mux(plane_wrap, bad_plane == ErrorCode.NONE,
+                                         bad_row == ErrorCode.NONE))]
 
         # ---- ldc: the stream's header, then exactly the words it counts, to the expander.
         # words: the header's word and the stream's (requested, arrived); `words_bound`: the

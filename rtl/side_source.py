@@ -333,10 +333,8 @@ class SideSource(wiring.Component):
                         m.next = "EMIT"
             if convert:
                 with m.State("CONVERT"):
-                    # the converter starts in this state's first cycle, from the count
-                    # registered as it was read (the fetcher's window feeds no register of
-                    # the converter: the two sit apart on the die), and is busy the cycle after
-                    m.d.comb += [s2d.start.eq(s2d_go), s2d.count.eq(remaining)]
+                    # the converter starts in this state's first cycle (s2d_go, below), from
+                    # the count registered as it was read, and is busy the cycle after
                     m.d.sync += s2d_go.eq(0)
                     with m.If(~s2d.busy & ~s2d_go):
                         m.d.sync += s_kept.eq(s2d.kept)
@@ -407,6 +405,11 @@ class SideSource(wiring.Component):
 
         m.d.comb += fetch.take.eq(take_own | (s2d.take if convert else 0))
         if convert:
+            # s2d_go is high only in CONVERT's first cycle: the converter's start is the
+            # register itself, not decoded with the state (it loads most of the converter's
+            # registers); the count is registered as it was read (the fetcher's window
+            # feeds no register of the converter: the two sit apart on the die)
+            m.d.comb += [s2d.start.eq(s2d_go), s2d.count.eq(remaining)]
             m.d.comb += [s2d.n.eq(self.n), s2d.val_base.eq(s_row_val),
                          s2d.packed.eq(self.packed), s2d.bytes.eq(fetch.bytes),
                          s2d.escape.eq(fetch.escape),

@@ -18,14 +18,15 @@ class SkidBuffer(_RegisterSlice):
     sustained, and ``i.ready`` comes from a register (no combinational path from
     ``o.ready`` back to ``i.ready``), so chains of them close timing.  Two entries: the
     output register and a skid register that catches the payload accepted in the cycle
-    the output stalls.
+    the output stalls.  The payload registers have no reset (the core's ``start`` resets
+    the valid flags only).
     """
 
     def elaborate(self, platform):
         m = Module()
-        main = Signal(self._shape)
+        main = Signal(self._shape, reset_less=True)
         main_valid = Signal()
-        skid = Signal(self._shape)
+        skid = Signal(self._shape, reset_less=True)
         skid_valid = Signal()
         m.d.comb += [self.i.ready.eq(~skid_valid), self.o.valid.eq(main_valid),
                      self.o.payload.eq(main)]
