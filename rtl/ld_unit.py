@@ -468,9 +468,16 @@ class LoadUnit(wiring.Component):
         per_prm = param_records_per_write(c)
         nsub_acc, nsub_prm = max(1, B // P), B // 8 // per_prm
         sub = Signal(range(max(nsub_acc, nsub_prm) + 1))
-        sub_last = Signal()
-        m.d.comb += sub_last.eq(sub == Mux(acc_busy, nsub_acc - 1,
-                                           Mux(prm_busy, nsub_prm - 1, 0)))
+        # sub == the word's last sub-write, a register kept beside `sub` (set at `arm`,
+        # with sub cleared, and as sub steps): the words' ready compares nothing
+        sub_last = Signal(init=1)
+        sub_target = Mux(acc_busy, nsub_acc - 1, Mux(prm_busy, nsub_prm - 1, 0))
+        sub_step = Signal.like(sub)
+        m.d.comb += sub_step.eq(Mux(sub_last, 0, sub + 1))
+        with m.If(arm):
+            m.d.sync += sub.eq(0)
+            m.d.sync += sub_last.eq(Mux(buf == BUFFERS["acc"], nsub_acc == 1,
+                                        Mux(buf == BUFFERS["param"], nsub_prm == 1, 1)))
         m.d.comb += accept.eq(source_valid & rows_fifo.r_rdy &
                               Mux(acc_busy, acc_out.i.ready & sub_last, sub_last))
         m.d.comb += words.o.ready.eq(accept | discard)
@@ -512,7 +519,7 @@ class LoadUnit(wiring.Component):
                      self.param_w.en.eq(Mux(valid_word & prm_busy,
                                             be_w.word_select(prm_sub, 8 * per_prm), 0))]
         with m.If(valid_word & prm_busy):
-            m.d.sync += sub.eq(Mux(sub_last, 0, sub + 1))
+            m.d.sync += [sub.eq(sub_step), sub_last.eq(sub_step == sub_target)]
 
         # acc: the word's B bytes are B consecutive elements; a sub-write covers `per` of
         # them, all in one accumulator row (P and B are powers of two), bank = element % P.
@@ -533,7 +540,7 @@ class LoadUnit(wiring.Component):
         m.d.comb += [acc_out.i.payload.row.eq(elem0 // P),
                      acc_out.i.valid.eq(valid_word & acc_busy)]
         with m.If(acc_out.i.valid & acc_out.i.ready):
-            m.d.sync += sub.eq(Mux(sub_last, 0, sub + 1))
+            m.d.sync += [sub.eq(sub_step), sub_last.eq(sub_step == sub_target)]
 
         # ---- Completion.
         running = Signal()

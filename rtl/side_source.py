@@ -13,7 +13,7 @@ from .bits import popcount_bytes, sum_tree, thermometer
 from .direct_to_stride import DirectToStride
 from .fetch import ByteFetcher
 from .layouts import ADDR, CHUNK, chunk_layout, entry_layout
-from .skid import PipeRegister, SkidBuffer
+from .skid import SkidBuffer
 from .stride_to_direct import MAX_WINDOW, StrideToDirect
 
 
@@ -58,8 +58,8 @@ class SideSource(wiring.Component):
     stride row (count read).  Latency (dense / direct / replay): a chunk enters the output
     queue five cycles after its index word is read (the block RAM's word registered, then
     masked into a register, per-byte counts, their sum, the value base); the stride
-    converter's chunks leave through a :class:`~.skid.SkidBuffer` (a cycle), a stored stride
-    row's entries through a :class:`~.skid.PipeRegister` (a cycle).
+    converter's chunks leave through a :class:`~.skid.SkidBuffer` (a cycle), the entries
+    (a stored stride row's, the direct-to-stride converter's) through another (a cycle).
 
     Parameters
     ----------
@@ -128,9 +128,11 @@ class SideSource(wiring.Component):
         m = Module()
         m.submodules.fifo = fifo = self._fifo
         m.submodules.fetch = fetch = self._fetch
-        # a stride row's entries leave through a register: the fetcher's window byte
-        # reaches no lane's entry queue in the cycle it is selected
-        m.submodules.entry_out = entry_out = PipeRegister(entry_layout())
+        # the entries (a stored stride row's, or the direct-to-stride converter's) leave
+        # through a skid buffer: the fetcher's window byte reaches no lane's entry queue in
+        # the cycle it is selected, and the lanes' queues' room reaches neither the
+        # fetcher's take nor the converter's stages (the ready is a register)
+        m.submodules.entry_out = entry_out = SkidBuffer(entry_layout())
         entries_ready = entry_out.i.ready
         convert = self._convert
         if convert:
@@ -454,7 +456,6 @@ class SideSource(wiring.Component):
                 entry_out.i.payload.none.eq(emit_term),
                 entry_out.i.payload.last.eq(emit_term),
             ]
-            wiring.connect(m, entry_out.o, wiring.flipped(self.entries))
         with m.Else():
             if convert:
                 with m.If(self.to_entries):
@@ -462,11 +463,10 @@ class SideSource(wiring.Component):
                                  fifo.r_en.eq(d2s.i.ready)]
                 with m.Else():
                     m.d.comb += to_chunks
-                m.d.comb += [self.entries.valid.eq(d2s.o.valid),
-                             self.entries.payload.eq(d2s.o.payload),
-                             d2s.o.ready.eq(self.entries.ready)]
+                wiring.connect(m, d2s.o, entry_out.i)
             else:
                 m.d.comb += to_chunks
+        wiring.connect(m, entry_out.o, wiring.flipped(self.entries))
 
         m.d.comb += self.error.eq(s_error | (s2d.error if convert else 0))
         m.d.comb += q_pending.eq(d_valid + b_valid + q_valid + k_valid)

@@ -346,10 +346,17 @@ class StoreUnit(wiring.Component):
         left_after = Signal(14)
         m.d.comb += left_after.eq(aw_left - row_burst)
         next_burst, next_last = burst_size(m, left_after, limit_after_burst)
+        # the burst after this one, into registers every cycle (`settled`: they are current,
+        # a cycle after the row registers last changed), so the burst's going loads them
+        # with no subtraction or comparison before; a row's burst that is not its last waits
+        # for them (the cycle after the row's previous burst: its beats take longer)
+        next_r, next_last_r = Signal.like(row_burst), Signal()
+        settled = Signal()
+        m.d.sync += [next_r.eq(next_burst), next_last_r.eq(next_last), settled.eq(1)]
         with m.If(~aw_busy & rows_write.r_rdy):
             m.d.comb += rows_write.r_en.eq(1)
             m.d.sync += [aw_busy.eq(1), aw_addr.eq(wr.ext & ~7), limit.eq(row_limit),
-                         aw_left.eq(row_left),
+                         aw_left.eq(row_left), settled.eq(0),
                          row_burst.eq(first_burst), row_last_burst.eq(first_last)]
         burst = Signal(range(MAX_BURST + 1))
         # stc: a burst of the queued words once `limit` are there (fewer at the stream's
@@ -362,7 +369,8 @@ class StoreUnit(wiring.Component):
         stc_claim = Signal(range(MAX_BURST + 1))
         stream_ready = (unclaimed >= limit) | (stream_end & (unclaimed != 0))
         with m.If(~compress):
-            m.d.comb += [burst.eq(row_burst), awvalid.eq(aw_busy & bursts.w_rdy)]
+            m.d.comb += [burst.eq(row_burst),
+                         awvalid.eq(aw_busy & bursts.w_rdy & (settled | row_last_burst))]
         with m.Elif(header_aw):
             m.d.comb += [burst.eq(1), awvalid.eq(bursts.w_rdy)]
         with m.Else():
@@ -380,7 +388,8 @@ class StoreUnit(wiring.Component):
         # a row's burst going: `awvalid` without the stc branch's comparisons, so the
         # stream's word count reaches none of the row registers below
         row_fire = Signal()
-        m.d.comb += row_fire.eq(~compress & aw_busy & bursts.w_rdy & awready)
+        m.d.comb += row_fire.eq(~compress & aw_busy & bursts.w_rdy & awready &
+                                (settled | row_last_burst))
         with m.If(arm & compress):
             m.d.sync += aw_addr.eq(a.ext + 8)
         with m.Elif(arm_late & compress):
@@ -395,8 +404,8 @@ class StoreUnit(wiring.Component):
                 m.d.sync += header_aw.eq(1)
         with m.Elif(row_fire):
             m.d.sync += [aw_addr.eq(aw_next), limit.eq(limit_after_burst),
-                         aw_left.eq(left_after),
-                         row_burst.eq(next_burst), row_last_burst.eq(next_last)]
+                         aw_left.eq(left_after), settled.eq(0),
+                         row_burst.eq(next_r), row_last_burst.eq(next_last_r)]
             with m.If(row_last_burst):
                 m.d.sync += aw_busy.eq(0)
                 m.d.comb += row_issued.eq(1)

@@ -96,6 +96,7 @@ class StrideToDirect(wiring.Component):
         st_elem = [Signal(name=f"st_elem{k}") for k in range(E)]    # entry k is an element
         count = Signal(range(GROUPS + 1))  # groups in the queue
         head_valid = Signal()              # count != 0, kept beside it
+        one_group = Signal()               # count == 1, kept beside it
         take = Signal(range(E + 1))
         # a group taken now finds a slot (the queue's pops are not counted): count + the
         # registered group + the staged one < GROUPS, a register computed from their next
@@ -138,7 +139,7 @@ class StrideToDirect(wiring.Component):
         ring_elem = [Signal(E, name=f"ring{d}_elem") for d in range(Q)]
         ring_rd, ring_wr = Signal(range(Q)), Signal(range(Q))
         ring_any = Signal()   # a group waits behind the head: `count` (the head counted) > 1
-        m.d.comb += ring_any.eq(count > 1)
+        m.d.comb += ring_any.eq(head_valid & ~one_group)
 
         # ---- Stage 3: chunk assembly on the head group.
         cur = Signal(POS - CB)       # the chunk being built
@@ -173,7 +174,7 @@ class StrideToDirect(wiring.Component):
         m.d.comb += pop.eq(self.busy & head_valid & consumed)
         drained = Signal()   # every entry of the row is placed by now
         m.d.comb += drained.eq((rem_cap == 0) & ~staged & ~e_push &
-                               ((count == 0) | ((count == 1) & consumed)))
+                               (~head_valid | (one_group & consumed)))
         out_free = Signal()
         m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
         emit = Signal()
@@ -267,6 +268,7 @@ class StrideToDirect(wiring.Component):
             after = kept_groups + st_push + (take != 0)
             m.d.sync += [count.eq(Mux(pop, kept_groups - 1, kept_groups)),
                          head_valid.eq(Mux(pop, kept_groups > 1, kept_groups != 0)),
+                         one_group.eq(Mux(pop, kept_groups == 2, kept_groups == 1)),
                          room.eq(Mux(pop, after <= GROUPS, after < GROUPS)),
                          done.eq(Mux(pop, 0, done | in_cur | in_next))]
             m.d.sync += [rank_base.eq(rank_base + last_kept), last_kept.eq(0),
@@ -300,7 +302,7 @@ class StrideToDirect(wiring.Component):
                 val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0),
                 staged.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_byte],
                 e_elem.eq(0), e_push.eq(0), ring_rd.eq(0), ring_wr.eq(0),
-                count.eq(0), head_valid.eq(0), done.eq(0), room.eq(1),
+                count.eq(0), head_valid.eq(0), one_group.eq(0), done.eq(0), room.eq(1),
                 # min(count, E) without a 16-bit comparison on the start path
                 rem_cap.eq(Mux((self.count[8:] != 0) | (self.count[:8] > E), E,
                                self.count[:E.bit_length()])),
