@@ -281,9 +281,14 @@ class Dispatcher(wiring.Component):
         # and what its frame is pushed with, registered in its first cycle: no adder or
         # comparison over the fetched word lies before the frames
         loop_start = Signal(PC_BITS)       # its body's first word
-        # (from its second cycle) the lines after its body's first word's and its entry's
+        # (from its second cycle) the line after its body's first word's
         loop_start_line = Signal(PC_BITS - _LINE_BITS)
-        loop_entry_line = Signal(PC_BITS - _LINE_BITS)
+        # (from its second cycle) it goes on at its entry or after its body (`loop_late`,
+        # set with `loop_checked`), and there: its successor and the line after that
+        # word's, chosen into registers (no choice between them as it goes)
+        going_late = Signal()
+        late_next = Signal(PC_BITS + 1)
+        late_line = Signal(PC_BITS - _LINE_BITS)
         loop_left = Signal.like(frames[0].left)
         loop_one = Signal()                # it runs its body once
         loop_two = Signal()                # ... twice
@@ -321,13 +326,12 @@ class Dispatcher(wiring.Component):
         # the zero-trip loop's walk, chosen in the loop word's second cycle (the `top_*`
         # registers are current by then): the innermost frame's if the skipped body ends
         # where the innermost does, else none (the word after the body, and the line after
-        # that word's)
-        skip_next, skip_line, skip_popped, skip_jump, skip_pops = skip_regs = \
-            walk_registers("skip")
+        # that word's; those go into `late_next` and `late_line`)
+        _, _, skip_popped, skip_jump, skip_pops = walk_registers("skip")
 
         consume = Signal()       # the current word is dispatched / executed this cycle
         with m.If(consume):
-            m.d.sync += [loop_seen.eq(0), loop_checked.eq(0)]
+            m.d.sync += [loop_seen.eq(0), loop_checked.eq(0), going_late.eq(0)]
         with m.Elif(self.fetch_resp.valid & is_loop):
             entry = _field(word, _LOOP, "entry")
             m.d.sync += [loop_seen.eq(1), loop_end.eq(pc + body), loop_zero.eq(count == 0),
@@ -338,18 +342,19 @@ class Dispatcher(wiring.Component):
             m.d.sync += [loop_inc[s].eq(_field(word, _LOOP, name)) for s, name in STREAMS.items()]
             with m.If(loop_seen):
                 end_after = loop_end + 1
-                m.d.sync += [loop_start_line.eq(line_after(loop_start)),
-                             loop_entry_line.eq(line_after(loop_entry))]
+                m.d.sync += loop_start_line.eq(line_after(loop_start))
                 m.d.sync += [loop_checked.eq(1),
                              loop_ok.eq((loop_end < self.rom_words) & ~depth_is[-1]
                                         & (~depth_is.any() | (loop_end <= top_end))),
                              loop_end_last.eq(end_after == self.rom_words)]
                 at_top = loop_end == top_end
                 back = at_top & top_jump.any()
-                m.d.sync += [skip_next.eq(Mux(back, top_back, end_after)),
-                             skip_line.eq(Mux(back, top_back_line,
-                                              line_after(loop_end, plus_one=True))),
-                             skip_popped.eq(Mux(at_top, top_popped, 0)),
+                skip_to = Mux(back, top_back, end_after)
+                skip_to_line = Mux(back, top_back_line, line_after(loop_end, plus_one=True))
+                m.d.sync += [going_late.eq(loop_late),
+                             late_next.eq(Mux(loop_zero, skip_to, loop_entry)),
+                             late_line.eq(Mux(loop_zero, skip_to_line, line_after(loop_entry)))]
+                m.d.sync += [skip_popped.eq(Mux(at_top, top_popped, 0)),
                              skip_jump.eq(Mux(at_top, top_jump, 0)),
                              skip_pops.eq(Mux(at_top, top_pops, 0))]
 
@@ -399,13 +404,12 @@ class Dispatcher(wiring.Component):
         jump = Mux(going_loop, skip_jump, seq_jump)
         pops = Mux(going_loop, skip_pops, seq_pops)
         nxt = Signal(PC_BITS + 1)
-        m.d.comb += nxt.eq(Mux(self.start, 0, Mux(zero_trip, skip_next,
-                                                  Mux(late, loop_entry, seq_next))))
+        # (a zero-trip loop word is late too: `late_next` is where its skip goes then)
+        m.d.comb += nxt.eq(Mux(self.start, 0, Mux(going_late, late_next, seq_next)))
         # the line after the successor's, chosen the same way from sums made in parallel
         # (the cache's next-line register takes it: no adder after the choice)
         m.d.comb += self.fetch_next_line.eq(
-            Mux(self.start, 1, Mux(zero_trip, skip_line,
-                                   Mux(late, loop_entry_line, seq_line))))
+            Mux(self.start, 1, Mux(going_late, late_line, seq_line)))
         # the successor lies past the ROM (no halt): ILLEGAL at that word.  A jump goes back
         # into a body and an entry lies inside one, both inside the ROM; pc + 1 lies past it
         # only after the last word (`pc_last`, compared while the word's request was out),

@@ -182,10 +182,10 @@ class VectorUnit(wiring.Component):
         m.d.comb += [self.acc_rd_en.eq(q.valid), self.acc_rd_row.eq(q_row),
                      self.prm_en.eq(q_prm_en), self.prm_row.eq(q_prm_row)]
 
-        with m.If(self.start):
-            m.d.sync += [gen.eq(1), o.eq(0), i.eq(0), j1.eq(0), j2.eq(0), half.eq(0),
-                         err.eq(ErrorCode.NONE)]
-        with m.Elif(gen & empty):
+        # (`start` comes after the generator's steps, below: it is not raised while `gen`
+        # is, so it is the last multiplexer before the registers it loads, not a select at
+        # the head of every chain)
+        with m.If(gen & empty):
             m.d.sync += gen.eq(0)  # nothing to do
         with m.Elif(gen & misaligned):
             m.d.sync += [gen.eq(0), err.eq(ErrorCode.ALIGN)]
@@ -226,6 +226,8 @@ class VectorUnit(wiring.Component):
                     with m.If(o_last):
                         m.d.sync += gen.eq(0)
         with m.If(self.start):
+            m.d.sync += [gen.eq(1), o.eq(0), i.eq(0), j1.eq(0), j2.eq(0), half.eq(0),
+                         err.eq(ErrorCode.NONE)]
             start_ew = (self.op == CODES["vew"]) | (self.op == CODES["vewp"])
             first_src = Mux(start_ew, self.args.vew.a,
                             Mux(self.op == CODES["req"], self.args.req.src, self.args.vred.src))
