@@ -327,7 +327,9 @@ class Dispatcher(wiring.Component):
         # registers are current by then): the innermost frame's if the skipped body ends
         # where the innermost does, else none (the word after the body, and the line after
         # that word's; those go into `late_next` and `late_line`)
-        _, _, skip_popped, skip_jump, skip_pops = walk_registers("skip")
+        skip_popped = Signal(LOOP_DEPTH, name="skip_popped_r")
+        skip_jump = Signal(LOOP_DEPTH, name="skip_jump_r")
+        skip_pops = Signal(range(LOOP_DEPTH + 1), name="skip_pops_r")
 
         consume = Signal()       # the current word is dispatched / executed this cycle
         with m.If(consume):

@@ -468,16 +468,17 @@ class LoadUnit(wiring.Component):
         per_prm = param_records_per_write(c)
         nsub_acc, nsub_prm = max(1, B // P), B // 8 // per_prm
         sub = Signal(range(max(nsub_acc, nsub_prm) + 1))
-        # sub == the word's last sub-write, a register kept beside `sub` (set at `arm`,
-        # with sub cleared, and as sub steps): the words' ready compares nothing
+        # sub == the word's last sub-write, a register kept beside `sub` (sub cleared at
+        # `arm`, the flag set the cycle after, from the buffer's registers, before any row
+        # is requested; then as sub steps): the words' ready compares nothing
         sub_last = Signal(init=1)
         sub_target = Mux(acc_busy, nsub_acc - 1, Mux(prm_busy, nsub_prm - 1, 0))
         sub_step = Signal.like(sub)
         m.d.comb += sub_step.eq(Mux(sub_last, 0, sub + 1))
         with m.If(arm):
             m.d.sync += sub.eq(0)
-            m.d.sync += sub_last.eq(Mux(buf == BUFFERS["acc"], nsub_acc == 1,
-                                        Mux(buf == BUFFERS["param"], nsub_prm == 1, 1)))
+        with m.If(first_check):
+            m.d.sync += sub_last.eq(sub_target == 0)
         m.d.comb += accept.eq(source_valid & rows_fifo.r_rdy &
                               Mux(acc_busy, acc_out.i.ready & sub_last, sub_last))
         m.d.comb += words.o.ready.eq(accept | discard)
