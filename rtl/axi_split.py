@@ -8,6 +8,8 @@ from amaranth.lib.wiring import In, Out
 
 from snpu.verif.isa import LOCAL_BASE
 
+from .skid import room_flag
+
 
 def _read_channels(flip: bool, data_bits: int = 64):
     d, u = (In, Out) if flip else (Out, In)
@@ -33,6 +35,7 @@ class ReadSplit(wiring.Component):
     ``depth`` bursts outstanding.  Every side is ``data_bits`` wide."""
 
     def __init__(self, depth: int = 4, data_bits: int = 64):
+        self._depth = depth
         self._order = SyncFIFOBuffered(width=1, depth=depth)
         super().__init__({**{f"m_{k}": v for k, v in _read_channels(True, data_bits).items()},
                           **{f"e_{k}": v for k, v in _read_channels(False, data_bits).items()},
@@ -42,12 +45,15 @@ class ReadSplit(wiring.Component):
         m = Module()
         m.submodules.order = order = self._order
         local = _is_local(self.m_araddr)
+        # (the order queue's room as a register: the slaves' arready reaches the queue's
+        # write, not a comparison of its level in front of it)
+        accepted = Signal()
+        room = room_flag(m, self._depth, accepted, order.r_en)
         for side, sel in (("e", ~local), ("l", local)):
-            m.d.comb += [getattr(self, f"{side}_arvalid").eq(self.m_arvalid & sel & order.w_rdy),
+            m.d.comb += [getattr(self, f"{side}_arvalid").eq(self.m_arvalid & sel & room),
                          getattr(self, f"{side}_araddr").eq(self.m_araddr),
                          getattr(self, f"{side}_arlen").eq(self.m_arlen)]
-        accepted = Signal()
-        m.d.comb += [self.m_arready.eq(order.w_rdy & Mux(local, self.l_arready, self.e_arready)),
+        m.d.comb += [self.m_arready.eq(room & Mux(local, self.l_arready, self.e_arready)),
                      accepted.eq(self.m_arvalid & self.m_arready),
                      order.w_en.eq(accepted), order.w_data.eq(local)]
         head_local = order.r_data
@@ -67,6 +73,7 @@ class WriteSplit(wiring.Component):
     come back in burst order."""
 
     def __init__(self, depth: int = 4):
+        self._depth = depth
         self._w_order = SyncFIFOBuffered(width=1, depth=depth)
         self._b_order = SyncFIFOBuffered(width=1, depth=depth)
         super().__init__({**{f"m_{k}": v for k, v in _write_channels(True).items()},
@@ -78,12 +85,15 @@ class WriteSplit(wiring.Component):
         m.submodules.w_order = wq = self._w_order
         m.submodules.b_order = bq = self._b_order
         local = _is_local(self.m_awaddr)
-        room = wq.w_rdy & bq.w_rdy
+        # (both queues hold every burst accepted until its data / response has gone: their
+        # room as registers, kept beside their counts)
+        accepted = Signal()
+        room = (room_flag(m, self._depth, accepted, wq.r_en, "w_room") &
+                room_flag(m, self._depth, accepted, bq.r_en, "b_room"))
         for side, sel in (("e", ~local), ("l", local)):
             m.d.comb += [getattr(self, f"{side}_awvalid").eq(self.m_awvalid & sel & room),
                          getattr(self, f"{side}_awaddr").eq(self.m_awaddr),
                          getattr(self, f"{side}_awlen").eq(self.m_awlen)]
-        accepted = Signal()
         m.d.comb += [self.m_awready.eq(room & Mux(local, self.l_awready, self.e_awready)),
                      accepted.eq(self.m_awvalid & self.m_awready),
                      wq.w_en.eq(accepted), wq.w_data.eq(local),

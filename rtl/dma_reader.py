@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from .axi import (BURST_BITS, MAX_BURST, RESP_OKAY, burst_last_beat, burst_last_beat_after_full,
                   burst_len, last_beat_spanned, next_burst_address)
+from .skid import room_flag
 
 #: a request: the bytes ``[addr, addr + length)``; ``tag`` travels with its beats
 REQUEST = data.StructLayout({"addr": 32, "length": 17, "tag": 16})
@@ -56,7 +57,9 @@ class DmaReader(wiring.Component):
     """
 
     def __init__(self, depth: int = 4, data_bits: int = 64):
-        self._inflight = SyncFIFOBuffered(width=REQUEST.size, depth=depth)
+        self._depth = depth
+        # each request in flight with its `single` flag (its bytes fit its first beat)
+        self._inflight = SyncFIFOBuffered(width=REQUEST.size + 1, depth=depth)
         self.beat_bytes = data_bits // 8
         super().__init__({
             "req": In(stream.Signature(REQUEST)),
@@ -86,8 +89,21 @@ class DmaReader(wiring.Component):
         # a request's last burst, the next request's address is loaded.
         last_beat = Signal(BURST_BITS, init=MAX_BURST - 1)
         left_m1 = Signal(14)
-        m.d.comb += self.req.ready.eq(~busy & inflight.w_rdy)
-        m.d.comb += [inflight.w_data.eq(self.req.payload), inflight.w_en.eq(self.req.valid & self.req.ready)]
+        # `room`: fewer than `depth` requests in flight (accepted, last beat not delivered),
+        # a register, so the requester's handshake starts at registers (not at the queue's
+        # level: the LD unit's issue decides on it)
+        accept = Signal()
+        room = room_flag(m, self._depth, accept, inflight.r_en)
+        m.d.comb += self.req.ready.eq(~busy & room)
+        m.d.comb += accept.eq(self.req.valid & self.req.ready)
+        # a request whose bytes all lie in its first beat (its only one); decided as it is
+        # queued, so the data side's last-beat decision is a multiplexer of two flags
+        req_single = Signal()
+        m.d.comb += req_single.eq(
+            (self.req.payload.length[lg + 1:] == 0) &
+            (self.req.payload.addr[:lg] + self.req.payload.length[:lg + 1] <= B))
+        m.d.comb += [inflight.w_data.eq(Cat(self.req.payload.as_value(), req_single)),
+                     inflight.w_en.eq(accept)]
         first = self.req.payload.addr & ~(B - 1)
         with m.If(self.req.valid & self.req.ready):
             m.d.sync += [busy.eq(1), next_addr.eq(first),
@@ -105,22 +121,22 @@ class DmaReader(wiring.Component):
 
         # ---- Data side: annotate the beats of the request at the head of `inflight`.
         head = Signal(REQUEST)
-        m.d.comb += head.eq(inflight.r_data)
+        head_single = Signal()
+        m.d.comb += Cat(head.as_value(), head_single).eq(inflight.r_data)
         started = Signal()
         remaining = Signal(17)
-        # `remaining` is below 2 ** (lg + 1): the bytes left are compared with the room in
-        # the beat in lg + 1 bits, not 17 (no carry chain before the realigner's sums)
-        remaining_small = Signal()
+        # `remaining_last`: the bytes left fit the next beat (the request's later beats
+        # start at byte lane 0), registered as the beat before goes
+        remaining_last = Signal()
         offset = Signal(lg)
         m.d.comb += offset.eq(Mux(started, 0, head.addr[:lg]))
         rem = Mux(started, remaining, head.length)
-        small = Mux(started, remaining_small, head.length[lg + 1:] == 0)
-        room = Signal(lg + 1)
-        m.d.comb += room.eq(B - offset)
+        beat_room = Signal(lg + 1)
+        m.d.comb += beat_room.eq(B - offset)
         is_last = Signal()   # the rest of the request fits this beat
-        m.d.comb += is_last.eq(small & (rem[:lg + 1] <= room))
+        m.d.comb += is_last.eq(Mux(started, remaining_last, head_single))
         count = Signal(lg + 1)
-        m.d.comb += count.eq(Mux(is_last, rem[:lg + 1], room))
+        m.d.comb += count.eq(Mux(is_last, rem[:lg + 1], beat_room))
         m.d.comb += [
             self.beats.valid.eq(self.rvalid & inflight.r_rdy),
             self.beats.payload.data.eq(self.rdata),
@@ -143,9 +159,10 @@ class DmaReader(wiring.Component):
                 m.d.comb += inflight.r_en.eq(1)
                 m.d.sync += started.eq(0)
             with m.Else():
-                left = rem - room
+                left = Signal(17)
+                m.d.comb += left.eq(rem - beat_room)
                 m.d.sync += [started.eq(1), remaining.eq(left),
-                             remaining_small.eq(left[lg + 1:] == 0)]
+                             remaining_last.eq((left[lg + 1:] == 0) & (left[:lg + 1] <= B))]
         with m.If(self.clear):
             m.d.sync += self.error.eq(0)
         return m

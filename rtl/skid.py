@@ -53,3 +53,19 @@ class PipeRegister(_RegisterSlice):
         with m.If(self.i.ready):
             m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.eq(self.i.payload)]
         return m
+
+
+def room_flag(m: Module, depth: int, push: Value, pop: Value, name: str = "room") -> Signal:
+    """A register that is 1 while fewer than ``depth`` items are held, for a queue (or
+    anything counted) that gains one item on ``push`` and loses one on ``pop``.
+
+    The count is kept beside it and the flag computed from the count's next value, so the
+    requester's handshake starts at a register instead of at a comparison of the queue's
+    level (a queue's ``w_rdy`` is such a comparison: in front of a handshake that loads
+    registers, it puts the queue's level on their enable path).  Use it in place of the
+    queue's ``w_rdy`` when the queue holds exactly the items counted here."""
+    held = Signal(range(depth + 1), name=f"{name}_held")
+    flag = Signal(init=1, name=name)
+    after = held + push - pop
+    m.d.sync += [held.eq(after), flag.eq(after < depth)]
+    return flag

@@ -100,10 +100,11 @@ class StrideToDirect(wiring.Component):
         take = Signal(range(E + 1))
         # a group taken now finds a slot (the queue's pops are not counted): count + the
         # registered group + the staged one < GROUPS, a register computed from their next
-        # values (no adder before the take)
+        # values (no adder before the take); 0 while the converter is not busy (cleared as
+        # its last chunk goes), so the take needs no `busy` after it
         room = Signal()
         m.d.comb += take.eq(Mux(room, Mux(rem_cap < self.avail, rem_cap, self.avail), 0))
-        m.d.comb += self.take.eq(Mux(self.busy, take, 0))
+        m.d.comb += self.take.eq(take)
 
         # ---- Stage 2: positions of the staged group; into the queue.
         cursor = Signal(POS)
@@ -286,7 +287,7 @@ class StrideToDirect(wiring.Component):
                     next_last.eq(chunks_left == 3),
                 ]
                 with m.If(is_last):
-                    m.d.sync += self.busy.eq(0)
+                    m.d.sync += [self.busy.eq(0), room.eq(0)]
                     # an element at or beyond n: past the last chunk, or inside it past n
                     with m.If(blocked | (rem_cap != 0) | overflow | past_n):
                         m.d.sync += self.error.eq(1)
