@@ -20,7 +20,7 @@ class LocalMemory(wiring.Component):
     streamed back one word per cycle, one write burst at a time; an address at or past
     ``size`` answers DECERR (the unit that asked faults with ``LOAD_BUS`` /
     ``STORE_BUS``).  The NET side reads words for ``send`` (``net_rd``: one request per
-    cycle, the word on ``net_rdata`` two cycles after, no back-pressure: the NET unit asks
+    cycle, the word on ``net_rdata`` four cycles after, no back-pressure: the NET unit asks
     only when it has room) and writes arriving packets' words (``net_wr``, with byte
     enables).  The read port alternates between the AXI side and the NET side when both
     want it; arriving packets win the write port, so the network always drains.  The block
@@ -28,9 +28,12 @@ class LocalMemory(wiring.Component):
     address, data and enables as chosen), registered here beside the memory: a 64 KiB
     memory is 32 block RAMs across the die, and neither arbitration's choice feeds their
     pins in the cycle it is made.  Reads and writes are delayed alike, so their order is
-    kept.  The block RAMs' output goes into a register before it reaches either side's
-    queue (a block RAM's clock-to-output is most of a cycle at 125 MHz), so a word leaves
-    three cycles after its read is taken (``net_rdata`` three cycles after ``net_rd``).
+    kept.  The block RAMs' output goes into a register, and from there into a second one,
+    before it reaches either side's queue: a block RAM's clock-to-output is most of a cycle
+    at 125 MHz, and the first register's bits sit beside their block RAMs, which are spread
+    across the die (the 64-bit words of a 64 KiB memory are 2 bits in each of 32), so the
+    way to the queues has a cycle of its own.  A word leaves four cycles after its read is
+    taken (``net_rdata`` four cycles after ``net_rd``).
 
     Members
     -------
@@ -74,11 +77,14 @@ class LocalMemory(wiring.Component):
         busy = Signal()
         inflight0 = Signal()  # a read's address is in the block RAMs' address register ...
         inflight = Signal()   # ... the word is read from the block RAM this cycle ...
-        inflight2 = Signal()  # ... and is in the output register this cycle
+        inflight2 = Signal()  # ... and is in the output register this cycle ...
+        inflight3 = Signal()  # ... and in the second one
         meta0 = Signal(3)     # resp, last of the word whose address is registered
         meta = Signal(3)      # ... of the word read
         meta2 = Signal(3)     # ... of the word in the output register
-        word = Signal(64)     # the block RAM's output, registered
+        meta3 = Signal(3)     # ... of the word in the second one
+        word = Signal(64, reset_less=True)    # the block RAM's output, registered
+        word2 = Signal(64, reset_less=True)   # ... and registered again
         axi_wants = Signal()
         # room in the data queue for one more word, a register: next cycle's words queued
         # or in flight are at most this cycle's plus this cycle's read (a word leaving is not
@@ -110,18 +116,20 @@ class LocalMemory(wiring.Component):
                          meta0.eq(Cat(self._resp(cur_addr), cur_left == 1))]
             with m.If(cur_left == 1):
                 m.d.sync += busy.eq(0)
-        net_read0, net_read = Signal(), Signal()
+        net_read0, net_read, net_read2 = Signal(), Signal(), Signal()
         m.d.sync += [inflight0.eq(axi_go), inflight.eq(inflight0), inflight2.eq(inflight),
-                     meta.eq(meta0), meta2.eq(meta), word.eq(rp.data),
-                     net_read0.eq(net_go), net_read.eq(net_read0),
-                     self.net_rvalid.eq(net_read)]
+                     inflight3.eq(inflight2),
+                     meta.eq(meta0), meta2.eq(meta), meta3.eq(meta2),
+                     word.eq(rp.data), word2.eq(word),
+                     net_read0.eq(net_go), net_read.eq(net_read0), net_read2.eq(net_read),
+                     self.net_rvalid.eq(net_read2)]
         # (the words queued and in flight are summed from registers; the read issued now,
         # late from the arbitration, only selects between two comparisons)
-        queued = Signal(range(rq.depth + 4))
-        m.d.comb += queued.eq(rq.level + inflight0 + inflight + inflight2)
+        queued = Signal(range(rq.depth + 5))
+        m.d.comb += queued.eq(rq.level + inflight0 + inflight + inflight2 + inflight3)
         m.d.sync += room.eq(Mux(axi_go, queued < rq.depth - 2, queued < rq.depth - 1))
-        m.d.comb += [self.net_rdata.eq(word),
-                     rq.w_en.eq(inflight2), rq.w_data.eq(Cat(word, meta2)),
+        m.d.comb += [self.net_rdata.eq(word2),
+                     rq.w_en.eq(inflight3), rq.w_data.eq(Cat(word2, meta3)),
                      bus.rvalid.eq(rq.r_rdy), bus.rdata.eq(rq.r_data[:64]),
                      bus.rresp.eq(rq.r_data[64:66]), bus.rlast.eq(rq.r_data[66]),
                      rq.r_en.eq(bus.rvalid & bus.rready)]

@@ -221,10 +221,14 @@ class MatrixController(wiring.Component):
 
         writers_start = Signal()
         m.d.sync += writers_start.eq(begin)
-        # the rows to write, nvec * rows, are multiplied out from the held operands in the
-        # first running cycle, a cycle after the checks, which needs none of it (a launched
-        # fc writes nothing then, and one that did not launch ends then)
+        # the rows to write, nvec * rows, are loaded in the first running cycle, a cycle
+        # after the checks, which need none of it (a launched fc writes nothing then, and
+        # one that did not launch ends then).  They are multiplied out from the operands
+        # latched at start, every cycle into a register (a multiplier block with a register
+        # on either side, nothing after it), current from `begin` on
         total = Signal(24)
+        rows_product = Signal(24)
+        m.d.sync += rows_product.eq(r.nvec * a.rows)
         accumulate = Signal()
         first = Signal()
         m.d.sync += first.eq(begin)
@@ -274,8 +278,7 @@ class MatrixController(wiring.Component):
             m.d.sync += self.busy_cycles.eq(self.busy_cycles + 1)
             with m.If(first):
                 # (the writers write nothing before the lanes start, the cycle after)
-                product = held.nvec * held.rows
-                m.d.sync += [total.eq(product), remaining.eq(product)]
+                m.d.sync += [total.eq(rows_product), remaining.eq(rows_product)]
             with m.Else():
                 m.d.sync += remaining.eq(remaining - n_wrote)
             all_written = (remaining[len(n_wrote):] == 0) & (remaining[:len(n_wrote)] == n_wrote)

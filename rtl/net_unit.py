@@ -138,12 +138,13 @@ class NetUnit(wiring.Component):
             m.d.sync += [op.eq(self.op), s.eq(self.args.send), r.eq(self.args.recv),
                          packet.eq(8 << self.regs.packet_log2), self.error.eq(ErrorCode.NONE)]
         left = Signal(12)          # data words of the current packet still to read
-        inflight = Signal(range(5))
+        inflight = Signal(range(6))
         issue = Signal()
         rd_addr = Signal(17)       # next local word to read
         m.d.comb += [self.mem_rd.payload.eq(rd_addr), self.mem_rd.valid.eq(issue)]
-        # the word read three cycles ago ends its packet (the local memory's read latency 3)
+        # the word read four cycles ago ends its packet (the local memory's read latency 4)
         read_last = Signal()
+        read_last3 = Signal()      # ... the word read three cycles ago
         read_last2 = Signal()      # ... the word read two cycles ago
         read_last1 = Signal()      # ... the word read last cycle
         head = Signal(HEAD)
@@ -180,7 +181,7 @@ class NetUnit(wiring.Component):
         m.d.sync += room.eq(Mux(accepted | head_in, occupied < tx.depth - 2,
                                 occupied < tx.depth - 1))
         m.d.sync += [read_last1.eq(accepted & (left == 1)), read_last2.eq(read_last1),
-                     read_last.eq(read_last2)]
+                     read_last3.eq(read_last2), read_last.eq(read_last3)]
         # The recv's counter compared in every cycle and registered: a cycle late, which
         # only delays a recv (counts fall only by this unit's takes, each written before the
         # next recv's first comparison)

@@ -436,19 +436,37 @@ class SideSource(wiring.Component):
         # ---- Outputs.
         fifo_chunk = Signal(chunk_layout())
         m.d.comb += fifo_chunk.eq(fifo.r_data)
-        to_chunks = [self.chunks.valid.eq(fifo.r_rdy), self.chunks.payload.eq(fifo_chunk),
-                     fifo.r_en.eq(self.chunks.ready)]
+        # Who reads the FIFO -- the chunks' output (`fifo_chunks`) or the direct-to-stride
+        # converter (`fifo_d2s`) -- and whether the chunks come from the stride converter's
+        # skid buffer instead (`skid_chunks`): registers, from the format (constant while
+        # the source runs) and `replaying`, so the FIFO's read enable is one AND-OR of them
+        # with the readies, not a decoding of the format in front of the FIFO's level.
+        # They are a cycle late, which is in time: the first chunk reaches the FIFO several
+        # cycles after a start (words engine, block RAM, three stages) or after `replaying`
+        # rises (REPLAY_WAIT starts the words engine), and `replaying` falls only with the
+        # FIFO and the stages empty; the skid buffer is empty when `replaying` rises
+        # (REPLAY_WAIT waits for it).
+        fifo_chunks, fifo_d2s, skid_chunks = Signal(), Signal(), Signal()
+        if convert:
+            m.d.sync += [fifo_chunks.eq(Mux(is_stride, replaying, ~self.to_entries)),
+                         fifo_d2s.eq(~is_stride & self.to_entries),
+                         skid_chunks.eq(is_stride & ~replaying)]
+        else:
+            m.d.sync += fifo_chunks.eq(~is_stride)
+        m.d.comb += fifo.r_en.eq(fifo_chunks & self.chunks.ready |
+                                 (fifo_d2s & d2s.i.ready if convert else 0))
+        to_chunks = [self.chunks.valid.eq(fifo.r_rdy), self.chunks.payload.eq(fifo_chunk)]
         with m.If(is_stride):
             if convert:
                 # through a skid buffer: the converter's output handshake (which ends its
                 # chunk assembly) does not wait for the lanes' queues
                 wiring.connect(m, s2d.o, out_skid.i)
+                m.d.comb += out_skid.o.ready.eq(skid_chunks & self.chunks.ready)
                 with m.If(replaying):
                     m.d.comb += to_chunks
                 with m.Else():
                     m.d.comb += [self.chunks.valid.eq(out_skid.o.valid & ~self.to_entries),
-                                 self.chunks.payload.eq(out_skid.o.payload),
-                                 out_skid.o.ready.eq(self.chunks.ready)]
+                                 self.chunks.payload.eq(out_skid.o.payload)]
             m.d.comb += [
                 entry_out.i.valid.eq(emit_term | emit_entry),
                 entry_out.i.payload.value.eq(Mux(emit_term, 0, fetch.bytes[0])),
@@ -459,8 +477,7 @@ class SideSource(wiring.Component):
         with m.Else():
             if convert:
                 with m.If(self.to_entries):
-                    m.d.comb += [d2s.i.valid.eq(fifo.r_rdy), d2s.i.payload.eq(fifo_chunk),
-                                 fifo.r_en.eq(d2s.i.ready)]
+                    m.d.comb += [d2s.i.valid.eq(fifo.r_rdy), d2s.i.payload.eq(fifo_chunk)]
                 with m.Else():
                     m.d.comb += to_chunks
                 wiring.connect(m, d2s.o, entry_out.i)
