@@ -105,7 +105,7 @@ class DmaReader(wiring.Component):
         m.d.comb += [inflight.w_data.eq(Cat(self.req.payload.as_value(), req_single)),
                      inflight.w_en.eq(accept)]
         first = self.req.payload.addr & ~(B - 1)
-        with m.If(self.req.valid & self.req.ready):
+        with m.If(accept):
             m.d.sync += [busy.eq(1), next_addr.eq(first),
                          last_beat.eq(burst_last_beat(m, first, lg)),
                          left_m1.eq(last_beat_spanned(self.req.payload.addr,

@@ -440,12 +440,13 @@ class SideSource(wiring.Component):
         # converter (`fifo_d2s`) -- and whether the chunks come from the stride converter's
         # skid buffer instead (`skid_chunks`): registers, from the format (constant while
         # the source runs) and `replaying`, so the FIFO's read enable is one AND-OR of them
-        # with the readies, not a decoding of the format in front of the FIFO's level.
-        # They are a cycle late, which is in time: the first chunk reaches the FIFO several
-        # cycles after a start (words engine, block RAM, three stages) or after `replaying`
-        # rises (REPLAY_WAIT starts the words engine), and `replaying` falls only with the
-        # FIFO and the stages empty; the skid buffer is empty when `replaying` rises
-        # (REPLAY_WAIT waits for it).
+        # with the readies, not a decoding of the format in front of the FIFO's level; the
+        # outputs' valids and the chunks' multiplexer follow the same flags.  They are a
+        # cycle late, which is in time: the first chunk reaches the FIFO several cycles
+        # after a start (words engine, block RAM, three stages) or after `replaying` rises
+        # (REPLAY_WAIT starts the words engine), and `replaying` falls only with the FIFO
+        # and the stages empty; the skid buffer is empty when `replaying` rises (REPLAY_WAIT
+        # waits for it) and when it falls (a row's conversion starts after ROW_START).
         fifo_chunks, fifo_d2s, skid_chunks = Signal(), Signal(), Signal()
         if convert:
             m.d.sync += [fifo_chunks.eq(Mux(is_stride, replaying, ~self.to_entries)),
@@ -453,20 +454,21 @@ class SideSource(wiring.Component):
                          skid_chunks.eq(is_stride & ~replaying)]
         else:
             m.d.sync += fifo_chunks.eq(~is_stride)
-        m.d.comb += fifo.r_en.eq(fifo_chunks & self.chunks.ready |
-                                 (fifo_d2s & d2s.i.ready if convert else 0))
-        to_chunks = [self.chunks.valid.eq(fifo.r_rdy), self.chunks.payload.eq(fifo_chunk)]
+        m.d.comb += [fifo.r_en.eq(fifo_chunks & self.chunks.ready |
+                                  (fifo_d2s & d2s.i.ready if convert else 0)),
+                     self.chunks.valid.eq(fifo_chunks & fifo.r_rdy),
+                     self.chunks.payload.eq(fifo_chunk)]
+        if convert:
+            # the stride converter's chunks through a skid buffer: its output handshake
+            # (which ends its chunk assembly) does not wait for the lanes' queues
+            wiring.connect(m, s2d.o, out_skid.i)
+            m.d.comb += [out_skid.o.ready.eq(skid_chunks & self.chunks.ready),
+                         d2s.i.valid.eq(fifo_d2s & fifo.r_rdy), d2s.i.payload.eq(fifo_chunk)]
+            with m.If(skid_chunks):
+                m.d.comb += [self.chunks.valid.eq(out_skid.o.valid & ~self.to_entries),
+                             self.chunks.payload.eq(out_skid.o.payload)]
+        # the entries: the stride engine's own, or the direct-to-stride converter's
         with m.If(is_stride):
-            if convert:
-                # through a skid buffer: the converter's output handshake (which ends its
-                # chunk assembly) does not wait for the lanes' queues
-                wiring.connect(m, s2d.o, out_skid.i)
-                m.d.comb += out_skid.o.ready.eq(skid_chunks & self.chunks.ready)
-                with m.If(replaying):
-                    m.d.comb += to_chunks
-                with m.Else():
-                    m.d.comb += [self.chunks.valid.eq(out_skid.o.valid & ~self.to_entries),
-                                 self.chunks.payload.eq(out_skid.o.payload)]
             m.d.comb += [
                 entry_out.i.valid.eq(emit_term | emit_entry),
                 entry_out.i.payload.value.eq(Mux(emit_term, 0, fetch.bytes[0])),
@@ -476,13 +478,7 @@ class SideSource(wiring.Component):
             ]
         with m.Else():
             if convert:
-                with m.If(self.to_entries):
-                    m.d.comb += [d2s.i.valid.eq(fifo.r_rdy), d2s.i.payload.eq(fifo_chunk)]
-                with m.Else():
-                    m.d.comb += to_chunks
                 wiring.connect(m, d2s.o, entry_out.i)
-            else:
-                m.d.comb += to_chunks
         wiring.connect(m, entry_out.o, wiring.flipped(self.entries))
 
         m.d.comb += self.error.eq(s_error | (s2d.error if convert else 0))
