@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 from snpu.config import CoreConfig
 
 from .ld_unit import acc_write_layout
+from .target import NO_RW_CHECK, checked_read
 
 
 class Accumulators(wiring.Component):
@@ -30,7 +31,8 @@ class Accumulators(wiring.Component):
         self._cfg = config
         P = config.lanes
         row = range(config.acc_words)
-        self._banks = [Memory(shape=signed(32), depth=config.acc_words, init=[]) for _ in range(P)]
+        self._banks = [Memory(shape=signed(32), depth=config.acc_words, init=[], attrs=NO_RW_CHECK)
+                       for _ in range(P)]
         super().__init__({
             "vx_rd_en": In(1), "vx_rd_row": In(row),
             "vx_rd_data": Out(data.ArrayLayout(signed(32), P)),
@@ -59,11 +61,12 @@ class Accumulators(wiring.Component):
             with m.Else():
                 m.d.comb += [wp.addr.eq(self.mx_w[g].payload.row), wp.data.eq(self.mx_w[g].payload.data),
                              wp.en.eq(self.mx_w[g].valid)]
+            word = checked_read(m, platform, rp, [wp], f"bank{g}")
             m.d.comb += [
                 self.mx_rd[g].ready.eq(~self.vx_rd_en),
                 rp.addr.eq(Mux(self.vx_rd_en, self.vx_rd_row, self.mx_rd[g].payload.row)),
                 rp.en.eq(self.vx_rd_en | self.mx_rd[g].valid),
-                self.vx_rd_data[g].eq(rp.data),
-                self.mx_rd_data[g].eq(rp.data),
+                self.vx_rd_data[g].eq(word),
+                self.mx_rd_data[g].eq(word),
             ]
         return m

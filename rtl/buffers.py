@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 from snpu.config import CoreConfig
 
 from .ld_unit import param_records_per_write, param_write_signature
+from .target import NO_RW_CHECK, checked_read
 
 
 class OutputCache(wiring.Component):
@@ -23,7 +24,8 @@ class OutputCache(wiring.Component):
         P = config.lanes
         self._nb = max(1, P // 8)
         words = config.obuf_bytes // 8
-        self._banks = [Memory(shape=64, depth=words // self._nb, init=[]) for _ in range(self._nb)]
+        self._banks = [Memory(shape=64, depth=words // self._nb, init=[], attrs=NO_RW_CHECK)
+                       for _ in range(self._nb)]
         super().__init__({
             "w_en": In(1), "w_addr": In(range(config.obuf_bytes)), "w_data": In(8 * P),
             "r_en": In(1), "r_word": In(range(words)), "r_data": Out(64),
@@ -45,7 +47,7 @@ class OutputCache(wiring.Component):
                 m.d.comb += [wp.addr.eq(self.w_addr >> 3), wp.data.eq(self.w_data << (lane << 3)),
                              wp.en.eq(Mux(self.w_en, ((1 << P) - 1) << lane, 0))]
             m.d.comb += [rp.addr.eq(self.r_word // nb), rp.en.eq(self.r_en)]
-            rdata.append(rp.data)
+            rdata.append(checked_read(m, platform, rp, [wp], f"bank{b}"))
         if nb > 1:
             with m.If(self.r_en):
                 m.d.sync += sel.eq(self.r_word % nb)
@@ -65,7 +67,8 @@ class ParamMemory(wiring.Component):
     def __init__(self, config: CoreConfig):
         self._cfg = config
         P = config.lanes
-        self._banks = [Memory(shape=64, depth=config.param_rows, init=[]) for _ in range(P)]
+        self._banks = [Memory(shape=64, depth=config.param_rows, init=[], attrs=NO_RW_CHECK)
+                       for _ in range(P)]
         super().__init__({
             "w": In(param_write_signature(config)),
             "r_en": In(1), "r_row": In(range(config.param_rows)),
@@ -88,5 +91,5 @@ class ParamMemory(wiring.Component):
                          wp.data.eq(self.w.data.word_select(part, 64)),
                          wp.en.eq(Mux(k < n, self.w.en.word_select(part, 8), 0)),
                          rp.addr.eq(self.r_row), rp.en.eq(self.r_en),
-                         self.r_data[g].eq(rp.data)]
+                         self.r_data[g].eq(checked_read(m, platform, rp, [wp], f"bank{g}"))]
         return m

@@ -16,6 +16,7 @@ from snpu.verif.sequencer import LINE_WORDS
 from .axi import RESP_OKAY
 from .microcode import PC_BITS
 from .predecode import PREDECODED, Predecoder
+from .target import NO_RW_CHECK, checked_read
 
 #: a word as the cache delivers it, with its predecoded part (computed as the line fills)
 FETCHED = data.StructLayout({"word": 128, "pc": PC_BITS, "error": 1, "pre": PREDECODED})
@@ -82,7 +83,8 @@ class InstructionCache(wiring.Component):
         self._lines = lines
         self._index_bits = (lines - 1).bit_length()
         self._tag_bits = PC_BITS - (LINE_WORDS - 1).bit_length() - self._index_bits
-        self._data = Memory(shape=129 + PREDECODED.size, depth=lines * LINE_WORDS, init=[])
+        self._data = Memory(shape=129 + PREDECODED.size, depth=lines * LINE_WORDS, init=[],
+                            attrs=NO_RW_CHECK)
         # the tags in banks of 16 lines (an ECP5 LUT RAM's depth): a lookup compares every
         # bank's entry with the tag and then selects the bank's result, one bit, instead of
         # selecting a tag and comparing it
@@ -383,7 +385,7 @@ class InstructionCache(wiring.Component):
         m.d.sync += [rd_addr_r.eq(rd_addr), wr_addr_r.eq(wp.addr), wr_en_r.eq(wp.en),
                      written.eq(w_data)]
         m.d.comb += [bypass.eq(wr_en_r & (wr_addr_r == rd_addr_r)),
-                     rd_word.eq(Mux(bypass, written, rp.data))]
+                     rd_word.eq(Mux(bypass, written, checked_read(m, platform, rp, [wp], "rd")))]
         done = Signal()  # the oldest slot's last beat
         m.d.comb += self.rready.eq(slot_v[0] & slot_ar[0])
         err = self.rresp != RESP_OKAY

@@ -6,6 +6,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .ports import wide_read_port, write_port_signature
+from .target import NO_RW_CHECK, checked_read
 
 
 class IndexMemory(wiring.Component):
@@ -49,7 +50,7 @@ class IndexMemory(wiring.Component):
             raise ValueError(f"width must be a multiple of 64 bits, got {width}")
         self._depth, self._width = depth, width
         # (ram_style: a memory this small would otherwise be mapped to LUT RAM)
-        self._mem = Memory(shape=width, depth=depth, init=[], attrs={"ram_style": "block"})
+        self._mem = Memory(shape=width, depth=depth, init=[], attrs={"ram_style": "block", **NO_RW_CHECK})
         super().__init__({
             "w": In(write_port_signature(depth, 1, width)),
             "r_addr": In(range(depth * width // 64)),
@@ -61,10 +62,12 @@ class IndexMemory(wiring.Component):
         m = Module()
         W = self._width
         m.submodules.mem = mem = self._mem
-        wide_read_port(m, mem, self.r_addr, self.r_en, self.r_data, "r")
-
-        old_port = mem.read_port()
         wp = mem.write_port(granularity=8)
+        wide_read_port(m, mem, self.r_addr, self.r_en, self.r_data, "r",
+                       platform=platform, write_ports=[wp])
+        old_port = mem.read_port()
+        # (a read that meets the write of its word is not used: b_after_c below)
+        old_data = checked_read(m, platform, old_port, [wp], "old")
         m.d.comb += [old_port.addr.eq(self.w.addr), old_port.en.eq(self.w.en.any())]
         # stage B (cycle 1) and stage C (cycle 2) registers; `merged` is stage C's word,
         # `last` the word written in the previous cycle
@@ -82,7 +85,7 @@ class IndexMemory(wiring.Component):
                      b_data.eq(self.w.data), b_en.eq(self.w.en),
                      b_after_c.eq(c_valid & (c_addr == self.w.addr)),
                      b_after_b.eq(b_valid & (b_addr == self.w.addr))]
-        m.d.sync += [c_valid.eq(b_valid), c_addr.eq(b_addr), old.eq(old_port.data),
+        m.d.sync += [c_valid.eq(b_valid), c_addr.eq(b_addr), old.eq(old_data),
                      c_bytes.eq(Cat(b_en[8 * k:8 * k + 8].any() for k in range(W // 8))),
                      c_pre.eq((b_en & b_data) | (~b_en & last)),
                      c_old.eq(~b_en & Mux(b_after_b | b_after_c, 0, (1 << W) - 1)),

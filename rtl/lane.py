@@ -172,7 +172,9 @@ class MatrixLane(wiring.Component):
         s1_noff, s1_woff = Signal(3), Signal(3)
         s2_valid, s2_pair, s2_last = Signal(), Signal(), Signal()
         s2_noff, s2_woff = Signal(3), Signal(3)
-        s2_nword, s2_wword = Signal(64), Signal(64)
+        # (no reset: the valid flags say what they hold; a register without a reset can
+        # be the block RAM's own output register, verif/tb/bram_outreg.py)
+        s2_nword, s2_wword = Signal(64, reset_less=True), Signal(64, reset_less=True)
         s3_valid, s3_pair, s3_last = Signal(), Signal(), Signal()
         s3_n, s3_w = Signal(8), Signal(8)
         advance = Signal()

@@ -8,6 +8,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .axi import RESP_DECERR, RESP_OKAY, AxiSignature
+from .target import NO_RW_CHECK, checked_read
 
 NET_WRITE = data.StructLayout({"addr": 17, "data": 64, "en": 8})
 
@@ -46,7 +47,7 @@ class LocalMemory(wiring.Component):
         if size % 8 or size & (size - 1):
             raise ValueError(f"local memory size must be a power of two, got {size}")
         self._size = size
-        self.mem = Memory(shape=64, depth=size // 8, init=[])
+        self.mem = Memory(shape=64, depth=size // 8, init=[], attrs=NO_RW_CHECK)
         self._ar = SyncFIFOBuffered(width=36, depth=2)
         self._rdata = SyncFIFOBuffered(width=67, depth=10)
         super().__init__({
@@ -120,7 +121,7 @@ class LocalMemory(wiring.Component):
         m.d.sync += [inflight0.eq(axi_go), inflight.eq(inflight0), inflight2.eq(inflight),
                      inflight3.eq(inflight2),
                      meta.eq(meta0), meta2.eq(meta), meta3.eq(meta2),
-                     word.eq(rp.data), word2.eq(word),
+                     word.eq(checked_read(m, platform, rp, [wp], "rd")), word2.eq(word),
                      net_read0.eq(net_go), net_read.eq(net_read0), net_read2.eq(net_read),
                      self.net_rvalid.eq(net_read2)]
         # (the words queued and in flight are summed from registers; the read issued now,

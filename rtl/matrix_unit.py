@@ -16,6 +16,7 @@ from .lane import FC_CONFIG, RESULT, MatrixLane, fc_modes
 from .ports import wide_read_port, write_port_signature
 from .row_broadcast import RowBroadcast
 from .side_source import SideSource
+from .target import NO_RW_CHECK
 
 
 def buffer_write_ports(config: CoreConfig, flow) -> dict:
@@ -77,7 +78,7 @@ class MatrixUnit(wiring.Component):
         W, B = config.axi_data_bits, config.axi_bytes
         self._nidx = IndexMemory(config.nidx_bytes // B, W)
         self._mems = {
-            name: [Memory(shape=W, depth=size // B, init=[]) for _ in range(P)]
+            name: [Memory(shape=W, depth=size // B, init=[], attrs=NO_RW_CHECK) for _ in range(P)]
             for name, size in (("nbuf", config.nbuf_bytes), ("wbuf", config.wbuf_bytes),
                                ("widx", config.widx_bytes))
         }
@@ -153,7 +154,7 @@ class MatrixUnit(wiring.Component):
                 m.d.comb += [wp.addr.eq(port.addr), wp.data.eq(port.data), wp.en.eq(enable)]
                 wide_read_port(m, mem, getattr(lane, f"{name}_addr"),
                                getattr(lane, f"{name}_en"), getattr(lane, f"{name}_data"),
-                               f"{name}{g}")
+                               f"{name}{g}", platform=platform, write_ports=[wp])
             busy.append(lane.busy)
             error.append(lane.error)
             pairs.append(lane.pairs)

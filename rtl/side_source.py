@@ -15,6 +15,7 @@ from .fetch import ByteFetcher
 from .layouts import ADDR, CHUNK, chunk_layout, entry_layout
 from .skid import SkidBuffer
 from .stride_to_direct import MAX_WINDOW, StrideToDirect
+from .target import NO_RW_CHECK, checked_read
 
 
 class Fmt(enum.Enum, shape=2):
@@ -96,7 +97,8 @@ class SideSource(wiring.Component):
                              f"got {replay_chunks}")
         self._window = window
         self._replay_chunks = replay_chunks
-        self._replay = Memory(shape=CHUNK, depth=replay_chunks, init=[]) if convert else None
+        self._replay = (Memory(shape=CHUNK, depth=replay_chunks, init=[], attrs=NO_RW_CHECK)
+                        if convert else None)
         self._fifo = SyncFIFOBuffered(width=len(Signal(chunk_layout()).as_value()), depth=10)
         self._convert = convert
         self._d2s = DirectToStride() if convert else None
@@ -235,13 +237,13 @@ class SideSource(wiring.Component):
         # own (a block RAM's clock-to-output is most of a cycle: no multiplexer after it);
         # the index memory's, and a replayed stride row's from the replay memory
         d_valid, d_clast, d_rowlast = Signal(), Signal(), Signal()
-        d_word = Signal(CHUNK)
+        d_word = Signal(CHUNK, reset_less=True)   # (no reset: d_valid says what it holds)
         m.d.sync += [d_valid.eq(r_valid & ~self.start), d_clast.eq(r_clast),
                      d_rowlast.eq(r_rowlast), d_word.eq(self.mem_data)]
         word = d_word
         if convert:
-            d_replay = Signal(CHUNK)
-            m.d.sync += d_replay.eq(replay_r.data)
+            d_replay = Signal(CHUNK, reset_less=True)
+            m.d.sync += d_replay.eq(checked_read(m, platform, replay_r, [replay_w], "replay"))
             # (a selection by the format, which holds)
             word = Mux(is_stride, d_replay, d_word)
         # receive (stage 1): mask the row's last chunk's tail (a LUT or two per bit)

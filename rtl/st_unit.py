@@ -282,8 +282,9 @@ class StoreUnit(wiring.Component):
                 m.d.sync += rd_started.eq(1)
         m.d.sync += inflight.eq(issue)
         # the output cache's word goes into a register before the beat queue (a block RAM's
-        # output, then routing, into LUT RAM was the core's worst placed path)
-        arrived = Signal(BEAT)
+        # output, then routing, into LUT RAM was the core's worst placed path); no reset
+        # (`arriving` says what it holds), so it can be the block RAM's output register
+        arrived = Signal(BEAT, reset_less=True)
         m.d.sync += [arriving.eq(inflight), arrived.eq(beat_meta), arrived.data.eq(self.obuf_data)]
         m.d.comb += [beats.w_en.eq(arriving), beats.w_data.eq(arrived)]
         beat = Signal(BEAT)

@@ -101,7 +101,8 @@ def _print_placed(what: str, r: dict, target_mhz: float) -> None:
     fmax = r["fmax_mhz"]
     met = "meets" if fmax and fmax >= target_mhz else "misses"
     click.echo(f"{what} on {r['device']}: {r['luts']} LUTs, {r['ffs']} FFs, {r['dsps']} DSPs, "
-               f"{r['brams']} BRAMs")
+               f"{r['brams']} BRAMs ({r.get('bram_output_registers', 0)} block RAM ports with "
+               f"their output register)")
     click.echo(f"Fmax {fmax} MHz (min over seeds {', '.join(r['fmax_per_seed'])}: "
                f"{', '.join(str(v) for v in r['fmax_per_seed'].values())}); {met} {target_mhz:g} MHz "
                f"(placer timing weight {r['placer_timing_weight']})")

