@@ -176,7 +176,7 @@ class MatrixLane(wiring.Component):
         # be the block RAM's own output register, verif/tb/bram_outreg.py)
         s2_nword, s2_wword = Signal(64, reset_less=True), Signal(64, reset_less=True)
         s3_valid, s3_pair, s3_last = Signal(), Signal(), Signal()
-        s3_n, s3_w = Signal(8), Signal(8)
+        s3_n, s3_w = Signal(8, reset_less=True), Signal(8, reset_less=True)
         advance = Signal()
         m.d.comb += [advance.eq(~s3_valid | mac.i.ready), pq.r_en.eq(advance)]
         pr = Signal(pairs_layout(1))

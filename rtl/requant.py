@@ -64,11 +64,14 @@ class Requantizer(wiring.Component):
         T = P + 1  # bits of 2 p
 
         # stage 1: bias add; the shift clamped
-        v1, mult1, shift1 = Signal(signed(32)), Signal(signed(16)), Signal(range(SHIFT_MAX + 1))
+        # (the multiplies' operands and products have no reset: the valid flags say what
+        # they hold, and so they can be the multiplier blocks' own registers)
+        v1, mult1 = Signal(signed(32), reset_less=True), Signal(signed(16), reset_less=True)
+        shift1 = Signal(range(SHIFT_MAX + 1))
         relu1, valid1 = Signal(), Signal()
         # stage 2a: the partial products (low half of acc + bias unsigned), and the
         # positions of 2 p that must equal its sign
-        lo_a, hi_a = Signal(signed(34)), Signal(signed(32))
+        lo_a, hi_a = Signal(signed(34), reset_less=True), Signal(signed(32), reset_less=True)
         shift_a, relu_a, valid_a = Signal.like(shift1), Signal(), Signal()
         above_a = Signal(T)
         # stage 2: the product

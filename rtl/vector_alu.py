@@ -67,11 +67,13 @@ class VectorAlu(wiring.Component):
         s1_valid, s1_emit = Signal(), Signal()
         s1_op = Signal(AluOp)
         s1_relu, s1_first = Signal(), Signal()
-        s1_a = [Signal(32, name=f"s1_a{k}") for k in range(L)]    # a
-        s1_x = [Signal(32, name=f"s1_x{k}") for k in range(L)]    # a[:16] * ma
-        s1_y = [Signal(32, name=f"s1_y{k}") for k in range(L)]    # b[:16] * mb
-        s1_xh = [Signal(16, name=f"s1_xh{k}") for k in range(L)]  # a[16:] * ma, low half
-        s1_yh = [Signal(16, name=f"s1_yh{k}") for k in range(L)]  # b[16:] * mb, low half
+        # (no reset: s1_valid says what they hold; a product register without one can be the
+        # multiplier block's own output register, verif/tb/dsp_registers.py)
+        s1_a = [Signal(32, name=f"s1_a{k}", reset_less=True) for k in range(L)]    # a
+        s1_x = [Signal(32, name=f"s1_x{k}", reset_less=True) for k in range(L)]    # a[:16] * ma
+        s1_y = [Signal(32, name=f"s1_y{k}", reset_less=True) for k in range(L)]    # b[:16] * mb
+        s1_xh = [Signal(16, name=f"s1_xh{k}", reset_less=True) for k in range(L)]  # a[16:] * ma
+        s1_yh = [Signal(16, name=f"s1_yh{k}", reset_less=True) for k in range(L)]  # b[16:] * mb
 
         def low_product(v, mul):
             return (v[:16].as_unsigned() * mul)[:32]

@@ -90,7 +90,9 @@ class VectorUnit(wiring.Component):
         src, dst, b = Signal(16), Signal(16), Signal(16)
         n_o, n_i, k1, k2 = Signal(12), Signal(8), Signal(8), Signal(8)
         mode, relu = Signal(2), Signal()
-        ma, mb = Signal(signed(16)), Signal(signed(16))
+        # (the operands of the ALU's multipliers have no reset: they are set before they
+        # are used, and a register without one can be the multiplier block's input register)
+        ma, mb = Signal(signed(16), reset_less=True), Signal(signed(16), reset_less=True)
         param = Signal(12)
         args = self.args
         # whether each counter of the address generator is at its last value: registers,
@@ -243,12 +245,12 @@ class VectorUnit(wiring.Component):
         # multiplier: that path limited the core's clock).  A read word's control: `d` as
         # the buffers give its data, `e` beside its registered data.
         d, e = Signal(read_ctl), Signal(read_ctl)
-        e_acc = Signal(data.ArrayLayout(signed(32), P))
-        e_prm = Signal(data.ArrayLayout(64, P))
+        e_acc = Signal(data.ArrayLayout(signed(32), P), reset_less=True)
+        e_prm = Signal(data.ArrayLayout(64, P), reset_less=True)
         m.d.sync += [d.eq(q), e.eq(d), e_acc.eq(self.acc_rd_data), e_prm.eq(self.prm_data)]
         # the ALU's first operand, registered beside e_acc: the word read (vred), or a vew's
         # a word, kept while its b word is read (no multiplexer between it and the multiply)
-        alu_a = Signal(data.ArrayLayout(signed(32), P))
+        alu_a = Signal(data.ArrayLayout(signed(32), P), reset_less=True)
         with m.If(d.valid & ~(is_vew & d.half)):
             m.d.sync += alu_a.eq(self.acc_rd_data)
         # vewp: the multipliers arrive beside each a word (the same row every time)

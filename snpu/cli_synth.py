@@ -102,7 +102,8 @@ def _print_placed(what: str, r: dict, target_mhz: float) -> None:
     met = "meets" if fmax and fmax >= target_mhz else "misses"
     click.echo(f"{what} on {r['device']}: {r['luts']} LUTs, {r['ffs']} FFs, {r['dsps']} DSPs, "
                f"{r['brams']} BRAMs ({r.get('bram_output_registers', 0)} block RAM ports with "
-               f"their output register)")
+               f"their output register; multiplier registers "
+               f"{r.get('multiplier_registers', {})})")
     click.echo(f"Fmax {fmax} MHz (min over seeds {', '.join(r['fmax_per_seed'])}: "
                f"{', '.join(str(v) for v in r['fmax_per_seed'].values())}); {met} {target_mhz:g} MHz "
                f"(placer timing weight {r['placer_timing_weight']})")

@@ -20,6 +20,7 @@ from amaranth.back import rtlil
 
 from snpu.errors import SnpuError
 from snpu.verif.tb.bram_outreg import absorb_output_registers
+from snpu.verif.tb.dsp_registers import absorb_multiplier_registers
 from snpu.verif.tb.netlist_report import block_area, deepest_paths, design_line
 from snpu.verif.tb.placed_timing import failing_paths
 from snpu.rtl.target import ECP5_SYNTHESIS
@@ -104,11 +105,14 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
         if ys.returncode:
             raise RuntimeError(f"yosys failed:\n{ys.stderr[-3000:]}")
         netlist = json.loads((d / "top.json").read_text())
-        # the flip-flops after the block RAMs into their output registers (yosys leaves
-        # them in the fabric); nextpnr reads the netlist as converted
+        # the flip-flops after the block RAMs into their output registers, and around the
+        # multipliers into theirs (yosys leaves them in the fabric); nextpnr reads the
+        # netlist as converted
         outregs = absorb_output_registers(netlist, name)
+        dsp_regs = absorb_multiplier_registers(netlist, name)
         (d / "top.json").write_text(json.dumps(netlist))
         figures = {"blocks": block_area(netlist, name), "bram_output_registers": outregs,
+                   "multiplier_registers": dsp_regs,
                   "deepest_paths": deepest_paths(netlist, name, paths)}
         if not place:
             total = figures["blocks"][0]
