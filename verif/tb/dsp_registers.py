@@ -12,11 +12,12 @@ from the multiply's cycle.  :func:`absorb_multiplier_registers` uses them:
   ``DI``, all clocked alike (not inverted), with one clock enable (or none), no set /
   reset (``LSR`` tied to 0) and starting at 0, the flip-flops are deleted, the product
   pins drive their outputs, and ``REG_OUTPUT`` takes their clock and enable;
-* **input A / B**: when every input bit of the operand is a constant 0 or the output of
-  such a flip-flop (same clock, one enable, no reset, starting at 0), the operand's pins
-  take the flip-flops' *inputs* and ``REG_INPUTA`` / ``REG_INPUTB`` their clock and
-  enable.  A flip-flop with other loads stays for them (the block holds a copy: same data,
-  same enable, same clock); one without is deleted.
+* **inputs A and B**: when every input bit of both operands is a constant 0 or the output
+  of such a flip-flop (same clock, one enable per operand, no reset, starting at 0), the
+  operands' pins take the flip-flops' *inputs* and ``REG_INPUTA`` / ``REG_INPUTB`` their
+  clock and enables.  A flip-flop with other loads stays for them (the block holds a copy:
+  same data, same enable, same clock); one without is deleted.  Both operands or neither:
+  nextpnr times a block with one registered operand as if neither were.
 
 Cycle for cycle the nets carry the same values: each register moves across no logic.
 Power-up: the block's registers start at 0 like the flip-flops they replace; a constant 0
@@ -25,9 +26,10 @@ input bit is 0 in the register too (so a constant 1 bit, which the register woul
 constants in yosys's mapping: registered or not, a product of an operand that is 0 is 0,
 and once an operand's register has loaded the constant sign is in it.
 
-nextpnr times the registered block from its registers; the multiply between the input and
-the output register then lies inside the block (the ECP5 data sheet gives the sysDSP block
-well over 125 MHz with input and output registers).
+nextpnr times the block with the timing of its register mode (prjtrellis's database:
+``MULT18X18D_REGS_INPUT / _OUTPUT / _ALL``), every register clocked by ``CLK0``; with
+both, the multiply between the block's input and output registers is inside the block
+and not in nextpnr's model (the data sheet's sysDSP figures cover it).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from collections import defaultdict
 
 __all__ = ["absorb_multiplier_registers"]
 
-# clock-enable / clock channels of MULT18X18D used for each register
+# the clock-enable channel of MULT18X18D each register uses (all are clocked by CLK0, the
+# clock nextpnr times a registered block by)
 _CHANNEL = {"INPUTA": "0", "INPUTB": "1", "OUTPUT": "2"}
 
 
@@ -144,6 +147,11 @@ def absorb_multiplier_registers(netlist: dict, top: str) -> dict:
             moves[reg] = (enables.pop(), new, gone)
             copied |= set(regs.values()) - set(gone)
 
+        # both operands registered or neither (nextpnr's timing has no mixed mode: it would
+        # time such a block as if neither were)
+        if ("INPUTA" in moves) != ("INPUTB" in moves):
+            moves.pop("INPUTA", None)
+            moves.pop("INPUTB", None)
         if not moves:
             continue
         for reg, (enable, new, gone) in moves.items():
@@ -152,10 +160,10 @@ def absorb_multiplier_registers(netlist: dict, top: str) -> dict:
                 conn[pin] = [bit]
             for ff in gone:
                 cells.pop(ff, None)
-            for pin, value in ((f"CLK{ch}", clock), (f"CE{ch}", enable), (f"RST{ch}", "0")):
+            for pin, value in (("CLK0", clock), (f"CE{ch}", enable), (f"RST{ch}", "0")):
                 conn[pin] = [value]
                 dirs[pin] = "input"
-            params[f"REG_{reg}_CLK"] = f"CLK{ch}"
+            params[f"REG_{reg}_CLK"] = "CLK0"
             params[f"REG_{reg}_CE"] = f"CE{ch}"
             params[f"REG_{reg}_RST"] = f"RST{ch}"
             counts[reg] += 1
