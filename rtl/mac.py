@@ -57,14 +57,18 @@ class MacUnit(wiring.Component):
         advance = Signal()
         m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
 
-        # Stage 0: products.
-        level = [Signal(signed(16), name=f"prod{k}") for k in range(L)]
+        # Stage 0: products, registered as they leave the multipliers (no reset, no mask:
+        # the register can be the multiplier block's own output register); which are real
+        # pairs is registered beside them and masks them as they are first added.
+        prods = [Signal(signed(16), name=f"prod{k}", reset_less=True) for k in range(L)]
+        real = Signal(L)
         valid, last = Signal(), Signal()
         with m.If(advance):
             for k in range(L):
-                m.d.sync += level[k].eq(Mux(self.i.payload.valid[k],
-                                            self.i.payload.n[k] * self.i.payload.w[k], 0))
-            m.d.sync += [valid.eq(self.i.valid), last.eq(self.i.payload.last)]
+                m.d.sync += prods[k].eq(self.i.payload.n[k] * self.i.payload.w[k])
+            m.d.sync += [real.eq(self.i.payload.valid), valid.eq(self.i.valid),
+                         last.eq(self.i.payload.last)]
+        level = [Mux(real[k], prods[k], 0) for k in range(L)]
 
         # Adder tree, one register per level.
         depth = 0
