@@ -122,13 +122,14 @@ def _instance(module: str, iface) -> Instance:
 
 
 def array_verilog(config: CoreConfig, width: int, height: int, name: str = "snpu_array",
-                  memory_ports: int | None = None) -> str:
+                  memory_ports: int | None = None, platform=None) -> str:
     """Verilog of a ``width x height`` array: the core's module (``<name>_core``) once,
     then the array module ``name`` instantiating it ``width * height`` times.  Much smaller
-    (and quicker for Verilator) than elaborating every copy of the core."""
+    (and quicker for Verilator) than elaborating every copy of the core.  ``platform``:
+    what the core is elaborated for (:mod:`.target`; None: simulation)."""
     from amaranth.back import verilog
 
-    core = verilog.convert(Core(config), name=f"{name}_core")
+    core = verilog.convert(Core(config), name=f"{name}_core", platform=platform)
     top = verilog.convert(Array(config, width, height, core_module=f"{name}_core",
                                 memory_ports=memory_ports), name=name)
     return core + "\n" + top

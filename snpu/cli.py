@@ -346,14 +346,20 @@ def _memory_ports(size: tuple[int, int], value: int | None) -> int:
 @click.option("--memory-ports", type=int, default=None, metavar="N",
               help="With --mesh: external-memory AXI4 ports axi__<p>__*, 1..width (default: "
                    "one per column).")
+@click.option("--for-synthesis", is_flag=True,
+              help="Leave out the simulation's check that no block reads a block RAM word "
+                   "as it is written (snpu/rtl/target.py); the memories keep their "
+                   "no_rw_check attribute.  Without it the Verilog is the simulated design.")
 @_force_option
 def verilog(core: str | None, output: str, name: str | None, mesh: str | None,
-            memory_ports: int | None, force: bool, **params) -> None:
+            memory_ports: int | None, for_synthesis: bool, force: bool, **params) -> None:
     """Write standalone Verilog of one core (AXI4 master, control/status ports), or with
     --mesh of a tiled array of cores (AXI4 master ports to the shared memory, one per
     group of columns)."""
     from .fileio import atomic_write
+    from .rtl.target import SynthesisTarget
 
+    platform = SynthesisTarget("generic") if for_synthesis else None
     size = None
     if mesh is not None:
         from .verif.mesh_program import parse_mesh
@@ -369,13 +375,14 @@ def verilog(core: str | None, output: str, name: str | None, mesh: str | None,
         if size:
             from .rtl.array import array_verilog
 
-            text = array_verilog(cfg, *size, name=name, memory_ports=memory_ports)
+            text = array_verilog(cfg, *size, name=name, memory_ports=memory_ports,
+                                 platform=platform)
         else:
             from amaranth.back import verilog as amaranth_verilog
 
             from .rtl.core import Core
 
-            text = amaranth_verilog.convert(Core(cfg), name=name)
+            text = amaranth_verilog.convert(Core(cfg), name=name, platform=platform)
     atomic_write(output, text)
     what = (f"{size[0]}x{size[1]} array of cores ({name}_core), {memory_ports} memory port(s)"
             if size else "one core")

@@ -126,6 +126,21 @@ def test_verilog_writes_a_standalone_core(tmp_path):
     assert "module snpu_core(" in text and "axi__arvalid" in text and "axi__wstrb" in text
 
 
+def test_verilog_for_synthesis_leaves_out_the_collision_check(tmp_path):
+    small = ["--lanes", "1", "--nbuf-bytes", "256", "--nidx-bytes", "32", "--wbuf-bytes", "256",
+             "--widx-bytes", "256", "--acc-words", "16", "--obuf-bytes", "64", "--param-rows", "4"]
+    texts = {}
+    for flags in ([], ["--for-synthesis"]):
+        out = tmp_path / f"core{len(flags)}.v"
+        r = CliRunner().invoke(main, ["verilog", *small, *flags, "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        texts[bool(flags)] = out.read_text()
+    # simulation: reads that meet a write are poisoned (snpu/rtl/target.py); synthesis: not,
+    # and the memories say so to the tool
+    assert "_collided" in texts[False] and "_collided" not in texts[True]
+    assert "no_rw_check" in texts[True]
+
+
 def test_verilog_rejects_a_bad_parameter(tmp_path):
     r = CliRunner().invoke(main, ["verilog", "--lanes", "6", "-o", str(tmp_path / "c.v")])
     assert r.exit_code == 1
