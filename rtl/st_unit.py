@@ -346,18 +346,25 @@ class StoreUnit(wiring.Component):
         first_burst, first_last = burst_size(m, row_left, row_limit)
         left_after = Signal(14)
         m.d.comb += left_after.eq(aw_left - row_burst)
-        next_burst, next_last = burst_size(m, left_after, limit_after_burst)
-        # the burst after this one, into registers every cycle (`settled`: they are current,
-        # a cycle after the row registers last changed), so the burst's going loads them
-        # with no subtraction or comparison before; a row's burst that is not its last waits
-        # for them (the cycle after the row's previous burst: its beats take longer)
+        # the beats left and the limit after this burst, registered every cycle, then the
+        # burst after this one from them into registers every cycle (`settled`: they are
+        # current, two cycles after the row registers last changed), so neither the
+        # burst's going nor the next burst's size follows a subtraction and a comparison in
+        # one cycle (aw_addr through the limit and the size into next_last_r was the placed
+        # core's worst path at 252b51d, 97.5 MHz); a row's burst that is not its last waits
+        # for them (two cycles after the row's previous burst: its beats take longer)
+        left_after_r = Signal(14)
+        limit_after_r = Signal.like(limit_after_burst)
+        m.d.sync += [left_after_r.eq(left_after), limit_after_r.eq(limit_after_burst)]
+        next_burst, next_last = burst_size(m, left_after_r, limit_after_r)
         next_r, next_last_r = Signal.like(row_burst), Signal()
-        settled = Signal()
-        m.d.sync += [next_r.eq(next_burst), next_last_r.eq(next_last), settled.eq(1)]
+        settling, settled = Signal(), Signal()
+        m.d.sync += [next_r.eq(next_burst), next_last_r.eq(next_last), settling.eq(1),
+                     settled.eq(settling)]
         with m.If(~aw_busy & rows_write.r_rdy):
             m.d.comb += rows_write.r_en.eq(1)
             m.d.sync += [aw_busy.eq(1), aw_addr.eq(wr.ext & ~7), limit.eq(row_limit),
-                         aw_left.eq(row_left), settled.eq(0),
+                         aw_left.eq(row_left), settling.eq(0), settled.eq(0),
                          row_burst.eq(first_burst), row_last_burst.eq(first_last)]
         burst = Signal(range(MAX_BURST + 1))
         # stc: a burst of the queued words once `limit` are there (fewer at the stream's
@@ -405,7 +412,7 @@ class StoreUnit(wiring.Component):
                 m.d.sync += header_aw.eq(1)
         with m.Elif(row_fire):
             m.d.sync += [aw_addr.eq(aw_next), limit.eq(limit_after_burst),
-                         aw_left.eq(left_after), settled.eq(0),
+                         aw_left.eq(left_after), settling.eq(0), settled.eq(0),
                          row_burst.eq(next_r), row_last_burst.eq(next_last_r)]
             with m.If(row_last_burst):
                 m.d.sync += aw_busy.eq(0)
