@@ -22,9 +22,22 @@ from collections import Counter, defaultdict
 # Cell kinds as counted in the tables.
 _KIND = {"LUT4": "lut4", "CCU2C": "carry", "TRELLIS_FF": "ff", "TRELLIS_DPR16X4": "lutram",
          "DP16KD": "bram", "MULT18X18D": "dsp", "PFUMX": "mux", "L6MUX21": "mux"}
-# Launch delay of sequential cells (in LUT units): flip-flop clock-to-out; block RAM and
-# DSP outputs are unregistered in this design's use, so they start late.
+# Launch delay of sequential cells (in LUT units): flip-flop clock-to-out; a block RAM's or a
+# DSP's outputs start late unless their output register is in use (:func:`_launch`).
 _LAUNCH = {"TRELLIS_FF": 0.5, "DP16KD": 3.5, "MULT18X18D": 3.0, "ALU54B": 3.0}
+
+
+def _launch(cell: dict, port: str) -> float:
+    """Launch delay of ``port`` of a sequential ``cell``: a block RAM port with its output
+    register (``REGMODE``) or a multiplier with its (``REG_OUTPUT_CLK``, after
+    :mod:`.bram_outreg` / :mod:`.dsp_registers`) launches like a flip-flop."""
+    t, params = cell["type"], cell.get("parameters", {})
+    if t == "DP16KD" and port[:3] in ("DOA", "DOB") and \
+            str(params.get(f"REGMODE_{port[2]}", "NOREG")).strip() == "OUTREG":
+        return _LAUNCH["TRELLIS_FF"]
+    if t == "MULT18X18D" and str(params.get("REG_OUTPUT_CLK", "NONE")).strip() != "NONE":
+        return _LAUNCH["TRELLIS_FF"]
+    return _LAUNCH[t]
 _SUFFIX = re.compile(r"_TRELLIS|_LUT4|_CCU2|_PFUMX|_L6MUX|_DPR16X4|_MULT18|_DP16KD|\[")
 # a memory's cells: <memory>.<bank>.<bit>[_<port>...]
 _MEMORY_CELL = re.compile(r"(\.\d+)+(_[A-Z]+\d*)*(_\d+)?$")
@@ -161,7 +174,7 @@ def deepest_paths(netlist: dict, top: str = "top", n: int = 5) -> list[dict]:
                 if d == "output":
                     driver_src[b] = src
                     if t in _LAUNCH:
-                        launch[b] = _LAUNCH[t]
+                        launch[b] = _launch(cell, port)
                 elif t in _LAUNCH or (t == "TRELLIS_DPR16X4" and port in ("DI", "WAD", "WRE")):
                     ends.append((b, cname, port))
         for ip, op, w in _arcs(cell):
