@@ -103,6 +103,7 @@ def test_fc_with_accumulation(accumulate, seed):
         ctx.set(h.mx.start, 0)
         await ctx.tick().until(h.mx.done)
         out["error"] = ctx.get(h.mx.error)
+        await ctx.tick()   # (the pair counters add the instruction's the cycle after done)
         out["pairs"], out["dense"] = ctx.get(h.mx.pairs), ctx.get(h.mx.dense_pairs)
         acc = np.zeros(CFG.acc_elems, np.int64)
         for g, bank in enumerate(h.acc._banks):
