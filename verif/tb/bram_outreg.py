@@ -20,14 +20,9 @@ are left as they are.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from .netlist_edit import connectivity, plain_register
 
 __all__ = ["absorb_output_registers"]
-
-
-def _const(bit) -> str | None:
-    """``"0"`` / ``"1"`` for a constant bit of a yosys JSON connection, else None."""
-    return bit if isinstance(bit, str) else None
 
 
 def absorb_output_registers(netlist: dict, top: str) -> int:
@@ -35,20 +30,9 @@ def absorb_output_registers(netlist: dict, top: str) -> int:
     registered by flip-flops alone into ports with the output register (see the module's
     description).  Returns the number of ports converted."""
     cells = netlist["modules"][top]["cells"]
-    sinks: dict[int, list[tuple[str, str]]] = defaultdict(list)
-    for name, cell in cells.items():
-        dirs = cell.get("port_directions", {})
-        for port, bits in cell["connections"].items():
-            if dirs.get(port) == "input":
-                for b in bits:
-                    if isinstance(b, int):
-                        sinks[b].append((name, port))
-    # nets that leave the module (a flip-flop whose output is a port keeps its name there)
-    ports = {b for p in netlist["modules"][top].get("ports", {}).values()
-             for b in p["bits"] if isinstance(b, int)}
+    sinks, _, ports = connectivity(netlist, top)
 
     converted = 0
-    removed: set[str] = set()
     for name, ram in list(cells.items()):
         if ram["type"] != "DP16KD":
             continue
@@ -56,7 +40,7 @@ def absorb_output_registers(netlist: dict, top: str) -> int:
         for side in "AB":
             if params.get(f"REGMODE_{side}", "NOREG").strip() != "NOREG":
                 continue
-            if _const(conn.get(f"RST{side}", ["0"])[0]) != "0":
+            if conn.get(f"RST{side}", ["0"])[0] != "0":
                 continue
             clock = conn[f"CLK{side}"][0]
             outputs = {}   # data pin -> the flip-flop it feeds
@@ -70,34 +54,19 @@ def absorb_output_registers(netlist: dict, top: str) -> int:
                     ok = False
                     break
                 ff_name, ff_port = sinks[bit][0]
-                ff = cells[ff_name]
-                if ff["type"] != "TRELLIS_FF" or ff_port != "DI" or ff_name in removed:
+                if ff_port != "DI":
                     ok = False
                     break
                 outputs[pin] = ff_name
             if not ok or not outputs:
                 continue
-            enables = set()
-            for ff_name in outputs.values():
-                ff = cells[ff_name]
-                p, c = ff["parameters"], ff["connections"]
-                if (c["CLK"][0] != clock or p.get("CLKMUX", "CLK").strip() != "CLK"
-                        or p.get("REGSET", "RESET").strip() != "RESET"
-                        or _const(c.get("LSR", ["0"])[0]) != "0"
-                        or p.get("LSRMUX", "LSR").strip() not in ("LSR", "0")
-                        or p.get("CEMUX", "CE").strip() not in ("CE", "1")):
-                    ok = False
-                    break
-                ce_mux = p.get("CEMUX", "CE").strip()
-                enables.add("1" if ce_mux == "1" else
-                            c.get("CE", ["1"])[0])
-            if not ok or len(enables) != 1:
+            enables = {plain_register(cells[ff], clock) for ff in outputs.values()}
+            if len(enables) != 1 or None in enables:
                 continue
             enable = enables.pop()
             for pin, ff_name in outputs.items():
                 conn[pin] = [cells[ff_name]["connections"]["Q"][0]]
                 del cells[ff_name]
-                removed.add(ff_name)
             conn[f"OCE{side}"] = [enable]
             params[f"REGMODE_{side}"] = "OUTREG"
             converted += 1

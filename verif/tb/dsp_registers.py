@@ -34,7 +34,7 @@ and not in nextpnr's model (the data sheet's sysDSP figures cover it).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from .netlist_edit import connectivity, plain_register
 
 __all__ = ["absorb_multiplier_registers"]
 
@@ -43,44 +43,12 @@ __all__ = ["absorb_multiplier_registers"]
 _CHANNEL = {"INPUTA": "0", "INPUTB": "1", "OUTPUT": "2"}
 
 
-def _plain_register(ff: dict, clock) -> object | None:
-    """The clock enable (a net bit, or ``"1"``) of a flip-flop clocked by ``clock`` with no
-    set / reset that starts at 0; None if it is not such a flip-flop."""
-    if ff["type"] != "TRELLIS_FF":
-        return None
-    p, c = ff["parameters"], ff["connections"]
-    if (c["CLK"][0] != clock or p.get("CLKMUX", "CLK").strip() != "CLK"
-            or p.get("REGSET", "RESET").strip() != "RESET"
-            or c.get("LSR", ["0"])[0] != "0"
-            or p.get("LSRMUX", "LSR").strip() not in ("LSR", "0")):
-        return None
-    ce_mux = p.get("CEMUX", "CE").strip()
-    if ce_mux == "1":
-        return "1"
-    if ce_mux != "CE":
-        return None
-    return c.get("CE", ["1"])[0]
-
-
 def absorb_multiplier_registers(netlist: dict, top: str) -> dict:
     """Moves, in place, the registers around ``top``'s MULT18X18D cells into them (see the
     module's description).  Returns how many blocks took an input A, input B and output
     register: ``{"INPUTA": n, "INPUTB": n, "OUTPUT": n}``."""
     cells = netlist["modules"][top]["cells"]
-    sinks: dict[int, list[tuple[str, str]]] = defaultdict(list)
-    driver: dict[int, tuple[str, str]] = {}
-    for name, cell in cells.items():
-        dirs = cell.get("port_directions", {})
-        for port, bits in cell["connections"].items():
-            for b in bits:
-                if not isinstance(b, int):
-                    continue
-                if dirs.get(port) == "output":
-                    driver[b] = (name, port)
-                else:
-                    sinks[b].append((name, port))
-    ports = {b for p in netlist["modules"][top].get("ports", {}).values()
-             for b in p["bits"] if isinstance(b, int)}
+    sinks, driver, ports = connectivity(netlist, top)
 
     counts = {"INPUTA": 0, "INPUTB": 0, "OUTPUT": 0}
     copied = set()   # flip-flops kept for other loads when a block took a copy
@@ -107,7 +75,7 @@ def absorb_multiplier_registers(netlist: dict, top: str) -> dict:
                 ffs.append((pin, sinks[bit][0][0]))
             else:
                 clk = cells[ffs[0][1]]["connections"]["CLK"][0]
-                enables = {_plain_register(cells[ff], clk) for _, ff in ffs}
+                enables = {plain_register(cells[ff], clk) for _, ff in ffs}
                 if len(enables) == 1 and None not in enables:
                     clock = clk
                     moves["OUTPUT"] = (enables.pop(),
@@ -135,7 +103,7 @@ def absorb_multiplier_registers(netlist: dict, top: str) -> dict:
             clk = cells[next(iter(regs.values()))]["connections"]["CLK"][0]
             if clock is not None and clk != clock:
                 continue
-            enables = {_plain_register(cells[ff], clk) for ff in regs.values()}
+            enables = {plain_register(cells[ff], clk) for ff in regs.values()}
             if len(enables) != 1 or None in enables:
                 continue
             clock = clk

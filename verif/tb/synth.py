@@ -106,11 +106,9 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
             raise RuntimeError(f"yosys failed:\n{ys.stderr[-3000:]}")
         netlist = json.loads((d / "top.json").read_text())
         # the flip-flops after the block RAMs into their output registers, and around the
-        # multipliers into theirs (yosys leaves them in the fabric); nextpnr reads the
-        # netlist as converted
+        # multipliers into theirs (yosys leaves them in the fabric)
         outregs = absorb_output_registers(netlist, name)
         dsp_regs = absorb_multiplier_registers(netlist, name)
-        (d / "top.json").write_text(json.dumps(netlist))
         figures = {"blocks": block_area(netlist, name), "bram_output_registers": outregs,
                    "multiplier_registers": dsp_regs,
                   "deepest_paths": deepest_paths(netlist, name, paths)}
@@ -119,6 +117,8 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
             return {"device": None, "luts": total["luts"], "ffs": total["ff"],
                     "dsps": total["dsp"], "brams": total["bram"], "fmax_mhz": None,
                     "placed": False, **figures}
+        # nextpnr reads the netlist as converted
+        (d / "top.json").write_text(json.dumps(netlist))
         if timing_weight is None:
             large = figures["blocks"][0]["luts"] >= LARGE_LUTS
             timing_weight = TIMING_WEIGHT_LARGE if large else TIMING_WEIGHT_SMALL
