@@ -14,7 +14,8 @@ class UnitFrontEnd(wiring.Component):
     """Runs a unit's microinstructions one at a time, in order.
 
     For each microinstruction: take the tokens named by ``wait`` (stalling while any channel
-    is empty), then either write the configuration register (``cfg``, one cycle) or start
+    is empty), then either write the configuration registers (``cfg``: written the cycle
+    after the tokens are taken, while its tokens are given) or start
     the unit's executor and wait for its ``done``, then put tokens into the channels named by
     ``signal`` (stalling while any is full).  The executor sees the operands on ``args`` and
     the registers through :attr:`regs`.
@@ -83,6 +84,13 @@ class UnitFrontEnd(wiring.Component):
                      regs.w_index.eq(cur.args.cfg.index), regs.w_value.eq(cur.args.cfg.value),
                      regs.w_index2.eq(cur.args.cfg.index2), regs.w_value2.eq(cur.args.cfg.value2),
                      regs.w_index3.eq(cur.args.cfg.index3), regs.w_value3.eq(cur.args.cfg.value3)]
+        # a cfg's register writes, registered: they happen the cycle after its tokens are
+        # taken (its first SIGNAL cycle; `cur` still holds it then, and the unit's next
+        # microinstruction starts two cycles later at the earliest), so the token channels'
+        # `wait_ok` reaches no register file enable
+        we, we2, we3 = Signal(), Signal(), Signal()
+        m.d.sync += [we.eq(0), we2.eq(0), we3.eq(0)]
+        m.d.comb += [regs.we.eq(we), regs.we2.eq(we2), regs.we3.eq(we3)]
         load = Signal()  # a new microinstruction is taken into `cur` this cycle
         m.d.comb += [self.regs_now.eq(self._operated(m, cur)), self.taking.eq(load),
                      self.taken.eq(self.micro.payload)]
@@ -106,8 +114,8 @@ class UnitFrontEnd(wiring.Component):
                 with m.If(self.wait_ok):
                     m.d.comb += self.take.eq(1)
                     with m.If(cur.op == self.codes["cfg"]):
-                        m.d.comb += [regs.we.eq(1), regs.we2.eq(cur.args.cfg.two),
-                                     regs.we3.eq(cur.args.cfg.three)]
+                        m.d.sync += [we.eq(1), we2.eq(cur.args.cfg.two),
+                                     we3.eq(cur.args.cfg.three)]
                         m.next = "SIGNAL"
                     with m.Else():
                         m.d.comb += self.start.eq(1)
