@@ -24,7 +24,8 @@ def _write_channels(flip: bool):
             "bvalid": u(1), "bready": d(1), "bresp": u(2)}
 
 
-def _is_local(addr):
+def is_local(addr: Value) -> Value:
+    """``addr`` lies in local memory's 256 MiB region (``isa.LOCAL_BASE`` and up)."""
     return addr[28:] == (LOCAL_BASE >> 28)
 
 
@@ -32,19 +33,25 @@ class ReadSplit(wiring.Component):
     """A read master (``m_*``, e.g. the LD unit) to two slaves: external (``e_*``) and local
     memory (``l_*``).  Bursts go out in order to either side; read data comes back in the
     same order (only the side of the oldest outstanding burst may answer), up to
-    ``depth`` bursts outstanding.  Every side is ``data_bits`` wide."""
+    ``depth`` bursts outstanding.  Every side is ``data_bits`` wide.
+
+    The master says where a burst goes: ``m_arlocal`` is :func:`is_local` of its
+    ``m_araddr``, from a register of the master's (a :class:`~.dma_reader.DmaReader`'s
+    ``ardecode``), so the split's handshake and the arbitration after it start at a
+    flip-flop, not at an address comparison."""
 
     def __init__(self, depth: int = 4, data_bits: int = 64):
         self._depth = depth
         self._order = SyncFIFOBuffered(width=1, depth=depth)
-        super().__init__({**{f"m_{k}": v for k, v in _read_channels(True, data_bits).items()},
+        super().__init__({"m_arlocal": In(1),
+                          **{f"m_{k}": v for k, v in _read_channels(True, data_bits).items()},
                           **{f"e_{k}": v for k, v in _read_channels(False, data_bits).items()},
                           **{f"l_{k}": v for k, v in _read_channels(False, data_bits).items()}})
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.order = order = self._order
-        local = _is_local(self.m_araddr)
+        local = self.m_arlocal
         # (the order queue's room as a register: the slaves' arready reaches the queue's
         # write, not a comparison of its level in front of it)
         accepted = Signal()
@@ -84,7 +91,7 @@ class WriteSplit(wiring.Component):
         m = Module()
         m.submodules.w_order = wq = self._w_order
         m.submodules.b_order = bq = self._b_order
-        local = _is_local(self.m_awaddr)
+        local = is_local(self.m_awaddr)
         # (both queues hold every burst accepted until its data / response has gone: their
         # room as registers, kept beside their counts)
         accepted = Signal()

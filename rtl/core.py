@@ -233,6 +233,7 @@ class Core(wiring.Component):
         lsp, ssp = self._ld_split, self._st_split
         for k in ("arvalid", "araddr", "arlen", "rready"):
             m.d.comb += getattr(lsp, f"m_{k}").eq(getattr(ld, k))
+        m.d.comb += lsp.m_arlocal.eq(ld.arlocal)
         for k in ("arready", "rvalid", "rdata", "rresp", "rlast"):
             m.d.comb += getattr(ld, k).eq(getattr(lsp, f"m_{k}"))
         for k in ("awvalid", "awaddr", "awlen", "wvalid", "wdata", "wstrb", "wlast", "bready"):

@@ -44,6 +44,11 @@ class DmaReader(wiring.Component):
         Requests in flight.
     data_bits:
         The bus's data width (beats of ``data_bits / 8`` bytes, ``arsize`` to match).
+    decode:
+        A function of an address (a 32-bit value) to one bit, e.g. which slave a burst
+        goes to (:func:`~.axi_split.is_local`).  ``ardecode`` carries it for ``araddr``,
+        from a register loaded with every burst's address, so an address decoder after
+        the reader starts at a flip-flop rather than at a comparison.
 
     Members
     -------
@@ -51,13 +56,16 @@ class DmaReader(wiring.Component):
     beats : Out(stream(BEAT))
     ar*, r* :
         The read channels of an AXI4 master (``arid`` is left to the arbiter).
+    ardecode : Out(1)
+        ``decode(araddr)``, a register (0 without ``decode``).
     bytes_read : Out(32)
         Requested bytes delivered since reset (the DMA read counter), counted the cycle
         after their beat.
     """
 
-    def __init__(self, depth: int = 4, data_bits: int = 64):
+    def __init__(self, depth: int = 4, data_bits: int = 64, decode=None):
         self._depth = depth
+        self._decode = decode
         # each request in flight with its `single` flag (its bytes fit its first beat)
         self._inflight = SyncFIFOBuffered(width=REQUEST.size + 1, depth=depth)
         self.beat_bytes = data_bits // 8
@@ -67,7 +75,7 @@ class DmaReader(wiring.Component):
             "arvalid": Out(1), "arready": In(1), "araddr": Out(32), "arlen": Out(8),
             "arsize": Out(3),
             "rvalid": In(1), "rready": Out(1), "rdata": In(data_bits), "rresp": In(2),
-            "rlast": In(1),
+            "rlast": In(1), "ardecode": Out(1),
             "error": Out(1), "clear": In(1), "bytes_read": Out(32),
         })
 
@@ -105,15 +113,17 @@ class DmaReader(wiring.Component):
         m.d.comb += [inflight.w_data.eq(Cat(self.req.payload.as_value(), req_single)),
                      inflight.w_en.eq(accept)]
         first = self.req.payload.addr & ~(B - 1)
+        decode = self._decode or (lambda addr: C(0, 1))
         with m.If(accept):
-            m.d.sync += [busy.eq(1), next_addr.eq(first),
+            m.d.sync += [busy.eq(1), next_addr.eq(first), self.ardecode.eq(decode(first)),
                          last_beat.eq(burst_last_beat(m, first, lg)),
                          left_m1.eq(last_beat_spanned(self.req.payload.addr,
                                                       self.req.payload.length, lg))]
         arlen, last_burst = burst_len(m, left_m1, last_beat)
         m.d.comb += [self.arvalid.eq(busy), self.araddr.eq(next_addr), self.arlen.eq(arlen)]
         with m.If(self.arvalid & self.arready):
-            m.d.sync += [next_addr.eq(next_burst_address(m, next_addr, last_beat + 1, lg)),
+            after = next_burst_address(m, next_addr, last_beat + 1, lg)
+            m.d.sync += [next_addr.eq(after), self.ardecode.eq(decode(after)),
                          last_beat.eq(burst_last_beat_after_full(m, next_addr, lg)),
                          left_m1.eq(left_m1 - last_beat - 1)]
             with m.If(last_burst):

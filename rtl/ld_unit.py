@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 from snpu.config import CoreConfig
 from snpu.verif.isa import BUFFERS
 
+from .axi_split import is_local
 from .compress import ChunkExpander, stream_misaligned
 from .dma_reader import DmaReader
 from .matrix_unit import buffer_write_ports
@@ -94,7 +95,9 @@ class LoadUnit(wiring.Component):
         self._cfg = config
         c = config
         B = c.axi_bytes
-        self._reader = DmaReader(data_bits=c.axi_data_bits)
+        # (the reader decodes each burst's destination, local memory or the bus, into a
+        # register: the core's read split and arbitration start at it)
+        self._reader = DmaReader(data_bits=c.axi_data_bits, decode=is_local)
         self._realign = Realigner(B)
         self._spu = SparseProcessingUnit(B, addr_bits=(c.nbuf_bytes // B - 1).bit_length())
         # per requested row: its destination word address and (wbuf / widx) its lane; deep
@@ -111,7 +114,7 @@ class LoadUnit(wiring.Component):
             "error": Out(ErrorCode),
             # AXI read channels (arid chosen by the core's arbiter)
             "arvalid": Out(1), "arready": In(1), "araddr": Out(32), "arlen": Out(8),
-            "arsize": Out(3),
+            "arsize": Out(3), "arlocal": Out(1),
             "rvalid": In(1), "rready": Out(1), "rdata": In(c.axi_data_bits), "rresp": In(2),
             "rlast": In(1),
             # buffers
@@ -139,6 +142,7 @@ class LoadUnit(wiring.Component):
             SkidBuffer(realign.o.payload.shape()))
         for name in ("arvalid", "araddr", "arlen", "arsize", "rready"):
             m.d.comb += getattr(self, name).eq(getattr(reader, name))
+        m.d.comb += self.arlocal.eq(reader.ardecode)
         for name in ("arready", "rvalid", "rdata", "rresp", "rlast"):
             m.d.comb += getattr(reader, name).eq(getattr(self, name))
         m.d.comb += self.bytes_read.eq(reader.bytes_read)
@@ -189,6 +193,11 @@ class LoadUnit(wiring.Component):
         # dst_row + cols, kept beside dst_row (and dst_plane) so the range check is one
         # comparison, not an adder and a comparison
         row_end, plane_end = Signal(22), Signal(22)
+        # the step to the next plane's first row (none for the lane banks), and whether a
+        # row's length breaks the group alignment: registers (set at `arm`, and the cycle
+        # after), so the later rows' checks neither decode the buffer nor mask the length
+        to_plane_r = Signal.like(r.dst_stride3, name="to_plane")
+        cols_bad = Signal()
         can_issue = Signal()
         # ld: a read request per row; ldc: the rows only say where the dense words go
         # the cycle after `arm`, the first row's checks go into `row_bad` (no row issues)
@@ -228,10 +237,10 @@ class LoadUnit(wiring.Component):
                     m.d.sync += [r_left.eq(rows_m1), p_left.eq(p_left - 1),
                                  row_lane.eq(row_lane + banked),
                                  ext_plane.eq(ext_plane + r.ext_stride3),
-                                 dst_plane.eq(dst_plane + Mux(banked, 0, r.dst_stride3)),
-                                 dst_row.eq(dst_plane + Mux(banked, 0, r.dst_stride3)),
-                                 plane_end.eq(plane_end + Mux(banked, 0, r.dst_stride3)),
-                                 row_end.eq(plane_end + Mux(banked, 0, r.dst_stride3))]
+                                 dst_plane.eq(dst_plane + to_plane_r),
+                                 dst_row.eq(dst_plane + to_plane_r),
+                                 plane_end.eq(plane_end + to_plane_r),
+                                 row_end.eq(plane_end + to_plane_r)]
                     with m.If(~banked):
                         m.d.sync += ext_row.eq(ext_plane + r.ext_stride3)
                     with m.If(p_left == 0):
@@ -257,9 +266,10 @@ class LoadUnit(wiring.Component):
                              (1 << regs.group_log2) - 1, 0)
             return limit, group_mask
 
-        def check(lane_ok, past_end, first, cols, group_mask):
+        def check(lane_ok, past_end, first, cols_bad, group_mask):
             return Mux(~lane_ok | past_end, ErrorCode.RANGE,
-                       Mux(((first | cols) & group_mask) != 0, ErrorCode.ALIGN, ErrorCode.NONE))
+                       Mux(cols_bad | ((first & group_mask) != 0), ErrorCode.ALIGN,
+                           ErrorCode.NONE))
 
         # The buffer's rules are registers set at `arm`, and so is the room a row's end has
         # below the buffer's size for the step to the next row and to the next plane
@@ -275,21 +285,23 @@ class LoadUnit(wiring.Component):
         row_never, plane_never = Signal(), Signal()     # the step alone passes the limit
         row_room, plane_room = Signal(22), Signal(22)   # limit - step
         with m.If(arm):
-            m.d.sync += [buf_mask.eq(group_mask), buf_limit.eq(limit),
+            m.d.sync += [buf_mask.eq(group_mask), buf_limit.eq(limit), to_plane_r.eq(to_plane),
                          row_never.eq(r.dst_stride > limit),
                          row_room.eq(limit - r.dst_stride),
                          plane_never.eq(to_plane > limit),
                          plane_room.eq(limit - to_plane)]
         mb = len(group_mask)
+        m.d.sync += cols_bad.eq((a.cols[:mb] & buf_mask) != 0)   # (settled at first_check)
         bad_first = check(Mux(banked, a.lane < P, a.lane == 0),
-                          row_end > buf_limit, a.dst[:mb], a.cols[:mb], buf_mask)
+                          row_end > buf_limit, a.dst[:mb], (a.cols[:mb] & buf_mask) != 0,
+                          buf_mask)
         # (row_lane is lane + p for the lane banks)
         bad_row = check(Mux(banked, row_lane < P, a.lane == 0),
                         row_never | (row_end > row_room),
-                        (dst_row[:mb] + r.dst_stride[:mb])[:mb], a.cols, buf_mask)
+                        (dst_row[:mb] + r.dst_stride[:mb])[:mb], cols_bad, buf_mask)
         bad_plane = check(Mux(banked, row_lane < P - 1, a.lane == 0),
                           plane_never | (plane_end > plane_room),
-                          (dst_plane[:mb] + to_plane[:mb])[:mb], a.cols, buf_mask)
+                          (dst_plane[:mb] + to_plane_r[:mb])[:mb], cols_bad, buf_mask)
         with m.If(arm):
             m.d.sync += [row_bad.eq(ErrorCode.NONE), row_good.eq(1)]
         with m.Elif(first_check):

@@ -13,8 +13,8 @@ from snpu.verif.tb.amaranth_sim import seeded, simulate, stream_get, stream_put
 
 
 class ReadPath(Elaboratable):
-    def __init__(self, beat_bytes: int = 8):
-        self.reader = DmaReader(data_bits=8 * beat_bytes)
+    def __init__(self, beat_bytes: int = 8, decode=None):
+        self.reader = DmaReader(data_bits=8 * beat_bytes, decode=decode)
         self.realign = Realigner(beat_bytes)
 
     def elaborate(self, platform):
@@ -66,6 +66,38 @@ def test_rows_arrive_at_their_destination_lanes(seed, beat):
 
     simulate(top, producer, consumer, processes=[axi.ar, axi.r])
     assert got == [bytes(mem[a:a + n]) for a, n, _ in rows]
+
+
+def test_decode_follows_every_burst_address():
+    """``ardecode`` is the decode of ``araddr`` in every cycle a burst is offered: loaded
+    with a request's first address and with each following burst's (here the 4 KiB page's
+    parity, which changes between a request's bursts)."""
+    rng = random.Random(3)
+    mem = bytearray(rng.randrange(256) for _ in range(3 * 4096))
+    top = ReadPath(decode=lambda addr: addr[12])
+    rd = top.reader
+    axi = AxiMemory(rd, mem, rng, idle=0.3, id_bits=False)
+    rows = [(4096 - 24, 600), (100, 5000), (8190, 3), (0, 8), (4000, 200)]
+    offered = []
+
+    async def producer(ctx):
+        for addr, length in rows:
+            await stream_put(ctx, rd.req, {"addr": addr, "length": length, "tag": 0}, rng, 0.2)
+
+    async def consumer(ctx):
+        for _ in rows:
+            while not (await stream_get(ctx, top.realign.o, rng, 0.3)).last:
+                pass
+
+    async def monitor(ctx):
+        async for _, _, arvalid, araddr, decoded in ctx.tick().sample(rd.arvalid, rd.araddr,
+                                                                      rd.ardecode):
+            if arvalid:
+                offered.append((araddr, decoded))
+
+    simulate(top, producer, consumer, processes=[axi.ar, axi.r, monitor])
+    assert len({a >> 12 for a, _ in offered}) == 3, "the bursts should span several pages"
+    assert all(d == (a >> 12) & 1 for a, d in offered), offered
 
 
 def test_read_error_is_reported_and_data_still_flows():
