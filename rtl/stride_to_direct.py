@@ -105,6 +105,9 @@ class StrideToDirect(wiring.Component):
         room = Signal()
         m.d.comb += take.eq(Mux(room, Mux(rem_cap < self.avail, rem_cap, self.avail), 0))
         m.d.comb += self.take.eq(take)
+        # take != 0, without the minimum's comparison (what the queue's accounting needs)
+        taking = Signal()
+        m.d.comb += taking.eq(room & (rem_cap != 0) & (self.avail != 0))
 
         # ---- Stage 2: positions of the staged group; into the queue.
         cursor = Signal(POS)
@@ -215,7 +218,7 @@ class StrideToDirect(wiring.Component):
             m.d.comb += low_next.eq(remaining[:low_bits] - take)
             m.d.sync += [remaining.eq(remaining - take),
                          rem_cap.eq(Mux(many | (low_next > E), E, low_next)),
-                         cursor.eq(cursor + pre[E - 1]), staged.eq(take != 0)]
+                         cursor.eq(cursor + pre[E - 1]), staged.eq(taking)]
             # the window's bytes go into a register as they are (the adders sit after it)
             m.d.sync += [st_byte[k].eq(Mux(k < take, self.bytes[k], 0)) for k in range(E)]
             # (the escape flags come with the bytes: no comparison after the window's
@@ -262,15 +265,17 @@ class StrideToDirect(wiring.Component):
             head_cur, head_next = flags([head_pos[k][CB:] for k in range(E)])
             m.d.sync += [h_cur.eq(Mux(move, succ_cur, head_cur)),
                          h_next.eq(Mux(move, succ_next, head_next))]
-            # (pop is late: what depends on it is computed for both of its values, from
-            # registers, and selected by it last)
+            # (pop and the take are late: what depends on them is computed for each of their
+            # values, from registers, and selected by them last)
             kept_groups = count + push               # the groups next cycle if none pops
-            # ... and those in flight next cycle: registered now, staged now
-            after = kept_groups + st_push + (take != 0)
+            # ... and those in flight next cycle: registered now, staged now (and the group
+            # taken now, `taking`)
+            held = kept_groups + st_push
             m.d.sync += [count.eq(Mux(pop, kept_groups - 1, kept_groups)),
                          head_valid.eq(Mux(pop, kept_groups > 1, kept_groups != 0)),
                          one_group.eq(Mux(pop, kept_groups == 2, kept_groups == 1)),
-                         room.eq(Mux(pop, after <= GROUPS, after < GROUPS)),
+                         room.eq(Mux(pop, Mux(taking, held < GROUPS, held <= GROUPS),
+                                     Mux(taking, held < GROUPS - 1, held < GROUPS))),
                          done.eq(Mux(pop, 0, done | in_cur | in_next))]
             m.d.sync += [rank_base.eq(rank_base + last_kept), last_kept.eq(0),
                          overflow.eq(overflow | past_n)]
