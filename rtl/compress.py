@@ -60,16 +60,6 @@ def _compact(m: Module, word: Value, keep: Value, name: str) -> Value:
     return out
 
 
-def _expand(m: Module, packed: Value, keep: Value, name: str) -> Value:
-    """The inverse of :func:`_compact`: byte ``b`` of the result is byte ``rank(b)`` of
-    ``packed`` where ``keep[b]`` is set (``rank``: kept bytes below ``b``), else zero."""
-    out = Signal(64, name=name)
-    rank = _ranks(m, keep, name)
-    for b in range(8):
-        m.d.comb += out.word_select(b, 8).eq(Mux(keep[b], packed.word_select(rank[b], 8), 0))
-    return out
-
-
 class ChunkCompressor(wiring.Component):
     """Dense row words in, the compressed stream's words out (``stc``).
 
@@ -293,19 +283,35 @@ class ChunkExpander(wiring.Component):
         keep = Signal(8)
         need = Signal(4)
         mask_pc = Signal(32)   # the mask's bytes' popcounts, 4 bits each
-        next_keep = Signal(8)
-        m.d.comb += next_keep.eq(mask.word_select((byte + 1)[:3], 8))  # (byte 0 after 7)
         # a value word is taken with this dense word (the window holds fewer bytes than it
         # needs, and the chunk has value words left): a register, worked out with `window_n`,
         # `need` and `value_left` as a mask arrives and as a dense word goes, so the word's
         # multiplexers start at registers (skipping a chunk's unused words does not use it,
         # and the next mask sets it again)
         take_word = Signal()
-        merged = Signal(64)  # this word's packed bytes (the window's rest is shifted apart)
-        m.d.comb += merged.eq(Mux(take_word, window | (word << (window_n * 8)),
-                                  window))
+        # The dense word's byte b is the packed byte rank(b) (keep's bits below b) of the
+        # window followed by the value word (when one is taken): the window's byte rank(b)
+        # when rank(b) < window_n, else the word's byte rank(b) - window_n.  Which of the two,
+        # and the byte indices, are registers (`pick_word`, `rank`, `word_byte`), worked out
+        # with `keep` and `window_n` (from the next mask byte, `keep_next`), so the word
+        # is two multiplexers after its registers, not a shift, an OR and a selection.
+        rank = [Signal(3, name=f"rank{b}") for b in range(8)]
+        word_byte = [Signal(3, name=f"word_byte{b}") for b in range(8)]
+        pick_word = Signal(8)     # byte b comes from the value word (rank(b) >= window_n)
+        keep_next = Signal(8)     # the mask's byte after `keep` (the next dense word's)
 
-        dense = _expand(m, merged, keep, "dense")
+        def placement(keep_bits, filled):
+            """(rank, word byte, from the word) of every byte of a dense word whose mask
+            byte is ``keep_bits``, after a window of ``filled`` bytes."""
+            ranks = [sum((keep_bits[k] for k in range(b)), Const(0, 3)) for b in range(8)]
+            return ([r[:3] for r in ranks], [(r - filled)[:3] for r in ranks],
+                    Cat(*[r >= filled for r in ranks]))
+
+        dense = Signal(64, name="dense")
+        for b in range(8):
+            m.d.comb += dense.word_select(b, 8).eq(
+                Mux(keep[b], Mux(pick_word[b] & take_word, word.word_select(word_byte[b], 8),
+                                 window.word_select(rank[b], 8)), 0))
         be = Signal(8)
         m.d.comb += be.eq(Mux(last_word_of_row, (Const(1, 9) << left_in_row[:4]) - 1, 0xFF))
         m.d.comb += [self.o.payload.data.eq(dense), self.o.payload.be.eq(be),
@@ -317,10 +323,14 @@ class ChunkExpander(wiring.Component):
             m.d.comb += word_ready.eq(1)
             with m.If(word_valid):
                 # (a mask with a kept value in its first byte has value words)
+                ranks, bytes_, picks = placement(word[:8], 0)
                 m.d.sync += [mask.eq(word), value_left.eq((count + 7) >> 3),
                              byte.eq(0), window.eq(0), window_n.eq(0), head.eq(0),
                              keep.eq(word[:8]), need.eq(word_pc[0]), mask_pc.eq(Cat(*word_pc)),
-                             take_word.eq(word_pc[0] != 0)]
+                             take_word.eq(word_pc[0] != 0), keep_next.eq(word[8:16]),
+                             *[r.eq(v) for r, v in zip(rank, ranks)],
+                             *[r.eq(v) for r, v in zip(word_byte, bytes_)],
+                             pick_word.eq(picks)]
         with m.Elif(skipping):
             m.d.comb += word_ready.eq(1)
             with m.If(word_valid):
@@ -345,9 +355,14 @@ class ChunkExpander(wiring.Component):
                 m.d.comb += [
                     window_n_after.eq(Mux(take_word, window_n + 8 - need, window_n - need)),
                     value_left_after.eq(value_left - take_word)]
+                ranks, bytes_, picks = placement(keep_next, window_n_after)
                 m.d.sync += [window.eq(Mux(take_word, rest_of_word, rest_of_window)[:64]),
                              window_n.eq(window_n_after), value_left.eq(value_left_after),
-                             byte.eq(byte + 1), keep.eq(next_keep), need.eq(need_after),
+                             byte.eq(byte + 1), keep.eq(keep_next), need.eq(need_after),
+                             keep_next.eq(mask.word_select((byte + 2)[:3], 8)),
+                             *[r.eq(v) for r, v in zip(rank, ranks)],
+                             *[r.eq(v) for r, v in zip(word_byte, bytes_)],
+                             pick_word.eq(picks),
                              take_word.eq((window_n_after < need_after)
                                           & (value_left_after != 0))]
                 with m.If(last_word_of_row):
