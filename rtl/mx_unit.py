@@ -138,8 +138,9 @@ class MatrixController(wiring.Component):
         # ---- Checks, from the operands latched at start.  The products of the
         # registers are computed ahead and registered, so no multiplier lies on the path
         # from start to the lanes: from the register file as written (``regs_file``; a cfg
-        # write reaches it at least three cycles before the next fc starts: UnitFrontEnd's
-        # SIGNAL, IDLE, then WAIT), and for an fc whose nvec operand stands in for mx.nvec
+        # write reaches it at least two cycles before the next fc starts: UnitFrontEnd writes
+        # it at the end of the cfg's first SIGNAL cycle, then IDLE takes the fc and WAIT
+        # starts it at the earliest), and for an fc whose nvec operand stands in for mx.nvec
         # (at most 31 vectors) from that operand as the front end takes the fc
         # (``taking``, ``taken``: the operand registered, then a 5-bit by 16-bit product
         # every cycle, the register file final).  The room the operands leave is registered
@@ -149,9 +150,9 @@ class MatrixController(wiring.Component):
         file_out_span = Signal(28)   # (mx.nvec - 1) * acc_stride
         file_in_span = Signal(28)    # (mx.nvec - 1) * nstride
         # (in two stages, the factors registered first, so the multiplier has a register on
-        # either side: current two cycles after the register file, which is in time: the
-        # cfg's SIGNAL cycle sees the file written, then IDLE takes the fc, then WAIT
-        # starts it at the earliest)
+        # either side: current two cycles after the register file, which is just in time
+        # for `settle`, the cycle after the earliest start -- test_core's
+        # "...-just-restrided" faults run an fc right after the cfg that changes its stride)
         file_vecs = Signal(signed(13))
         file_acc_stride, file_nstride = Signal(16), Signal(16)
         m.d.sync += [file_vecs.eq(rf.nvec - 1), file_acc_stride.eq(rf.acc_stride),

@@ -167,6 +167,20 @@ FAULTS = {
                                      rows=4), ErrorCode.ALIGN, 1),
     "range-fc": (lambda p, x: p.emit("fc", nbuf=TEST_CORE.nbuf_bytes - 4, nidx=0, wbuf=0,
                                      widx=0, acc=0, n_in=8, rows=4), ErrorCode.RANGE, 1),
+    # an fc right after the cfg that changes its accumulator stride (the MX unit's range
+    # check uses a product of the register file computed ahead: it must be current); its
+    # neurons past the ld's bytes (no token orders the two)
+    "range-fc-just-restrided": (lambda p, x: (p.cfgs(mx__nvec=2, mx__acc_stride=TEST_CORE.lanes),
+                                              p.cfgs(mx__acc_stride=TEST_CORE.acc_elems),
+                                              p.emit("fc", nbuf=128, nidx=0, wbuf=0, widx=0,
+                                                     acc=0, n_in=8, rows=4)),
+                                ErrorCode.RANGE, 4),
+    "fc-fits-just-restrided": (lambda p, x: (p.cfgs(mx__nvec=2,
+                                                    mx__acc_stride=TEST_CORE.acc_elems),
+                                             p.cfgs(mx__acc_stride=TEST_CORE.lanes),
+                                             p.emit("fc", nbuf=128, nidx=0, wbuf=0, widx=0,
+                                                    acc=0, n_in=8, rows=4)),
+                               ErrorCode.NONE, 0),
     "index-fc": (lambda p, x: (_stride_weights(p, 8), p.cfgs(mx__wfmt=2, mx__nfmt=1, mx__mixed=1),
                                p.emit("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=0, n_in=8,
                                       rows=1, wait=[Unit.LD])), ErrorCode.INDEX, 5),
