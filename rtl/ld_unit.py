@@ -317,10 +317,13 @@ class LoadUnit(wiring.Component):
         fetch_header, fetch_body, fetch_wait = Signal(), Signal(), Signal()
         # from the latched operands, in two register stages (a row's words, then the multiply:
         # the header it is checked against arrives many cycles later)
-        words_bound = Signal(26)
-        row_words = Signal(14)
+        # (no resets: the factors and the product are the multiplier block's own input and
+        # output registers, verif/tb/dsp_registers.py)
+        words_bound = Signal(26, reset_less=True)
+        row_words = Signal(14, reset_less=True)
+        rows_factor = Signal(12, reset_less=True)
         m.d.sync += [row_words.eq(((a.cols + 63) >> 6) + ((a.cols + 7) >> 3)),
-                     words_bound.eq(a.rows * row_words)]
+                     rows_factor.eq(a.rows), words_bound.eq(rows_factor * row_words)]
         body_addr = Signal(32)
         body_left = Signal(26)    # stream bytes not yet requested, in words
         words_expected = Signal(27)

@@ -17,10 +17,11 @@ class SparseProcessingUnit(wiring.Component):
     buffer and group-pruned loads start and end on group boundaries (checked by the golden
     model).
 
-    Two register stages: the first compares every byte with both thresholds, the second
-    counts each group's small bytes and masks.  Throughput one beat per cycle; latency two
-    cycles; a stall (``o`` full and not taken) holds both stages.  The configuration is
-    sampled with the beat (``group_log2`` and ``t4`` travel with it to the second stage).
+    Three register stages: the first compares every byte with both thresholds, the second
+    counts each group's small bytes and compares the count with ``t4`` for every group
+    size, the third picks the beat's group size and masks.  Throughput one beat per cycle;
+    latency three cycles; a stall (``o`` full and not taken) holds every stage.  The
+    configuration is sampled with the beat (``group_log2`` and ``t4`` travel with it).
 
     Parameters
     ----------
@@ -91,20 +92,32 @@ class SparseProcessingUnit(wiring.Component):
                          for k in range(n)]
             m.d.sync += [small[k].eq(~above(xs[k], self.t3)) for k in range(n)]
 
-        # Stage 2: group survival for each supported group size, picked by the group size.
+        # Stage 2: group survival for each supported group size, into registers (the
+        # counts and their comparisons; the choice of the beat's size is stage 3's).
+        s2_valid = Signal()
+        s2_keep = Signal(n)
+        s2_g = Signal(2)
+        s2_be = Signal(n)
+        s2_addr = Signal.like(self.i.payload.addr)
         survive = {0: Const(-1, n)}
         for g in (1, 2, 3):
             size = 1 << g
             if size > n:
                 continue
             s = Signal(n, name=f"survive{size}")
-            for grp in range(n // size):
-                count = sum(small[grp * size + k] for k in range(size))
-                ok = count <= s1_t4
-                m.d.comb += s[grp * size:(grp + 1) * size].eq(Mux(ok, (1 << size) - 1, 0))
+            with m.If(advance):
+                for grp in range(n // size):
+                    count = sum(small[grp * size + k] for k in range(size))
+                    m.d.sync += s[grp * size:(grp + 1) * size].eq(
+                        Mux(count <= s1_t4, (1 << size) - 1, 0))
             survive[g] = s
+        with m.If(advance):
+            m.d.sync += [s2_valid.eq(s1_valid), s2_keep.eq(keep), s2_g.eq(s1_g),
+                         s2_be.eq(s1_be), s2_addr.eq(s1_addr)]
+
+        # Stage 3: the beat's group size picks its survivors.
         groups = Signal(n)
-        with m.Switch(s1_g):
+        with m.Switch(s2_g):
             for g, s in survive.items():
                 with m.Case(g):
                     m.d.comb += groups.eq(s)
@@ -112,10 +125,10 @@ class SparseProcessingUnit(wiring.Component):
                 m.d.comb += groups.eq(-1)
         with m.If(advance):
             m.d.sync += [
-                self.o.valid.eq(s1_valid),
-                self.o.payload.bits.eq(keep & groups),
-                self.o.payload.be.eq(s1_be),
-                self.o.payload.addr.eq(s1_addr),
+                self.o.valid.eq(s2_valid),
+                self.o.payload.bits.eq(s2_keep & groups),
+                self.o.payload.be.eq(s2_be),
+                self.o.payload.addr.eq(s2_addr),
             ]
-        m.d.comb += self.idle.eq(~s1_valid & ~self.o.valid)
+        m.d.comb += self.idle.eq(~s1_valid & ~s2_valid & ~self.o.valid)
         return m
