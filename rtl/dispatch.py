@@ -332,11 +332,13 @@ class Dispatcher(wiring.Component):
         skip_pops = Signal(range(LOOP_DEPTH + 1), name="skip_pops_r")
 
         consume = Signal()       # the current word is dispatched / executed this cycle
-        with m.If(consume):
-            m.d.sync += [loop_seen.eq(0), loop_checked.eq(0), going_late.eq(0)]
-        with m.Elif(self.fetch_resp.valid & is_loop):
+        # The loop word's values are taken while it is held, whether or not it goes: they
+        # are the same every cycle it is held (the frames change only after a word goes),
+        # so `consume`, which waits for the fetched word and the queues, enables none of
+        # them; it only clears the flags below.
+        with m.If(self.fetch_resp.valid & is_loop):
             entry = _field(word, _LOOP, "entry")
-            m.d.sync += [loop_seen.eq(1), loop_end.eq(pc + body), loop_zero.eq(count == 0),
+            m.d.sync += [loop_end.eq(pc + body), loop_zero.eq(count == 0),
                          loop_late.eq((count == 0) | (entry != 0)), loop_entry.eq(pc + 1 + entry),
                          loop_start.eq(pc + 1), loop_left.eq(count - 1), loop_one.eq(count == 1),
                          loop_two.eq(count == 2),
@@ -345,20 +347,24 @@ class Dispatcher(wiring.Component):
             with m.If(loop_seen):
                 end_after = loop_end + 1
                 m.d.sync += loop_start_line.eq(line_after(loop_start))
-                m.d.sync += [loop_checked.eq(1),
-                             loop_ok.eq((loop_end < self.rom_words) & ~depth_is[-1]
+                m.d.sync += [loop_ok.eq((loop_end < self.rom_words) & ~depth_is[-1]
                                         & (~depth_is.any() | (loop_end <= top_end))),
                              loop_end_last.eq(end_after == self.rom_words)]
                 at_top = loop_end == top_end
                 back = at_top & top_jump.any()
                 skip_to = Mux(back, top_back, end_after)
                 skip_to_line = Mux(back, top_back_line, line_after(loop_end, plus_one=True))
-                m.d.sync += [going_late.eq(loop_late),
-                             late_next.eq(Mux(loop_zero, skip_to, loop_entry)),
+                m.d.sync += [late_next.eq(Mux(loop_zero, skip_to, loop_entry)),
                              late_line.eq(Mux(loop_zero, skip_to_line, line_after(loop_entry)))]
                 m.d.sync += [skip_popped.eq(Mux(at_top, top_popped, 0)),
                              skip_jump.eq(Mux(at_top, top_jump, 0)),
                              skip_pops.eq(Mux(at_top, top_pops, 0))]
+        with m.If(consume):
+            m.d.sync += [loop_seen.eq(0), loop_checked.eq(0), going_late.eq(0)]
+        with m.Elif(self.fetch_resp.valid & is_loop):
+            m.d.sync += loop_seen.eq(1)
+            with m.If(loop_seen):
+                m.d.sync += [loop_checked.eq(1), going_late.eq(loop_late)]
 
         # What the word consumed last cycle does to the frames (see "Frame updates").  The
         # depth, its one-hot form and the frames' last trips are few registers and change as

@@ -565,8 +565,10 @@ class LoadUnit(wiring.Component):
             m.d.sync += self.done.eq(0)
         with m.Else():
             m.d.sync += self.done.eq(0)
-            written = (~issuing & (outstanding == 0) & spu.idle & ~spu.i.valid
-                       & ~acc_out.o.valid)
+            # (a word is written only while its row is outstanding, so `outstanding == 0`
+            # also says no word goes into the sparse processing unit now: the write's
+            # handshake reaches no completion register)
+            written = (~issuing & (outstanding == 0) & spu.idle & ~acc_out.o.valid)
             # ldc: every requested word arrived, and the expander done (or the stream bad)
             stream_done = fetch_quiet & (expander.finished | index_err)
             finished = running & ~arm & Mux(compressed, stream_done & (written | index_err), written)
