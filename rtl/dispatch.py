@@ -351,11 +351,16 @@ class Dispatcher(wiring.Component):
                                         & (~depth_is.any() | (loop_end <= top_end))),
                              loop_end_last.eq(end_after == self.rom_words)]
                 at_top = loop_end == top_end
-                back = at_top & top_jump.any()
-                skip_to = Mux(back, top_back, end_after)
-                skip_to_line = Mux(back, top_back_line, line_after(loop_end, plus_one=True))
-                m.d.sync += [late_next.eq(Mux(loop_zero, skip_to, loop_entry)),
-                             late_line.eq(Mux(loop_zero, skip_to_line, line_after(loop_entry)))]
+                # a zero-trip loop skips to the innermost frame's jump back when its body
+                # ends where that frame's does, else to the word after its body; any other
+                # late loop enters at its entry.  (The comparison selects last, between the
+                # jump back and the other choice made beside it.)
+                skip_back = at_top & loop_zero & top_jump.any()
+                m.d.sync += [late_next.eq(Mux(skip_back, top_back,
+                                              Mux(loop_zero, end_after, loop_entry))),
+                             late_line.eq(Mux(skip_back, top_back_line,
+                                              Mux(loop_zero, line_after(loop_end, plus_one=True),
+                                                  line_after(loop_entry))))]
                 m.d.sync += [skip_popped.eq(Mux(at_top, top_popped, 0)),
                              skip_jump.eq(Mux(at_top, top_jump, 0)),
                              skip_pops.eq(Mux(at_top, top_pops, 0))]

@@ -412,7 +412,11 @@ class LoadUnit(wiring.Component):
             m.d.sync += [fetch_wait.eq(0), header.eq(length), header_check.eq(1)]
         with m.If(header_check):
             m.d.sync += header_check.eq(0)
-            with m.If((header[:3] != 0) | (header[3:] > words_bound)):
+            # (the words above the bound's width by an OR, the comparison on the bound's
+            # 26 bits: no 61-bit carry chain before the body's registers)
+            too_long = (header[3 + len(words_bound):] != 0) | \
+                (header[3:3 + len(words_bound)] > words_bound)
+            with m.If((header[:3] != 0) | too_long):
                 m.d.sync += index_err.eq(1)
             with m.Else():
                 m.d.sync += [body_left.eq(header[3:29]), piece.eq(first_piece(header[3:29])),

@@ -286,8 +286,12 @@ class MatrixController(wiring.Component):
             all_written = (remaining[len(n_wrote):] == 0) & (remaining[:len(n_wrote)] == n_wrote)
             with m.If(Mux(first, ~launched, all_written) & ~mu.busy):
                 m.d.sync += [running.eq(0), self.done.eq(1)]
-                with m.If(mu.error):
-                    m.d.sync += self.error.eq(ErrorCode.INDEX)
+            # (the lanes' error is sticky: taken as it comes, not at the end test, so the
+            # written count's comparison reaches no error register; `error` is read only
+            # with `done`.  It is this fc's: an INDEX fault halts the core, whose next
+            # start resets the unit, before another fc can run)
+            with m.If(mu.error):
+                m.d.sync += self.error.eq(ErrorCode.INDEX)
         # the counters add the instruction's pairs the cycle after it ends, from `done` (a
         # register): the end test (the written count's comparison) reaches no counter's
         # enable (it was the placed core's worst path on two seeds at 81bb2b5, 86.5 MHz);
