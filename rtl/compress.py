@@ -293,18 +293,24 @@ class ChunkExpander(wiring.Component):
         # window followed by the value word (when one is taken): the window's byte rank(b)
         # when rank(b) < window_n, else the word's byte rank(b) - window_n.  Which of the two,
         # and the byte indices, are registers (`pick_word`, `rank`, `word_byte`), worked out
-        # with `keep` and `window_n` (from the next mask byte, `keep_next`), so the word
-        # is two multiplexers after its registers, not a shift, an OR and a selection.
+        # with `keep` and `window_n` (from the next mask byte, `keep_next`, and its ranks),
+        # so the word is two multiplexers after its registers, not a shift, an OR and a
+        # selection.
         rank = [Signal(3, name=f"rank{b}") for b in range(8)]
         word_byte = [Signal(3, name=f"word_byte{b}") for b in range(8)]
         pick_word = Signal(8)     # byte b comes from the value word (rank(b) >= window_n)
         keep_next = Signal(8)     # the mask's byte after `keep` (the next dense word's)
+        # ... and its ranks, registered with it (only the window's fill is compared with
+        # them as a dense word goes)
+        rank_next = [Signal(3, name=f"rank_next{b}") for b in range(8)]
 
-        def placement(keep_bits, filled):
+        def ranks_of(keep_bits):
+            return [sum((keep_bits[k] for k in range(b)), Const(0, 3))[:3] for b in range(8)]
+
+        def placement(ranks, filled):
             """(rank, word byte, from the word) of every byte of a dense word whose mask
-            byte is ``keep_bits``, after a window of ``filled`` bytes."""
-            ranks = [sum((keep_bits[k] for k in range(b)), Const(0, 3)) for b in range(8)]
-            return ([r[:3] for r in ranks], [(r - filled)[:3] for r in ranks],
+            byte has ``ranks``, after a window of ``filled`` bytes."""
+            return (ranks, [(r - filled)[:3] for r in ranks],
                     Cat(*[r >= filled for r in ranks]))
 
         dense = Signal(64, name="dense")
@@ -323,11 +329,12 @@ class ChunkExpander(wiring.Component):
             m.d.comb += word_ready.eq(1)
             with m.If(word_valid):
                 # (a mask with a kept value in its first byte has value words)
-                ranks, bytes_, picks = placement(word[:8], 0)
+                ranks, bytes_, picks = placement(ranks_of(word[:8]), 0)
                 m.d.sync += [mask.eq(word), value_left.eq((count + 7) >> 3),
                              byte.eq(0), window.eq(0), window_n.eq(0), head.eq(0),
                              keep.eq(word[:8]), need.eq(word_pc[0]), mask_pc.eq(Cat(*word_pc)),
                              take_word.eq(word_pc[0] != 0), keep_next.eq(word[8:16]),
+                             *[r.eq(v) for r, v in zip(rank_next, ranks_of(word[8:16]))],
                              *[r.eq(v) for r, v in zip(rank, ranks)],
                              *[r.eq(v) for r, v in zip(word_byte, bytes_)],
                              pick_word.eq(picks)]
@@ -355,11 +362,13 @@ class ChunkExpander(wiring.Component):
                 m.d.comb += [
                     window_n_after.eq(Mux(take_word, window_n + 8 - need, window_n - need)),
                     value_left_after.eq(value_left - take_word)]
-                ranks, bytes_, picks = placement(keep_next, window_n_after)
+                ranks, bytes_, picks = placement(rank_next, window_n_after)
+                later = mask.word_select((byte + 2)[:3], 8)
                 m.d.sync += [window.eq(Mux(take_word, rest_of_word, rest_of_window)[:64]),
                              window_n.eq(window_n_after), value_left.eq(value_left_after),
                              byte.eq(byte + 1), keep.eq(keep_next), need.eq(need_after),
-                             keep_next.eq(mask.word_select((byte + 2)[:3], 8)),
+                             keep_next.eq(later),
+                             *[r.eq(v) for r, v in zip(rank_next, ranks_of(later))],
                              *[r.eq(v) for r, v in zip(rank, ranks)],
                              *[r.eq(v) for r, v in zip(word_byte, bytes_)],
                              pick_word.eq(picks),
