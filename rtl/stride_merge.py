@@ -80,15 +80,22 @@ class StrideMerge(wiring.Component):
         both = Signal()
         m.d.comb += both.eq(a_valid & b_valid & out_free)
 
+        # The output's payload is loaded whenever the output moves on, with what an output
+        # now would carry (the row's end when both heads are terminators, else the pair of
+        # the heads); the position comparison decides only `valid`, the takes and the
+        # ranks, so it reaches none of the payload's enables.
+        ends = a_none & b_none
         with m.If(out_free):
-            m.d.sync += self.o.valid.eq(0)
+            m.d.sync += [
+                self.o.valid.eq(0), self.o.payload.stride.eq(1), self.o.payload.pair.eq(~ends),
+                self.o.payload.last.eq(ends),
+                self.o.payload.n_base.eq(a_base + Mux(self.n_packed, rank_a, pa)),
+                self.o.payload.w_base.eq(b_base + Mux(self.w_packed, rank_b, pb)),
+            ]
         with m.If(both):
-            with m.If(a_none & b_none):
+            with m.If(ends):
                 m.d.comb += [take_a.eq(1), take_b.eq(1)]
-                m.d.sync += [
-                    self.o.valid.eq(1), self.o.payload.stride.eq(1), self.o.payload.pair.eq(0),
-                    self.o.payload.last.eq(1), rank_a.eq(0), rank_b.eq(0),
-                ]
+                m.d.sync += [self.o.valid.eq(1), rank_a.eq(0), rank_b.eq(0)]
             with m.Elif(a_esc | b_esc):
                 m.d.comb += [take_a.eq(a_esc), take_b.eq(b_esc)]
             with m.Elif(a_none | (~b_none & (pb < pa))):
@@ -99,11 +106,6 @@ class StrideMerge(wiring.Component):
                 m.d.sync += rank_a.eq(rank_a + 1)
             with m.Else():  # equal heads: a pair
                 m.d.comb += [take_a.eq(1), take_b.eq(1)]
-                m.d.sync += [
-                    rank_a.eq(rank_a + 1), rank_b.eq(rank_b + 1),
-                    self.o.valid.eq(1), self.o.payload.stride.eq(1), self.o.payload.pair.eq(1),
-                    self.o.payload.last.eq(0),
-                    self.o.payload.n_base.eq(a_base + Mux(self.n_packed, rank_a, pa)),
-                    self.o.payload.w_base.eq(b_base + Mux(self.w_packed, rank_b, pb)),
-                ]
+                m.d.sync += [rank_a.eq(rank_a + 1), rank_b.eq(rank_b + 1),
+                             self.o.valid.eq(1)]
         return m
