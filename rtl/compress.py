@@ -307,11 +307,17 @@ class ChunkExpander(wiring.Component):
         def ranks_of(keep_bits):
             return [sum((keep_bits[k] for k in range(b)), Const(0, 3))[:3] for b in range(8)]
 
-        def placement(ranks, filled):
-            """(rank, word byte, from the word) of every byte of a dense word whose mask
-            byte has ``ranks``, after a window of ``filled`` bytes."""
-            return (ranks, [(r - filled)[:3] for r in ranks],
-                    Cat(*[r >= filled for r in ranks]))
+        def place(ranks, filled):
+            """Loads `rank`, `word_byte` and `pick_word` for a dense word whose mask byte
+            has ``ranks``, after a window of ``filled`` bytes."""
+            return [*[r.eq(v) for r, v in zip(rank, ranks)],
+                    *[w.eq((v - filled)[:3]) for w, v in zip(word_byte, ranks)],
+                    pick_word.eq(Cat(*[v >= filled for v in ranks]))]
+
+        def load_next(keep_bits):
+            """Loads `keep_next` and its ranks."""
+            return [keep_next.eq(keep_bits),
+                    *[r.eq(v) for r, v in zip(rank_next, ranks_of(keep_bits))]]
 
         dense = Signal(64, name="dense")
         for b in range(8):
@@ -329,15 +335,11 @@ class ChunkExpander(wiring.Component):
             m.d.comb += word_ready.eq(1)
             with m.If(word_valid):
                 # (a mask with a kept value in its first byte has value words)
-                ranks, bytes_, picks = placement(ranks_of(word[:8]), 0)
                 m.d.sync += [mask.eq(word), value_left.eq((count + 7) >> 3),
                              byte.eq(0), window.eq(0), window_n.eq(0), head.eq(0),
                              keep.eq(word[:8]), need.eq(word_pc[0]), mask_pc.eq(Cat(*word_pc)),
-                             take_word.eq(word_pc[0] != 0), keep_next.eq(word[8:16]),
-                             *[r.eq(v) for r, v in zip(rank_next, ranks_of(word[8:16]))],
-                             *[r.eq(v) for r, v in zip(rank, ranks)],
-                             *[r.eq(v) for r, v in zip(word_byte, bytes_)],
-                             pick_word.eq(picks)]
+                             take_word.eq(word_pc[0] != 0),
+                             *place(ranks_of(word[:8]), 0), *load_next(word[8:16])]
         with m.Elif(skipping):
             m.d.comb += word_ready.eq(1)
             with m.If(word_valid):
@@ -362,16 +364,11 @@ class ChunkExpander(wiring.Component):
                 m.d.comb += [
                     window_n_after.eq(Mux(take_word, window_n + 8 - need, window_n - need)),
                     value_left_after.eq(value_left - take_word)]
-                ranks, bytes_, picks = placement(rank_next, window_n_after)
-                later = mask.word_select((byte + 2)[:3], 8)
                 m.d.sync += [window.eq(Mux(take_word, rest_of_word, rest_of_window)[:64]),
                              window_n.eq(window_n_after), value_left.eq(value_left_after),
                              byte.eq(byte + 1), keep.eq(keep_next), need.eq(need_after),
-                             keep_next.eq(later),
-                             *[r.eq(v) for r, v in zip(rank_next, ranks_of(later))],
-                             *[r.eq(v) for r, v in zip(rank, ranks)],
-                             *[r.eq(v) for r, v in zip(word_byte, bytes_)],
-                             pick_word.eq(picks),
+                             *place(rank_next, window_n_after),
+                             *load_next(mask.word_select((byte + 2)[:3], 8)),
                              take_word.eq((window_n_after < need_after)
                                           & (value_left_after != 0))]
                 with m.If(last_word_of_row):

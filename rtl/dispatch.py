@@ -336,7 +336,8 @@ class Dispatcher(wiring.Component):
         # are the same every cycle it is held (the frames change only after a word goes),
         # so `consume`, which waits for the fetched word and the queues, enables none of
         # them; it only clears the flags below.
-        with m.If(self.fetch_resp.valid & is_loop):
+        loop_held = self.fetch_resp.valid & is_loop
+        with m.If(loop_held):
             entry = _field(word, _LOOP, "entry")
             m.d.sync += [loop_end.eq(pc + body), loop_zero.eq(count == 0),
                          loop_late.eq((count == 0) | (entry != 0)), loop_entry.eq(pc + 1 + entry),
@@ -366,7 +367,7 @@ class Dispatcher(wiring.Component):
                              skip_pops.eq(Mux(at_top, top_pops, 0))]
         with m.If(consume):
             m.d.sync += [loop_seen.eq(0), loop_checked.eq(0), going_late.eq(0)]
-        with m.Elif(self.fetch_resp.valid & is_loop):
+        with m.Elif(loop_held):
             m.d.sync += loop_seen.eq(1)
             with m.If(loop_seen):
                 m.d.sync += [loop_checked.eq(1), going_late.eq(loop_late)]

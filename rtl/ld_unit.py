@@ -291,10 +291,10 @@ class LoadUnit(wiring.Component):
                          plane_never.eq(to_plane > limit),
                          plane_room.eq(limit - to_plane)]
         mb = len(group_mask)
-        m.d.sync += cols_bad.eq((a.cols[:mb] & buf_mask) != 0)   # (settled at first_check)
+        cols_breaks = (a.cols[:mb] & buf_mask) != 0
+        m.d.sync += cols_bad.eq(cols_breaks)   # (settled at first_check)
         bad_first = check(Mux(banked, a.lane < P, a.lane == 0),
-                          row_end > buf_limit, a.dst[:mb], (a.cols[:mb] & buf_mask) != 0,
-                          buf_mask)
+                          row_end > buf_limit, a.dst[:mb], cols_breaks, buf_mask)
         # (row_lane is lane + p for the lane banks)
         bad_row = check(Mux(banked, row_lane < P, a.lane == 0),
                         row_never | (row_end > row_room),

@@ -146,6 +146,16 @@ def _stride_weights(p: Program, n_in: int) -> None:
     p.emit("ld", buf="widx", lane=0, ext=idx, dst=0, cols=3, signal=[Unit.MX])
 
 
+def _restrided(before: int, after: int):
+    """A builder: two vectors with mx.acc_stride ``before``, then a cfg making it ``after``
+    and at once an fc (ROM word 4).  The MX unit's range check uses a product of the
+    register file computed ahead: it must be current.  The fc's neurons lie past the ld's
+    bytes (no token orders the two)."""
+    return lambda p, x: (p.cfgs(mx__nvec=2, mx__acc_stride=before),
+                         p.cfgs(mx__acc_stride=after),
+                         p.emit("fc", nbuf=128, nidx=0, wbuf=0, widx=0, acc=0, n_in=8, rows=4))
+
+
 FAULTS = {
     # name: (builder(p, x) -> error_range, expected error, faulting ROM word)
     "illegal": (lambda p, x: None, ErrorCode.ILLEGAL, 1),  # word 1 replaced below
@@ -167,19 +177,10 @@ FAULTS = {
                                      rows=4), ErrorCode.ALIGN, 1),
     "range-fc": (lambda p, x: p.emit("fc", nbuf=TEST_CORE.nbuf_bytes - 4, nidx=0, wbuf=0,
                                      widx=0, acc=0, n_in=8, rows=4), ErrorCode.RANGE, 1),
-    # an fc right after the cfg that changes its accumulator stride (the MX unit's range
-    # check uses a product of the register file computed ahead: it must be current); its
-    # neurons past the ld's bytes (no token orders the two)
-    "range-fc-just-restrided": (lambda p, x: (p.cfgs(mx__nvec=2, mx__acc_stride=TEST_CORE.lanes),
-                                              p.cfgs(mx__acc_stride=TEST_CORE.acc_elems),
-                                              p.emit("fc", nbuf=128, nidx=0, wbuf=0, widx=0,
-                                                     acc=0, n_in=8, rows=4)),
+    # an fc right after the cfg that changes its accumulator stride
+    "range-fc-just-restrided": (_restrided(TEST_CORE.lanes, TEST_CORE.acc_elems),
                                 ErrorCode.RANGE, 4),
-    "fc-fits-just-restrided": (lambda p, x: (p.cfgs(mx__nvec=2,
-                                                    mx__acc_stride=TEST_CORE.acc_elems),
-                                             p.cfgs(mx__acc_stride=TEST_CORE.lanes),
-                                             p.emit("fc", nbuf=128, nidx=0, wbuf=0, widx=0,
-                                                    acc=0, n_in=8, rows=4)),
+    "fc-fits-just-restrided": (_restrided(TEST_CORE.acc_elems, TEST_CORE.lanes),
                                ErrorCode.NONE, 0),
     "index-fc": (lambda p, x: (_stride_weights(p, 8), p.cfgs(mx__wfmt=2, mx__nfmt=1, mx__mixed=1),
                                p.emit("fc", nbuf=0, nidx=0, wbuf=0, widx=0, acc=0, n_in=8,
