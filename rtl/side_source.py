@@ -312,12 +312,18 @@ class SideSource(wiring.Component):
         # multiplexer on the state puts the converter's take into the fetcher.
         take_own = Signal.like(fetch.take)
         s2d_go = Signal()   # start the converter (CONVERT's first cycle)
+        # The stride engine's registers are loaded by every start (an instruction starts
+        # only with the engine idle), whatever the format and counts: only the state and
+        # row_fetch wait for the comparisons of the counts, not the registers' enables.
+        stride_go = Signal()
+        m.d.comb += stride_go.eq(self.start & is_stride & (self.nvec != 0) & (self.rows != 0))
+        with m.If(self.start):
+            m.d.sync += [s_v.eq(0), s_k.eq(0), s_vec_idx.eq(self.idx_base),
+                         s_vec_val.eq(self.val_base), s_row_val.eq(self.val_base),
+                         s_error.eq(0), row_fetch.eq(stride_go)]
         with m.FSM() as stride_fsm:
             with m.State("IDLE"):
-                with m.If(self.start & is_stride & (self.nvec != 0) & (self.rows != 0)):
-                    m.d.sync += [s_v.eq(0), s_k.eq(0), s_vec_idx.eq(self.idx_base),
-                                 s_vec_val.eq(self.val_base), s_row_val.eq(self.val_base),
-                                 s_error.eq(0), row_fetch.eq(1)]
+                with m.If(stride_go):
                     m.next = "ROW_START"
             with m.State("ROW_START"):
                 m.next = "COUNT"
@@ -404,8 +410,13 @@ class SideSource(wiring.Component):
             m.d.sync += cursor.eq(0)
         with m.Elif(chk_valid):
             m.d.sync += cursor.eq(cursor + chk_value)
-            with m.If((chk_value != ESCAPE) & (cursor + chk_value >= n_reg)):
-                m.d.sync += s_error.eq(1)
+        # ... and the position against n a cycle later, on the cursor it moved to (no adder
+        # before the comparison; the next row's COUNT, which clears the cursor, comes four
+        # cycles after the row's last entry at the earliest: terminator, ROW_DONE, ROW_START)
+        chk_position = Signal()
+        m.d.sync += chk_position.eq(chk_valid & (chk_value != ESCAPE))
+        with m.If(chk_position & (cursor >= n_reg)):
+            m.d.sync += s_error.eq(1)
 
         m.d.comb += fetch.take.eq(take_own | (s2d.take if convert else 0))
         if convert:
@@ -486,6 +497,6 @@ class SideSource(wiring.Component):
         m.d.comb += self.error.eq(s_error | (s2d.error if convert else 0))
         m.d.comb += q_pending.eq(d_valid + b_valid + q_valid + k_valid)
         m.d.comb += self.busy.eq(w_active | r_valid | d_valid | b_valid | q_valid | k_valid |
-                                 ~stride_fsm.ongoing("IDLE") | entry_out.o.valid
+                                 ~stride_fsm.ongoing("IDLE") | entry_out.o.valid | chk_position
                                  | (out_skid.o.valid if convert else 0))
         return m
