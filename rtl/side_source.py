@@ -489,9 +489,13 @@ class SideSource(wiring.Component):
                 entry_out.i.payload.none.eq(emit_term),
                 entry_out.i.payload.last.eq(emit_term),
             ]
-        with m.Else():
-            if convert:
-                wiring.connect(m, d2s.o, entry_out.i)
+        if convert:
+            # (the converter's ready is the skid buffer's, a register, whatever the format:
+            # it holds no chunk on a stride index, whose chunks never reach it)
+            m.d.comb += d2s.o.ready.eq(entry_out.i.ready)
+            with m.If(~is_stride):
+                m.d.comb += [entry_out.i.valid.eq(d2s.o.valid),
+                             entry_out.i.payload.eq(d2s.o.payload)]
         wiring.connect(m, entry_out.o, wiring.flipped(self.entries))
 
         m.d.comb += self.error.eq(s_error | (s2d.error if convert else 0))
