@@ -95,3 +95,25 @@ def test_sdf_parsing_details():
     assert [p for p, _t in chain] == [("r0", "Q"), ("l0", "A"), ("l0", "F"), ("r1", "DI")]
     r = failing_paths(sdf, None, period_ns=3.0)
     assert r["failing_endpoints"] == 1 and r["paths"][0]["fmax_mhz"] == pytest.approx(258.4)
+
+
+def test_a_multiplier_blocks_output_register_launches_paths():
+    # a MULT18X18D with its output register (yosys's flow moves the product's flip-flops
+    # into it): its clock-to-out on CLK0 starts a path, which must be timed like a
+    # flip-flop's (it was missed once, hiding the core's worst path)
+    sdf = """(DELAYFILE (TIMESCALE 1ps)
+      (CELL (CELLTYPE "MULT18X18D") (INSTANCE dut.p_TRELLIS_FF_Q_DI_MULT18X18D_P0)
+        (DELAY (ABSOLUTE (IOPATH CLK0 P0 (700:700:700) (700:700:700)))))
+      (CELL (CELLTYPE "TRELLIS_COMB") (INSTANCE l0)
+        (DELAY (ABSOLUTE (IOPATH A F (300:300:300) (300:300:300)))))
+      (CELL (CELLTYPE "TRELLIS_FF") (INSTANCE r1)
+        (TIMINGCHECK (SETUPHOLD (posedge DI) (posedge CLK) (100:100:100) (0:0:0))))
+      (CELL (CELLTYPE "top") (INSTANCE )
+        (DELAY (ABSOLUTE
+          (INTERCONNECT dut.p_TRELLIS_FF_Q_DI_MULT18X18D_P0/P0 l0/A (1000:1000:1000) (1000:1000:1000))
+          (INTERCONNECT l0/F r1/DI (1000:1000:1000) (1000:1000:1000))
+          (INTERCONNECT clk/O dut.p_TRELLIS_FF_Q_DI_MULT18X18D_P0/CLK0 (0:0:0) (0:0:0))))))"""
+    (need, end, chain), = endpoint_slacks(sdf)
+    assert need == pytest.approx(3.1) and end == ("r1", "DI")
+    assert chain[0][0] == ("dut.p_TRELLIS_FF_Q_DI_MULT18X18D_P0", "P0")
+    assert failing_paths(sdf, None, period_ns=3.0)["paths"][0]["through"][0]["signal"] == "dut.p"

@@ -29,7 +29,8 @@ _SETUP = re.compile(r"\(SETUPHOLD\s+\((?:posedge|negedge)\s+(\S+)\)\s+\((?:posed
                     + _TRIPLE)
 _INTERCONNECT = re.compile(r"\(INTERCONNECT\s+(\S+)\s+(\S+)\s+" + _TRIPLE)
 #: cell pins that are clocks: an IOPATH from one is a launch, not a combinational arc
-_CLOCKS = {"CLK", "CLKA", "CLKB", "WCK"}
+#: (a multiplier block's registers take CLK0..CLK3: its registered outputs launch paths)
+_CLOCKS = {"CLK", "CLKA", "CLKB", "WCK", "CLK0", "CLK1", "CLK2", "CLK3"}
 #: the names nextpnr and yosys append to a signal's name for the cells made from it
 _SUFFIX = re.compile(r"_TRELLIS|_LUT4|_CCU2|_PFUMX|_L6MUX|_DPR16X4|_MULT18|_DP16KD|\$CCU2|"
                      r"\$DPRAM|\$RAMW|\[")
