@@ -38,8 +38,8 @@ class VectorAlu(wiring.Component):
       element-wise max, or the wrap-around sum) leaves with the ``last`` beat.
     * ``EW``: every beat produces ``wrap32(a * ma + b * mb)``, clamped at 0 with ``relu``.
 
-    Throughput one word per cycle; latency 2 cycles (multiply, then combine).  Back-pressure
-    on ``o`` stalls the pipeline.
+    Throughput one word per cycle; latency 3 cycles (multiply; the element-wise sum's
+    addends as two; combine).  Back-pressure on ``o`` stalls the pipeline.
     """
 
     def __init__(self, lanes: int):
@@ -60,10 +60,11 @@ class VectorAlu(wiring.Component):
         # a * ma + b * mb are kept (wrap32), so a * ma is split at bit 16 into
         # a[:16] * ma (a 17 x 16 signed product) and the low 16 bits of a[16:] * ma (to add
         # at bit 16): each multiply fits one 18 x 18 block, and the adder that would join
-        # them waits for stage 2.  The products go into their registers straight from the
-        # multipliers (whose own delay, about 4 ns on an ECP5, is most of the cycle), for
+        # them waits for the next stages.  The products go into their registers straight
+        # from the multipliers (whose own delay, about 4 ns on an ECP5, is most of the
+        # cycle), for
         # every operation: the operand of a reduction is registered beside them, and stage
-        # 2 picks what its operation uses.
+        # 3 picks what its operation uses.
         s1_valid, s1_emit = Signal(), Signal()
         s1_op = Signal(AluOp)
         s1_relu, s1_first = Signal(), Signal()
@@ -92,26 +93,42 @@ class VectorAlu(wiring.Component):
                              s1_y[k].eq(low_product(p.b[k], p.mb)),
                              s1_yh[k].eq(high_product(p.b[k], p.mb))]
 
-        # Stage 2: combine with the running value; emit.
+        # Stage 2: the element-wise sum's four addends as two (two carry-save layers: no
+        # carry chain), into registers in the fabric: the products' registers are the
+        # multiplier blocks' own, whose outputs reach the logic over long wires (the
+        # multipliers sit in their own rows), so only those wires and two LUTs lie after
+        # them; the operand and the control move along.
+        s2_valid, s2_emit = Signal(), Signal()
+        s2_op = Signal(AluOp)
+        s2_relu, s2_first = Signal(), Signal()
+        s2_a = [Signal(32, name=f"s2_a{k}", reset_less=True) for k in range(L)]
+        s2_sv = [Signal(32, name=f"s2_sv{k}", reset_less=True) for k in range(L)]
+        s2_cv = [Signal(32, name=f"s2_cv{k}", reset_less=True) for k in range(L)]
+        with m.If(advance):
+            m.d.sync += [s2_valid.eq(s1_valid), s2_op.eq(s1_op), s2_relu.eq(s1_relu),
+                         s2_first.eq(s1_first), s2_emit.eq(s1_emit)]
+            for k in range(L):
+                # x + y + (xh + yh) << 16, wrapped at 32 bits
+                sv, cv = _carry_save(s1_x[k], s1_y[k], Cat(C(0, 16), s1_xh[k]))
+                sv, cv = _carry_save(sv, cv, Cat(C(0, 16), s1_yh[k]))
+                m.d.sync += [s2_a[k].eq(s1_a[k]), s2_sv[k].eq(sv), s2_cv[k].eq(cv)]
+
+        # Stage 3: combine with the running value; emit.
         acc = [Signal(signed(32), name=f"acc{k}") for k in range(L)]
         with m.If(advance):
-            m.d.sync += self.o.valid.eq(s1_valid & s1_emit)
+            m.d.sync += self.o.valid.eq(s2_valid & s2_emit)
             for k in range(L):
-                a = s1_a[k].as_signed()
+                a = s2_a[k].as_signed()
                 new = Signal(signed(32), name=f"new{k}")
-                with m.Switch(s1_op):
+                with m.Switch(s2_op):
                     with m.Case(AluOp.MAX):
-                        m.d.comb += new.eq(Mux(s1_first | (a > acc[k]), a, acc[k]))
+                        m.d.comb += new.eq(Mux(s2_first | (a > acc[k]), a, acc[k]))
                     with m.Case(AluOp.SUM):
-                        m.d.comb += new.eq(Mux(s1_first, a, (acc[k] + a)[:32]))
+                        m.d.comb += new.eq(Mux(s2_first, a, (acc[k] + a)[:32]))
                     with m.Default():
-                        # x + y + (xh + yh) << 16, wrapped at 32 bits: two carry-save
-                        # layers, then one adder (not an adder after an adder)
-                        sv, cv = _carry_save(s1_x[k], s1_y[k], Cat(C(0, 16), s1_xh[k]))
-                        sv, cv = _carry_save(sv, cv, Cat(C(0, 16), s1_yh[k]))
-                        ew = (sv + cv)[:32].as_signed()
-                        m.d.comb += new.eq(Mux(s1_relu & (ew < 0), 0, ew))
-                with m.If(s1_valid):
+                        ew = (s2_sv[k] + s2_cv[k])[:32].as_signed()
+                        m.d.comb += new.eq(Mux(s2_relu & (ew < 0), 0, ew))
+                with m.If(s2_valid):
                     m.d.sync += acc[k].eq(new)
                     m.d.sync += self.o.payload.v[k].eq(new)
         return m

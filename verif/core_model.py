@@ -584,7 +584,7 @@ class Machine:
     def _vred(self, i: Instr) -> _Exec:
         r = self.regs
         if i.n_o * i.n_i * i.k1 * i.k2 == 0:
-            return _Exec(timing.vx_cycles(0, 1), [])
+            return _Exec(timing.VX_EMPTY, [])
         self._vx_align("vred", src=i.src, dst=i.dst, src_stride=r["vx.src_stride"],
                        dst_stride=r["vx.dst_stride"], k1_stride=r["vx.k1_stride"],
                        k2_stride=r["vx.k2_stride"])
@@ -622,7 +622,7 @@ class Machine:
         checked."""
         r = self.regs
         if i.n_o * i.n_i == 0:
-            return _Exec(timing.vx_cycles(0, 1), [])
+            return _Exec(timing.VX_EMPTY, [])
         self._vx_align(op, a=i.a, b=i.b, dst=i.dst, src_stride=r["vx.src_stride"],
                        b_stride=r["vx.b_stride"], dst_stride=r["vx.dst_stride"])
         a = self._words(f"{op} a", i.a, i.n_o, i.n_i, r["vx.src_stride"])
@@ -642,7 +642,7 @@ class Machine:
         c, r = self.config, self.regs
         P = c.lanes
         if i.n_o * i.n_i == 0:
-            return _Exec(timing.vx_cycles(0, 1), [])
+            return _Exec(timing.VX_EMPTY, [])
         self._vx_align("req", src=i.src, dst=i.dst, src_stride=r["vx.src_stride"],
                        dst_stride=r["vx.dst_stride"])
         src = self._words("req src", i.src, i.n_o, i.n_i, r["vx.src_stride"])[..., 0]

@@ -91,8 +91,10 @@ STRIDE_REPLAY_CHUNKS = 512
 #: cycle for the product of a taken fc's nvec operand)
 FC_PIPELINE = 28
 #: pipeline fill/drain of the VX unit per vred / vew (address generator, read request
-#: registered, read, read data registered, ALU, write back)
-VX_PIPELINE = 10
+#: registered, read, read data registered, ALU (three stages), write back)
+VX_PIPELINE = 11
+#: cycles of a VX instruction with nothing to do (no iteration: no word reaches the ALU)
+VX_EMPTY = 10
 #: pipeline fill/drain of the VX unit per req (the requantisers take 5 cycles)
 REQ_PIPELINE = 13
 #: cycles a vew reads per output word (a, then b)
