@@ -315,8 +315,8 @@ class LoadUnit(wiring.Component):
         # words: the header's word and the stream's (requested, arrived); `words_bound`: the
         # most the rows can take (checked against the header)
         fetch_header, fetch_body, fetch_wait = Signal(), Signal(), Signal()
-        # from the latched operands, in two register stages (a row's words, then the multiply:
-        # the header it is checked against arrives many cycles later)
+        # from the latched operands, in three register stages (a row's words, the multiply,
+        # a copy: the header it is checked against arrives many cycles later)
         # (no resets: the factors and the product are the multiplier block's own input and
         # output registers, verif/tb/dsp_registers.py)
         words_bound = Signal(26, reset_less=True)
@@ -324,6 +324,10 @@ class LoadUnit(wiring.Component):
         rows_factor = Signal(12, reset_less=True)
         m.d.sync += [row_words.eq(((a.cols + 63) >> 6) + ((a.cols + 7) >> 3)),
                      rows_factor.eq(a.rows), words_bound.eq(rows_factor * row_words)]
+        # ... and a copy in the fabric, which the check reads: the product's register is
+        # the multiplier block's, a long wire from the logic (104.1 MHz from it at ad45f1b)
+        bound = Signal(26, reset_less=True)
+        m.d.sync += bound.eq(words_bound)
         body_addr = Signal(32)
         body_left = Signal(26)    # stream bytes not yet requested, in words
         words_expected = Signal(27)
@@ -414,8 +418,7 @@ class LoadUnit(wiring.Component):
             m.d.sync += header_check.eq(0)
             # (the words above the bound's width by an OR, the comparison on the bound's
             # 26 bits: no 61-bit carry chain before the body's registers)
-            too_long = (header[3 + len(words_bound):] != 0) | \
-                (header[3:3 + len(words_bound)] > words_bound)
+            too_long = (header[3 + len(bound):] != 0) | (header[3:3 + len(bound)] > bound)
             with m.If((header[:3] != 0) | too_long):
                 m.d.sync += index_err.eq(1)
             with m.Else():
