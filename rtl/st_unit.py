@@ -308,12 +308,16 @@ class StoreUnit(wiring.Component):
             m.d.sync += stream_end.eq(compress & rows_drained & comp.idle & ~comp.o.valid)
         push_header = stream_end & ~header_pushed & (unclaimed == 0) & \
             (err == ErrorCode.NONE) & stream_q.w_rdy
-        with m.If(push_header):
-            m.d.comb += [stream_q.w_en.eq(1), stream_q.w_data.eq(stream_words << 3)]
+        # (once the stream has ended the compressor holds no word, so `stream_end`, a
+        # register, chooses between the header and the compressor's words: the count of
+        # unclaimed words decides only the header's push, not the compressor's ready nor
+        # the queue's data, and the count's own update waits for no comparison of it)
+        with m.If(stream_end):
+            m.d.comb += [stream_q.w_en.eq(push_header), stream_q.w_data.eq(stream_words << 3)]
         with m.Else():
             m.d.comb += [stream_q.w_en.eq(comp.o.valid & stream_q.w_rdy),
                          stream_q.w_data.eq(comp.o.payload)]
-        m.d.comb += comp.o.ready.eq(stream_q.w_rdy & ~push_header)
+        m.d.comb += comp.o.ready.eq(stream_q.w_rdy & ~stream_end)
         stream_push = comp.o.valid & comp.o.ready
         with m.If(self.start):
             m.d.sync += [header_pushed.eq(0), stream_words.eq(0)]
