@@ -289,6 +289,9 @@ class ChunkExpander(wiring.Component):
         # multiplexers start at registers (skipping a chunk's unused words does not use it,
         # and the next mask sets it again)
         take_word = Signal()
+        # the window holds fewer bytes than the dense word needs (window_n < need): a
+        # register set wherever the two are, so the output's valid waits for no comparison
+        window_short = Signal()
         # The dense word's byte b is the packed byte rank(b) (keep's bits below b) of the
         # window followed by the value word (when one is taken): the window's byte rank(b)
         # when rank(b) < window_n, else the word's byte rank(b) - window_n.  Which of the two,
@@ -338,7 +341,7 @@ class ChunkExpander(wiring.Component):
                 m.d.sync += [mask.eq(word), value_left.eq((count + 7) >> 3),
                              byte.eq(0), window.eq(0), window_n.eq(0), head.eq(0),
                              keep.eq(word[:8]), need.eq(word_pc[0]), mask_pc.eq(Cat(*word_pc)),
-                             take_word.eq(word_pc[0] != 0),
+                             take_word.eq(word_pc[0] != 0), window_short.eq(word_pc[0] != 0),
                              *place(ranks_of(word[:8]), 0), *load_next(word[8:16])]
         with m.Elif(skipping):
             m.d.comb += word_ready.eq(1)
@@ -349,7 +352,7 @@ class ChunkExpander(wiring.Component):
                                  busy.eq(rows_left != 0)]
         with m.Else():
             # (a value word taken makes enough bytes: the window held fewer than `need` <= 8)
-            enough = Mux(take_word, word_valid, window_n >= need)
+            enough = Mux(take_word, word_valid, ~window_short)
             m.d.comb += [self.o.valid.eq(enough),
                          word_ready.eq(take_word & self.o.ready)]
             with m.If(self.o.valid & self.o.ready):
@@ -369,6 +372,7 @@ class ChunkExpander(wiring.Component):
                              byte.eq(byte + 1), keep.eq(keep_next), need.eq(need_after),
                              *place(rank_next, window_n_after),
                              *load_next(mask.word_select((byte + 2)[:3], 8)),
+                             window_short.eq(window_n_after < need_after),
                              take_word.eq((window_n_after < need_after)
                                           & (value_left_after != 0))]
                 with m.If(last_word_of_row):
