@@ -27,7 +27,7 @@ class ConnectionUnit(wiring.Component):
 
     Throughput one chunk per cycle on the AND path; see :class:`StrideMerge` for the merge.
     Latency 5 cycles on the AND path (through the input queues, the joined chunk's register
-    stage and the output queue), 5 on the merge path (its head registers).
+    stage and the output queue), 5 on the merge path (its head slots).
 
     Parameters
     ----------

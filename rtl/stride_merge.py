@@ -26,7 +26,7 @@ class StrideMerge(wiring.Component):
     the inputs' ``ready`` are decided by registers.
 
     Throughput: one entry of each list per cycle; a row takes about
-    ``entries_a + entries_b - pairs + 1`` cycles.  Latency 2 cycles (the head registers, the
+    ``entries_a + entries_b - pairs + 1`` cycles.  Latency 2 cycles (the head slots, the
     output register).
 
     Members
