@@ -363,6 +363,7 @@ class ChunkExpander(wiring.Component):
                 rest_of_window = window >> (need * 8)
                 window_n_after = Signal(4)
                 need_after = mask_pc.word_select((byte + 1)[:3], 4)  # (byte 0 after 7)
+                short_after = window_n_after < need_after
                 value_left_after = Signal(4)
                 m.d.comb += [
                     window_n_after.eq(Mux(take_word, window_n + 8 - need, window_n - need)),
@@ -372,9 +373,8 @@ class ChunkExpander(wiring.Component):
                              byte.eq(byte + 1), keep.eq(keep_next), need.eq(need_after),
                              *place(rank_next, window_n_after),
                              *load_next(mask.word_select((byte + 2)[:3], 8)),
-                             window_short.eq(window_n_after < need_after),
-                             take_word.eq((window_n_after < need_after)
-                                          & (value_left_after != 0))]
+                             window_short.eq(short_after),
+                             take_word.eq(short_after & (value_left_after != 0))]
                 with m.If(last_word_of_row):
                     m.d.sync += [left_in_row.eq(cols), rows_left.eq(rows_left - 1)]
                 with m.Else():

@@ -62,9 +62,8 @@ class VectorAlu(wiring.Component):
         # at bit 16): each multiply fits one 18 x 18 block, and the adder that would join
         # them waits for the next stages.  The products go into their registers straight
         # from the multipliers (whose own delay, about 4 ns on an ECP5, is most of the
-        # cycle), for
-        # every operation: the operand of a reduction is registered beside them, and stage
-        # 3 picks what its operation uses.
+        # cycle), for every operation: the operand of a reduction is registered beside
+        # them, and stage 3 picks what its operation uses.
         s1_valid, s1_emit = Signal(), Signal()
         s1_op = Signal(AluOp)
         s1_relu, s1_first = Signal(), Signal()

@@ -74,21 +74,29 @@ def test_paths_are_worst_first_one_per_register_and_named(placed):
                or "test_placed_timing.py" in (s["source"] or "") for s in first["through"])
 
 
+def _one_path_sdf(kind: str, launch: str, clock: str, out: str, clk_to_out: str,
+                  lut: str, setup: str, routes: tuple[str, str]) -> str:
+    """An SDF of one path: cell ``launch`` (``kind``, clocked on ``clock``) -> route -> LUT
+    ``l0`` -> route -> flip-flop ``r1``; delays as min:typ:max triples in picoseconds."""
+    return f"""(DELAYFILE (TIMESCALE 1ps)
+      (CELL (CELLTYPE "{kind}") (INSTANCE {launch})
+        (DELAY (ABSOLUTE (IOPATH {clock} {out} ({clk_to_out}) ({clk_to_out})))))
+      (CELL (CELLTYPE "TRELLIS_COMB") (INSTANCE l0)
+        (DELAY (ABSOLUTE (IOPATH A F ({lut}) ({lut})))))
+      (CELL (CELLTYPE "TRELLIS_FF") (INSTANCE r1)
+        (TIMINGCHECK (SETUPHOLD (posedge DI) (posedge CLK) ({setup}) (0:0:0))))
+      (CELL (CELLTYPE "top") (INSTANCE )
+        (DELAY (ABSOLUTE
+          (INTERCONNECT {launch}/{out} l0/A ({routes[0]}) ({routes[0]}))
+          (INTERCONNECT l0/F r1/DI ({routes[1]}) ({routes[1]}))
+          (INTERCONNECT clk/O {launch}/{clock} (0:0:0) (0:0:0))))))"""
+
+
 def test_sdf_parsing_details():
     # a pin reference keeps escaped dividers inside the instance name
     assert _split_pin(r"dut.a\/b/Q") == ("dut.a/b", "Q")
-    sdf = """(DELAYFILE (TIMESCALE 1ps)
-      (CELL (CELLTYPE "TRELLIS_FF") (INSTANCE r0)
-        (DELAY (ABSOLUTE (IOPATH CLK Q (400:450:500) (400:450:500)))))
-      (CELL (CELLTYPE "TRELLIS_COMB") (INSTANCE l0)
-        (DELAY (ABSOLUTE (IOPATH A F (100:200:300) (100:200:300)))))
-      (CELL (CELLTYPE "TRELLIS_FF") (INSTANCE r1)
-        (TIMINGCHECK (SETUPHOLD (posedge DI) (posedge CLK) (50:60:70) (0:0:0))))
-      (CELL (CELLTYPE "top") (INSTANCE )
-        (DELAY (ABSOLUTE
-          (INTERCONNECT r0/Q l0/A (1000:1000:1000) (1000:1000:1000))
-          (INTERCONNECT l0/F r1/DI (2000:2000:2000) (2000:2000:2000))
-          (INTERCONNECT clk/O r1/CLK (0:0:0) (0:0:0))))))"""
+    sdf = _one_path_sdf("TRELLIS_FF", "r0", "CLK", "Q", "400:450:500", "100:200:300",
+                        "50:60:70", ("1000:1000:1000", "2000:2000:2000"))
     (need, end, chain), = endpoint_slacks(sdf)
     # 0.5 clock-to-out + 1.0 route + 0.3 LUT + 2.0 route + 0.07 setup (the maxima)
     assert need == pytest.approx(3.87) and end == ("r1", "DI")
@@ -101,19 +109,10 @@ def test_a_multiplier_blocks_output_register_launches_paths():
     # a MULT18X18D with its output register (yosys's flow moves the product's flip-flops
     # into it): its clock-to-out on CLK0 starts a path, which must be timed like a
     # flip-flop's (it was missed once, hiding the core's worst path)
-    sdf = """(DELAYFILE (TIMESCALE 1ps)
-      (CELL (CELLTYPE "MULT18X18D") (INSTANCE dut.p_TRELLIS_FF_Q_DI_MULT18X18D_P0)
-        (DELAY (ABSOLUTE (IOPATH CLK0 P0 (700:700:700) (700:700:700)))))
-      (CELL (CELLTYPE "TRELLIS_COMB") (INSTANCE l0)
-        (DELAY (ABSOLUTE (IOPATH A F (300:300:300) (300:300:300)))))
-      (CELL (CELLTYPE "TRELLIS_FF") (INSTANCE r1)
-        (TIMINGCHECK (SETUPHOLD (posedge DI) (posedge CLK) (100:100:100) (0:0:0))))
-      (CELL (CELLTYPE "top") (INSTANCE )
-        (DELAY (ABSOLUTE
-          (INTERCONNECT dut.p_TRELLIS_FF_Q_DI_MULT18X18D_P0/P0 l0/A (1000:1000:1000) (1000:1000:1000))
-          (INTERCONNECT l0/F r1/DI (1000:1000:1000) (1000:1000:1000))
-          (INTERCONNECT clk/O dut.p_TRELLIS_FF_Q_DI_MULT18X18D_P0/CLK0 (0:0:0) (0:0:0))))))"""
+    dsp = "dut.p_TRELLIS_FF_Q_DI_MULT18X18D_P0"
+    sdf = _one_path_sdf("MULT18X18D", dsp, "CLK0", "P0", "700:700:700", "300:300:300",
+                        "100:100:100", ("1000:1000:1000", "1000:1000:1000"))
     (need, end, chain), = endpoint_slacks(sdf)
     assert need == pytest.approx(3.1) and end == ("r1", "DI")
-    assert chain[0][0] == ("dut.p_TRELLIS_FF_Q_DI_MULT18X18D_P0", "P0")
+    assert chain[0][0] == (dsp, "P0")
     assert failing_paths(sdf, None, period_ns=3.0)["paths"][0]["through"][0]["signal"] == "dut.p"
