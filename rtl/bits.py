@@ -176,3 +176,25 @@ def thermometer(m: Module, value: Value, width: int, name: str = "thermometer") 
     m.d.comb += out.eq(Cat(*[hi_gt[b >> lo_bits] | (hi_eq[b >> lo_bits] & lo_ge[b & lo_mask])
                              for b in range(width)]))
     return out
+
+
+def below(value: Value, k: int) -> Value:
+    """``value < k`` for a narrow unsigned ``value`` (up to 6 bits), as a lookup of the
+    constant's truth table: one LUT level, where a comparison would be mapped to a carry
+    chain."""
+    width = len(value)
+    if width > 6:
+        raise ValueError(f"below() is for values of up to 6 bits, got {width}")
+    table = sum(1 << v for v in range(min(k, 1 << width)) if v >= 0)
+    return Const(table, 1 << width).bit_select(value, 1)
+
+
+def sum_below(base: Value, ones: list[Value], k: int) -> Value:
+    """``base + sum(ones) < k`` for a narrow unsigned ``base`` and one-bit ``ones``, with no
+    adder: comparisons of ``base`` with constants (:func:`below`), chosen by the one-bit
+    terms last -- so late terms (a handshake) reach the result through multiplexers only.
+    A term that is subtracted goes in as its complement with ``k`` one higher."""
+    if not ones:
+        return below(base, k)
+    rest = ones[1:]
+    return Mux(ones[0], sum_below(base, rest, k - 1), sum_below(base, rest, k))

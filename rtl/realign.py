@@ -42,9 +42,11 @@ class Realigner(wiring.Component):
     lanes, the part that wraps past the last lane carries into the next word.
 
     Throughput one beat per cycle; one extra cycle at the end of a row whose bytes spill
-    into one more word than beats.  Latency 2 cycles: a beat first enters a register stage
-    with what follows from the beat alone (its valid lanes, and for a row's first beat its
-    rotation, the lanes it fills and how far), so the merge stage starts from registers.
+    into one more word than beats.  Latency 2 cycles: a beat is rotated to its lanes as it
+    enters a register stage (the lane it starts at, the lanes it fills in the current word,
+    and whether it completes that word are worked out there too, from a copy of the fill
+    lane that this stage keeps), so the merge stage starts from registers and only
+    merges.
     """
 
     def __init__(self, word_bytes: int = 8):
@@ -56,7 +58,6 @@ class Realigner(wiring.Component):
         m = Module()
         n = self.word_bytes
         lg = (n - 1).bit_length()
-        fill = Signal(lg + 1)  # next destination lane to fill in the current word (0..n-1)
         cur = Signal(8 * n)
         cur_be = Signal(n)
         flush = Signal()       # the row's final partial word must still leave
@@ -67,46 +68,46 @@ class Realigner(wiring.Component):
             """Lanes at or above ``start``."""
             return Cat(*[k >= start for k in range(n)])
 
-        # ---- Stage 1: what follows from the beat alone, registered.  For a row's first
-        # beat everything depends on its `tag` only, so it is worked out here; for a later
-        # beat the merge stage works it out from `fill` (a register), and `first` selects.
+        # ---- Stage 1: rotate the beat to its destination lanes, registered.  The lane the
+        # beat starts at is its `tag`'s for a row's first beat, else the lane the previous
+        # beat left to fill (`fill`, kept here: it depends on the beats' counts alone, so
+        # the merge stage never computes it).  Every beat's bytes are consecutive from that
+        # lane, wrapping into the next word.
         pre_layout = data.StructLayout({
-            "data": 8 * n, "count": lg + 1, "first": 1, "last": 1,
-            "valid": n,         # the beat's valid lanes
-            "amount0": lg,      # a first beat's rotation to its lanes
-            "here0": n,         # a first beat's lanes in its first word
-            "total0": lg + 2,   # a first beat's lanes filled in its first word
+            "rot": 8 * n,       # the beat's bytes at their destination lanes
+            "rot_be": n,        # ... and which lanes hold them
+            "here": n,          # lanes at or above the start: the current word's part
+            "spill": 1,         # the beat completes the current word
+            "carries": 1,       # ... and has bytes for the word after it
+            "first": 1, "last": 1,
         })
         m.submodules.pre = pre = PipeRegister(pre_layout)
         i = self.i.payload
+        fill = Signal(lg)      # the lane the next beat of the row starts at
+        begin = Signal(lg)     # the lane this beat starts at
+        m.d.comb += begin.eq(Mux(i.first, i.tag[:lg], fill))
+        amount = Signal(lg)    # the rotation that takes the beat's bytes to their lanes
+        # (a later beat starts at lane 0 of the bus: its rotation is its start)
+        m.d.comb += amount.eq(Mux(i.first, i.tag[:lg] - i.offset, fill))
+        total = Signal(lg + 2)  # lanes of the current word filled after this beat
+        m.d.comb += total.eq(begin + i.count)
+        rot_be = Signal(n)      # lane k is the beat's if (k - begin) mod n < count
+        m.d.comb += rot_be.eq(Cat(*[(k - begin)[:lg] < i.count for k in range(n)]))
+        with m.If(self.i.valid & pre.i.ready):
+            m.d.sync += fill.eq(total[:lg])  # (total < 2n: the lane it leaves, mod n)
         m.d.comb += [pre.i.valid.eq(self.i.valid), self.i.ready.eq(pre.i.ready),
-                     pre.i.payload.data.eq(i.data), pre.i.payload.count.eq(i.count),
-                     pre.i.payload.first.eq(i.first), pre.i.payload.last.eq(i.last),
-                     pre.i.payload.valid.eq(((1 << i.count) - 1) << i.offset),
-                     pre.i.payload.amount0.eq(i.tag[:lg] - i.offset),
-                     pre.i.payload.here0.eq(lanes_from(i.tag[:lg])),
-                     pre.i.payload.total0.eq(i.tag[:lg] + i.count)]
+                     pre.i.payload.rot.eq(_rotate_bytes(m, i.data, amount, "rot")),
+                     pre.i.payload.rot_be.eq(rot_be),
+                     pre.i.payload.here.eq(lanes_from(begin)),
+                     pre.i.payload.spill.eq(total >= n), pre.i.payload.carries.eq(total > n),
+                     pre.i.payload.first.eq(i.first), pre.i.payload.last.eq(i.last)]
 
-        # ---- Stage 2: rotate and merge.
+        # ---- Stage 2: merge into the current word.
         p = pre.o.payload
-        amount = Signal(lg)        # the rotation that takes the beat's bytes to their lanes
-        m.d.comb += amount.eq(Mux(p.first, p.amount0, fill[:lg]))
         cur_be_eff = Signal(n)
         m.d.comb += cur_be_eff.eq(Mux(p.first, 0, cur_be))
-        rot = _rotate_bytes(m, p.data, amount, "rot")
-        rot_be = Signal(n)
-        m.d.comb += rot_be.eq(Cat(*[p.valid.bit_select((k - amount)[:lg], 1)
-                                    for k in range(n)]))
-        here = Signal(n)  # lanes at or above `fill`: this word
-        m.d.comb += here.eq(Mux(p.first, p.here0, lanes_from(fill)))
         word_be = Signal(n)
-        m.d.comb += word_be.eq(cur_be_eff | (rot_be & here))
-        total = Signal(lg + 2)     # lanes of the current word filled after this beat
-        m.d.comb += total.eq(Mux(p.first, p.total0, fill + p.count))
-        spill = Signal()  # this beat completes the current word
-        m.d.comb += spill.eq(total >= n)
-        carries = Signal()  # ... and has bytes for the word after it
-        m.d.comb += carries.eq(total > n)
+        m.d.comb += word_be.eq(cur_be_eff | (p.rot_be & p.here))
 
         take = Signal()
         m.d.comb += [take.eq(pre.o.valid & out_free & ~flush), pre.o.ready.eq(out_free & ~flush)]
@@ -117,21 +118,21 @@ class Realigner(wiring.Component):
                          self.o.payload.be.eq(cur_be), self.o.payload.last.eq(1),
                          flush.eq(0), cur_be.eq(0)]
         with m.Elif(take):
-            merged = (cur & ~self._lane_mask(here)) | (rot & self._lane_mask(here))
-            with m.If(spill):
+            merged = (cur & ~self._lane_mask(p.here)) | (p.rot & self._lane_mask(p.here))
+            with m.If(p.spill):
                 m.d.sync += [
                     self.o.valid.eq(1), self.o.payload.data.eq(merged),
                     self.o.payload.be.eq(word_be),
-                    self.o.payload.last.eq(p.last & ~carries),
-                    cur.eq(rot), cur_be.eq(rot_be & ~here), fill.eq(total - n),
-                    flush.eq(p.last & carries),
+                    self.o.payload.last.eq(p.last & ~p.carries),
+                    cur.eq(p.rot), cur_be.eq(p.rot_be & ~p.here),
+                    flush.eq(p.last & p.carries),
                 ]
             with m.Elif(p.last):
                 m.d.sync += [self.o.valid.eq(1), self.o.payload.data.eq(merged),
                              self.o.payload.be.eq(word_be), self.o.payload.last.eq(1),
-                             cur_be.eq(0), fill.eq(total)]
+                             cur_be.eq(0)]
             with m.Else():
-                m.d.sync += [cur.eq(merged), cur_be.eq(word_be), fill.eq(total)]
+                m.d.sync += [cur.eq(merged), cur_be.eq(word_be)]
         return m
 
     @staticmethod

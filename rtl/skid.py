@@ -4,6 +4,8 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .bits import sum_below
+
 
 class _RegisterSlice(wiring.Component):
     """A stream ``i`` of ``shape`` payloads in, the same stream ``o`` out."""
@@ -59,13 +61,15 @@ def room_flag(m: Module, depth: int, push: Value, pop: Value, name: str = "room"
     """A register that is 1 while fewer than ``depth`` items are held, for a queue (or
     anything counted) that gains one item on ``push`` and loses one on ``pop``.
 
-    The count is kept beside it and the flag computed from the count's next value, so the
-    requester's handshake starts at a register instead of at a comparison of the queue's
-    level (a queue's ``w_rdy`` is such a comparison: in front of a handshake that loads
-    registers, it puts the queue's level on their enable path).  Use it in place of the
-    queue's ``w_rdy`` when the queue holds exactly the items counted here."""
+    The count is kept beside it and the flag's next value is chosen by ``push`` and ``pop``
+    among comparisons of the count with constants (no adder or comparison after the
+    handshakes), so the requester's handshake starts at a register instead of at a
+    comparison of the queue's level (a queue's ``w_rdy`` is such a comparison: in front of
+    a handshake that loads registers, it puts the queue's level on their enable path), and
+    the handshakes reach the flag through one multiplexer.  Use it in place of the queue's
+    ``w_rdy`` when the queue holds exactly the items counted here."""
     held = Signal(range(depth + 1), name=f"{name}_held")
-    flag = Signal(init=1, name=name)
-    after = held + push - pop
-    m.d.sync += [held.eq(after), flag.eq(after < depth)]
+    flag = Signal(init=1, name=f"{name}")
+    # held + push - pop < depth, i.e. held + push + ~pop < depth + 1
+    m.d.sync += [held.eq(held + push - pop), flag.eq(sum_below(held, [push, ~pop], depth + 1))]
     return flag

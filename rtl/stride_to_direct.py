@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .bits import one_hots
+from .bits import one_hots, sum_below
 from .layouts import ADDR, CHUNK, chunk_layout
 
 #: the largest window (entries taken per cycle)
@@ -261,22 +261,24 @@ class StrideToDirect(wiring.Component):
                 """(in the current chunk next cycle, in the next chunk next cycle)"""
                 return (Cat(*[Mux(emit, c == cur1, c == cur) for c in chunks]),
                         Cat(*[Mux(emit, c == cur2, c == cur1) for c in chunks]))
-            succ_cur, succ_next = flags([succ_pos[k][CB:] for k in range(E)])
+            # (the successor's flags are compared for the ring's oldest and for the group
+            # pushed, each from registers, and chosen after the comparison)
+            ring_cur, ring_next = flags([ring_pos_rd[k][CB:] for k in range(E)])
+            push_cur, push_next = flags([e_pos[k][CB:] for k in range(E)])
             head_cur, head_next = flags([head_pos[k][CB:] for k in range(E)])
-            m.d.sync += [h_cur.eq(Mux(move, succ_cur, head_cur)),
-                         h_next.eq(Mux(move, succ_next, head_next))]
+            m.d.sync += [h_cur.eq(Mux(move, Mux(ring_any, ring_cur, push_cur), head_cur)),
+                         h_next.eq(Mux(move, Mux(ring_any, ring_next, push_next), head_next))]
             # (pop and the take are late: what depends on them is computed for each of their
             # values, from registers, and selected by them last)
             kept_groups = count + push               # the groups next cycle if none pops
-            # ... and those in flight next cycle: registered now, staged now (and the group
-            # taken now, `taking`)
-            held = kept_groups + st_push
             m.d.sync += [count.eq(Mux(pop, kept_groups - 1, kept_groups)),
                          head_valid.eq(Mux(pop, kept_groups > 1, kept_groups != 0)),
                          one_group.eq(Mux(pop, kept_groups == 2, kept_groups == 1)),
-                         room.eq(Mux(pop, Mux(taking, held < GROUPS, held <= GROUPS),
-                                     Mux(taking, held < GROUPS - 1, held < GROUPS))),
                          done.eq(Mux(pop, 0, done | in_cur | in_next))]
+            # room next cycle: the groups then in the queue and in flight (registered now,
+            # staged now, taken now) leave a slot -- count + push + st_push + taking - pop <
+            # GROUPS, as comparisons of `count` with constants chosen by the one-bit terms
+            m.d.sync += room.eq(sum_below(count, [push, st_push, taking, ~pop], GROUPS + 1))
             m.d.sync += [rank_base.eq(rank_base + last_kept), last_kept.eq(0),
                          overflow.eq(overflow | past_n)]
             with m.If(emit):

@@ -6,7 +6,10 @@ import pytest
 from amaranth import Elaboratable, Module, Signal
 from amaranth.sim import Simulator
 
-from snpu.rtl.bits import at_most_flags, at_most_one, at_most_two, lowest_set, set_count_flags, lowest_set_index, one_hots, thermometer
+from snpu.rtl.bits import (at_most_flags, at_most_one, at_most_two, below, lowest_set,
+                            lowest_set_index, one_hots, set_count_flags, sum_below,
+                            thermometer)
+from snpu.rtl.skid import room_flag
 
 
 class _Helpers(Elaboratable):
@@ -103,6 +106,88 @@ def test_thermometer_and_one_hots_match_python(width):
                     want |= 1 << o
             if ctx.get(hots) != want:
                 failures.append(("one_hots", offs, en, ctx.get(hots), want))
+
+    sim.add_testbench(bench)
+    sim.run()
+    assert not failures, failures[:5]
+
+
+@pytest.mark.parametrize("width", [1, 3, 6])
+def test_below_matches_python(width):
+    """:func:`below` for every value of a ``width``-bit signal and every bound from below 0
+    to past the largest value."""
+    value = Signal(width)
+    bounds = list(range(-1, (1 << width) + 2))
+    m = Module()
+    flags = [Signal(name=f"below{i}") for i in range(len(bounds))]
+    m.d.comb += [f.eq(below(value, k)) for f, k in zip(flags, bounds)]
+    sim = Simulator(m)
+    failures = []
+
+    async def bench(ctx):
+        for v in range(1 << width):
+            ctx.set(value, v)
+            for f, k in zip(flags, bounds):
+                if ctx.get(f) != (v < k):
+                    failures.append((v, k, ctx.get(f)))
+
+    sim.add_testbench(bench)
+    sim.run()
+    assert not failures, failures[:5]
+    with pytest.raises(ValueError, match="up to 6 bits"):
+        below(Signal(7), 3)
+
+
+def test_sum_below_matches_python():
+    """:func:`sum_below` of a 3-bit base and three one-bit terms (one of them subtracted,
+    as its complement with the bound one higher), for every input and several bounds."""
+    base, terms = Signal(3), Signal(3)
+    bounds = list(range(0, 12))
+    m = Module()
+    flags = [Signal(name=f"sum_below{i}") for i in range(len(bounds))]
+    m.d.comb += [f.eq(sum_below(base, [terms[0], terms[1], ~terms[2]], k + 1))
+                 for f, k in zip(flags, bounds)]
+    sim = Simulator(m)
+    failures = []
+
+    async def bench(ctx):
+        for b in range(8):
+            for t in range(8):
+                ctx.set(base, b)
+                ctx.set(terms, t)
+                total = b + (t & 1) + (t >> 1 & 1) - (t >> 2 & 1)
+                for f, k in zip(flags, bounds):
+                    if ctx.get(f) != (total < k):
+                        failures.append((b, t, k, ctx.get(f)))
+
+    sim.add_testbench(bench)
+    sim.run()
+    assert not failures, failures[:5]
+
+
+@pytest.mark.parametrize("depth", [1, 2, 4, 5])
+def test_room_flag_counts_pushes_and_pops(depth):
+    """:func:`~snpu.rtl.skid.room_flag` against a counter, on random pushes and pops that
+    keep the count in 0..depth (pushes only while the flag is up, as its users do)."""
+    push, pop = Signal(), Signal()
+    m = Module()
+    flag = room_flag(m, depth, push, pop)
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    rng = random.Random(depth)
+    failures = []
+
+    async def bench(ctx):
+        held = 0
+        for cycle in range(400):
+            if ctx.get(flag) != (held < depth):
+                failures.append((cycle, held, ctx.get(flag)))
+            p = int(held < depth and rng.random() < 0.6)
+            q = int(held + p > 0 and rng.random() < 0.5) if held > 0 else 0
+            ctx.set(push, p)
+            ctx.set(pop, q)
+            await ctx.tick()
+            held += p - q
 
     sim.add_testbench(bench)
     sim.run()
