@@ -11,7 +11,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .bits import popcount, popcount_bytes, sum_tree
+from .bits import popcount, popcount_bytes, sum_tree, thermometer
 from .realign import WORD
 from .skid import PipeRegister, SkidBuffer
 
@@ -20,7 +20,7 @@ from .skid import PipeRegister, SkidBuffer
 DENSE = data.StructLayout({"data": 64, "count": 4, "last": 1})
 #: a dense word in the compressor's register stage: its non-zero bytes (mask), those bytes
 #: packed from byte 0, their count, and the row's ``last`` flag
-_STAGED = data.StructLayout({"nz": 8, "packed": 64, "k": 4, "last": 1})
+_STAGED = data.StructLayout({"nz": 8, "packed": 64, "k": 4, "k_ge": 10, "last": 1})
 #: a dense word with its non-zero valid bytes found (the compressor's first register stage)
 _FOUND = data.StructLayout({"nz": 8, "data": 64, "last": 1})
 
@@ -120,9 +120,12 @@ class ChunkCompressor(wiring.Component):
         m.submodules.stage = stage = PipeRegister(_STAGED)
         in_nz = found.o.payload.nz
         in_packed = _compact(m, found.o.payload.data, in_nz, "in_packed")
+        in_count = popcount(m, in_nz, "in_nz_count")
         m.d.comb += [stage.i.valid.eq(found.o.valid), found.o.ready.eq(stage.i.ready),
                      stage.i.payload.nz.eq(in_nz), stage.i.payload.packed.eq(in_packed),
-                     stage.i.payload.k.eq(popcount(m, in_nz, "in_nz_count")),
+                     stage.i.payload.k.eq(in_count),
+                     # (bit j: at least j non-zero bytes, for the packer's decisions)
+                     stage.i.payload.k_ge.eq(thermometer(m, in_count, 9, "in_nz_at_least")),
                      stage.i.payload.last.eq(found.o.payload.last)]
         nz, packed, k, last = (stage.o.payload[f] for f in ("nz", "packed", "k", "last"))
         # Stage 2: the packer merges the staged word into the pending bytes.
@@ -130,6 +133,17 @@ class ChunkCompressor(wiring.Component):
         m.d.comb += merged.eq(pend | (packed << (pend_n * 8)))
         total = Signal(4)
         m.d.comb += total.eq(pend_n + k)
+        # total >= 8, total > 8 and total != 0 without the sum: the staged word's counts
+        # (k >= j, registered) selected by the pending bytes' count, so the value queue's
+        # write enable waits for one multiplexer, not an adder and a comparison
+        k_ge = stage.o.payload.k_ge
+        fills, spills = Signal(), Signal()
+        with m.Switch(pend_n):
+            for q in range(8):
+                with m.Case(q):
+                    m.d.comb += [fills.eq(k_ge[8 - q]), spills.eq(k_ge[9 - q])]
+        nonempty = Signal()
+        m.d.comb += nonempty.eq((pend_n != 0) | k_ge[1])
         chunk_end = last | (word_in_chunk == 7)
         full_mask = Signal(64)
         m.d.comb += full_mask.eq(mask | (nz << (word_in_chunk * 8)))
@@ -152,21 +166,21 @@ class ChunkCompressor(wiring.Component):
             m.d.sync += word_in_chunk.eq(Mux(chunk_end, 0, word_in_chunk + 1))
             with m.If(~chunk_end):
                 m.d.sync += mask.eq(full_mask)
-                with m.If(total >= 8):
+                with m.If(fills):
                     m.d.comb += [values.w_en.eq(1), values.w_data.eq(merged[:64])]
                     m.d.sync += [pend.eq(merged[64:]), pend_n.eq(total - 8),
                                  value_words.eq(value_words + 1)]
                 with m.Else():
                     m.d.sync += [pend.eq(merged[:56]), pend_n.eq(total)]
-            with m.Elif(total > 8):
+            with m.Elif(spills):
                 # a whole word now, the remainder (zero-padded) and the mask next cycle
                 m.d.comb += [values.w_en.eq(1), values.w_data.eq(merged[:64])]
                 m.d.sync += [pend.eq(merged[64:]), pend_n.eq(total - 8), mask.eq(full_mask),
                              value_words.eq(value_words + 1), flushing.eq(1)]
             with m.Else():
-                m.d.comb += [values.w_en.eq(total != 0), values.w_data.eq(merged[:64]),
+                m.d.comb += [values.w_en.eq(nonempty), values.w_data.eq(merged[:64]),
                              headers.w_en.eq(1),
-                             headers.w_data.eq(Cat(full_mask, value_words + (total != 0)))]
+                             headers.w_data.eq(Cat(full_mask, value_words + nonempty))]
                 m.d.sync += [pend.eq(0), pend_n.eq(0), mask.eq(0), value_words.eq(0)]
 
         # ---- Output side: a chunk's mask, then its value words, through a skid buffer
