@@ -208,6 +208,18 @@ class StrideToDirect(wiring.Component):
         last_kept = Signal(range(CHUNK + 1))
         m.d.comb += self.kept.eq(rank_base + last_kept)
 
+        # The group taken, registered in every cycle, busy or not: `take` is 0 while the
+        # converter is not busy (`room` is), so `start` need not clear them (a reset on
+        # their 37 flip-flops from `start` was a placed path): a `start` is never raised
+        # while busy, so in its cycle nothing is taken and in the first busy cycle they
+        # are 0.
+        # The window's bytes go into a register as they are (the adders sit after it).
+        m.d.sync += [st_byte[k].eq(Mux(k < take, self.bytes[k], 0)) for k in range(E)]
+        # (the escape flags come with the bytes: no comparison after the window's
+        # multiplexers)
+        m.d.sync += [st_elem[k].eq((k < take) & ~self.escape[k]) for k in range(E)]
+        m.d.sync += staged.eq(taking)
+
         with m.If(self.busy):
             # min(remaining - take, E) without the 16-bit difference: with 3E or more left,
             # E or more stay (take <= E); below that the difference fits the low bits
@@ -218,12 +230,7 @@ class StrideToDirect(wiring.Component):
             m.d.comb += low_next.eq(remaining[:low_bits] - take)
             m.d.sync += [remaining.eq(remaining - take),
                          rem_cap.eq(Mux(many | (low_next > E), E, low_next)),
-                         cursor.eq(cursor + pre[E - 1]), staged.eq(taking)]
-            # the window's bytes go into a register as they are (the adders sit after it)
-            m.d.sync += [st_byte[k].eq(Mux(k < take, self.bytes[k], 0)) for k in range(E)]
-            # (the escape flags come with the bytes: no comparison after the window's
-            # multiplexers)
-            m.d.sync += [st_elem[k].eq((k < take) & ~self.escape[k]) for k in range(E)]
+                         cursor.eq(cursor + pre[E - 1])]
             m.d.sync += [*[e_pos[k].eq(pos[k]) for k in range(E)],
                          e_elem.eq(Cat(*st_elem)), e_push.eq(st_push)]
             # the queue: the head leaves when placed; the group that becomes the head next is
@@ -308,7 +315,6 @@ class StrideToDirect(wiring.Component):
             m.d.sync += [
                 self.busy.eq(1), self.error.eq(0), packed.eq(self.packed),
                 val_base.eq(self.val_base), remaining.eq(self.count), cursor.eq(0),
-                staged.eq(0), *[e.eq(0) for e in st_elem], *[x.eq(0) for x in st_byte],
                 e_elem.eq(0), e_push.eq(0), ring_rd.eq(0), ring_wr.eq(0),
                 count.eq(0), head_valid.eq(0), one_group.eq(0), done.eq(0), room.eq(1),
                 # min(count, E) without a 16-bit comparison on the start path

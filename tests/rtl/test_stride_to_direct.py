@@ -150,3 +150,53 @@ def test_position_beyond_the_row_is_an_error_not_a_hang(positions, n, window):
 
     simulate(mem, driver, deadline_cycles=1000)
     assert result == {"chunks": max(1, -(-n // 64)), "error": 1, "busy": 0}
+
+
+@pytest.mark.parametrize("window", [2, 4])
+def test_a_row_after_an_erroneous_one_starts_clean(window):
+    """A row that ends early on an error (entries still untaken: [10, 110] in a row of
+    64, with a long tail the window has begun to take) and a good row started at once after
+    it: the good row's chunks are exact and its error clear (nothing of the first row's
+    taken group leaks into the second's positions)."""
+    bad = ix.encode_stride(np.diff(np.array([10, 110, 120, 130, 140, 150, 160]), prepend=0))
+    good_bits = np.zeros(140, bool)
+    good_bits[[0, 3, 63, 64, 100, 139]] = True
+    good = ix.encode_stride(ix.direct_to_stride(good_bits))
+    blob = bad + good
+    top = FetchConvert(window)
+    f, c = top.fetch, top.conv
+    mem = WithMemory(top, {"mem": words_of(blob, len(blob) // 8 + 2)},
+                     {"mem": (f.mem_addr, f.mem_en, f.mem_data)})
+    result = {}
+
+    async def row(ctx, off, n, count):
+        ctx.set(f.start, 1)
+        ctx.set(f.start_addr, off + 2)
+        await ctx.tick()
+        ctx.set(f.start, 0)
+        ctx.set(c.start, 1)
+        ctx.set(c.n, n)
+        ctx.set(c.count, count)
+        ctx.set(c.val_base, 0)
+        ctx.set(c.packed, 0)
+        await ctx.tick()
+        ctx.set(c.start, 0)
+        chunks = []
+        while True:
+            p = await stream_get(ctx, c.o)
+            chunks.append(p.bits)
+            if p.last:
+                break
+        while ctx.get(c.busy):
+            await ctx.tick()
+        return chunks, ctx.get(c.error)
+
+    async def driver(ctx):
+        result["bad"] = await row(ctx, 0, 64, int.from_bytes(bad[:2], "little"))
+        result["good"] = await row(ctx, len(bad), 140, int.from_bytes(good[:2], "little"))
+
+    simulate(mem, driver, deadline_cycles=2000)
+    assert result["bad"][1] == 1
+    want = [sum(int(x) << j for j, x in enumerate(np.pad(good_bits, (0, 52))[64 * k:64 * k + 64]))
+            for k in range(3)]
+    assert result["good"] == (want, 0)
