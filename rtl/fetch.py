@@ -64,7 +64,6 @@ class ByteFetcher(wiring.Component):
         m = Module()
         E = self._window
         ring = [Signal(64, name=f"slot{k}") for k in range(2)]
-        ring_bytes = [ring[k // 8][8 * (k % 8):8 * (k % 8) + 8] for k in range(RING_BYTES)]
         fill = Signal(range(RING_BYTES + 1))  # valid bytes from the window's first on
         slot = Signal()                      # where the next arriving word goes
         skip = Signal(3)                     # bytes of the next arriving word before the start
@@ -76,27 +75,22 @@ class ByteFetcher(wiring.Component):
         # start at registers with no adder before them
         idx = [Signal(4, name=f"idx{j}") for j in range(E)]
         rp = idx[0]
+        ring_all = Cat(*ring)
         for j in range(E):
-            with m.Switch(idx[j]):
-                for k in range(RING_BYTES):
-                    with m.Case(k):
-                        m.d.comb += self.bytes[j].eq(ring_bytes[k])
-        # pair_zero: the window's first two bytes are both 0, from a zero flag per ring byte
-        # (compared on the ring's registers) selected by the read pointer: the comparison is
-        # not behind the window's multiplexer
-        ring_zero = [Signal(name=f"ring_zero{k}") for k in range(RING_BYTES)]
-        m.d.comb += [z.eq(b == 0) for z, b in zip(ring_zero, ring_bytes)]
-        with m.Switch(rp):
-            for k in range(RING_BYTES):
-                with m.Case(k):
-                    m.d.comb += self.pair_zero.eq(ring_zero[k] & ring_zero[(k + 1) % RING_BYTES])
-        ring_escape = [Signal(name=f"ring_escape{k}") for k in range(RING_BYTES)]
-        m.d.comb += [e.eq(b == 255) for e, b in zip(ring_escape, ring_bytes)]
+            m.d.comb += self.bytes[j].eq(ring_all.word_select(idx[j], 8))
+        # a flag per ring byte, whether it is 0 and whether it is 255 (a stride index's
+        # escape), registered as the word arrives (from the memory's word, beside the ring's
+        # own registers): the window's flags are one multiplexer after registers, no
+        # comparison before it.  pair_zero: the window's first two bytes are both 0.
+        ring_zero = Signal(RING_BYTES)
+        ring_escape = Signal(RING_BYTES)
+        word_zero = Cat(*[self.mem_data[8 * k:8 * k + 8] == 0 for k in range(WORD_BYTES)])
+        word_escape = Cat(*[self.mem_data[8 * k:8 * k + 8] == 255 for k in range(WORD_BYTES)])
+        pair_zero = Cat(*[ring_zero[k] & ring_zero[(k + 1) % RING_BYTES]
+                          for k in range(RING_BYTES)])
+        m.d.comb += self.pair_zero.eq(pair_zero.bit_select(rp, 1))
         for j in range(E):
-            with m.Switch(idx[j]):
-                for k in range(RING_BYTES):
-                    with m.Case(k):
-                        m.d.comb += self.escape[j].eq(ring_escape[k])
+            m.d.comb += self.escape[j].eq(ring_escape.bit_select(idx[j], 1))
         # avail is a register (kept equal to min(window, fill)): consumers decide on it
         # without a path through the fill arithmetic.
 
@@ -138,4 +132,8 @@ class ByteFetcher(wiring.Component):
                 m.d.sync += [ring[0].eq(Mux(slot, ring[0], self.mem_data)),
                              ring[1].eq(Mux(slot, self.mem_data, ring[1])),
                              slot.eq(~slot), skip.eq(0)]
+                with m.If(slot):
+                    m.d.sync += [ring_zero[8:].eq(word_zero), ring_escape[8:].eq(word_escape)]
+                with m.Else():
+                    m.d.sync += [ring_zero[:8].eq(word_zero), ring_escape[:8].eq(word_escape)]
         return m

@@ -15,8 +15,9 @@ from snpu.verif.tb.amaranth_sim import seeded, simulate
 @seeded
 def test_stream_from_any_address(window, seed):
     rng = random.Random(seed)
-    # (a quarter of the bytes 255: the escape flags are checked on every window)
-    raw = bytes(255 if rng.random() < 0.25 else rng.randrange(256) for _ in range(512))
+    # (a quarter of the bytes 255 and a quarter 0: the escape flags and the first two
+    # bytes' zero flag are checked on every window)
+    raw = bytes(rng.choice([0, 255, rng.randrange(256), rng.randrange(256)]) for _ in range(512))
     f = ByteFetcher(window, word_addr_bits=6)
     top = WithMemory(f, {"mem": words_of(raw, 64)}, {"mem": (f.mem_addr, f.mem_en, f.mem_data)})
     runs = [(rng.randrange(400), rng.randrange(1, 80)) for _ in range(6)]
@@ -36,6 +37,8 @@ def test_stream_from_any_address(window, seed):
                 window_bytes = ctx.get(f.bytes)
                 escape = ctx.get(f.escape)
                 assert all(((escape >> i) & 1) == (window_bytes[i] == 255) for i in range(avail))
+                if avail >= 2:
+                    assert ctx.get(f.pair_zero) == (window_bytes[0] == 0 == window_bytes[1])
                 out += [window_bytes[i] for i in range(k)]
                 ctx.set(f.take, k)
                 await ctx.tick()
