@@ -325,18 +325,16 @@ class Core(wiring.Component):
                 m.d.sync += w_going.eq(0)
 
         # ---- Faults: the first one wins.
-        # (each unit's `failed`, a register set with `done` when its error is not NONE:
-        # no comparison of the five units' codes lies before the fault registers' enable)
-        unit_errors = ((fe_ld, ld.failed, ld.error), (fe_mx, mx.failed, mx.error),
-                       (fe_vx, vx.failed, vx.error), (fe_st, st.failed, st.error),
-                       (fe_net, net.failed, net.error))
+        unit_errors = ((fe_ld, ld.done, ld.error), (fe_mx, mx.done, mx.error),
+                       (fe_vx, vx.done, vx.error), (fe_st, st.done, st.error),
+                       (fe_net, net.done, net.error))
         with m.If(self.start):
             m.d.sync += [fault.eq(ErrorCode.NONE), fault_pc.eq(0), halt.eq(0)]
         with m.Elif(~halt):
             with m.If(disp.error != ErrorCode.NONE):
                 m.d.sync += [fault.eq(disp.error), fault_pc.eq(disp.error_pc), halt.eq(1)]
-            for fe, failed, err in unit_errors:
-                with m.Elif(failed):
+            for fe, done, err in unit_errors:
+                with m.Elif(done & (err != ErrorCode.NONE)):
                     m.d.sync += [fault.eq(err), fault_pc.eq(fe.pc), halt.eq(1)]
 
         # ---- Completion (after a fault: once no unit holds an instruction).

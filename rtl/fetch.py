@@ -64,6 +64,7 @@ class ByteFetcher(wiring.Component):
         m = Module()
         E = self._window
         ring = [Signal(64, name=f"slot{k}") for k in range(2)]
+        ring_bytes = [ring[k // 8][8 * (k % 8):8 * (k % 8) + 8] for k in range(RING_BYTES)]
         fill = Signal(range(RING_BYTES + 1))  # valid bytes from the window's first on
         slot = Signal()                      # where the next arriving word goes
         skip = Signal(3)                     # bytes of the next arriving word before the start
@@ -75,23 +76,27 @@ class ByteFetcher(wiring.Component):
         # start at registers with no adder before them
         idx = [Signal(4, name=f"idx{j}") for j in range(E)]
         rp = idx[0]
-        ring_all = Cat(*ring)
         for j in range(E):
-            m.d.comb += self.bytes[j].eq(ring_all.word_select(idx[j], 8))
-        # a flag per ring byte, whether it is 0 and whether it is 255 (a stride index's
-        # escape), compared on the ring's registers, and selected like the bytes:
-        # pair_zero, the window's first two bytes are both 0, and the window bytes' escapes
-        # are one multiplexer after the flags, no comparison after the window's multiplexer.
-        # (Not registered as the word arrives: the memory's word is the ring's only load,
-        # and a block RAM's clock-to-output is most of a cycle -- flags compared on it
-        # placed at 93.3 MHz, bcf4b9e seed 1.)
-        ring_zero = Cat(*[ring_all[8 * k:8 * k + 8] == 0 for k in range(RING_BYTES)])
-        ring_escape = Cat(*[ring_all[8 * k:8 * k + 8] == 255 for k in range(RING_BYTES)])
-        pair_zero = Cat(*[ring_zero[k] & ring_zero[(k + 1) % RING_BYTES]
-                          for k in range(RING_BYTES)])
-        m.d.comb += self.pair_zero.eq(pair_zero.bit_select(rp, 1))
+            with m.Switch(idx[j]):
+                for k in range(RING_BYTES):
+                    with m.Case(k):
+                        m.d.comb += self.bytes[j].eq(ring_bytes[k])
+        # pair_zero: the window's first two bytes are both 0, from a zero flag per ring byte
+        # (compared on the ring's registers) selected by the read pointer: the comparison is
+        # not behind the window's multiplexer
+        ring_zero = [Signal(name=f"ring_zero{k}") for k in range(RING_BYTES)]
+        m.d.comb += [z.eq(b == 0) for z, b in zip(ring_zero, ring_bytes)]
+        with m.Switch(rp):
+            for k in range(RING_BYTES):
+                with m.Case(k):
+                    m.d.comb += self.pair_zero.eq(ring_zero[k] & ring_zero[(k + 1) % RING_BYTES])
+        ring_escape = [Signal(name=f"ring_escape{k}") for k in range(RING_BYTES)]
+        m.d.comb += [e.eq(b == 255) for e, b in zip(ring_escape, ring_bytes)]
         for j in range(E):
-            m.d.comb += self.escape[j].eq(ring_escape.bit_select(idx[j], 1))
+            with m.Switch(idx[j]):
+                for k in range(RING_BYTES):
+                    with m.Case(k):
+                        m.d.comb += self.escape[j].eq(ring_escape[k])
         # avail is a register (kept equal to min(window, fill)): consumers decide on it
         # without a path through the fill arithmetic.
 

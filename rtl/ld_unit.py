@@ -112,7 +112,6 @@ class LoadUnit(wiring.Component):
             "regs": In(registers_layout(Unit.LD)),
             "done": Out(1),
             "error": Out(ErrorCode),
-            "failed": Out(1),  # with done: error is not NONE (a register)
             # AXI read channels (arid chosen by the core's arbiter)
             "arvalid": Out(1), "arready": In(1), "araddr": Out(32), "arlen": Out(8),
             "arsize": Out(3), "arlocal": Out(1),
@@ -570,9 +569,9 @@ class LoadUnit(wiring.Component):
         running = Signal()
         with m.If(self.start):
             m.d.sync += running.eq(1)
-            m.d.sync += [self.done.eq(0), self.failed.eq(0)]
+            m.d.sync += self.done.eq(0)
         with m.Else():
-            m.d.sync += [self.done.eq(0), self.failed.eq(0)]
+            m.d.sync += self.done.eq(0)
             # (a word is written only while its row is outstanding, so `outstanding == 0`
             # also says no word goes into the sparse processing unit now: the write's
             # handshake reaches no completion register)
@@ -584,7 +583,6 @@ class LoadUnit(wiring.Component):
                             Mux(index_err, ErrorCode.INDEX, ErrorCode.NONE))
             with m.If(finished):
                 m.d.sync += [running.eq(0), self.done.eq(1),
-                             self.failed.eq((first_err != ErrorCode.NONE) | reader.error),
                              self.error.eq(Mux(first_err != ErrorCode.NONE, first_err,
                                                Mux(reader.error, ErrorCode.LOAD_BUS, ErrorCode.NONE)))]
         m.d.comb += reader.clear.eq(self.start)

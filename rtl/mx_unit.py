@@ -108,7 +108,6 @@ class MatrixController(wiring.Component):
             "taking": In(1), "taken": In(args_layout(Unit.MX).members["fc"]),
             "done": Out(1),
             "error": Out(ErrorCode),
-            "failed": Out(1),  # with done: error is not NONE (a register)
             **buffer_write_ports(config, In),
             "w_lane": In(range(P)),
             "acc_w": Out(stream.Signature(data.StructLayout({"row": rows, "data": signed(32)}))).array(P),
@@ -273,7 +272,7 @@ class MatrixController(wiring.Component):
         dense = Signal(40)
         m.d.sync += [dense_lo.eq(total[:17] * n_in), dense_hi.eq(total[17:] * n_in),
                      dense.eq(dense_lo + (dense_hi << 17))]
-        m.d.sync += [self.done.eq(0), self.failed.eq(0)]
+        m.d.sync += self.done.eq(0)
         with m.If(begin):
             m.d.sync += [running.eq(1), self.error.eq(check), n_in.eq(a.n_in),
                          launched.eq(launch)]
@@ -286,8 +285,7 @@ class MatrixController(wiring.Component):
                 m.d.sync += remaining.eq(remaining - n_wrote)
             all_written = (remaining[len(n_wrote):] == 0) & (remaining[:len(n_wrote)] == n_wrote)
             with m.If(Mux(first, ~launched, all_written) & ~mu.busy):
-                m.d.sync += [running.eq(0), self.done.eq(1),
-                             self.failed.eq((self.error != ErrorCode.NONE) | mu.error)]
+                m.d.sync += [running.eq(0), self.done.eq(1)]
             # (the lanes' error is sticky: taken as it comes, not at the end test, so the
             # written count's comparison reaches no error register; `error` is read only
             # with `done`.  It is this fc's: an INDEX fault halts the core, whose next

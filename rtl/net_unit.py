@@ -58,7 +58,6 @@ class NetUnit(wiring.Component):
             "regs": In(registers_layout(Unit.NET)),
             "done": Out(1),
             "error": Out(ErrorCode),
-            "failed": Out(1),  # with done: error is not NONE (a register)
             "x": In(MESH_BITS), "y": In(MESH_BITS),
             "w": In(MESH_BITS + 1), "h": In(MESH_BITS + 1),
             "inject": Out(stream.Signature(FLIT)),
@@ -112,13 +111,10 @@ class NetUnit(wiring.Component):
 
         rmw = counts.read_port(domain="comb")
         wp = counts.write_port()
-        # (the change, add - take, is worked out from registers beside the read: one sum
-        # after the counter, not two; both sums are made and `took`, which compares the
-        # two tags, selects between them after the adders, not before)
-        old = Signal(COUNT_BITS)
-        m.d.comb += old.eq(Mux(upd_written, rmw.data, 0))
         m.d.comb += [wp.addr.eq(upd_tag), rmw.addr.eq(upd_tag),
-                     wp.data.eq(Mux(took, old + (add - take), old + add)),
+                     # (the change is worked out from registers beside the read: one sum
+                     # after the counter, not two)
+                     wp.data.eq(Mux(upd_written, rmw.data, 0) + Mux(took, add - take, add)),
                      wp.en.eq(arriving | taking)]
         with m.If(wp.en):
             m.d.sync += written.eq(written | (1 << upd_tag))
@@ -211,8 +207,7 @@ class NetUnit(wiring.Component):
             with m.State("CHECK"):
                 with m.If(op == CODES["recv"]):
                     with m.If(recv_bad):
-                        m.d.sync += [self.error.eq(ErrorCode.RANGE), self.done.eq(1),
-                                     self.failed.eq(1)]
+                        m.d.sync += [self.error.eq(ErrorCode.RANGE), self.done.eq(1)]
                         m.next = "END"
                     with m.Else():
                         m.next = "RECV"
@@ -220,7 +215,7 @@ class NetUnit(wiring.Component):
                     m.d.sync += self.done.eq(1)
                     m.next = "END"
                 with m.Elif(send_bad != ErrorCode.NONE):
-                    m.d.sync += [self.error.eq(send_bad), self.done.eq(1), self.failed.eq(1)]
+                    m.d.sync += [self.error.eq(send_bad), self.done.eq(1)]
                     m.next = "END"
                 with m.Else():
                     m.d.sync += rd_addr.eq(s.src >> 3)
@@ -251,7 +246,7 @@ class NetUnit(wiring.Component):
                     m.d.sync += self.done.eq(1)
                     m.next = "END"
             with m.State("END"):
-                m.d.sync += [self.done.eq(0), self.failed.eq(0)]
+                m.d.sync += self.done.eq(0)
                 m.next = "IDLE"
 
         # ---- Arrivals.

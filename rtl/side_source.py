@@ -299,10 +299,6 @@ class SideSource(wiring.Component):
         s_kept = Signal(ADDR)
         s_error = Signal()
         emit_term, emit_entry = Signal(), Signal()
-        # in EMIT: a flag of its own, set as EMIT is entered and cleared as it is left, so
-        # the entries' emission (and the fetcher's take from it) is one LUT of registers,
-        # not a decoding of the state
-        in_emit = Signal()
         # The fetcher restarts at the row's index in ROW_START, except on the weight side's
         # rows after row 0 (they follow each other: it keeps streaming).  Decided where
         # ROW_START is entered, into a register: no comparison before the fetcher's start.
@@ -339,13 +335,11 @@ class SideSource(wiring.Component):
                                  rem_zero.eq(fetch.pair_zero)]
                     if convert:
                         with m.If(self.to_entries):
-                            m.d.sync += in_emit.eq(1)
                             m.next = "EMIT"
                         with m.Else():
                             m.d.sync += s2d_go.eq(1)
                             m.next = "CONVERT"
                     else:
-                        m.d.sync += in_emit.eq(1)
                         m.next = "EMIT"
             if convert:
                 with m.State("CONVERT"):
@@ -357,9 +351,12 @@ class SideSource(wiring.Component):
                         m.d.sync += s_error.eq(s_error | s2d.error)
                         m.next = "ROW_DONE"
             with m.State("EMIT"):
-                with m.If(emit_term & entries_ready):
-                    m.d.sync += in_emit.eq(0)
-                    m.next = "ROW_DONE"
+                with m.If(rem_zero):
+                    m.d.comb += emit_term.eq(1)
+                    with m.If(entries_ready):
+                        m.next = "ROW_DONE"
+                with m.Elif(fetch.avail != 0):
+                    m.d.comb += emit_entry.eq(1)
                 with m.If(emit_entry & entries_ready):
                     m.d.comb += take_own.eq(1)
                     m.d.sync += [remaining.eq(remaining - 1), rem_zero.eq(remaining == 1)]
@@ -401,9 +398,6 @@ class SideSource(wiring.Component):
                         m.d.sync += replaying.eq(0)
                         m.next = "ROW_START"
                         next_vector()
-
-        m.d.comb += [emit_term.eq(in_emit & rem_zero),
-                     emit_entry.eq(in_emit & ~rem_zero & (fetch.avail != 0))]
 
         # Position check of emitted entries, one cycle behind (off the fetcher's path).
         chk_valid, chk_value = Signal(), Signal(8)

@@ -77,7 +77,6 @@ class StoreUnit(wiring.Component):
             "regs": In(registers_layout(Unit.ST)),
             "done": Out(1),
             "error": Out(ErrorCode),
-            "failed": Out(1),  # with done: error is not NONE (a register)
             "obuf_addr": Out(range(config.obuf_bytes // 8)),
             "obuf_en": Out(1),
             "obuf_data": In(64),
@@ -461,7 +460,7 @@ class StoreUnit(wiring.Component):
         with m.If(self.bvalid & (self.bresp != RESP_OKAY)):
             m.d.sync += bus_err.eq(1)
         running = Signal()
-        m.d.sync += [self.done.eq(0), self.failed.eq(0)]
+        m.d.sync += self.done.eq(0)
         with m.If(self.start):
             m.d.sync += [running.eq(1), bus_err.eq(0)]
         with m.Elif(running):
@@ -473,7 +472,6 @@ class StoreUnit(wiring.Component):
                     ~aw_fire & (~compress | stream_done))
             with m.If(idle):
                 m.d.sync += [running.eq(0), self.done.eq(1),
-                             self.failed.eq((err != ErrorCode.NONE) | bus_err),
                              self.error.eq(Mux(err != ErrorCode.NONE, err,
                                                Mux(bus_err, ErrorCode.STORE_BUS, ErrorCode.NONE)))]
         return m

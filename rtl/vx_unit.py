@@ -66,7 +66,6 @@ class VectorUnit(wiring.Component):
             "regs": In(registers_layout(Unit.VX)),
             "done": Out(1),
             "error": Out(ErrorCode),
-            "failed": Out(1),  # with done: error is not NONE (a register)
             "acc_rd_en": Out(1), "acc_rd_row": Out(range(config.acc_words)),
             "acc_rd_data": In(data.ArrayLayout(signed(32), P)),
             "acc_wr_en": Out(1), "acc_wr": Out(acc_write_layout(config)),
@@ -296,10 +295,9 @@ class VectorUnit(wiring.Component):
         pending = Signal(range(64))  # words sent to the ALU / requantisers and not written yet
         m.d.sync += pending.eq(pending + alu_dst.w_en + rq_dst.w_en - self.acc_wr_en - self.obuf_en)
         running = Signal()
-        m.d.sync += [self.done.eq(0), self.failed.eq(0)]
+        m.d.sync += self.done.eq(0)
         with m.If(self.start):
             m.d.sync += running.eq(1)
         with m.Elif(running & ~gen & ~q.valid & ~d.valid & ~e.valid & (pending == 0)):
-            m.d.sync += [running.eq(0), self.done.eq(1), self.error.eq(err),
-                         self.failed.eq(err != ErrorCode.NONE)]
+            m.d.sync += [running.eq(0), self.done.eq(1), self.error.eq(err)]
         return m
