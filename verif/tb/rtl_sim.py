@@ -144,11 +144,12 @@ _SOURCES = _sources_digest()
 def model_optimisation() -> str:
     """The C++ optimisation flag the Verilator model is compiled with (``SNPU_SIM_OPT``).
 
-    ``-O1`` by default: a fresh build of the 4-lane test core compiles its model in about
-    50 s at ``-O1`` against 95-150 s at ``-O2`` on these machines (three times that for
-    a 2 x 2 array), while the test suite's runs, a few hundred cycles each, take the
-    same wall time (their cost is the process, not the model); ``-O2`` gives long runs
-    some 10 % more simulated cycles per second."""
+    ``-O1`` by default: a fresh build of the 4-lane test core compiles its model in 50-65 s
+    at ``-O1`` against 95-155 s at ``-O2`` on these machines (the 2 x 2 array's test,
+    its build included, took 244 s against 382), while the test suite's runs, a few
+    hundred cycles each, take the same wall time (their cost is the process, not the
+    model).  Long runs may simulate a few per cent faster at ``-O2`` (it gave 10 % more
+    cycles per second than ``-Os``); ``bench/core_perf.py`` measures its speed there."""
     opt = os.environ.get("SNPU_SIM_OPT", "-O1")
     if not re.fullmatch(r"-O[0-3s]", opt):
         raise RtlError(f"SNPU_SIM_OPT={opt!r} must be one of -O0, -O1, -O2, -O3, -Os")
