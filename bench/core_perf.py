@@ -45,7 +45,7 @@ from provenance import provenance  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
 #: the simulated-cycles-per-second figure is measured on a model compiled at -O2 (the
-#: test suite's builds use -O1, a third of the compile time: verif/tb/rtl_sim.py)
+#: test suite's builds use -O1, half to a third of the compile time: verif/tb/rtl_sim.py)
 os.environ.setdefault("SNPU_SIM_OPT", "-O2")
 
 from snpu.config import CoreConfig  # noqa: E402

