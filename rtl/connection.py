@@ -105,8 +105,18 @@ class ConnectionUnit(wiring.Component):
         m.d.comb += [nq.r_en.eq(join), wq.r_en.eq(join), joined.i.valid.eq(join),
                      joined.o.ready.eq(oq.w_rdy & ~self.merge),
                      merger.o.ready.eq(oq.w_rdy & self.merge),
-                     oq.w_en.eq(Mux(self.merge, merger.o.valid, joined.o.valid & oq.w_rdy)),
-                     oq.w_data.eq(Mux(self.merge, merger.o.payload, joined_out)),
+                     oq.w_en.eq(Mux(self.merge, merger.o.valid, joined.o.valid & oq.w_rdy))]
+        # The item into the output queue: a stride item's chunk fields (the two sides' bits
+        # and the pair-count flags) are never read (the compactor decides a stride item on
+        # its `stride` and `pair`), so they are the joined chunk's whatever the path, and
+        # only the fields a stride item uses are chosen by `merge` (no multiplexer in front
+        # of the 128 bits: about 130 LUTs a lane).
+        item = Signal(combined_layout())
+        m.d.comb += [item.eq(joined_out)]
+        for field in ("stride", "n_base", "w_base", "pair", "last"):
+            m.d.comb += getattr(item, field).eq(Mux(self.merge, getattr(merger.o.payload, field),
+                                                    getattr(joined_out, field)))
+        m.d.comb += [oq.w_data.eq(item),
                      self.o.valid.eq(oq.r_rdy), self.o.payload.eq(oq.r_data),
                      oq.r_en.eq(self.o.ready)]
         return m

@@ -96,8 +96,8 @@ class MatrixLane(wiring.Component):
         The neuron side's index, chunks (AND path) or stride entries (``modes.merge``).
     results : Out(stream)
         One int32 sum per (vector, row) of this lane.
-    pairs : Out(32)
-        Pairs multiplied since ``start`` (the performance counter).
+    paired : Out(1)
+        A pair enters the multiplier this cycle (the matrix unit counts them for all lanes).
     widx_*, nbuf_*, wbuf_* :
         Synchronous read ports of the lane's three 64-bit memories.
     """
@@ -127,7 +127,7 @@ class MatrixLane(wiring.Component):
             "n_chunks": In(stream.Signature(chunk_layout())),
             "n_entries": In(stream.Signature(entry_layout())),
             "results": Out(stream.Signature(RESULT)),
-            "pairs": Out(32),
+            "paired": Out(1),
             **ports,
         })
 
@@ -211,7 +211,7 @@ class MatrixLane(wiring.Component):
                      self.results.payload.sum.eq(rq.r_data), self.results.valid.eq(rq.r_rdy),
                      rq.r_en.eq(self.results.ready)]
 
-        # Bookkeeping: pairs counter, results outstanding.  The results to expect,
+        # Bookkeeping: pairs, results outstanding.  The results to expect,
         # nvec * rows, are multiplied out from registers into a register and loaded into
         # `outstanding` the cycle after the sources start (the first result comes many
         # cycles later): no multiplier lies before `busy`.
@@ -223,10 +223,7 @@ class MatrixLane(wiring.Component):
                      start_d2.eq(start_d)]
         # (no pair and no result of an instruction is in the pipeline before its sources
         # start: the previous one's were all taken before `busy` fell)
-        with m.If(start_d):
-            m.d.sync += self.pairs.eq(0)
-        with m.Elif(mac.i.valid & mac.i.ready & s3_pair):
-            m.d.sync += self.pairs.eq(self.pairs + 1)
+        m.d.comb += self.paired.eq(mac.i.valid & mac.i.ready & s3_pair)
         with m.If(start_d2):
             m.d.sync += outstanding.eq(expected)
         with m.Elif(self.results.valid & self.results.ready):

@@ -28,7 +28,10 @@ def entry_layout() -> data.StructLayout:
 def combined_layout() -> data.StructLayout:
     """The connection unit's output: either a combined chunk (``stride = 0``: its combined
     bits are ``n_bits & w_bits``, formed by the compactor) or one entry of the merged stride
-    index (``stride = 1``) with its pair's addresses in the bases."""
+    index (``stride = 1``) with its pair's addresses in the bases.  A stride item's chunk
+    fields (``n_bits``, ``w_bits``, ``pairs_le1``, ``pairs_le2``) are unspecified: the
+    compactor never reads them (the connection unit leaves whatever chunk it last joined
+    there rather than put a multiplexer in front of them)."""
     return data.StructLayout({
         "stride": 1,
         "n_bits": CHUNK,    # neuron-side bits (chunk; also for ranks in packed storage)

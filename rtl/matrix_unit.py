@@ -11,6 +11,7 @@ from amaranth.lib.wiring import In, Out
 from snpu.config import CoreConfig
 from snpu.verif import timing
 
+from .bits import popcount
 from .index_memory import IndexMemory
 from .lane import FC_CONFIG, RESULT, MatrixLane, fc_modes
 from .ports import wide_read_port, write_port_signature
@@ -50,7 +51,8 @@ class MatrixUnit(wiring.Component):
     weight index bank (``widx``), written through a port with a lane select.  ``start`` runs
     one fc over all lanes; lane ``g`` emits the sums of rows ``r = g, g + P, ...`` on
     ``results[g]``.  Weights and neurons must not be written while an fc that reads them runs
-    (the dependency tokens of the ISA guarantee it).
+    (the dependency tokens of the ISA guarantee it).  ``pairs``: the pairs the last fc
+    multiplied, complete once its results have been taken.
 
     Memories are written a word of the AXI bus's width at a time (``axi_data_bits``: 64,
     128 or 256; the LD unit's words) and read 64 bits at a time through a synchronous read
@@ -136,7 +138,7 @@ class MatrixUnit(wiring.Component):
         wiring.connect(m, nsrc.entries, bc.i_entries)
 
         # ---- The lanes.
-        busy, error, pairs = [nsrc.busy], [nsrc.error], []
+        busy, error, paired = [nsrc.busy], [nsrc.error], []
         for g, lane in enumerate(self._lanes):
             m.submodules[f"lane{g}"] = lane
             m.d.comb += [lane.start.eq(self.start), lane.cfg.eq(self.cfg), lane.modes.eq(modes)]
@@ -157,12 +159,23 @@ class MatrixUnit(wiring.Component):
                                f"{name}{g}", platform=platform, write_ports=[wp])
             busy.append(lane.busy)
             error.append(lane.error)
-            pairs.append(lane.pairs)
+            paired.append(lane.paired)
         m.d.comb += [self.busy.eq(Cat(busy).any()), self.error.eq(Cat(error).any())]
-        # A tree of adders for the total pairs counter, registered (it is only a counter).
-        total = pairs
-        while len(total) > 1:
-            total = [total[k] + total[k + 1] if k + 1 < len(total) else total[k]
-                     for k in range(0, len(total), 2)]
-        m.d.sync += self.pairs.eq(total[0])
+        # The pairs counter, one for all lanes (until 2026-12 each lane counted its own in
+        # 32 bits, added by a tree of 32-bit adders: about 60 LUTs a lane): the lanes'
+        # pulses into a register, their count into another, added to the total.  The
+        # total counts a pair three cycles after it enters a multiplier and is cleared
+        # three cycles after the start (no pair of the previous instruction is left in
+        # the lanes then, none of this one has reached it yet); the MX unit reads it with
+        # `done`, later than that (the last pair's sum still has to leave the MAC and be
+        # written).
+        paired_r = Signal(P)
+        counted = Signal(range(P + 1))
+        start_dd, start_ddd = Signal(), Signal()
+        m.d.sync += [paired_r.eq(Cat(paired)), counted.eq(popcount(m, paired_r, "paired_count")),
+                     start_dd.eq(start_d), start_ddd.eq(start_dd)]
+        with m.If(start_ddd):
+            m.d.sync += self.pairs.eq(0)
+        with m.Else():
+            m.d.sync += self.pairs.eq(self.pairs + counted)
         return m

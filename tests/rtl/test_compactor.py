@@ -51,7 +51,10 @@ def test_pairs_match_index_library(lanes, seed):
     for _ in range(30):
         kind = rng.random()
         if kind < 0.15:
-            items.append(dict(stride=1, n_bits=0, w_bits=0,
+            # (a stride item's chunk fields are unspecified: the connection unit leaves
+            # the joined chunk's there, so they are arbitrary here)
+            items.append(dict(stride=1, n_bits=rng.getrandbits(CH), w_bits=rng.getrandbits(CH),
+                              pairs_le1=rng.randrange(2), pairs_le2=rng.randrange(2),
                               n_base=rng.randrange(1000), w_base=rng.randrange(1000),
                               pair=rng.randrange(2), last=rng.randrange(2)))
             continue
