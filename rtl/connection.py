@@ -110,7 +110,7 @@ class ConnectionUnit(wiring.Component):
         # and the pair-count flags) are never read (the compactor decides a stride item on
         # its `stride` and `pair`), so they are the joined chunk's whatever the path, and
         # only the fields a stride item uses are chosen by `merge` (no multiplexer in front
-        # of the 128 bits: about 130 LUTs a lane).
+        # of the 128 bits).
         item = Signal(combined_layout())
         m.d.comb += [item.eq(joined_out)]
         for field in ("stride", "n_base", "w_base", "pair", "last"):

@@ -211,10 +211,10 @@ class MatrixLane(wiring.Component):
                      self.results.payload.sum.eq(rq.r_data), self.results.valid.eq(rq.r_rdy),
                      rq.r_en.eq(self.results.ready)]
 
-        # Bookkeeping: pairs, results outstanding.  The results to expect,
-        # nvec * rows, are multiplied out from registers into a register and loaded into
-        # `outstanding` the cycle after the sources start (the first result comes many
-        # cycles later): no multiplier lies before `busy`.
+        # Bookkeeping: the pair pulse (the matrix unit counts them), results outstanding.
+        # The results to expect, nvec * rows, are multiplied out from registers into a
+        # register and loaded into `outstanding` the cycle after the sources start (the
+        # first result comes many cycles later): no multiplier lies before `busy`.
         outstanding = Signal(24)
         expected = Signal(24)
         any_expected = Signal()

@@ -162,13 +162,12 @@ class MatrixUnit(wiring.Component):
             paired.append(lane.paired)
         m.d.comb += [self.busy.eq(Cat(busy).any()), self.error.eq(Cat(error).any())]
         # The pairs counter, one for all lanes (until 2026-12 each lane counted its own in
-        # 32 bits, added by a tree of 32-bit adders: about 60 LUTs a lane): the lanes'
-        # pulses into a register, their count into another, added to the total.  The
-        # total counts a pair three cycles after it enters a multiplier and is cleared
-        # three cycles after the start (no pair of the previous instruction is left in
-        # the lanes then, none of this one has reached it yet); the MX unit reads it with
-        # `done`, later than that (the last pair's sum still has to leave the MAC and be
-        # written).
+        # 32 bits, added by a tree of 32-bit adders): the lanes' pulses into a register,
+        # their count into another, added to the total.  The total counts a pair three
+        # cycles after it enters a multiplier and is cleared three cycles after the start
+        # (no pair of the previous instruction is left in the lanes then, none of this one
+        # has reached it yet); the MX unit reads it with `done`, later than that (the last
+        # pair's sum still has to leave the MAC and be written).
         paired_r = Signal(P)
         counted = Signal(range(P + 1))
         start_dd, start_ddd = Signal(), Signal()
