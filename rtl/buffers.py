@@ -14,38 +14,39 @@ from .target import NO_RW_CHECK, checked_read
 class OutputCache(wiring.Component):
     """``obuf``: int8 results of ``req`` waiting for ``st``.
 
-    Stored as ``max(1, lanes // 8)`` banks of 64-bit words so the VX unit writes one
-    ``lanes``-byte word per cycle (at a byte address that is a multiple of ``lanes``) while
-    the ST unit reads one 64-bit word per cycle (data the next cycle).
+    Stored as ``max(1, V // 8)`` banks of 64-bit words so the VX unit writes one ``V``-byte
+    word per cycle (``V = vx_width``, its requantisers; at a byte address that is a
+    multiple of ``V``) while the ST unit reads one 64-bit word per cycle (data the next
+    cycle).
     """
 
     def __init__(self, config: CoreConfig):
         self._cfg = config
-        P = config.lanes
-        self._nb = max(1, P // 8)
+        V = config.vx_width
+        self._nb = max(1, V // 8)
         words = config.obuf_bytes // 8
         self._banks = [Memory(shape=64, depth=words // self._nb, init=[], attrs=NO_RW_CHECK)
                        for _ in range(self._nb)]
         super().__init__({
-            "w_en": In(1), "w_addr": In(range(config.obuf_bytes)), "w_data": In(8 * P),
+            "w_en": In(1), "w_addr": In(range(config.obuf_bytes)), "w_data": In(8 * V),
             "r_en": In(1), "r_word": In(range(words)), "r_data": Out(64),
         })
 
     def elaborate(self, platform):
         m = Module()
-        P, nb = self._cfg.lanes, self._nb
+        V, nb = self._cfg.vx_width, self._nb
         sel = Signal(range(max(nb, 2)))  # bank read last cycle
         rdata = []
         for b, bank in enumerate(self._banks):
             m.submodules[f"bank{b}"] = bank
             wp, rp = bank.write_port(granularity=8), bank.read_port()
-            if P >= 8:
-                m.d.comb += [wp.addr.eq(self.w_addr // P), wp.data.eq(self.w_data[64 * b:64 * b + 64]),
+            if V >= 8:
+                m.d.comb += [wp.addr.eq(self.w_addr // V), wp.data.eq(self.w_data[64 * b:64 * b + 64]),
                              wp.en.eq(Mux(self.w_en, 0xFF, 0))]
             else:
                 lane = self.w_addr[:3]
                 m.d.comb += [wp.addr.eq(self.w_addr >> 3), wp.data.eq(self.w_data << (lane << 3)),
-                             wp.en.eq(Mux(self.w_en, ((1 << P) - 1) << lane, 0))]
+                             wp.en.eq(Mux(self.w_en, ((1 << V) - 1) << lane, 0))]
             m.d.comb += [rp.addr.eq(self.r_word // nb), rp.en.eq(self.r_en)]
             rdata.append(checked_read(m, platform, rp, [wp], f"bank{b}"))
         if nb > 1:

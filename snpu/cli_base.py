@@ -24,8 +24,8 @@ def _load_config(path: str | None, **overrides) -> CoreConfig:
 def _config_options(f):
     """Options that override single core parameters (``--lanes 16`` ...)."""
     for name in reversed(("lanes", "nbuf_bytes", "nidx_bytes", "wbuf_bytes", "widx_bytes",
-                          "acc_words", "obuf_bytes", "param_rows", "queue_depth", "token_depth",
-                          "icache_lines", "local_bytes", "axi_data_bits")):
+                          "acc_words", "obuf_bytes", "param_rows", "vx_lanes", "queue_depth",
+                          "token_depth", "icache_lines", "local_bytes", "axi_data_bits")):
         f = click.option(f"--{name.replace('_', '-')}", name, type=int, default=None,
                          help=f"Core parameter {name} (overrides --core).")(f)
     return click.option("--core", "core", type=click.Path(exists=True, dir_okay=False),

@@ -44,6 +44,14 @@ class CoreConfig:
         Output cache size in bytes.
     param_rows:
         Requantisation parameter rows (``P`` channels each).
+    vx_lanes:
+        Elements the VX unit (pooling, element-wise adds, requantisation) computes per
+        cycle: a power of two dividing ``lanes``, or 0 for ``lanes``.  Narrower than the MAC
+        lanes, the VX unit takes ``lanes / vx_lanes`` cycles per accumulator word (it reads
+        the word once per slice of ``vx_lanes`` elements) and needs a ``vx_lanes``-th of the
+        requantisers and ALU lanes: on a 16-lane core ``vx_lanes = 4`` saves about three
+        quarters of the VX unit's logic and multipliers, and costs little where the layers
+        are matrix-bound (an fc's requantisation is one word per ``lanes`` rows).
     axi_data_bits:
         AXI4 data bus width: 64, 128 or 256.  The LD unit reads and writes its buffers a
         bus word per cycle; instruction fetch and ST use 8-byte (narrow) beats.
@@ -68,6 +76,7 @@ class CoreConfig:
     acc_words: int = 512
     obuf_bytes: int = 16384
     param_rows: int = 256
+    vx_lanes: int = 0
     axi_data_bits: int = 64
     queue_depth: int = 8
     token_depth: int = 8
@@ -92,6 +101,8 @@ class CoreConfig:
              "a power of two in lanes..65536"),
             ("param_rows", _pow2(self.param_rows) and self.param_rows <= 4096,
              "a power of two <= 4096"),
+            ("vx_lanes", self.vx_lanes == 0 or (_pow2(self.vx_lanes) and self.vx_lanes <= self.lanes),
+             "0 (as many as lanes) or a power of two in 1..lanes"),
             ("axi_data_bits", self.axi_data_bits in (64, 128, 256), "64, 128 or 256"),
             ("queue_depth", _pow2(self.queue_depth) and 2 <= self.queue_depth <= 64,
              "a power of two in 2..64"),
@@ -110,6 +121,16 @@ class CoreConfig:
     def acc_elems(self) -> int:
         """Accumulator size in int32 elements."""
         return self.acc_words * self.lanes
+
+    @property
+    def vx_width(self) -> int:
+        """Elements the VX unit computes per cycle (``vx_lanes``, or ``lanes`` for 0)."""
+        return self.vx_lanes or self.lanes
+
+    @property
+    def vx_slices(self) -> int:
+        """Cycles the VX unit spends on one accumulator word: ``lanes / vx_width``."""
+        return self.lanes // self.vx_width
 
     @property
     def axi_bytes(self) -> int:

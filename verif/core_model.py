@@ -595,7 +595,8 @@ class Machine:
         vals = self._gather(src)  # [n_o, n_i, k, P]
         res = vals.max(axis=2) if i.mode == isa.REDUCE_OPS["max"] else vals.sum(axis=2)
         self.acc[dst[..., None] + np.arange(self.config.lanes)] = numerics.wrap32(res)
-        return _Exec(timing.vx_cycles(i.n_o * i.n_i, i.k1 * i.k2),
+        return _Exec(timing.vx_cycles(i.n_o * i.n_i, i.k1 * i.k2,
+                                      slices=self.config.vx_slices),
                      [self._acc_access(src, False), self._acc_access(dst, True)])
 
     def _vew(self, i: Instr) -> _Exec:
@@ -634,7 +635,8 @@ class Machine:
         if i.relu:
             res = np.maximum(res, 0)
         self.acc[dst[..., 0, None] + np.arange(self.config.lanes)] = res[..., 0, :]
-        return _Exec(timing.vx_cycles(i.n_o * i.n_i, timing.VEW_READS),
+        return _Exec(timing.vx_cycles(i.n_o * i.n_i, timing.VEW_READS,
+                                      slices=self.config.vx_slices),
                      [self._acc_access(a, False), self._acc_access(b, False),
                       self._acc_access(dst, True)])
 
@@ -662,7 +664,8 @@ class Machine:
             Access("obuf", 0, 0, True)
         param_access = Access("param", i.param * c.param_row_bytes,
                               (i.param + i.n_i) * c.param_row_bytes, False)
-        return _Exec(timing.vx_cycles(i.n_o * i.n_i, 1, timing.REQ_PIPELINE),
+        return _Exec(timing.vx_cycles(i.n_o * i.n_i, 1, timing.REQ_PIPELINE,
+                                      slices=c.vx_slices),
                      [acc_access, obuf_access, param_access])
 
     # ------------------------------------------------------------------------------------

@@ -366,9 +366,12 @@ def fc_row_cycles_estimate(n_in: int, w_kept: float, n_density: float, chunk_bit
     return float(cycles) if np.ndim(cycles) == 0 else cycles
 
 
-def vx_cycles(iterations: int, reads_per_iteration: int, pipeline: int = VX_PIPELINE) -> int:
-    """A VX instruction reads one accumulator word per cycle."""
-    return pipeline + iterations * max(1, reads_per_iteration)
+def vx_cycles(iterations: int, reads_per_iteration: int, pipeline: int = VX_PIPELINE,
+              slices: int = 1) -> int:
+    """A VX instruction reads one accumulator word per cycle, every word once per slice of
+    the VX unit's width (``CoreConfig.vx_slices``); a VX unit narrower than the words
+    selects the slice in a pipeline stage of its own (a cycle more)."""
+    return pipeline + (slices > 1) + iterations * max(1, reads_per_iteration) * slices
 
 
 @dataclass

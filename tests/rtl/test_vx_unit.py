@@ -21,6 +21,8 @@ from snpu.verif.isa import Unit
 from snpu.verif.tb.amaranth_sim import seeded, simulate
 
 CODES = op_codes(Unit.VX)
+#: cycles the timing model counts for a VX instruction before the unit's start
+DISPATCH = 3
 REGS = ("src_stride", "dst_stride", "k1_stride", "k2_stride", "b_stride")
 
 
@@ -102,26 +104,30 @@ def _random_op(rng, c: CoreConfig):
     return kind, regs, args
 
 
-@pytest.mark.parametrize("lanes", [4, 8, 16])
+@pytest.mark.parametrize("lanes,vx_lanes", [(4, 0), (8, 0), (16, 0),
+                                            # a VX unit narrower than the lanes: slices
+                                            (4, 1), (4, 2), (8, 2), (16, 4), (16, 8)])
 @pytest.mark.parametrize("seed", range(3))
 @seeded
-def test_vector_ops_match_golden(lanes, seed):
+def test_vector_ops_match_golden(lanes, vx_lanes, seed):
     rng = random.Random(seed)
-    c = _config(lanes)
+    c = _config(lanes, vx_lanes)
     _check_ops(c, seed, [_random_op(rng, c) for _ in range(6)])
 
 
-def _config(lanes):
+def _config(lanes, vx_lanes=0):
     return CoreConfig(lanes=lanes, nbuf_bytes=1024, nidx_bytes=256, wbuf_bytes=512,
-                      widx_bytes=256, acc_words=32, obuf_bytes=512, param_rows=8)
+                      widx_bytes=256, acc_words=32, obuf_bytes=512, param_rows=8,
+                      vx_lanes=vx_lanes)
 
 
 @pytest.mark.parametrize("k1,k2", [(2, 1), (3, 1), (1, 2), (2, 3), (3, 2)])
-@pytest.mark.parametrize("mode", [0, 1])
-def test_pooling_windows_match_golden(k1, k2, mode):
+@pytest.mark.parametrize("mode,vx_lanes", [(0, 0), (1, 0), (0, 2), (1, 1)])
+def test_pooling_windows_match_golden(k1, k2, mode, vx_lanes):
     """vred over every window shape up to 3 x 3, two outer iterations of two words (the
-    window's counters wrap inside the word and word counters)."""
-    c = _config(4)
+    window's counters wrap inside the word and word counters; with slices, inside the
+    slice counter)."""
+    c = _config(4, vx_lanes)
     P = c.lanes
     regs = {"src_stride": 3 * P, "dst_stride": 2 * P, "k1_stride": P, "k2_stride": 5 * P,
             "b_stride": 0}
@@ -131,7 +137,9 @@ def test_pooling_windows_match_golden(k1, k2, mode):
 
 def _check_ops(c, seed, ops):
     """Run ``ops`` (kind, registers, operands) on the VX unit from random accumulators and
-    parameters; its accumulators and output cache must equal the golden model's."""
+    parameters; its accumulators and output cache must equal the golden model's, and
+    every instruction's cycles from its start to its ``done`` the timing model's less
+    :data:`DISPATCH` (the cycles the timing model counts before the unit starts)."""
     lanes = c.lanes
     nrng = np.random.default_rng(seed)
     acc0 = nrng.integers(-2**20, 2**20, c.acc_elems).astype(np.int32)
@@ -149,7 +157,7 @@ def _check_ops(c, seed, ops):
     out = {}
 
     async def driver(ctx):
-        errors = []
+        errors, cycles = [], []
         for kind, regs, args in ops:
             ctx.set(vx.regs, regs)
             ctx.set(vx.op, CODES[kind])
@@ -157,20 +165,27 @@ def _check_ops(c, seed, ops):
             ctx.set(vx.start, 1)
             await ctx.tick()
             ctx.set(vx.start, 0)
-            await ctx.tick().until(vx.done)
+            n = 1
+            while not ctx.get(vx.done):
+                await ctx.tick()
+                n += 1
+            await ctx.tick()
+            cycles.append(n)
             errors.append(ctx.get(vx.error))
-        out["errors"] = errors
+        out["errors"], out["cycles"] = errors, cycles
         out["acc"], out["obuf"] = _read_state(ctx, h)
 
     simulate(h, driver)
     gold = Machine(c, np.zeros(64, np.uint8))
     gold.acc[:] = acc0
     gold.param[:] = param
+    gold_cycles = []
     for kind, regs, args in ops:
         for k, v in regs.items():
             gold.regs[f"vx.{k}"] = v
-        gold.execute(isa.make(kind, **args))
+        gold_cycles.append(gold.execute(isa.make(kind, **args)).cycles)
     assert out["errors"] == [ErrorCode.NONE] * len(ops)
+    assert [n + DISPATCH for n in out["cycles"]] == gold_cycles, [k for k, _, _ in ops]
     np.testing.assert_array_equal(out["acc"], gold.acc)
     np.testing.assert_array_equal(out["obuf"], gold.obuf)
 
