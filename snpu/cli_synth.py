@@ -31,8 +31,9 @@ DEVICES = ("25k", "45k", "85k")
                    "(--placer-heap-timingweight); default 100 for a netlist of 10 000 LUTs "
                    "or more (a core, an array), else nextpnr's own 10 (a router).")
 @click.option("--no-place", is_flag=True,
-              help="Stop after yosys: the per-block area and the deepest paths of the "
-                   "netlist, without nextpnr's placement (no Fmax; minutes faster).")
+              help="Stop after yosys and nextpnr's packing: the per-block area, the "
+                   "deepest paths of the netlist and whether it fits --device, without "
+                   "placement (no Fmax; much faster).")
 @click.option("--paths", type=click.IntRange(0, 100), default=5, show_default=True,
               help="List this many of the deepest register-to-register paths before "
                    "placement and, placed, of the worst paths after routing (one per "
@@ -84,11 +85,17 @@ def synth(core: str | None, mesh: str | None, router: bool, device: str, seeds: 
         click.echo(f"{what} (yosys netlist, before placement): {r['luts']} LUTs "
                    f"(LUT4 + 2 per carry cell), {r['ffs']} FFs, {r['dsps']} DSPs, "
                    f"{r['brams']} BRAMs")
-    click.echo(f"\n{'block':<44} {'LUTs':>6} {'FFs':>6} {'LUTRAM':>6} {'BRAM':>4} {'DSP':>4}  source")
+        p = r["packed"]
+        click.echo(f"packed for {p['device']}: {p['lut_sites']} of {p['lut_sites_available']} "
+                   f"LUT sites (logic, carries, LUT RAM), {p['ffs']} of {p['ffs_available']} "
+                   f"FFs, {p['brams']} of {p['brams_available']} BRAMs, {p['dsps']} of "
+                   f"{p['dsps_available']} DSPs: {'fits' if p['fits'] else 'does NOT fit'}")
+    click.echo(f"\n{'block':<44} {'LUTs':>6} {'sites':>6} {'FFs':>6} {'LUTRAM':>6} {'BRAM':>4} "
+               f"{'DSP':>4}  source")
     for b in r["blocks"]:
         name = "  " * b["depth"] + b["block"].split(".")[-1]
-        click.echo(f"{name:<44} {b['luts']:>6} {b['ff']:>6} {b['lutram']:>6} {b['bram']:>4} "
-                   f"{b['dsp']:>4}  {b['source']}")
+        click.echo(f"{name:<44} {b['luts']:>6} {b['lut_sites']:>6} {b['ff']:>6} {b['lutram']:>6} "
+                   f"{b['bram']:>4} {b['dsp']:>4}  {b['source']}")
     if r["deepest_paths"]:
         click.echo("\ndeepest paths before placement (1 unit ~ a LUT and its routing):")
     for p in r["deepest_paths"]:

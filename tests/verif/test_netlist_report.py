@@ -86,3 +86,37 @@ def test_deepest_paths_name_each_cone_once():
     assert len(paths) == 2
     assert paths[0]["to"].startswith("dut.deep") and not paths[1]["to"].startswith("dut.deep")
     assert paths[0]["depth"] > paths[1]["depth"]
+
+
+class _Queue(wiring.Component):
+    """A 16-deep, 16-bit queue in distributed RAM: four 16x4 LUT RAMs."""
+    w_data: In(16)
+    w_en: In(1)
+    r_data: Out(16)
+    r_en: In(1)
+
+    def elaborate(self, platform):
+        from amaranth.lib.fifo import SyncFIFOBuffered
+        m = Module()
+        m.submodules.q = q = SyncFIFOBuffered(width=16, depth=17)
+        m.d.comb += [q.w_data.eq(self.w_data), q.w_en.eq(self.w_en), q.r_en.eq(self.r_en),
+                     self.r_data.eq(q.r_data)]
+        return m
+
+
+def test_packing_counts_the_lut_sites_of_lut_ram():
+    """Without placement nextpnr still packs the netlist: a LUT RAM takes six LUT sites
+    (four in RAM mode, two beside its write port), which the per-block ``lut_sites`` and
+    the packed count agree on."""
+    from snpu.verif.tb.netlist_report import LUT_SITES_PER_LUTRAM
+
+    r = synthesize(_Queue(), place=False, device="25k", paths=0)
+    top = r["blocks"][0]
+    assert top["lutram"] == 4
+    assert top["lut_sites"] == top["luts"] + LUT_SITES_PER_LUTRAM * top["lutram"]
+    p = r["packed"]
+    assert p["device"] == "LFE5U-25K" and p["fits"]
+    assert p["lutram_write_ports"] == top["lutram"] and p["ffs"] == r["ffs"]
+    # nextpnr adds carry feed-in / feed-out cells of its own at most
+    assert top["lut_sites"] <= p["lut_sites"] <= top["lut_sites"] + 2 * top["carry"] + 4
+    assert p["lut_sites_available"] == 24288

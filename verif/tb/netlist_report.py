@@ -102,11 +102,19 @@ def _owner(name: str, instances: dict[str, str]) -> str:
     return "(top)"
 
 
+#: LUT sites of an ECP5 one 16x4 distributed RAM (TRELLIS_DPR16X4) takes: nextpnr packs it
+#: into four LUTs in RAM mode and blocks the two LUTs beside its write-port slice
+#: (ecp5/pack.cc, ``pack_dram``), so a LUT RAM bit of a queue costs 1.5 LUTs of logic.
+LUT_SITES_PER_LUTRAM = 6
+
+
 def block_area(netlist: dict, top: str = "top", min_share: float = 0.01) -> list[dict]:
     """Cells per Amaranth instance, children included: ``lut4``, ``carry`` (CCU2C, two
     LUTs each), ``ff``, ``lutram`` (16x4 distributed RAMs), ``bram``, ``dsp``; ``luts``
-    is ``lut4 + 2 * carry``.  Instances holding at least ``min_share`` of the LUTs, largest
-    first within their parent, in tree order (``depth`` 0 is the top)."""
+    is ``lut4 + 2 * carry``; ``lut_sites`` adds the LUT sites the distributed RAMs take
+    (:data:`LUT_SITES_PER_LUTRAM` each: what an ECP5's LUTs hold, as nextpnr packs them).
+    Instances holding at least ``min_share`` of the LUTs, largest first within their
+    parent, in tree order (``depth`` 0 is the top)."""
     mod = netlist["modules"][top]
     instances = _instances(mod)
     own = defaultdict(Counter)
@@ -135,8 +143,9 @@ def block_area(netlist: dict, top: str = "top", min_share: float = 0.01) -> list
     def visit(inst, depth):
         c = total[inst]
         rows.append({"block": inst, "source": instances.get(inst, ""), "depth": depth,
-                     "luts": luts(inst), **{k: c[k] for k in
-                                            ("lut4", "carry", "ff", "lutram", "bram", "dsp")}})
+                     "luts": luts(inst),
+                     "lut_sites": luts(inst) + LUT_SITES_PER_LUTRAM * c["lutram"],
+                     **{k: c[k] for k in ("lut4", "carry", "ff", "lutram", "bram", "dsp")}})
         for ch in sorted(children[inst], key=luts, reverse=True):
             if luts(ch) >= min_share * all_luts:
                 visit(ch, depth + 1)

