@@ -35,6 +35,13 @@ class ConnectionUnit(wiring.Component):
         Depth of the neuron side's input queues.  Lanes that share one neuron source
         (:class:`~snpu.rtl.matrix_unit.MatrixUnit`) drift apart by up to this many chunks or
         entries before the faster ones wait.
+    weight_depth:
+        Depth of the weight side's input queues, or 0 for none: the weight side's streams
+        must then come from registers (valid and payload) and take their ready into a
+        register's enable, not back to a decision (a lane's :class:`~.side_source.SideSource`
+        does: its chunks leave a FIFO's output register, its entries a skid buffer).  A
+        queue of LUT RAM costs six LUT sites per four bits of width on an ECP5 (nextpnr
+        packs a 16 x 4 RAM with its write port into a slice and a half).
     """
 
     n_chunks: In(stream.Signature(chunk_layout()))
@@ -46,14 +53,20 @@ class ConnectionUnit(wiring.Component):
     w_packed: In(1)
     o: Out(stream.Signature(combined_layout()))
 
-    def __init__(self, neuron_depth: int = 4):
+    def __init__(self, neuron_depth: int = 4, weight_depth: int = 4):
+        if neuron_depth < 1 or weight_depth < 0:
+            raise ValueError(f"queue depths must be at least 1 (neurons) and 0 (weights), got "
+                             f"{neuron_depth} and {weight_depth}")
         self._merger = StrideMerge()
         ewidth = len(Signal(entry_layout()).as_value())
         cwidth = len(Signal(chunk_layout()).as_value())
-        # Registered queues on every input: decisions here (the merge's pops depend on the
-        # entries' values) never reach back into the sources in the same cycle.
-        self._queues = [SyncFIFOBuffered(width=ewidth, depth=d) for d in (neuron_depth, 4)]
-        self._chunk_queues = [SyncFIFOBuffered(width=cwidth, depth=d) for d in (neuron_depth, 4)]
+        # Registered queues on the inputs: decisions here (the merge's pops depend on the
+        # entries' values) never reach back into the sources in the same cycle (the weight
+        # side's source may be registered itself: no queue there).
+        depths = (neuron_depth, weight_depth)
+        self._queues = [SyncFIFOBuffered(width=ewidth, depth=d) if d else None for d in depths]
+        self._chunk_queues = [SyncFIFOBuffered(width=cwidth, depth=d) if d else None
+                              for d in depths]
         # ... and on the output, so the compactor's selection logic starts at a register.
         # (depth 4: a SyncFIFOBuffered of depth 2 holds a one-entry inner FIFO and would only
         # pass one item every other cycle)
@@ -67,19 +80,27 @@ class ConnectionUnit(wiring.Component):
         m.d.comb += [merger.n_packed.eq(self.n_packed), merger.w_packed.eq(self.w_packed)]
         for k, (src, dst) in enumerate(((self.n_entries, merger.a), (self.w_entries, merger.b))):
             q = self._queues[k]
+            if q is None:
+                wiring.connect(m, wiring.flipped(src), dst)
+                continue
             m.submodules[f"queue{k}"] = q
             m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid), src.ready.eq(q.w_rdy),
                          dst.payload.eq(q.r_data), dst.valid.eq(q.r_rdy), q.r_en.eq(dst.ready)]
 
+        # each side's head chunk: its valid, its payload, and the enable that takes it
         heads = []
         for k, src in enumerate((self.n_chunks, self.w_chunks)):
             q = self._chunk_queues[k]
-            m.submodules[f"chunk_queue{k}"] = q
             head = Signal(chunk_layout(), name=f"head{k}")
+            if q is None:
+                m.d.comb += head.eq(src.payload)
+                heads.append((src.valid, src.ready, head))
+                continue
+            m.submodules[f"chunk_queue{k}"] = q
             m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid), src.ready.eq(q.w_rdy),
                          head.eq(q.r_data)]
-            heads.append((q, head))
-        (nq, n), (wq, w) = heads
+            heads.append((q.r_rdy, q.r_en, head))
+        (n_rdy, n_take, n), (w_rdy, w_take, w) = heads
 
         m.submodules.out_queue = oq = self._out_queue
         # the joined chunks pass a register stage before the output queue, and their
@@ -101,8 +122,8 @@ class ConnectionUnit(wiring.Component):
         m.d.comb += [joined_out.eq(joined.o.payload),
                      joined_out.pairs_le1.eq(le1), joined_out.pairs_le2.eq(le2)]
         join = Signal()
-        m.d.comb += join.eq(nq.r_rdy & wq.r_rdy & joined.i.ready & ~self.merge)
-        m.d.comb += [nq.r_en.eq(join), wq.r_en.eq(join), joined.i.valid.eq(join),
+        m.d.comb += join.eq(n_rdy & w_rdy & joined.i.ready & ~self.merge)
+        m.d.comb += [n_take.eq(join), w_take.eq(join), joined.i.valid.eq(join),
                      joined.o.ready.eq(oq.w_rdy & ~self.merge),
                      merger.o.ready.eq(oq.w_rdy & self.merge),
                      oq.w_en.eq(Mux(self.merge, merger.o.valid, joined.o.valid & oq.w_rdy))]

@@ -107,7 +107,9 @@ class MatrixLane(wiring.Component):
             raise ValueError(f"lane {lane} is not in 0..{lanes - 1}")
         self._lane, self._lanes = lane, lanes
         self._wsrc = SideSource(convert=False)
-        self._conn = ConnectionUnit(NEURON_QUEUE_DEPTH)
+        # (no queue on the weight side: the source's chunks leave its FIFO's output
+        # register, its entries a skid buffer)
+        self._conn = ConnectionUnit(NEURON_QUEUE_DEPTH, weight_depth=0)
         self._compactor = Compactor(1)
         self._mac = MacUnit(1)
         # Registered-ready queues cut the backward ready chain of the lane's pipeline.
