@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .bits import at_most_flags, set_count_flags
 from .layouts import chunk_layout, combined_layout, entry_layout
-from .skid import PipeRegister
+from .skid import PipeRegister, SkidBuffer
 from .stride_merge import StrideMerge
 
 
@@ -26,8 +26,8 @@ class ConnectionUnit(wiring.Component):
       its source, claim 10); a :class:`StrideMerge` intersects them (claim 8).
 
     Throughput one chunk per cycle on the AND path; see :class:`StrideMerge` for the merge.
-    Latency 5 cycles on the AND path (through the input queues, the joined chunk's register
-    stage and the output queue), 5 on the merge path (its head slots).
+    Latency 4 cycles on the AND path (through the input queues, the joined chunk's register
+    stage and the output skid buffer), 4 on the merge path (its head slots).
 
     Parameters
     ----------
@@ -67,11 +67,11 @@ class ConnectionUnit(wiring.Component):
         self._queues = [SyncFIFOBuffered(width=ewidth, depth=d) if d else None for d in depths]
         self._chunk_queues = [SyncFIFOBuffered(width=cwidth, depth=d) if d else None
                               for d in depths]
-        # ... and on the output, so the compactor's selection logic starts at a register.
-        # (depth 4: a SyncFIFOBuffered of depth 2 holds a one-entry inner FIFO and would only
-        # pass one item every other cycle)
-        self._out_queue = SyncFIFOBuffered(width=len(Signal(combined_layout()).as_value()),
-                                           depth=4)
+        # ... and a skid buffer on the output, so the compactor's selection logic starts at
+        # a register and its ready reaches no decision here (two items in flip-flops: the
+        # input queues hold what is waiting; a LUT RAM queue of the item's 165 bits would
+        # take 252 LUT sites)
+        self._out_queue = SkidBuffer(combined_layout())
         super().__init__()
 
     def elaborate(self, platform):
@@ -124,9 +124,9 @@ class ConnectionUnit(wiring.Component):
         join = Signal()
         m.d.comb += join.eq(n_rdy & w_rdy & joined.i.ready & ~self.merge)
         m.d.comb += [n_take.eq(join), w_take.eq(join), joined.i.valid.eq(join),
-                     joined.o.ready.eq(oq.w_rdy & ~self.merge),
-                     merger.o.ready.eq(oq.w_rdy & self.merge),
-                     oq.w_en.eq(Mux(self.merge, merger.o.valid, joined.o.valid & oq.w_rdy))]
+                     joined.o.ready.eq(oq.i.ready & ~self.merge),
+                     merger.o.ready.eq(oq.i.ready & self.merge),
+                     oq.i.valid.eq(Mux(self.merge, merger.o.valid, joined.o.valid))]
         # The item into the output queue: a stride item's chunk fields (the two sides' bits
         # and the pair-count flags) are never read (the compactor decides a stride item on
         # its `stride` and `pair`), so they are the joined chunk's whatever the path, and
@@ -137,7 +137,6 @@ class ConnectionUnit(wiring.Component):
         for field in ("stride", "n_base", "w_base", "pair", "last"):
             m.d.comb += getattr(item, field).eq(Mux(self.merge, getattr(merger.o.payload, field),
                                                     getattr(joined_out, field)))
-        m.d.comb += [oq.w_data.eq(item),
-                     self.o.valid.eq(oq.r_rdy), self.o.payload.eq(oq.r_data),
-                     oq.r_en.eq(self.o.ready)]
+        m.d.comb += oq.i.payload.eq(item)
+        wiring.connect(m, oq.o, wiring.flipped(self.o))
         return m

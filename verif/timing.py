@@ -88,8 +88,9 @@ STRIDE_REPLAY_CHUNKS = 512
 #: since the connection unit registers its joined chunks, one since the MX unit checks the
 #: operands it latched at start the cycle after, one since the lanes register the buffers'
 #: words before selecting their operand bytes, one since its range comparisons wait a
-#: cycle for the product of a taken fc's nvec operand)
-FC_PIPELINE = 28
+#: cycle for the product of a taken fc's nvec operand; one less since the connection
+#: unit's output is a skid buffer instead of a queue)
+FC_PIPELINE = 27
 #: pipeline fill/drain of the VX unit per vred / vew (address generator, read request
 #: registered, read, read data registered, ALU (three stages), write back)
 VX_PIPELINE = 11
