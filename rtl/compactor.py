@@ -22,9 +22,12 @@ class Compactor(wiring.Component):
 
     Throughput: an item with ``k`` pairs takes ``max(1, ceil(k / lanes))`` cycles, from the
     cycle it arrives; it is taken (``i.ready``) in its last one, and only the bits it has
-    left to select are held meanwhile (its other fields stay on the input).  Latency 3
-    cycles (select, and mask the bits each offset counts; per-byte counts; offsets and
-    addresses).
+    left to select are held meanwhile (its other fields stay on the input).  With one lane
+    ``i.ready`` depends only on ``o.ready`` and registers (the output's valid, whether bits
+    are held, the item's ``stride`` and pair-count flags): give it a registered ``o.ready``
+    (a :class:`~.skid.SkidBuffer`) and the item's producer may use it in the same cycle.
+    Latency 3 cycles (select, and mask the bits each offset counts; per-byte counts; offsets
+    and addresses).
 
     Parameters
     ----------

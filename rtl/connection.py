@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .bits import at_most_flags, set_count_flags
 from .layouts import chunk_layout, combined_layout, entry_layout
-from .skid import PipeRegister, SkidBuffer
+from .skid import PipeRegister
 from .stride_merge import StrideMerge
 
 
@@ -27,7 +27,11 @@ class ConnectionUnit(wiring.Component):
 
     Throughput one chunk per cycle on the AND path; see :class:`StrideMerge` for the merge.
     Latency 4 cycles on the AND path (through the input queues, the joined chunk's register
-    stage and the output skid buffer), 4 on the merge path (its head slots).
+    stage and the output register), 4 on the merge path (its head slots).  The output is a
+    :class:`~.skid.PipeRegister`: ``o.ready`` reaches the takes of the input queues and the
+    merge's in the same cycle, so it must come from registers through a few LUTs (the
+    :class:`~.compactor.Compactor`'s does: its pick queue's ready and its held item's
+    flags).
 
     Parameters
     ----------
@@ -67,11 +71,11 @@ class ConnectionUnit(wiring.Component):
         self._queues = [SyncFIFOBuffered(width=ewidth, depth=d) if d else None for d in depths]
         self._chunk_queues = [SyncFIFOBuffered(width=cwidth, depth=d) if d else None
                               for d in depths]
-        # ... and a skid buffer on the output, so the compactor's selection logic starts at
-        # a register and its ready reaches no decision here (two items in flip-flops: the
-        # input queues hold what is waiting; a LUT RAM queue of the item's 165 bits would
-        # take 252 LUT sites)
-        self._out_queue = SkidBuffer(combined_layout())
+        # ... and a register on the output, so the compactor's selection logic starts at a
+        # register.  Not a skid buffer: its multiplexer in front of the item's 165 bits cost
+        # 172 LUTs a lane (2026-12-07), and the compactor's ready is a function of six
+        # registers; nor a LUT RAM queue (252 LUT sites)
+        self._out_queue = PipeRegister(combined_layout())
         super().__init__()
 
     def elaborate(self, platform):

@@ -2,7 +2,6 @@
 
 from amaranth import *
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .compactor import Compactor
@@ -10,6 +9,7 @@ from .connection import ConnectionUnit
 from .layouts import ADDR, chunk_layout, entry_layout, pairs_layout
 from .mac import MacUnit
 from .side_source import Fmt, SideSource
+from .skid import SkidBuffer
 
 #: Configuration of one fc instruction as a lane sees it (registers mx.* and the operands).
 FC_CONFIG = data.StructLayout({
@@ -78,7 +78,7 @@ class MatrixLane(wiring.Component):
     fc asking otherwise (``FORMAT``).
 
     Throughput one pair per cycle; a row costs ``sum over its chunks of max(1, pairs)``
-    cycles on the AND path.  Results leave in order (vector-major, then row), about 11
+    cycles on the AND path.  Results leave in order (vector-major, then row), about 9
     cycles after the row's last chunk is read.
 
     Parameters
@@ -112,9 +112,11 @@ class MatrixLane(wiring.Component):
         self._conn = ConnectionUnit(NEURON_QUEUE_DEPTH, weight_depth=0)
         self._compactor = Compactor(1)
         self._mac = MacUnit(1)
-        # Registered-ready queues cut the backward ready chain of the lane's pipeline.
-        self._pair_queue = SyncFIFOBuffered(width=len(Signal(pairs_layout(1)).as_value()), depth=4)
-        self._result_queue = SyncFIFOBuffered(width=32, depth=4)
+        # Skid buffers cut the backward ready chain of the lane's pipeline (their readies are
+        # registers); flip-flops, not LUT RAM queues (a 4-deep queue of LUT RAM costs six LUT
+        # sites per four bits of width)
+        self._pair_queue = SkidBuffer(pairs_layout(1))
+        self._result_queue = SkidBuffer(RESULT)
         ports = {}
         for mem in ("widx", "nbuf", "wbuf"):
             ports[f"{mem}_addr"] = Out(ADDR - 3)
@@ -166,8 +168,7 @@ class MatrixLane(wiring.Component):
                      comp.n_packed.eq(n_packed), comp.w_packed.eq(w_packed)]
         wiring.connect(m, conn.o, comp.i)
         m.submodules.pair_queue = pq = self._pair_queue
-        m.d.comb += [pq.w_data.eq(comp.o.payload), pq.w_en.eq(comp.o.valid),
-                     comp.o.ready.eq(pq.w_rdy)]
+        wiring.connect(m, comp.o, pq.i)
 
         # Operand fetch: addresses this cycle, bytes from the memories the next.
         s1_valid, s1_pair, s1_last = Signal(), Signal(), Signal()
@@ -180,15 +181,14 @@ class MatrixLane(wiring.Component):
         s3_valid, s3_pair, s3_last = Signal(), Signal(), Signal()
         s3_n, s3_w = Signal(8, reset_less=True), Signal(8, reset_less=True)
         advance = Signal()
-        m.d.comb += [advance.eq(~s3_valid | mac.i.ready), pq.r_en.eq(advance)]
-        pr = Signal(pairs_layout(1))
-        m.d.comb += pr.eq(pq.r_data)
+        m.d.comb += [advance.eq(~s3_valid | mac.i.ready), pq.o.ready.eq(advance)]
+        pr = pq.o.payload
         m.d.comb += [
             self.nbuf_addr.eq(pr.n_addr[0][3:]), self.wbuf_addr.eq(pr.w_addr[0][3:]),
             self.nbuf_en.eq(advance), self.wbuf_en.eq(advance),
         ]
         with m.If(advance):
-            m.d.sync += [s1_valid.eq(pq.r_rdy), s1_pair.eq(pr.valid[0]), s1_last.eq(pr.last),
+            m.d.sync += [s1_valid.eq(pq.o.valid), s1_pair.eq(pr.valid[0]), s1_last.eq(pr.last),
                          s1_noff.eq(pr.n_addr[0][:3]), s1_woff.eq(pr.w_addr[0][:3])]
         # The memory words into registers as they are (a block RAM's clock-to-output is
         # most of a cycle: its output feeds no logic), then the bytes selected out of them,
@@ -208,10 +208,8 @@ class MatrixLane(wiring.Component):
             mac.i.payload.last.eq(s3_last),
         ]
         m.submodules.result_queue = rq = self._result_queue
-        m.d.comb += [rq.w_data.eq(mac.o.payload.sum), rq.w_en.eq(mac.o.valid),
-                     mac.o.ready.eq(rq.w_rdy),
-                     self.results.payload.sum.eq(rq.r_data), self.results.valid.eq(rq.r_rdy),
-                     rq.r_en.eq(self.results.ready)]
+        wiring.connect(m, mac.o, rq.i)
+        wiring.connect(m, rq.o, wiring.flipped(self.results))
 
         # Bookkeeping: the pair pulse (the matrix unit counts them), results outstanding.
         # The results to expect, nvec * rows, are multiplied out from registers into a

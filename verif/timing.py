@@ -89,8 +89,9 @@ STRIDE_REPLAY_CHUNKS = 512
 #: operands it latched at start the cycle after, one since the lanes register the buffers'
 #: words before selecting their operand bytes, one since its range comparisons wait a
 #: cycle for the product of a taken fc's nvec operand; one less since the connection
-#: unit's output is a skid buffer instead of a queue)
-FC_PIPELINE = 27
+#: unit's output is a skid buffer instead of a queue; two less since a lane's pair and
+#: result queues are skid buffers)
+FC_PIPELINE = 25
 #: pipeline fill/drain of the VX unit per vred / vew (address generator, read request
 #: registered, read, read data registered, ALU (three stages), write back)
 VX_PIPELINE = 11
