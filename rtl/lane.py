@@ -89,7 +89,10 @@ class MatrixLane(wiring.Component):
     Members
     -------
     start : In(1)
-        Begin an instruction; ``cfg`` must stay stable until ``busy`` falls.
+        Begin an instruction; ``cfg`` must stay stable until its results have left (the
+        matrix unit's ``busy`` counts them).
+    error : Out(1)
+        The weight index is malformed (sticky until the next ``start``).
     modes : In(FC_MODES)
         The instruction's modes, valid from the cycle after ``start``.
     n_chunks, n_entries : In(stream)
@@ -124,7 +127,6 @@ class MatrixLane(wiring.Component):
             ports[f"{mem}_data"] = In(64)
         super().__init__({
             "start": In(1),
-            "busy": Out(1),
             "error": Out(1),
             "cfg": In(FC_CONFIG),
             "modes": In(FC_MODES),
@@ -211,23 +213,8 @@ class MatrixLane(wiring.Component):
         wiring.connect(m, mac.o, rq.i)
         wiring.connect(m, rq.o, wiring.flipped(self.results))
 
-        # Bookkeeping: the pair pulse (the matrix unit counts them), results outstanding.
-        # The results to expect, nvec * rows, are multiplied out from registers into a
-        # register and loaded into `outstanding` the cycle after the sources start (the
-        # first result comes many cycles later): no multiplier lies before `busy`.
-        outstanding = Signal(24)
-        expected = Signal(24)
-        any_expected = Signal()
-        start_d2 = Signal()
-        m.d.sync += [expected.eq(c.nvec * rows_reg), any_expected.eq((c.nvec != 0) & (rows_reg != 0)),
-                     start_d2.eq(start_d)]
-        # (no pair and no result of an instruction is in the pipeline before its sources
-        # start: the previous one's were all taken before `busy` fell)
-        m.d.comb += self.paired.eq(mac.i.valid & mac.i.ready & s3_pair)
-        with m.If(start_d2):
-            m.d.sync += outstanding.eq(expected)
-        with m.Elif(self.results.valid & self.results.ready):
-            m.d.sync += outstanding.eq(outstanding - 1)
-        m.d.comb += [self.busy.eq((outstanding != 0) | start_d | (start_d2 & any_expected)),
+        # Bookkeeping: the pair pulse (the matrix unit counts them for all lanes, and the
+        # results the lanes still owe).
+        m.d.comb += [self.paired.eq(mac.i.valid & mac.i.ready & s3_pair),
                      self.error.eq(wsrc.error)]
         return m

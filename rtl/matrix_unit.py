@@ -51,8 +51,9 @@ class MatrixUnit(wiring.Component):
     weight index bank (``widx``), written through a port with a lane select.  ``start`` runs
     one fc over all lanes; lane ``g`` emits the sums of rows ``r = g, g + P, ...`` on
     ``results[g]``.  Weights and neurons must not be written while an fc that reads them runs
-    (the dependency tokens of the ISA guarantee it).  ``pairs``: the pairs the last fc
-    multiplied, complete once its results have been taken.
+    (the dependency tokens of the ISA guarantee it).  ``busy`` falls the cycle after the
+    fc's last result is taken (one counter of the results owed, for all lanes).  ``pairs``:
+    the pairs the last fc multiplied, complete once its results have been taken.
 
     Memories are written a word of the AXI bus's width at a time (``axi_data_bits``: 64,
     128 or 256; the LD unit's words) and read 64 bits at a time through a synchronous read
@@ -157,9 +158,32 @@ class MatrixUnit(wiring.Component):
                 wide_read_port(m, mem, getattr(lane, f"{name}_addr"),
                                getattr(lane, f"{name}_en"), getattr(lane, f"{name}_data"),
                                f"{name}{g}", platform=platform, write_ports=[wp])
-            busy.append(lane.busy)
             error.append(lane.error)
             paired.append(lane.paired)
+        # The results still owed, one counter for all lanes (until 2026-12 every lane kept
+        # its own, with its own nvec * rows multiplier): nvec * rows multiplied from
+        # registers into a register and loaded the cycle after the source starts (the first
+        # result comes many cycles later); the results taken each cycle are registered and
+        # counted off the cycle after, and `owed` is compared with that count, so `busy`
+        # falls the cycle after the last result is taken, with no adder before it.
+        rows_all = Signal.like(c.rows)
+        with m.If(self.start):
+            m.d.sync += rows_all.eq(c.rows)
+        expected, owed = Signal(24), Signal(24)
+        any_expected, start_d2 = Signal(), Signal()
+        m.d.sync += [expected.eq(c.nvec * rows_all),
+                     any_expected.eq((c.nvec != 0) & (rows_all != 0)), start_d2.eq(start_d)]
+        taken_r = Signal(P)
+        m.d.sync += taken_r.eq(Cat(*[r.valid & r.ready for r in self.results]))
+        n_taken = popcount(m, taken_r, "taken_count")
+        # (no result of an instruction is taken before its source starts, and the previous
+        # one's were all taken before `busy` fell)
+        with m.If(start_d2):
+            m.d.sync += owed.eq(expected)
+        with m.Else():
+            m.d.sync += owed.eq(owed - n_taken)
+        results_owed = (owed[len(n_taken):] != 0) | (owed[:len(n_taken)] != n_taken)
+        busy.append(results_owed | start_d | (start_d2 & any_expected))
         m.d.comb += [self.busy.eq(Cat(busy).any()), self.error.eq(Cat(error).any())]
         # The pairs counter, one for all lanes (until 2026-12 each lane counted its own in
         # 32 bits, added by a tree of 32-bit adders): the lanes' pulses into a register,
@@ -170,9 +194,9 @@ class MatrixUnit(wiring.Component):
         # pair's sum still has to leave the MAC and be written).
         paired_r = Signal(P)
         counted = Signal(range(P + 1))
-        start_dd, start_ddd = Signal(), Signal()
+        start_ddd = Signal()
         m.d.sync += [paired_r.eq(Cat(paired)), counted.eq(popcount(m, paired_r, "paired_count")),
-                     start_dd.eq(start_d), start_ddd.eq(start_dd)]
+                     start_ddd.eq(start_d2)]
         with m.If(start_ddd):
             m.d.sync += self.pairs.eq(0)
         with m.Else():
