@@ -23,8 +23,10 @@ class LocalMemory(wiring.Component):
     ``STORE_BUS``).  The NET side reads words for ``send`` (``net_rd``: one request per
     cycle, the word on ``net_rdata`` four cycles after, no back-pressure: the NET unit asks
     only when it has room) and writes arriving packets' words (``net_wr``, with byte
-    enables).  The read port alternates between the AXI side and the NET side when both
-    want it; arriving packets win the write port, so the network always drains.  The block
+    enables; an arriving word is registered before it is arbitrated and lands in the
+    memory two cycles after it is taken).  The read port alternates between the AXI side
+    and the NET side when both want it; arriving packets win the write port, so the
+    network always drains.  The block
     RAMs' inputs come from registers (the read address and enable as arbitrated, the write
     address, data and enables as chosen), registered here beside the memory: a 64 KiB
     memory is 32 block RAMs across the die, and neither arbitration's choice feeds their
@@ -144,13 +146,19 @@ class LocalMemory(wiring.Component):
         wr = Signal(NET_WRITE)
         m.d.comb += [wp.addr.eq(wr.addr), wp.data.eq(wr.data), wp.en.eq(wr.en)]
         m.d.comb += self.net_wr.ready.eq(1)
+        # an arriving word enters a register before it is arbitrated, so the AXI side's
+        # `wready` is a function of registers: the network's valid reached the ST unit's
+        # write skid buffer through the interconnect (the placed 1-lane core's worst path at
+        # 13d9cb1, 100.0 MHz)
+        net_in = Signal(NET_WRITE, reset_less=True)
+        net_in_valid = Signal()
+        m.d.sync += [net_in_valid.eq(self.net_wr.valid), net_in.eq(self.net_wr.payload)]
         w_addr = Signal(28)
         w_err = Signal(2)
         axi_w = Signal()
         m.d.sync += wr.en.eq(0)
-        with m.If(self.net_wr.valid):
-            m.d.sync += [wr.addr.eq(self.net_wr.payload.addr), wr.data.eq(self.net_wr.payload.data),
-                         wr.en.eq(self.net_wr.payload.en)]
+        with m.If(net_in_valid):
+            m.d.sync += [wr.addr.eq(net_in.addr), wr.data.eq(net_in.data), wr.en.eq(net_in.en)]
         with m.FSM():
             with m.State("ADDR"):
                 m.d.comb += bus.awready.eq(1)
@@ -158,9 +166,9 @@ class LocalMemory(wiring.Component):
                     m.d.sync += [w_addr.eq(bus.awaddr[:28]), w_err.eq(RESP_OKAY)]
                     m.next = "DATA"
             with m.State("DATA"):
-                m.d.comb += [bus.wready.eq(~self.net_wr.valid), axi_w.eq(bus.wvalid & bus.wready)]
+                m.d.comb += [bus.wready.eq(~net_in_valid), axi_w.eq(bus.wvalid & bus.wready)]
                 resp = self._resp(w_addr)
-                with m.If(~self.net_wr.valid):
+                with m.If(~net_in_valid):
                     m.d.sync += [wr.addr.eq(w_addr[3:]), wr.data.eq(bus.wdata),
                                  wr.en.eq(Mux(axi_w & (resp == RESP_OKAY), bus.wstrb, 0))]
                 with m.If(axi_w):
