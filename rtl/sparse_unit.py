@@ -68,9 +68,13 @@ class SparseProcessingUnit(wiring.Component):
         n = self._n
 
         def above(x, t):
-            """``|x| > t`` for an int8 ``x`` and ``0 <= t < 128``, without negating ``x``:
-            for ``x < 0``, ``|x| = ~x + 1``, so ``|x| > t`` is ``~x >= t`` (seven bits)."""
-            return Mux(x[7], ~x[:7] >= t, x[:7] > t)
+            """``|x| > t`` for an int8 ``x`` and ``0 <= t < 128``, without negating ``x``
+            and with one comparator: for ``x < 0``, ``|x| = ~x + 1``, so ``|x| > t`` is
+            ``~x[:7] >= t``; for ``x >= 0`` it is ``x[:7] > t``.  With ``y = x[:7]``, its
+            bits inverted when ``x < 0``, both are ``2 y + sign > 2 t``: one 8-bit
+            comparison of ``Cat(sign, y)`` with ``Cat(0, t)``."""
+            y = x[:7] ^ x[7].replicate(7)
+            return Cat(x[7], y) > Cat(C(0, 1), t)
 
         xs = [self.i.payload.data[8 * k:8 * k + 8] for k in range(n)]
         advance = Signal()  # both stages move (the output is free or taken)

@@ -51,3 +51,28 @@ def test_threshold_and_groups_match_golden(seed):
         want &= enables
         assert bits == sum(int(b) << k for k, b in enumerate(want)), (x, be, t, g, t3, t4)
         assert obe == be and addr == 5
+
+
+def test_threshold_at_every_value_and_edge():
+    """Every int8 value against thresholds at the edges (``|x| == t``, ``x = -128``, t = 0
+    and 127): the one-comparator ``|x| > t`` of both signs."""
+    dut = SparseProcessingUnit()
+    values = np.arange(-128, 128, dtype=np.int16).astype(np.int8).reshape(-1, 8)
+    cases = [(x, t) for t in (0, 1, 2, 63, 64, 126, 127) for x in values]
+    got = []
+
+    async def producer(ctx):
+        ctx.set(dut.group_log2, 0)
+        for x, t in cases:
+            ctx.set(dut.thresh, t)
+            word = int.from_bytes(x.tobytes(), "little")
+            await stream_put(ctx, dut.i, {"data": word, "be": 0xFF, "addr": 0}, None, 0)
+
+    async def consumer(ctx):
+        for _ in cases:
+            got.append((await stream_get(ctx, dut.o, None, 0)).bits)
+
+    simulate(dut, producer, consumer)
+    for (x, t), bits in zip(cases, got):
+        want = ix.threshold(x, t)
+        assert bits == sum(int(b) << k for k, b in enumerate(want)), (x, t)
