@@ -202,8 +202,10 @@ class StoreUnit(wiring.Component):
             m.d.sync += [issuing.eq(1),
                          p_left.eq(a.n3 - 1), r_left.eq(a.rows - 1),
                          rows_m1.eq(a.rows - 1), cols_m8.eq(a.cols - 8),
-                         first_last_at.eq(Cat(*[a.cols + k <= 8 for k in range(8)])),
-                         second_last_at.eq(Cat(*[a.cols + k <= 16 for k in range(8)])),
+                         # (cols + k <= 8 as cols <= 8 - k: comparisons with constants,
+                         # no adder before them)
+                         first_last_at.eq(Cat(*[a.cols <= 8 - k for k in range(8)])),
+                         second_last_at.eq(Cat(*[a.cols <= 16 - k for k in range(8)])),
                          src_plane.eq(a.src), src_row.eq(a.src),
                          end_plane.eq(first_end), end_row.eq(first_end), bad.eq(0),
                          ext_plane.eq(a.ext), ext_row.eq(a.ext)]

@@ -87,6 +87,31 @@ def test_stores_match_golden(seed):
     np.testing.assert_array_equal(np.frombuffer(bytes(mem), np.uint8), gold.ext)
 
 
+def test_short_rows_at_every_offset_and_length():
+    """Rows of 1..17 bytes from each of the 8 byte offsets, two rows a plane: every bit of
+    the rows' first- and second-beat-is-last flags, and every row ending exactly at a beat's
+    end (cols + offset = 8 or 16)."""
+    rng = random.Random(5)
+    obuf = np.array([rng.randrange(256) for _ in range(CFG.obuf_bytes)], np.uint8)
+    mem = bytearray(8192)
+    ops = []
+    for off in range(8):
+        for cols in range(1, 18):
+            regs = {"src_stride": 40, "src_stride3": 0, "ext_stride": 24, "ext_stride3": 0}
+            ext = 48 * len(ops) + rng.randrange(8)
+            ops.append((regs, dict(src=off + 8 * rng.randrange(4), ext=ext, n3=1, rows=2,
+                                   cols=cols)))
+    errors = _run(ops, obuf, mem, rng)
+    assert errors == [ErrorCode.NONE] * len(ops)
+    gold = Machine(CFG, np.zeros(8192, np.uint8))
+    gold.obuf[:] = obuf
+    for regs, args in ops:
+        for k, v in regs.items():
+            gold.regs[f"st.{k}"] = v
+        gold.execute(isa.make("st", **args))
+    np.testing.assert_array_equal(np.frombuffer(bytes(mem), np.uint8), gold.ext)
+
+
 @pytest.mark.parametrize("case,code", [("range", ErrorCode.RANGE), ("range-late", ErrorCode.RANGE),
                                        ("range-plane", ErrorCode.RANGE),
                                        ("bus", ErrorCode.STORE_BUS)])
