@@ -20,6 +20,7 @@ FC_CONFIG = data.StructLayout({
     "n_in": 16,
     "nvec": 12,
     "rows": 12,             # rows of the whole instruction
+    "results": 24,          # nvec * rows, the sums it produces (the MX unit's product)
     "nbuf": ADDR,
     "nidx": ADDR,
     "wbuf": ADDR,

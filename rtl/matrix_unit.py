@@ -161,25 +161,21 @@ class MatrixUnit(wiring.Component):
             error.append(lane.error)
             paired.append(lane.paired)
         # The results still owed, one counter for all lanes (until 2026-12 every lane kept
-        # its own, with its own nvec * rows multiplier): nvec * rows multiplied from
-        # registers into a register and loaded the cycle after the source starts (the first
-        # result comes many cycles later); the results taken each cycle are registered and
-        # counted off the cycle after, and `owed` is compared with that count, so `busy`
-        # falls the cycle after the last result is taken, with no adder before it.
-        rows_all = Signal.like(c.rows)
-        with m.If(self.start):
-            m.d.sync += rows_all.eq(c.rows)
-        expected, owed = Signal(24), Signal(24)
+        # its own, with its own nvec * rows multiplier): `cfg.results` (nvec * rows, the MX
+        # unit's product) loaded the cycle after the source starts (the first result comes
+        # many cycles later); the results taken each cycle are registered and counted off
+        # the cycle after, and `owed` is compared with that count, so `busy` falls the
+        # cycle after the last result is taken, with no adder before it.
+        owed = Signal(24)
         any_expected, start_d2 = Signal(), Signal()
-        m.d.sync += [expected.eq(c.nvec * rows_all),
-                     any_expected.eq((c.nvec != 0) & (rows_all != 0)), start_d2.eq(start_d)]
+        m.d.sync += [any_expected.eq(c.results != 0), start_d2.eq(start_d)]
         taken_r = Signal(P)
         m.d.sync += taken_r.eq(Cat(*[r.valid & r.ready for r in self.results]))
         n_taken = popcount(m, taken_r, "taken_count")
         # (no result of an instruction is taken before its source starts, and the previous
         # one's were all taken before `busy` fell)
         with m.If(start_d2):
-            m.d.sync += owed.eq(expected)
+            m.d.sync += owed.eq(c.results)
         with m.Else():
             m.d.sync += owed.eq(owed - n_taken)
         results_owed = (owed[len(n_taken):] != 0) | (owed[:len(n_taken)] != n_taken)

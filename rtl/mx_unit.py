@@ -230,7 +230,16 @@ class MatrixController(wiring.Component):
         # on either side, nothing after it), current from `begin` on
         total = Signal(24)
         rows_product = Signal(24)
-        m.d.sync += rows_product.eq(r.nvec * a.rows)
+        # (the factors copied at `settle` into registers of their own, so the multiplier's
+        # inputs have one load each and can sit beside it: the latched nvec, loaded all over
+        # the unit, into the multiplier was the placed 1-lane core's worst path at af54351,
+        # seed 1, 102.7 MHz; the product is current from `first` on, where it is read)
+        mul_nvec, mul_rows = Signal.like(r.nvec), Signal.like(a.rows)
+        with m.If(settle):
+            m.d.sync += [mul_nvec.eq(r.nvec), mul_rows.eq(a.rows)]
+        m.d.sync += rows_product.eq(mul_nvec * mul_rows)
+        # (the results the lanes owe: the product, held from `first` on)
+        m.d.comb += mu.cfg.results.eq(total)
         accumulate = Signal()
         first = Signal()
         m.d.sync += first.eq(begin)

@@ -42,6 +42,7 @@ def fc_config(case) -> dict:
         "mixed_to_stride": r["mx.mixed"], "n_in": i.n_in, "nvec": r["mx.nvec"], "rows": i.rows,
         "nbuf": i.nbuf, "nidx": i.nidx, "wbuf": i.wbuf, "widx": i.widx,
         "nstride": r["mx.nstride"], "nidx_stride": r["mx.nidx_stride"],
+        "results": r["mx.nvec"] * i.rows,
     }
 
 
