@@ -52,7 +52,8 @@ class MatrixUnit(wiring.Component):
     one fc over all lanes; lane ``g`` emits the sums of rows ``r = g, g + P, ...`` on
     ``results[g]``.  Weights and neurons must not be written while an fc that reads them runs
     (the dependency tokens of the ISA guarantee it).  ``busy`` falls the cycle after the
-    fc's last result is taken (one counter of the results owed, for all lanes).  ``pairs``:
+    fc's last result is taken (one counter of the results owed, for all lanes, loaded from
+    ``cfg.results``, which must be nvec x rows: the MX unit's product).  ``pairs``:
     the pairs the last fc multiplied, complete once its results have been taken.
 
     Memories are written a word of the AXI bus's width at a time (``axi_data_bits``: 64,

@@ -227,7 +227,7 @@ class MatrixController(wiring.Component):
         # after the checks, which need none of it (a launched fc writes nothing then, and
         # one that did not launch ends then).  They are multiplied out from the operands
         # latched at start, every cycle into a register (a multiplier block with a register
-        # on either side, nothing after it), current from `begin` on
+        # on either side, nothing after it), current from `first` on
         total = Signal(24)
         rows_product = Signal(24)
         # (the factors copied at `settle` into registers of their own, so the multiplier's
