@@ -50,6 +50,20 @@ def _run(ops, obuf, mem, rng, error_ranges=()):
     return errors
 
 
+def _check_against_golden(ops, obuf, mem, rng):
+    """Run ``ops`` (st's registers and operands each) on the unit and on the golden model
+    from the same output cache: no fault, and the same external memory."""
+    errors = _run(ops, obuf, mem, rng)
+    assert errors == [ErrorCode.NONE] * len(ops)
+    gold = Machine(CFG, np.zeros(len(mem), np.uint8))
+    gold.obuf[:] = obuf
+    for regs, args in ops:
+        for k, v in regs.items():
+            gold.regs[f"st.{k}"] = v
+        gold.execute(isa.make("st", **args))
+    np.testing.assert_array_equal(np.frombuffer(bytes(mem), np.uint8), gold.ext)
+
+
 @pytest.mark.parametrize("seed", range(4))
 @seeded
 def test_stores_match_golden(seed):
@@ -76,15 +90,7 @@ def test_stores_match_golden(seed):
             ext = 8192 - span_ext
         ops.append((regs, dict(src=rng.randrange(0, CFG.obuf_bytes - span_src + 1), ext=ext,
                                n3=n3, rows=rows, cols=cols)))
-    errors = _run(ops, obuf, mem, rng)
-    assert errors == [ErrorCode.NONE] * len(ops)
-    gold = Machine(CFG, np.zeros(8192, np.uint8))
-    gold.obuf[:] = obuf
-    for regs, args in ops:
-        for k, v in regs.items():
-            gold.regs[f"st.{k}"] = v
-        gold.execute(isa.make("st", **args))
-    np.testing.assert_array_equal(np.frombuffer(bytes(mem), np.uint8), gold.ext)
+    _check_against_golden(ops, obuf, mem, rng)
 
 
 def test_short_rows_at_every_offset_and_length():
@@ -101,15 +107,7 @@ def test_short_rows_at_every_offset_and_length():
             ext = 48 * len(ops) + rng.randrange(8)
             ops.append((regs, dict(src=off + 8 * rng.randrange(4), ext=ext, n3=1, rows=2,
                                    cols=cols)))
-    errors = _run(ops, obuf, mem, rng)
-    assert errors == [ErrorCode.NONE] * len(ops)
-    gold = Machine(CFG, np.zeros(8192, np.uint8))
-    gold.obuf[:] = obuf
-    for regs, args in ops:
-        for k, v in regs.items():
-            gold.regs[f"st.{k}"] = v
-        gold.execute(isa.make("st", **args))
-    np.testing.assert_array_equal(np.frombuffer(bytes(mem), np.uint8), gold.ext)
+    _check_against_golden(ops, obuf, mem, rng)
 
 
 @pytest.mark.parametrize("case,code", [("range", ErrorCode.RANGE), ("range-late", ErrorCode.RANGE),
