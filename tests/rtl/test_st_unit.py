@@ -21,19 +21,24 @@ CFG = CoreConfig(lanes=4, nbuf_bytes=1024, nidx_bytes=256, wbuf_bytes=512, widx_
                  acc_words=64, obuf_bytes=1024, param_rows=8)
 
 
-def _obuf_port(dut, obuf):
+def _obuf_port(dut, obuf, reads):
+    """The output cache: a word a cycle after its address; ``reads[0]`` counts the reads."""
     async def process(ctx):
         while True:
             _, _, addr, en = await ctx.tick().sample(dut.obuf_addr, dut.obuf_en)
             if en:
+                reads[0] += 1
                 ctx.set(dut.obuf_data, int.from_bytes(obuf[8 * addr:8 * addr + 8].tobytes(), "little"))
     return process
 
 
-def _run(ops, obuf, mem, rng, error_ranges=()):
+def _run(ops, obuf, mem, rng, error_ranges=(), reads_per_op=None):
+    """Run ``ops`` on the unit; each op's error code.  ``reads_per_op``, if a list, gets
+    the output-cache words each op read."""
     dut = StoreUnit(CFG)
     axi = AxiMemory(dut, mem, rng, idle=0.25, error_ranges=error_ranges, id_bits=False)
     errors = []
+    reads = [0]
 
     async def driver(ctx):
         for regs, args in ops:
@@ -41,19 +46,22 @@ def _run(ops, obuf, mem, rng, error_ranges=()):
             ctx.set(dut.op, op_codes(Unit.ST)["st"])
             ctx.set(dut.args.st, args)
             ctx.set(dut.start, 1)
+            before = reads[0]
             await ctx.tick()
             ctx.set(dut.start, 0)
             await ctx.tick().until(dut.done)
             errors.append(ctx.get(dut.error))
+            if reads_per_op is not None:
+                reads_per_op.append(reads[0] - before)
 
-    simulate(dut, driver, processes=[axi.aw, axi.w, _obuf_port(dut, obuf)])
+    simulate(dut, driver, processes=[axi.aw, axi.w, _obuf_port(dut, obuf, reads)])
     return errors
 
 
-def _check_against_golden(ops, obuf, mem, rng):
+def _check_against_golden(ops, obuf, mem, rng, reads_per_op=None):
     """Run ``ops`` (st's registers and operands each) on the unit and on the golden model
     from the same output cache: no fault, and the same external memory."""
-    errors = _run(ops, obuf, mem, rng)
+    errors = _run(ops, obuf, mem, rng, reads_per_op=reads_per_op)
     assert errors == [ErrorCode.NONE] * len(ops)
     gold = Machine(CFG, np.zeros(len(mem), np.uint8))
     gold.obuf[:] = obuf
@@ -96,7 +104,8 @@ def test_stores_match_golden(seed):
 def test_short_rows_at_every_offset_and_length():
     """Rows of 1..17 bytes from each of the 8 byte offsets, two rows a plane: every bit of
     the rows' first- and second-beat-is-last flags, and every row ending exactly at a beat's
-    end (cols + offset = 8 or 16)."""
+    end (cols + offset = 8 or 16).  Each row reads exactly the output-cache words it spans
+    (a flag set one byte late would read a word of no bytes after the row's last)."""
     rng = random.Random(5)
     obuf = np.array([rng.randrange(256) for _ in range(CFG.obuf_bytes)], np.uint8)
     mem = bytearray(8192)
@@ -107,7 +116,10 @@ def test_short_rows_at_every_offset_and_length():
             ext = 48 * len(ops) + rng.randrange(8)
             ops.append((regs, dict(src=off + 8 * rng.randrange(4), ext=ext, n3=1, rows=2,
                                    cols=cols)))
-    _check_against_golden(ops, obuf, mem, rng)
+    reads = []
+    _check_against_golden(ops, obuf, mem, rng, reads)
+    spanned = [2 * -(-(args["src"] % 8 + args["cols"]) // 8) for _, args in ops]
+    assert reads == spanned
 
 
 @pytest.mark.parametrize("case,code", [("range", ErrorCode.RANGE), ("range-late", ErrorCode.RANGE),
