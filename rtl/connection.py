@@ -6,7 +6,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .bits import at_most_flags, set_count_flags
-from .layouts import chunk_layout, combined_layout, entry_layout
+from .layouts import chunk_layout, combined_layout, entry_in_chunk, entry_layout
 from .skid import PipeRegister
 from .stride_merge import StrideMerge
 
@@ -33,10 +33,14 @@ class ConnectionUnit(wiring.Component):
     :class:`~.compactor.Compactor`'s does: its pick queue's ready and its held item's
     flags).
 
+    The neuron side arrives as one stream, ``n_items``: chunks, or with ``merge`` stride
+    entries packed into the chunk layout (:func:`~.layouts.entry_in_chunk`), into one
+    queue; the weight side as two streams, ``w_chunks`` and ``w_entries``.
+
     Parameters
     ----------
     neuron_depth:
-        Depth of the neuron side's input queues.  Lanes that share one neuron source
+        Depth of the neuron side's input queue.  Lanes that share one neuron source
         (:class:`~snpu.rtl.matrix_unit.MatrixUnit`) drift apart by up to this many chunks or
         entries before the faster ones wait.
     weight_depth:
@@ -48,9 +52,8 @@ class ConnectionUnit(wiring.Component):
         packs a 16 x 4 RAM with its write port into a slice and a half).
     """
 
-    n_chunks: In(stream.Signature(chunk_layout()))
+    n_items: In(stream.Signature(chunk_layout()))
     w_chunks: In(stream.Signature(chunk_layout()))
-    n_entries: In(stream.Signature(entry_layout()))
     w_entries: In(stream.Signature(entry_layout()))
     merge: In(1)
     n_packed: In(1)
@@ -66,11 +69,13 @@ class ConnectionUnit(wiring.Component):
         cwidth = len(Signal(chunk_layout()).as_value())
         # Registered queues on the inputs: decisions here (the merge's pops depend on the
         # entries' values) never reach back into the sources in the same cycle (the weight
-        # side's source may be registered itself: no queue there).
-        depths = (neuron_depth, weight_depth)
-        self._queues = [SyncFIFOBuffered(width=ewidth, depth=d) if d else None for d in depths]
-        self._chunk_queues = [SyncFIFOBuffered(width=cwidth, depth=d) if d else None
-                              for d in depths]
+        # side's source may be registered itself: no queue there).  One queue on the neuron
+        # side for both paths (an fc uses one): a lane's second 16-deep queue of LUT RAM
+        # cost about 60 LUT sites.
+        self._n_queue = SyncFIFOBuffered(width=cwidth, depth=neuron_depth)
+        self._w_queue = SyncFIFOBuffered(width=ewidth, depth=weight_depth) if weight_depth else None
+        self._w_chunk_queue = (SyncFIFOBuffered(width=cwidth, depth=weight_depth)
+                               if weight_depth else None)
         # ... and a register on the output, so the compactor's selection logic starts at a
         # register.  Not a skid buffer: its multiplexer in front of the item's 165 bits cost
         # 172 LUTs a lane (2026-12-07), and the compactor's ready is a function of six
@@ -82,29 +87,33 @@ class ConnectionUnit(wiring.Component):
         m = Module()
         m.submodules.merger = merger = self._merger
         m.d.comb += [merger.n_packed.eq(self.n_packed), merger.w_packed.eq(self.w_packed)]
-        for k, (src, dst) in enumerate(((self.n_entries, merger.a), (self.w_entries, merger.b))):
-            q = self._queues[k]
-            if q is None:
-                wiring.connect(m, wiring.flipped(src), dst)
-                continue
-            m.submodules[f"queue{k}"] = q
-            m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid), src.ready.eq(q.w_rdy),
-                         dst.payload.eq(q.r_data), dst.valid.eq(q.r_rdy), q.r_en.eq(dst.ready)]
-
-        # each side's head chunk: its valid, its payload, and the enable that takes it
-        heads = []
-        for k, src in enumerate((self.n_chunks, self.w_chunks)):
-            q = self._chunk_queues[k]
-            head = Signal(chunk_layout(), name=f"head{k}")
-            if q is None:
-                m.d.comb += head.eq(src.payload)
-                heads.append((src.valid, src.ready, head))
-                continue
-            m.submodules[f"chunk_queue{k}"] = q
-            m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid), src.ready.eq(q.w_rdy),
-                         head.eq(q.r_data)]
-            heads.append((q.r_rdy, q.r_en, head))
-        (n_rdy, n_take, n), (w_rdy, w_take, w) = heads
+        # the neuron side's head item: a chunk, or (merge) an entry
+        m.submodules.n_queue = nq = self._n_queue
+        m.d.comb += [nq.w_data.eq(self.n_items.payload), nq.w_en.eq(self.n_items.valid),
+                     self.n_items.ready.eq(nq.w_rdy)]
+        n = Signal(chunk_layout())
+        m.d.comb += [n.eq(nq.r_data), merger.a.payload.eq(entry_in_chunk(n)),
+                     merger.a.valid.eq(nq.r_rdy & self.merge)]
+        n_rdy = nq.r_rdy
+        # the weight side's entries and head chunk, through queues or as they come
+        q = self._w_queue
+        if q is None:
+            wiring.connect(m, wiring.flipped(self.w_entries), merger.b)
+        else:
+            m.submodules.w_queue = q
+            m.d.comb += [q.w_data.eq(self.w_entries.payload), q.w_en.eq(self.w_entries.valid),
+                         self.w_entries.ready.eq(q.w_rdy), merger.b.payload.eq(q.r_data),
+                         merger.b.valid.eq(q.r_rdy), q.r_en.eq(merger.b.ready)]
+        w = Signal(chunk_layout())
+        q = self._w_chunk_queue
+        if q is None:
+            m.d.comb += w.eq(self.w_chunks.payload)
+            w_rdy, w_take = self.w_chunks.valid, self.w_chunks.ready
+        else:
+            m.submodules.w_chunk_queue = q
+            m.d.comb += [q.w_data.eq(self.w_chunks.payload), q.w_en.eq(self.w_chunks.valid),
+                         self.w_chunks.ready.eq(q.w_rdy), w.eq(q.r_data)]
+            w_rdy, w_take = q.r_rdy, q.r_en
 
         m.submodules.out_queue = oq = self._out_queue
         # the joined chunks pass a register stage before the output queue, and their
@@ -127,7 +136,8 @@ class ConnectionUnit(wiring.Component):
                      joined_out.pairs_le1.eq(le1), joined_out.pairs_le2.eq(le2)]
         join = Signal()
         m.d.comb += join.eq(n_rdy & w_rdy & joined.i.ready & ~self.merge)
-        m.d.comb += [n_take.eq(join), w_take.eq(join), joined.i.valid.eq(join),
+        m.d.comb += [nq.r_en.eq(join | self.merge & merger.a.ready), w_take.eq(join),
+                     joined.i.valid.eq(join),
                      joined.o.ready.eq(oq.i.ready & ~self.merge),
                      merger.o.ready.eq(oq.i.ready & self.merge),
                      oq.i.valid.eq(Mux(self.merge, merger.o.valid, joined.o.valid))]

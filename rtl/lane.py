@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .compactor import Compactor
 from .connection import ConnectionUnit
-from .layouts import ADDR, chunk_layout, entry_layout, pairs_layout
+from .layouts import ADDR, chunk_layout, pairs_layout
 from .mac import MacUnit
 from .side_source import Fmt, SideSource
 from .skid import SkidBuffer
@@ -64,7 +64,7 @@ class MatrixLane(wiring.Component):
     combined index (:mod:`snpu.verif.golden`'s fc, one lane's share).
 
     Pipeline: the neuron side's index arrives from the matrix unit's shared source
-    (``n_chunks`` / ``n_entries``: vector ``v``'s index once per row of this lane) and the
+    (``n_items``: vector ``v``'s index once per row of this lane) and the
     lane's own :class:`SideSource` walks its weight rows -> :class:`ConnectionUnit` (AND or
     stride merge) -> :class:`Compactor` (one pair per cycle) -> operand fetch from the lane's
     neuron-buffer copy and weight bank (addresses, the memories' words registered, the bytes
@@ -96,8 +96,9 @@ class MatrixLane(wiring.Component):
         The weight index is malformed (sticky until the next ``start``).
     modes : In(FC_MODES)
         The instruction's modes, valid from the cycle after ``start``.
-    n_chunks, n_entries : In(stream)
-        The neuron side's index, chunks (AND path) or stride entries (``modes.merge``).
+    n_items : In(stream)
+        The neuron side's index, chunks (AND path) or stride entries (``modes.merge``)
+        packed into the chunk layout (:func:`~.layouts.entry_in_chunk`).
     results : Out(stream)
         One int32 sum per (vector, row) of this lane.
     paired : Out(1)
@@ -131,8 +132,7 @@ class MatrixLane(wiring.Component):
             "error": Out(1),
             "cfg": In(FC_CONFIG),
             "modes": In(FC_MODES),
-            "n_chunks": In(stream.Signature(chunk_layout())),
-            "n_entries": In(stream.Signature(entry_layout())),
+            "n_items": In(stream.Signature(chunk_layout())),
             "results": Out(stream.Signature(RESULT)),
             "paired": Out(1),
             **ports,
@@ -163,9 +163,8 @@ class MatrixLane(wiring.Component):
             self.widx_addr.eq(wsrc.mem_addr), self.widx_en.eq(wsrc.mem_en),
             wsrc.mem_data.eq(self.widx_data),
         ]
-        wiring.connect(m, wiring.flipped(self.n_chunks), conn.n_chunks)
+        wiring.connect(m, wiring.flipped(self.n_items), conn.n_items)
         wiring.connect(m, wsrc.chunks, conn.w_chunks)
-        wiring.connect(m, wiring.flipped(self.n_entries), conn.n_entries)
         wiring.connect(m, wsrc.entries, conn.w_entries)
         m.d.comb += [conn.merge.eq(merge), conn.n_packed.eq(n_packed), conn.w_packed.eq(w_packed),
                      comp.n_packed.eq(n_packed), comp.w_packed.eq(w_packed)]

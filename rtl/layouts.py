@@ -6,6 +6,7 @@ never bit ranges.  ``CHUNK`` is the index chunk width ``B`` (one 64-bit buffer w
 
 from __future__ import annotations
 
+from amaranth.hdl import Cat, Value
 from amaranth.lib import data
 
 CHUNK = 64  #: index bits per chunk (CoreConfig.chunk_bits)
@@ -23,6 +24,25 @@ def chunk_layout() -> data.StructLayout:
 def entry_layout() -> data.StructLayout:
     """One stride-index entry of a row.  ``none`` marks the end of an empty list."""
     return data.StructLayout({"value": 8, "base": ADDR, "none": 1, "last": 1})
+
+
+def entry_in_chunk(chunk) -> Value:
+    """The stride entry carried in a chunk-layout item (``chunk``, a view or signal of
+    :func:`chunk_layout`), as a value of :func:`entry_layout`.
+
+    The matrix unit hands the shared neuron side to its lanes as one stream of chunk-layout
+    items: chunks on the AND path, stride entries on the merge path (an fc uses one of the
+    two), so each lane keeps one queue, not one per path.  An entry travels as
+    :func:`chunk_in_entry` packs it: its value in ``bits[0:8]``, ``none`` in ``bits[8]``,
+    its ``base`` and ``last`` in the chunk's own -- the fields line up, so packing and
+    unpacking cost no logic."""
+    return Cat(chunk.bits[:8], chunk.base, chunk.bits[8], chunk.last)
+
+
+def chunk_in_entry(entry) -> dict:
+    """The chunk-layout fields that carry ``entry`` (:func:`entry_in_chunk`'s inverse):
+    ``{"bits", "base", "last"}``, the bits above ``bits[8]`` zero."""
+    return {"bits": Cat(entry.value, entry.none), "base": entry.base, "last": entry.last}
 
 
 def combined_layout() -> data.StructLayout:

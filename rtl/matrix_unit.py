@@ -144,8 +144,7 @@ class MatrixUnit(wiring.Component):
         for g, lane in enumerate(self._lanes):
             m.submodules[f"lane{g}"] = lane
             m.d.comb += [lane.start.eq(self.start), lane.cfg.eq(self.cfg), lane.modes.eq(modes)]
-            wiring.connect(m, bc.chunks[g], lane.n_chunks)
-            wiring.connect(m, bc.entries[g], lane.n_entries)
+            wiring.connect(m, bc.items[g], lane.n_items)
             wiring.connect(m, lane.results, wiring.flipped(self.results[g]))
             for name, mems in self._mems.items():
                 mem = mems[g]

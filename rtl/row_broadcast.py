@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .layouts import chunk_layout, entry_layout
+from .layouts import chunk_in_entry, chunk_layout, entry_layout
 
 
 class RowBroadcast(wiring.Component):
@@ -22,6 +22,11 @@ class RowBroadcast(wiring.Component):
     streams pass through combinationally (``valid`` of a lane depends on the other lanes'
     ``ready``, never on its own).
 
+    Each lane gets one stream, ``items``: the chunks, or with ``merge`` the stride entries
+    packed into the chunk layout (:func:`~.layouts.entry_in_chunk`), so a lane keeps one
+    queue of the neuron side, not one per path.  The choice is made here, once for all
+    lanes: 26 of the item's bits are chosen by ``merge``.
+
     Members
     -------
     start : In(1)
@@ -32,8 +37,8 @@ class RowBroadcast(wiring.Component):
         Which input stream is live: ``i_entries`` (1) or ``i_chunks`` (0).
     i_chunks, i_entries : In(stream)
         The shared source's outputs.
-    chunks, entries : Out(stream).array(lanes)
-        One copy per lane.
+    items : Out(stream).array(lanes)
+        One copy per lane of the live input (chunk layout).
     """
 
     def __init__(self, lanes: int):
@@ -46,8 +51,7 @@ class RowBroadcast(wiring.Component):
             "merge": In(1),
             "i_chunks": In(stream.Signature(chunk_layout())),
             "i_entries": In(stream.Signature(entry_layout())),
-            "chunks": Out(stream.Signature(chunk_layout())).array(lanes),
-            "entries": Out(stream.Signature(entry_layout())).array(lanes),
+            "items": Out(stream.Signature(chunk_layout())).array(lanes),
         })
 
     def elaborate(self, platform):
@@ -66,21 +70,20 @@ class RowBroadcast(wiring.Component):
 
         merge = self.merge
         takes = [Const(1)] + [~in_last | (last_lanes > g) for g in range(1, P)]
+        item = Signal(chunk_layout())
+        valid = Signal()
+        m.d.comb += [item.eq(self.i_chunks.payload), valid.eq(self.i_chunks.valid)]
+        with m.If(merge):
+            m.d.comb += [getattr(item, f).eq(v) for f, v in chunk_in_entry(self.i_entries.payload).items()]
+            m.d.comb += valid.eq(self.i_entries.valid)
         room = Signal()
-        m.d.comb += room.eq(Cat(*[~t | Mux(merge, e.ready, c.ready)
-                                  for t, c, e in zip(takes, self.chunks, self.entries)]).all())
-        for t, c, e in zip(takes, self.chunks, self.entries):
-            m.d.comb += [
-                c.payload.eq(self.i_chunks.payload), e.payload.eq(self.i_entries.payload),
-                c.valid.eq(self.i_chunks.valid & ~merge & t & room),
-                e.valid.eq(self.i_entries.valid & merge & t & room),
-            ]
+        m.d.comb += room.eq(Cat(*[~t | o.ready for t, o in zip(takes, self.items)]).all())
+        for t, o in zip(takes, self.items):
+            m.d.comb += [o.payload.eq(item), o.valid.eq(valid & t & room)]
         m.d.comb += [self.i_chunks.ready.eq(room & ~merge), self.i_entries.ready.eq(room & merge)]
 
         moved_last = Signal()
-        m.d.comb += moved_last.eq(room & Mux(merge,
-                                             self.i_entries.valid & self.i_entries.payload.last,
-                                             self.i_chunks.valid & self.i_chunks.payload.last))
+        m.d.comb += moved_last.eq(room & valid & item.last)
         with m.If(~self.start & moved_last):
             with m.If(in_last):
                 m.d.sync += [round_.eq(0), in_last.eq(rounds_last == 0)]

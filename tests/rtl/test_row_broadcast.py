@@ -32,7 +32,7 @@ def test_each_lane_gets_its_rounds(lanes, merge, seed):
     items = _items(rows, lanes, nvec, rng.choice([0, 1, 3]), rng)
     dut = RowBroadcast(lanes)
     src = dut.i_entries if merge else dut.i_chunks
-    outs = dut.entries if merge else dut.chunks
+    outs = dut.items     # (an entry travels in the chunk layout, its base in the chunk's)
     field = "base"  # the item's identity travels in its value base (in both layouts)
     got = {g: [] for g in range(lanes)}
     moved_at = {}  # item value -> cycle it reached each lane that took it
@@ -49,20 +49,31 @@ def test_each_lane_gets_its_rounds(lanes, merge, seed):
             ctx.set(src.valid, int(bool(pending) and rng.random() < 0.8))
             ctx.set(getattr(src.payload, field), value)
             ctx.set(src.payload.last, last)
+            # an entry's value and `none` travel in the item's bits 0..8
+            low = value * 37 % 512
+            if merge:
+                ctx.set(src.payload.value, low & 0xFF)
+                ctx.set(src.payload.none, low >> 8)
+            else:
+                ctx.set(src.payload.bits, low)
             for o in outs:
                 ctx.set(o.ready, int(rng.random() < 0.6))
             _, _, ready, *sampled = await ctx.tick().sample(
                 src.ready, *[o.valid for o in outs], *[o.ready for o in outs],
-                *[getattr(o.payload, field) for o in outs])
+                *[getattr(o.payload, field) for o in outs], *[o.payload.bits for o in outs],
+                *[o.payload.last for o in outs])
             valids = sampled[:lanes]
             readies = sampled[lanes:2 * lanes]
-            values = sampled[2 * lanes:]
+            values = sampled[2 * lanes:3 * lanes]
+            lows = sampled[3 * lanes:4 * lanes]
+            lasts = sampled[4 * lanes:]
             moving = bool(pending) and ctx.get(src.valid) and ready
             for g in range(lanes):
                 if valids[g]:
                     assert readies[g], "a lane saw valid without room"
                     assert moving, "a lane took an item the source did not give up"
                     assert values[g] == value
+                    assert lows[g] & 0x1FF == low and lasts[g] == last
                     got[g].append(value)
                     moved_at.setdefault(value, set()).add(cycle)
             if moving:
