@@ -8,7 +8,7 @@ from .compactor import Compactor
 from .connection import ConnectionUnit
 from .layouts import ADDR, chunk_layout, pairs_layout
 from .mac import MacUnit
-from .side_source import Fmt, SideSource
+from .side_source import ROW_SHAPE, Fmt, SideSource
 from .skid import SkidBuffer
 
 #: Configuration of one fc instruction as a lane sees it (registers mx.* and the operands).
@@ -96,6 +96,9 @@ class MatrixLane(wiring.Component):
         The weight index is malformed (sticky until the next ``start``).
     modes : In(FC_MODES)
         The instruction's modes, valid from the cycle after ``start``.
+    shape : In(ROW_SHAPE)
+        The row's shape (:data:`~.side_source.ROW_SHAPE`), from the neuron source: it
+        starts in the cycle this lane's weight source does, with the same ``n``.
     n_items : In(stream)
         The neuron side's index, chunks (AND path) or stride entries (``modes.merge``)
         packed into the chunk layout (:func:`~.layouts.entry_in_chunk`).
@@ -111,7 +114,9 @@ class MatrixLane(wiring.Component):
         if not 0 <= lane < lanes:
             raise ValueError(f"lane {lane} is not in 0..{lanes - 1}")
         self._lane, self._lanes = lane, lanes
-        self._wsrc = SideSource(convert=False)
+        # (the row's shape -- its chunk count and last chunk's mask -- comes from the
+        # neuron source: the same n, started in the same cycle)
+        self._wsrc = SideSource(convert=False, shared_shape=True)
         # (no queue on the weight side: the source's chunks leave its FIFO's output
         # register, its entries a skid buffer)
         self._conn = ConnectionUnit(NEURON_QUEUE_DEPTH, weight_depth=0)
@@ -133,6 +138,7 @@ class MatrixLane(wiring.Component):
             "cfg": In(FC_CONFIG),
             "modes": In(FC_MODES),
             "n_items": In(stream.Signature(chunk_layout())),
+            "shape": In(ROW_SHAPE),
             "results": Out(stream.Signature(RESULT)),
             "paired": Out(1),
             **ports,
@@ -160,6 +166,7 @@ class MatrixLane(wiring.Component):
             wsrc.to_entries.eq(merge), wsrc.rows_follow.eq(1), wsrc.n.eq(c.n_in),
             wsrc.nvec.eq(c.nvec), wsrc.rows.eq(rows_reg), wsrc.idx_base.eq(c.widx),
             wsrc.val_base.eq(c.wbuf), wsrc.idx_vec_stride.eq(0), wsrc.val_vec_stride.eq(0),
+            wsrc.shape.eq(self.shape),
             self.widx_addr.eq(wsrc.mem_addr), self.widx_en.eq(wsrc.mem_en),
             wsrc.mem_data.eq(self.widx_data),
         ]

@@ -143,7 +143,8 @@ class MatrixUnit(wiring.Component):
         busy, error, paired = [nsrc.busy], [nsrc.error], []
         for g, lane in enumerate(self._lanes):
             m.submodules[f"lane{g}"] = lane
-            m.d.comb += [lane.start.eq(self.start), lane.cfg.eq(self.cfg), lane.modes.eq(modes)]
+            m.d.comb += [lane.start.eq(self.start), lane.cfg.eq(self.cfg), lane.modes.eq(modes),
+                         lane.shape.eq(nsrc.shape)]
             wiring.connect(m, bc.items[g], lane.n_items)
             wiring.connect(m, lane.results, wiring.flipped(self.results[g]))
             for name, mems in self._mems.items():

@@ -1,7 +1,7 @@
 """Index source for one side (neurons or weights) of a lane's mapping unit."""
 
 from amaranth import *
-from amaranth.lib import enum, stream, wiring
+from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -24,6 +24,16 @@ class Fmt(enum.Enum, shape=2):
     DENSE = FORMAT_CODES["dense"]
     DIRECT = FORMAT_CODES["direct"]
     STRIDE = FORMAT_CODES["stride"]
+
+
+#: What a row's length ``n`` decides, the same for every source of an fc (both sides walk
+#: rows of ``n`` positions): registers a source computes as it starts, which the lanes'
+#: weight sources take from the neuron source instead of computing their own copies
+#: (``shared_shape``).  ``last_chunk``: the row's chunks less one; ``one_chunk``: the row
+#: has one chunk (both valid from the cycle after ``start``); ``last_mask``: the positions
+#: of the row's last chunk inside the row (from the third cycle after ``start``, before
+#: the first chunk's word is masked).
+ROW_SHAPE = data.StructLayout({"last_chunk": 11, "one_chunk": 1, "last_mask": CHUNK})
 
 
 class SideSource(wiring.Component):
@@ -75,6 +85,10 @@ class SideSource(wiring.Component):
     replay_chunks:
         Depth of the replay memory in chunks (a power of two; rows of up to
         ``64 * replay_chunks`` positions are converted once per vector).
+    shared_shape:
+        Take the row's :data:`ROW_SHAPE` from the ``shape`` input (another source's
+        ``shape`` output, started in the same cycle with the same ``n``) instead of
+        computing it: about 100 LUTs less per lane.  Without it ``shape`` is an output.
 
     Members
     -------
@@ -88,19 +102,23 @@ class SideSource(wiring.Component):
     """
 
     def __init__(self, window: int = 2, *, convert: bool = True,
-                 replay_chunks: int = STRIDE_REPLAY_CHUNKS):
+                 replay_chunks: int = STRIDE_REPLAY_CHUNKS, shared_shape: bool = False):
         if not 2 <= window <= MAX_WINDOW:
             raise ValueError(f"window must be in 2..{MAX_WINDOW} (the count is 2 bytes), "
                              f"got {window}")
         if replay_chunks < 1 or replay_chunks & (replay_chunks - 1) or replay_chunks > 1024:
             raise ValueError(f"replay_chunks must be a power of two in 1..1024, "
                              f"got {replay_chunks}")
+        if shared_shape and convert:
+            raise ValueError("shared_shape needs convert=False (the replay reads the row's "
+                             "chunk count, which only a source's own shape has)")
         self._window = window
         self._replay_chunks = replay_chunks
         self._replay = (Memory(shape=CHUNK, depth=replay_chunks, init=[], attrs=NO_RW_CHECK)
                         if convert else None)
         self._fifo = SyncFIFOBuffered(width=len(Signal(chunk_layout()).as_value()), depth=10)
         self._convert = convert
+        self._shared_shape = shared_shape
         self._d2s = DirectToStride() if convert else None
         self._fetch = ByteFetcher(window)
         self._s2d = StrideToDirect(window) if convert else None
@@ -124,6 +142,7 @@ class SideSource(wiring.Component):
             "mem_addr": Out(ADDR - 3),
             "mem_en": Out(1),
             "mem_data": In(64),
+            "shape": (In if shared_shape else Out)(ROW_SHAPE),
         })
 
     def elaborate(self, platform):
@@ -145,12 +164,14 @@ class SideSource(wiring.Component):
             replay_w, replay_r = replay_mem.write_port(), replay_mem.read_port()
 
         # Configuration-derived values, computed once at start (short paths afterwards).
+        shared = self._shared_shape
         nchunks = Signal(11)
         last_chunk, last_row, last_vec = Signal(11), Signal(12), Signal(12)
         with m.If(self.start):
-            chunks = Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> 6)
-            m.d.sync += [nchunks.eq(chunks), last_chunk.eq(chunks - 1),
-                         last_row.eq(self.rows - 1), last_vec.eq(self.nvec - 1)]
+            m.d.sync += [last_row.eq(self.rows - 1), last_vec.eq(self.nvec - 1)]
+            if not shared:
+                chunks = Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> 6)
+                m.d.sync += [nchunks.eq(chunks), last_chunk.eq(chunks - 1)]
         is_stride = Signal()
         m.d.comb += is_stride.eq(self.fmt == Fmt.STRIDE)
         # a stride row's chunks are replayed (the neuron side's rows re-read one index; the
@@ -163,7 +184,11 @@ class SideSource(wiring.Component):
         # ---- Words engine (dense / direct): issue one chunk per cycle, receive a cycle later.
         w_active = Signal()
         w_v, w_k, w_c = Signal(12), Signal(12), Signal(11)
-        w_vec_idx, w_row_idx = Signal(ADDR), Signal(ADDR)
+        w_vec_idx = Signal(ADDR)
+        # the index word the next issue reads, a counter: +1 per chunk, back to the vector's
+        # first word at a row's end (or on, when the rows follow each other), to the next
+        # vector's at a vector's end (no adder between it and the memory's address)
+        w_word = Signal(ADDR - 3)
         inflight = Signal()
         q_pending = Signal(3)  # chunks in the receiver's later stages
         # room for one more chunk, registered: the chunks in flight and in the FIFO after
@@ -184,6 +209,8 @@ class SideSource(wiring.Component):
         # registers, not on a comparison
         c_last, row_last, vec_last = Signal(), Signal(), Signal()
         one_chunk, one_row = Signal(), Signal()   # chunks == 1, rows == 1 (set at start)
+        # (row_one_chunk: one_chunk as the start sets it, for the start itself)
+        row_one_chunk = self.n <= CHUNK
         # metadata travelling with the read
         r_valid, r_clast, r_rowlast = Signal(), Signal(), Signal()
         # the row's last chunk's positions (n - 64 * (chunks - 1) of them), a register set
@@ -200,34 +227,42 @@ class SideSource(wiring.Component):
         # thermometer
         last_pos = Signal(range(CHUNK), name="last_pos")
         n_zero = Signal()
-        with m.If(start_d):
-            m.d.sync += [last_pos.eq(n_reg - 1), n_zero.eq(n_reg == 0)]
-        with m.If(start_dd):
-            m.d.sync += last_mask.eq(Mux(n_zero, 0, thermometer(m, last_pos, CHUNK, "last_mask")))
+        if shared:
+            m.d.comb += [last_chunk.eq(self.shape.last_chunk), one_chunk.eq(self.shape.one_chunk),
+                         last_mask.eq(self.shape.last_mask)]
+        else:
+            with m.If(start_d):
+                m.d.sync += [last_pos.eq(n_reg - 1), n_zero.eq(n_reg == 0)]
+            with m.If(start_dd):
+                m.d.sync += last_mask.eq(Mux(n_zero, 0,
+                                             thermometer(m, last_pos, CHUNK, "last_mask")))
+            with m.If(self.start):
+                m.d.sync += one_chunk.eq(row_one_chunk)
+            m.d.comb += [self.shape.last_chunk.eq(last_chunk),
+                         self.shape.one_chunk.eq(one_chunk), self.shape.last_mask.eq(last_mask)]
         with m.If(self.start):
             m.d.sync += [w_active.eq(~is_stride & (self.nvec != 0) & (self.rows != 0)),
                          w_v.eq(0), w_k.eq(0), w_c.eq(0),
-                         w_vec_idx.eq(self.idx_base), w_row_idx.eq(self.idx_base),
-                         one_chunk.eq(self.n <= CHUNK), one_row.eq(self.rows == 1),
-                         c_last.eq(self.n <= CHUNK), row_last.eq(self.rows == 1),
+                         w_vec_idx.eq(self.idx_base), w_word.eq(self.idx_base[3:]),
+                         one_row.eq(self.rows == 1),
+                         c_last.eq(row_one_chunk), row_last.eq(self.rows == 1),
                          vec_last.eq(self.nvec == 1)]
         with m.Elif(w_go):
             # a replay: rows 1.. of the vector, every one from the replay memory's word 0
             m.d.sync += [w_active.eq(1), w_k.eq(1), w_c.eq(0), w_v.eq(last_vec),
-                         w_vec_idx.eq(0), w_row_idx.eq(0),
+                         w_vec_idx.eq(0), w_word.eq(0),
                          c_last.eq(one_chunk), row_last.eq(last_row == 1), vec_last.eq(1)]
         with m.Elif(issue):
-            m.d.sync += [w_c.eq(w_c + 1), c_last.eq(w_c + 1 == last_chunk)]
+            m.d.sync += [w_c.eq(w_c + 1), c_last.eq(w_c + 1 == last_chunk), w_word.eq(w_word + 1)]
             with m.If(c_last):
                 m.d.sync += [w_c.eq(0), w_k.eq(w_k + 1), c_last.eq(one_chunk),
                              row_last.eq(w_k + 1 == last_row),
-                             w_row_idx.eq(Mux(self.rows_follow, w_row_idx + (nchunks << 3),
-                                              w_vec_idx))]
+                             w_word.eq(Mux(self.rows_follow, w_word + 1, w_vec_idx[3:]))]
                 with m.If(row_last):
                     m.d.sync += [w_k.eq(0), w_v.eq(w_v + 1), row_last.eq(one_row),
                                  vec_last.eq(w_v + 1 == last_vec),
                                  w_vec_idx.eq(w_vec_idx + self.idx_vec_stride),
-                                 w_row_idx.eq(w_vec_idx + self.idx_vec_stride)]
+                                 w_word.eq((w_vec_idx + self.idx_vec_stride)[3:])]
                     with m.If(vec_last):
                         m.d.sync += w_active.eq(0)
         m.d.sync += [inflight.eq(issue), r_valid.eq(issue), r_clast.eq(c_last),
@@ -441,7 +476,7 @@ class SideSource(wiring.Component):
 
         # ---- Memory port: words engine or fetcher.
         m.d.comb += [
-            self.mem_addr.eq(Mux(is_stride, fetch.mem_addr, (w_row_idx >> 3) + w_c)),
+            self.mem_addr.eq(Mux(is_stride, fetch.mem_addr, w_word)),
             self.mem_en.eq(Mux(is_stride, fetch.mem_en, issue & (self.fmt == Fmt.DIRECT))),
             fetch.mem_data.eq(self.mem_data),
         ]

@@ -4,6 +4,7 @@ import random
 
 import numpy as np
 import pytest
+from amaranth import Elaboratable, Module
 
 from snpu.rtl.side_source import Fmt, SideSource
 from snpu.verif import index as ix
@@ -36,11 +37,27 @@ def _expected_entries(mask, base):
 WEIGHT_OUTPUTS = [("dense", 0), ("direct", 0), ("stride", 1)]
 
 
+class _SharedShape(Elaboratable):
+    """A source taking its row shape from another (``owner``, started with it on the same
+    ``n``, as a lane's weight source takes the neuron source's): ``dut`` is the first."""
+
+    def __init__(self, dut, owner):
+        self.dut, self.owner = dut, owner
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut, m.submodules.owner = self.dut, self.owner
+        m.d.comb += self.dut.shape.eq(self.owner.shape)
+        return m
+
+
 @pytest.mark.parametrize("fmt,to_entries", WEIGHT_OUTPUTS)
 @pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("shared", [0, 1])
 @seeded
-def test_weight_side(fmt, to_entries, seed):
-    """A lane's weight source: chunks of dense and direct rows, stride rows' raw entries."""
+def test_weight_side(fmt, to_entries, seed, shared):
+    """A lane's weight source: chunks of dense and direct rows, stride rows' raw entries;
+    with ``shared``, its row shape from another source (the neuron source's, in a lane)."""
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     n = rng.choice([1, 64, 100, 200])
@@ -50,8 +67,10 @@ def test_weight_side(fmt, to_entries, seed):
     bank = layout.encode_weight_tile(w, fmt, 1, 64)[0]
     idx_base, val_base = 8 * rng.randrange(4), rng.randrange(100)
     mem = bytes(idx_base) + bank.widx
-    src = SideSource(convert=False)
-    top = WithMemory(src, {"mem": words_of(mem, len(mem) // 8 + 2)},
+    src = SideSource(convert=False, shared_shape=bool(shared))
+    owner = SideSource(convert=False) if shared else None
+    top = WithMemory(_SharedShape(src, owner) if shared else src,
+                     {"mem": words_of(mem, len(mem) // 8 + 2)},
                      {"mem": (src.mem_addr, src.mem_en, src.mem_data)})
     packed = int(fmt != "dense")
     masks = (w != 0) if fmt != "dense" else np.ones_like(w, bool)
@@ -69,9 +88,15 @@ def test_weight_side(fmt, to_entries, seed):
                          n=n, nvec=nvec, rows=rows, idx_base=idx_base, val_base=val_base,
                          idx_vec_stride=0, val_vec_stride=0).items():
             ctx.set(getattr(src, k), v)
-        ctx.set(src.start, 1)
+            if owner is not None:   # (the owner reads no memory and its outputs wait)
+                ctx.set(getattr(owner, k), v)
+        for s in (src, owner):
+            if s is not None:
+                ctx.set(s.start, 1)
         await ctx.tick()
-        ctx.set(src.start, 0)
+        for s in (src, owner):
+            if s is not None:
+                ctx.set(s.start, 0)
         port = src.entries if to_entries else src.chunks
         while len(got) < len(want):
             p = await stream_get(ctx, port, rng, 0.3)
