@@ -112,7 +112,7 @@ class Compactor(wiring.Component):
 
         # Stage A: per pick, the bits below it that count towards each side's offset: the
         # side's kept bits in packed storage (the pair's rank), every position otherwise (its
-        # position p is the number of positions below it); none for a stride item.
+        # position p is the number of positions below it); none for a stride item (stage B).
         a_valid, a_last, a_stride = Signal(), Signal(), Signal()
         a_sel = Signal(L)
         a_n_below = [Signal(CHUNK, name=f"a_n_below{j}") for j in range(L)]
@@ -125,16 +125,20 @@ class Compactor(wiring.Component):
                 a_last.eq(cur.last & finished), a_stride.eq(cur.stride), a_pair.eq(cur.pair),
                 a_n_base.eq(cur.n_base), a_w_base.eq(cur.w_base),
             ]
-            # (what counts is known without the selection: one AND after its carry chain)
-            counted_n = Mux(cur.stride, 0, Mux(self.n_packed, cur.n_bits, (1 << CHUNK) - 1))
-            counted_w = Mux(cur.stride, 0, Mux(self.w_packed, cur.w_bits, (1 << CHUNK) - 1))
+            # (what counts is known without the selection: one AND after its carry chain, a
+            # LUT of four inputs per bit -- the bit, the side's packing, the remaining bit and
+            # the carry chain's; a stride item's counts are cleared in stage B instead, on the
+            # counts' registers, not here on every bit)
+            counted_n = Mux(self.n_packed, cur.n_bits, (1 << CHUNK) - 1)
+            counted_w = Mux(self.w_packed, cur.w_bits, (1 << CHUNK) - 1)
             for j in range(L):
                 # (one lane: a pick exists when any bit is left, known before the carry chain)
                 m.d.sync += [a_sel[j].eq(rem.any() if L == 1 else picked[j] != 0),
                              a_n_below[j].eq(counted_n & below[j]),
                              a_w_below[j].eq(counted_w & below[j])]
 
-        # Stage B: per-byte counts of those bits.
+        # Stage B: per-byte counts of those bits (none for a stride item: its addresses are
+        # its bases).
         b_valid, b_last = Signal(), Signal()
         b_sel = Signal(L)
         b_n_base, b_w_base = Signal(ADDR), Signal(ADDR)
@@ -148,7 +152,7 @@ class Compactor(wiring.Component):
                 for dst, bits, tag in ((b_n_parts[j], a_n_below[j], "n"),
                                        (b_w_parts[j], a_w_below[j], "w")):
                     parts = popcount_bytes(m, bits, name=f"{tag}pc{j}_")
-                    m.d.sync += [d.eq(p) for d, p in zip(dst, parts)]
+                    m.d.sync += [d.eq(Mux(a_stride, 0, p)) for d, p in zip(dst, parts)]
 
         # Stage C: offsets and addresses.
         with m.If(advance):
