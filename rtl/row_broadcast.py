@@ -74,7 +74,8 @@ class RowBroadcast(wiring.Component):
         valid = Signal()
         m.d.comb += [item.eq(self.i_chunks.payload), valid.eq(self.i_chunks.valid)]
         with m.If(merge):
-            m.d.comb += [getattr(item, f).eq(v) for f, v in chunk_in_entry(self.i_entries.payload).items()]
+            entry = chunk_in_entry(self.i_entries.payload)
+            m.d.comb += [getattr(item, f).eq(v) for f, v in entry.items()]
             m.d.comb += valid.eq(self.i_entries.valid)
         room = Signal()
         m.d.comb += room.eq(Cat(*[~t | o.ready for t, o in zip(takes, self.items)]).all())

@@ -88,7 +88,8 @@ class SideSource(wiring.Component):
     shared_shape:
         Take the row's :data:`ROW_SHAPE` from the ``shape`` input (another source's
         ``shape`` output, started in the same cycle with the same ``n``) instead of
-        computing it: about 100 LUTs less per lane.  Without it ``shape`` is an output.
+        computing it (yosys merges identical per-lane copies anyway: 119 LUT sites in the
+        16-lane core).  Without it ``shape`` is an output.
 
     Members
     -------
@@ -169,9 +170,6 @@ class SideSource(wiring.Component):
         last_chunk, last_row, last_vec = Signal(11), Signal(12), Signal(12)
         with m.If(self.start):
             m.d.sync += [last_row.eq(self.rows - 1), last_vec.eq(self.nvec - 1)]
-            if not shared:
-                chunks = Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> 6)
-                m.d.sync += [nchunks.eq(chunks), last_chunk.eq(chunks - 1)]
         is_stride = Signal()
         m.d.comb += is_stride.eq(self.fmt == Fmt.STRIDE)
         # a stride row's chunks are replayed (the neuron side's rows re-read one index; the
@@ -218,26 +216,29 @@ class SideSource(wiring.Component):
         # masked two cycles after that, three after start); every other chunk has all 64
         last_mask = Signal(CHUNK)
         n_reg = Signal(16)
-        start_d, start_dd = Signal(), Signal()
-        m.d.sync += [start_d.eq(self.start), start_dd.eq(start_d)]
         with m.If(self.start):
             m.d.sync += n_reg.eq(self.n)
-        # the last chunk's last position (n > 0) and n == 0 into registers the cycle after
-        # start, the mask from them the cycle after that: no subtraction before the
-        # thermometer
-        last_pos = Signal(range(CHUNK), name="last_pos")
-        n_zero = Signal()
+        # the row's shape: another source's, or worked out here as this one starts
         if shared:
             m.d.comb += [last_chunk.eq(self.shape.last_chunk), one_chunk.eq(self.shape.one_chunk),
                          last_mask.eq(self.shape.last_mask)]
         else:
+            with m.If(self.start):
+                chunks = Mux(self.n == 0, 1, (self.n + CHUNK - 1) >> 6)
+                m.d.sync += [nchunks.eq(chunks), last_chunk.eq(chunks - 1),
+                             one_chunk.eq(row_one_chunk)]
+            # the last chunk's last position (n > 0) and n == 0 into registers the cycle
+            # after start, the mask from them the cycle after that: no subtraction before
+            # the thermometer
+            start_d, start_dd = Signal(), Signal()
+            m.d.sync += [start_d.eq(self.start), start_dd.eq(start_d)]
+            last_pos = Signal(range(CHUNK), name="last_pos")
+            n_zero = Signal()
             with m.If(start_d):
                 m.d.sync += [last_pos.eq(n_reg - 1), n_zero.eq(n_reg == 0)]
             with m.If(start_dd):
                 m.d.sync += last_mask.eq(Mux(n_zero, 0,
                                              thermometer(m, last_pos, CHUNK, "last_mask")))
-            with m.If(self.start):
-                m.d.sync += one_chunk.eq(row_one_chunk)
             m.d.comb += [self.shape.last_chunk.eq(last_chunk),
                          self.shape.one_chunk.eq(one_chunk), self.shape.last_mask.eq(last_mask)]
         with m.If(self.start):

@@ -90,13 +90,12 @@ def test_weight_side(fmt, to_entries, seed, shared):
             ctx.set(getattr(src, k), v)
             if owner is not None:   # (the owner reads no memory and its outputs wait)
                 ctx.set(getattr(owner, k), v)
-        for s in (src, owner):
-            if s is not None:
-                ctx.set(s.start, 1)
+        started = [s for s in (src, owner) if s is not None]
+        for s in started:
+            ctx.set(s.start, 1)
         await ctx.tick()
-        for s in (src, owner):
-            if s is not None:
-                ctx.set(s.start, 0)
+        for s in started:
+            ctx.set(s.start, 0)
         port = src.entries if to_entries else src.chunks
         while len(got) < len(want):
             p = await stream_get(ctx, port, rng, 0.3)
