@@ -47,45 +47,59 @@ def lowest_set(value: Value) -> Value:
     return (value & (~value + 1))[:len(value)]
 
 
-def _merge_counts(level: list) -> tuple:
-    """Merge (>= 1, >= 2, >= 3 set) flags of parts into those of their union, as a tree."""
+#: Bits of a saturating set-bit count (:func:`set_count_flags`' per-slice field).
+COUNT_BITS = 2
+
+
+def _sat_add(m: Module, a: tuple, b: tuple, name: str) -> tuple:
+    """``min(a + b, 3)`` of two 2-bit saturating counts ``(low, high)``, as plain logic (two
+    LUTs of four inputs, no carry chain), into two signals (an expression of expressions
+    would repeat its inputs at every level of a tree)."""
+    (a0, a1), (b0, b1) = a, b
+    low, high = Signal(name=f"{name}_low"), Signal(name=f"{name}_high")
+    ge3 = (a1 & (a0 | b0 | b1)) | (b1 & (a0 | b0))
+    m.d.comb += [low.eq((~a1 & ~b1 & (a0 ^ b0)) | ge3), high.eq(a1 | b1 | (a0 & b0))]
+    return low, high
+
+
+def _sat_count(m: Module, level: list, name: str) -> tuple:
+    """The 2-bit saturating count (0, 1, 2, 3 or more set) of parts' counts, as a tree."""
+    depth = 0
     while len(level) > 1:
-        pairs = []
-        for k in range(0, len(level), 2):
-            if k + 1 == len(level):
-                pairs.append(level[k])
-                continue
-            (a1, a2, a3), (b1, b2, b3) = level[k], level[k + 1]
-            pairs.append((a1 | b1, a2 | b2 | (a1 & b1), a3 | b3 | (a2 & b1) | (a1 & b2)))
-        level = pairs
+        level = [_sat_add(m, level[k], level[k + 1], f"{name}_{depth}_{k // 2}")
+                 if k + 1 < len(level) else level[k] for k in range(0, len(level), 2)]
+        depth += 1
     return level[0]
 
 
-def _bit_counts(value: Value) -> tuple:
-    """(>= 1, >= 2, >= 3 bits set) of ``value``, as a tree of flags (no carry chain)."""
-    return _merge_counts([(value[k], C(0), C(0)) for k in range(len(value))])
+def _bit_count(m: Module, value: Value, name: str) -> tuple:
+    """``min(popcount(value), 3)`` as ``(low, high)`` bits: a tree of 2-bit saturating
+    adders (about two LUTs per two bits counted, no carry chain)."""
+    return _sat_count(m, [(value[k], C(0)) for k in range(len(value))], name)
 
 
-def at_most_two(value: Value) -> Value:
-    """Whether ``value`` has at most two bits set (a tree of any / two or more / three or
-    more flags, no carry chain)."""
-    return ~_bit_counts(value)[2]
+def at_most_two(m: Module, value: Value, name: str = "at_most_two") -> Value:
+    """Whether ``value`` has at most two bits set (a saturating count tree, no carry
+    chain)."""
+    low, high = _bit_count(m, value, name)
+    return ~(low & high)
 
 
-def set_count_flags(value: Value, parts: int) -> Value:
-    """Each of ``parts`` equal slices of ``value``: whether it has at least one, two and
-    three bits set (3 bits per slice, ``Cat`` of them).  Register these, then
+def set_count_flags(m: Module, value: Value, parts: int, name: str = "count") -> Value:
+    """Each of ``parts`` equal slices of ``value``: its set bits counted up to three
+    (:data:`COUNT_BITS` bits per slice, ``Cat`` of them).  Register these, then
     :func:`at_most_flags`: a 64-bit "at most one / two set" in two short stages."""
     width = len(value) // parts
-    return Cat(*[Cat(*_bit_counts(value[p * width:(p + 1) * width])) for p in range(parts)])
+    return Cat(*[Cat(*_bit_count(m, value[p * width:(p + 1) * width], f"{name}{p}"))
+                 for p in range(parts)])
 
 
-def at_most_flags(flags: Value) -> tuple[Value, Value]:
+def at_most_flags(m: Module, flags: Value, name: str = "counts") -> tuple[Value, Value]:
     """From :func:`set_count_flags`' slices: (at most one bit set, at most two set) in the
     whole value."""
-    level = [(flags[3 * p], flags[3 * p + 1], flags[3 * p + 2]) for p in range(len(flags) // 3)]
-    ge1, ge2, ge3 = _merge_counts(level)
-    return ~ge2, ~ge3
+    low, high = _sat_count(m, [(flags[COUNT_BITS * p], flags[COUNT_BITS * p + 1])
+                               for p in range(len(flags) // COUNT_BITS)], name)
+    return ~high, ~(low & high)
 
 
 def at_most_one(value: Value) -> Value:

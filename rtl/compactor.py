@@ -106,9 +106,10 @@ class Compactor(wiring.Component):
         m.d.comb += emit.eq(cur.stride | rem.any() | (cur.last & finished))  # a pick: a bit left
 
         m.d.comb += self.i.ready.eq(advance & finished)
+        held_le2 = at_most_two(m, held_bits, "held_count")
         with m.If(advance & cur_valid):
             m.d.sync += [busy.eq(~finished), held_bits.eq(rest),
-                         held_le1.eq(Mux(busy, at_most_two(held_bits), cur.pairs_le2))]
+                         held_le1.eq(Mux(busy, held_le2, cur.pairs_le2))]
 
         # Stage A: per pick, the bits below it that count towards each side's offset: the
         # side's kept bits in packed storage (the pair's rank), every position otherwise (its

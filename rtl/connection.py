@@ -5,7 +5,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .bits import at_most_flags, set_count_flags
+from .bits import COUNT_BITS, at_most_flags, set_count_flags
 from .layouts import chunk_layout, combined_layout, entry_in_chunk, entry_layout
 from .skid import PipeRegister
 from .stride_merge import StrideMerge
@@ -118,8 +118,9 @@ class ConnectionUnit(wiring.Component):
         m.submodules.out_queue = oq = self._out_queue
         # the joined chunks pass a register stage before the output queue, and their
         # pair-count flags (how many bits of the AND of the two sides' bits are set) are
-        # worked out across it: per 16-bit slice (at least one, two, three set) into a
-        # register beside the stage's (loaded when it is), the whole chunk's after it
+        # worked out across it: per 16-bit slice its set bits counted up to three (a
+        # saturating count, two bits) into a register beside the stage's (loaded when it
+        # is), the whole chunk's after it
         m.submodules.joined = joined = PipeRegister(combined_layout())
         and_out = joined.i.payload
         m.d.comb += [
@@ -127,11 +128,12 @@ class ConnectionUnit(wiring.Component):
             and_out.n_base.eq(n.base), and_out.w_base.eq(w.base),
             and_out.pair.eq(0), and_out.last.eq(n.last),
         ]
-        slice_flags = Signal(3 * PAIR_FLAG_SLICES)
+        slice_flags = Signal(COUNT_BITS * PAIR_FLAG_SLICES)
+        counts = set_count_flags(m, n.bits & w.bits, PAIR_FLAG_SLICES, "pair_count")
         with m.If(joined.i.ready):
-            m.d.sync += slice_flags.eq(set_count_flags(n.bits & w.bits, PAIR_FLAG_SLICES))
+            m.d.sync += slice_flags.eq(counts)
         joined_out = Signal(combined_layout())
-        le1, le2 = at_most_flags(slice_flags)
+        le1, le2 = at_most_flags(m, slice_flags, "pair_counts")
         m.d.comb += [joined_out.eq(joined.o.payload),
                      joined_out.pairs_le1.eq(le1), joined_out.pairs_le2.eq(le2)]
         join = Signal()

@@ -27,11 +27,11 @@ class _Helpers(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        m.d.comb += [self.one.eq(at_most_one(self.value)), self.two.eq(at_most_two(self.value)),
+        m.d.comb += [self.one.eq(at_most_one(self.value)), self.two.eq(at_most_two(m, self.value)),
                      self.low.eq(lowest_set(self.value)),
                      self.index.eq(lowest_set_index(self.value))]
         if len(self.value) % 4 == 0:
-            one, two = at_most_flags(set_count_flags(self.value, 4))
+            one, two = at_most_flags(m, set_count_flags(m, self.value, 4))
             m.d.comb += [self.one_sliced.eq(one), self.two_sliced.eq(two)]
         else:
             m.d.comb += [self.one_sliced.eq(self.one), self.two_sliced.eq(self.two)]
