@@ -12,6 +12,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .bits import popcount, popcount_bytes, sum_tree, thermometer
+from .block_fifo import BlockRamFIFO
 from .realign import WORD
 from .skid import PipeRegister, SkidBuffer
 
@@ -91,7 +92,7 @@ class ChunkCompressor(wiring.Component):
     idle: Out(1)
 
     def __init__(self):
-        self._values = SyncFIFOBuffered(width=64, depth=18)
+        self._values = BlockRamFIFO(width=64, depth=18)
         self._headers = SyncFIFOBuffered(width=64 + 4, depth=4)
         super().__init__()
 

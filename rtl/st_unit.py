@@ -10,6 +10,7 @@ from snpu.verif.isa import Unit
 
 from .axi import (MAX_BURST, RESP_OKAY, beats_spanned, burst_limit, burst_limit_after_full,
                   burst_size, next_burst_address)
+from .block_fifo import BlockRamFIFO
 from .compress import ChunkCompressor, stream_misaligned
 from .dma_reader import BEAT
 from .microcode import args_layout, op_codes, registers_layout
@@ -67,7 +68,7 @@ class StoreUnit(wiring.Component):
         self._beats = SyncFIFOBuffered(width=BEAT.size, depth=BEAT_QUEUE)
         self._realign = Realigner()
         self._compressor = ChunkCompressor()
-        self._stream = SyncFIFOBuffered(width=64, depth=32)
+        self._stream = BlockRamFIFO(width=64, depth=32)
         self._aw_out = SkidBuffer(AW)
         self._w_out = SkidBuffer(W)
         super().__init__({
