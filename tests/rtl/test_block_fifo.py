@@ -1,4 +1,4 @@
-"""BlockRamFIFO: a SyncFIFOBuffered whose storage asks yosys for a block RAM."""
+"""BlockRamFIFO: a FIFO whose storage asks yosys for a block RAM, its output a register."""
 
 import random
 
@@ -10,7 +10,7 @@ from snpu.rtl.block_fifo import BlockRamFIFO
 from snpu.verif.tb.amaranth_sim import seeded, simulate
 
 
-@pytest.mark.parametrize("depth", [2, 18, 32])
+@pytest.mark.parametrize("depth", [3, 18, 32])
 @pytest.mark.parametrize("seed", range(2))
 @seeded
 def test_same_order_and_levels_as_a_python_queue(depth, seed):
@@ -45,9 +45,31 @@ def test_same_order_and_levels_as_a_python_queue(depth, seed):
 
 
 def test_storage_asks_for_a_block_ram():
-    def text(fifo):
-        return rtlil.convert(fifo, ports=[fifo.w_data, fifo.w_en, fifo.w_rdy, fifo.r_data,
-                                          fifo.r_en, fifo.r_rdy])
+    assert 'attribute \\ram_style "block"' in rtlil.convert(BlockRamFIFO(width=64, depth=32))
+    plain = SyncFIFOBuffered(width=64, depth=32)
+    assert "ram_style" not in rtlil.convert(plain, ports=[plain.w_data, plain.w_en, plain.w_rdy,
+                                                          plain.r_data, plain.r_en, plain.r_rdy])
 
-    assert 'attribute \\ram_style "block"' in text(BlockRamFIFO(width=64, depth=32))
-    assert "ram_style" not in text(SyncFIFOBuffered(width=64, depth=32))
+
+def test_refuses_a_depth_below_three():
+    with pytest.raises(ValueError, match="at least 3 words"):
+        BlockRamFIFO(width=8, depth=2)
+
+
+@seeded
+def test_one_word_per_cycle_both_ways():
+    fifo = BlockRamFIFO(width=16, depth=18)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(fifo.r_en, 1)
+        for k in range(200):
+            ctx.set(fifo.w_en, 1)
+            ctx.set(fifo.w_data, k)
+            if ctx.get(fifo.r_rdy):
+                got.append(ctx.get(fifo.r_data))
+            await ctx.tick()
+
+    simulate(fifo, bench)
+    # (three cycles from a write to its word on r_data, then one word every cycle)
+    assert got == list(range(197))
