@@ -128,12 +128,12 @@ class ConnectionUnit(wiring.Component):
             and_out.n_base.eq(n.base), and_out.w_base.eq(w.base),
             and_out.pair.eq(0), and_out.last.eq(n.last),
         ]
-        slice_flags = Signal(COUNT_BITS * PAIR_FLAG_SLICES)
+        slice_counts = Signal(COUNT_BITS * PAIR_FLAG_SLICES)
         counts = set_count_flags(m, n.bits & w.bits, PAIR_FLAG_SLICES, "pair_count")
         with m.If(joined.i.ready):
-            m.d.sync += slice_flags.eq(counts)
+            m.d.sync += slice_counts.eq(counts)
         joined_out = Signal(combined_layout())
-        le1, le2 = at_most_flags(m, slice_flags, "pair_counts")
+        le1, le2 = at_most_flags(m, slice_counts, "pair_counts")
         m.d.comb += [joined_out.eq(joined.o.payload),
                      joined_out.pairs_le1.eq(le1), joined_out.pairs_le2.eq(le2)]
         join = Signal()

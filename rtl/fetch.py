@@ -88,10 +88,10 @@ class ByteFetcher(wiring.Component):
         m.d.comb += [z.eq(b == 0) for z, b in zip(ring_zero, ring_bytes)]
         pair_zero = Cat(ring_zero[k] & ring_zero[(k + 1) % RING_BYTES] for k in range(RING_BYTES))
         m.d.comb += self.pair_zero.eq(pair_zero.bit_select(rp, 1))
-        ring_escape = [Signal(name=f"ring_escape{k}") for k in range(RING_BYTES)]
-        m.d.comb += [e.eq(b == 255) for e, b in zip(ring_escape, ring_bytes)]
+        ring_escape = Signal(RING_BYTES)
+        m.d.comb += [ring_escape[k].eq(b == 255) for k, b in enumerate(ring_bytes)]
         for j in range(E):
-            m.d.comb += self.escape[j].eq(Cat(ring_escape).bit_select(idx[j], 1))
+            m.d.comb += self.escape[j].eq(ring_escape.bit_select(idx[j], 1))
         # avail is a register (kept equal to min(window, fill)): consumers decide on it
         # without a path through the fill arithmetic.
 
