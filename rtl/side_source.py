@@ -11,7 +11,7 @@ from snpu.verif.timing import STRIDE_REPLAY_CHUNKS
 
 from .bits import popcount_bytes, sum_tree, thermometer
 from .direct_to_stride import DirectToStride
-from .fetch import ByteFetcher
+from .fetch import ByteFetcher, ByteShifter
 from .layouts import ADDR, CHUNK, chunk_layout, entry_layout
 from .skid import SkidBuffer
 from .stride_to_direct import MAX_WINDOW, StrideToDirect
@@ -121,7 +121,11 @@ class SideSource(wiring.Component):
         self._convert = convert
         self._shared_shape = shared_shape
         self._d2s = DirectToStride() if convert else None
-        self._fetch = ByteFetcher(window)
+        # (without the converter nothing takes more than a byte per cycle: the entries leave
+        # one per cycle and the count is read a byte at a time, a cycle more per row, which
+        # the lane's merge mostly hides behind the neuron side's entries; a one-byte shift
+        # register has no window multiplexer)
+        self._fetch = ByteFetcher(window) if convert else ByteShifter()
         self._s2d = StrideToDirect(window) if convert else None
         super().__init__({
             "start": In(1),
@@ -363,19 +367,32 @@ class SideSource(wiring.Component):
                     m.next = "ROW_START"
             with m.State("ROW_START"):
                 m.next = "COUNT"
-            with m.State("COUNT"):
-                with m.If(fetch.avail >= 2):
-                    m.d.comb += take_own.eq(2)
-                    count = Cat(fetch.bytes[0], fetch.bytes[1])
-                    m.d.sync += [remaining.eq(count), s_kept.eq(0),
-                                 rem_zero.eq(fetch.pair_zero)]
-                    if convert:
+            if convert:
+                with m.State("COUNT"):
+                    # the row's 2-byte count, both bytes in one cycle
+                    with m.If(fetch.avail >= 2):
+                        m.d.comb += take_own.eq(2)
+                        count = Cat(fetch.bytes[0], fetch.bytes[1])
+                        m.d.sync += [remaining.eq(count), s_kept.eq(0),
+                                     rem_zero.eq(fetch.pair_zero)]
                         with m.If(self.to_entries):
                             m.next = "EMIT"
                         with m.Else():
                             m.d.sync += s2d_go.eq(1)
                             m.next = "CONVERT"
-                    else:
+            else:
+                # (a one-byte window: the count a byte per cycle, low byte first)
+                low_zero = Signal()
+                with m.State("COUNT"):
+                    with m.If(fetch.avail != 0):
+                        m.d.comb += take_own.eq(1)
+                        m.d.sync += [remaining[:8].eq(fetch.bytes[0]), low_zero.eq(fetch.zero[0])]
+                        m.next = "COUNT_HIGH"
+                with m.State("COUNT_HIGH"):
+                    with m.If(fetch.avail != 0):
+                        m.d.comb += take_own.eq(1)
+                        m.d.sync += [remaining[8:].eq(fetch.bytes[0]), s_kept.eq(0),
+                                     rem_zero.eq(low_zero & fetch.zero[0])]
                         m.next = "EMIT"
             if convert:
                 with m.State("CONVERT"):
