@@ -50,6 +50,9 @@ class ConnectionUnit(wiring.Component):
         does: its chunks leave a FIFO's output register, its entries a skid buffer).  A
         queue of LUT RAM costs six LUT sites per four bits of width on an ECP5 (nextpnr
         packs a 16 x 4 RAM with its write port into a slice and a half).
+    weights_addressed:
+        The weight entries' ``base`` is each one's value address (a lane's weight source;
+        :class:`StrideMerge`'s ``b_addressed``).
     """
 
     n_items: In(stream.Signature(chunk_layout()))
@@ -60,11 +63,12 @@ class ConnectionUnit(wiring.Component):
     w_packed: In(1)
     o: Out(stream.Signature(combined_layout()))
 
-    def __init__(self, neuron_depth: int = 4, weight_depth: int = 4):
+    def __init__(self, neuron_depth: int = 4, weight_depth: int = 4, *,
+                 weights_addressed: bool = False):
         if neuron_depth < 1 or weight_depth < 0:
             raise ValueError(f"queue depths must be at least 1 (neurons) and 0 (weights), got "
                              f"{neuron_depth} and {weight_depth}")
-        self._merger = StrideMerge()
+        self._merger = StrideMerge(b_addressed=weights_addressed)
         ewidth = len(Signal(entry_layout()).as_value())
         cwidth = len(Signal(chunk_layout()).as_value())
         # Registered queues on the inputs: decisions here (the merge's pops depend on the

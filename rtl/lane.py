@@ -119,7 +119,9 @@ class MatrixLane(wiring.Component):
         self._wsrc = SideSource(convert=False, shared_shape=True)
         # (no queue on the weight side: the source's chunks leave its FIFO's output
         # register, its entries a skid buffer)
-        self._conn = ConnectionUnit(NEURON_QUEUE_DEPTH, weight_depth=0)
+        # (the weight source's entries carry their values' addresses: the merge keeps no
+        # rank for them)
+        self._conn = ConnectionUnit(NEURON_QUEUE_DEPTH, weight_depth=0, weights_addressed=True)
         self._compactor = Compactor(1)
         self._mac = MacUnit(1)
         # Skid buffers cut the backward ready chain of the lane's pipeline (their readies are
@@ -153,8 +155,14 @@ class MatrixLane(wiring.Component):
         m.submodules.mac = mac = self._mac
         c = self.cfg
 
-        my_rows = Signal(12)  # rows of this lane (a function of cfg only)
-        m.d.comb += my_rows.eq(Mux(c.rows > g, (c.rows - g + P - 1) // P, 0))
+        # rows of this lane (a function of cfg only): rows // P, one more for the lanes
+        # below rows % P.  (Written so that everything but the last multiplexer is the
+        # same in every lane -- the quotient, the remainder, the quotient plus one -- and
+        # yosys keeps one copy for all: a lane's own (rows - g + P - 1) // P cost it 13
+        # carry cells.)
+        my_rows = Signal(12)
+        q, r = c.rows // P, c.rows % P
+        m.d.comb += my_rows.eq(Mux(r > g, q + 1, q))
         start_d = Signal()  # the sources start one cycle late, on registered row counts
         rows_reg = Signal(12)
         m.d.sync += start_d.eq(self.start)

@@ -51,7 +51,9 @@ class SideSource(wiring.Component):
       direct: the index words; stride: expanded by a :class:`StrideToDirect`, claim 9).  A
       chunk's ``base`` is where its first element's value lives.
     * ``to_entries = 1``: the row's stride entries and a terminator on ``entries`` (stride: as
-      stored; direct: converted by a :class:`DirectToStride`, claim 10), for the merge.
+      stored; direct: converted by a :class:`DirectToStride`, claim 10), for the merge.  An
+      entry's ``base`` is the row's value base, or without ``convert`` (a lane's weight
+      side, whose stride values are stored packed) the entry's own value address.
 
     The two conversions exist only with ``convert`` (the neuron side).
 
@@ -413,6 +415,11 @@ class SideSource(wiring.Component):
                 with m.If(emit_entry & entries_ready):
                     m.d.comb += take_own.eq(1)
                     m.d.sync += [remaining.eq(remaining - 1), rem_zero.eq(remaining == 1)]
+                    if not convert:
+                        # (the entries carry their values' addresses: the next element's
+                        # is one on, past a kept one)
+                        with m.If(~fetch.escape[0]):
+                            m.d.sync += s_row_val.eq(s_row_val + 1)
             def next_vector():
                 m.d.sync += [s_k.eq(0), s_v.eq(s_v + 1),
                              s_vec_idx.eq(s_vec_idx + self.idx_vec_stride),
@@ -426,9 +433,15 @@ class SideSource(wiring.Component):
 
             with m.State("ROW_DONE"):
                 m.d.sync += s_k.eq(s_k + 1)
-                m.d.sync += s_row_val.eq(Mux(self.rows_follow,
-                                             s_row_val + Mux(self.packed, s_kept, self.n),
-                                             s_vec_val))
+                if convert:
+                    m.d.sync += s_row_val.eq(Mux(self.rows_follow,
+                                                 s_row_val + Mux(self.packed, s_kept, self.n),
+                                                 s_vec_val))
+                else:
+                    # (following rows start where this one's values end: its entries
+                    # moved the address past them)
+                    with m.If(~self.rows_follow):
+                        m.d.sync += s_row_val.eq(s_vec_val)
                 m.next = "ROW_START"
                 m.d.sync += row_fetch.eq(~self.rows_follow)
                 with m.If(s_k == last_row):
@@ -457,8 +470,9 @@ class SideSource(wiring.Component):
         m.d.sync += [chk_valid.eq(emit_entry & entries_ready), chk_value.eq(fetch.bytes[0])]
         # (an entry is counted as kept here too, a cycle after it goes: the row's end is
         # read in ROW_DONE, two cycles after its last entry at the earliest)
-        with m.If(chk_valid & (chk_value != ESCAPE)):
-            m.d.sync += s_kept.eq(s_kept + 1)
+        if convert:
+            with m.If(chk_valid & (chk_value != ESCAPE)):
+                m.d.sync += s_kept.eq(s_kept + 1)
         with m.If(stride_fsm.ongoing("COUNT")):
             m.d.sync += cursor.eq(0)
         with m.Elif(chk_valid):

@@ -30,6 +30,11 @@ class StrideMerge(wiring.Component):
     flip-flops per side (the head's pointer and the slots' valids) and the output's valid;
     the inputs' ``ready`` are decided by registers.
 
+    With ``b_addressed`` the weight side's entries carry their value's own address in
+    ``base`` (a lane's weight source counts its kept entries as it sends them: stride
+    weights are stored packed), which becomes the pair's weight address as it is; no rank is
+    kept for that side (``w_packed`` is not read).
+
     Throughput: one entry of each list per cycle; a row takes about
     ``entries_a + entries_b - pairs + 1`` cycles.  Latency 2 cycles (the head slots, the
     output register).
@@ -40,6 +45,10 @@ class StrideMerge(wiring.Component):
         Neuron and weight entries (each row closed by a terminator).
     o : Out(stream(combined_layout))
     n_packed, w_packed : In(1)
+    Parameters
+    ----------
+    b_addressed:
+        The ``b`` side's ``base`` is each entry's value address (see above).
     """
 
     a: In(stream.Signature(entry_layout()))
@@ -48,12 +57,16 @@ class StrideMerge(wiring.Component):
     n_packed: In(1)
     w_packed: In(1)
 
+    def __init__(self, *, b_addressed: bool = False):
+        self._b_addressed = b_addressed
+        super().__init__()
+
     def elaborate(self, platform):
         m = Module()
         out_free = Signal()
         m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
 
-        def head(port, take, name):
+        def head(port, take, name, ranked=True):
             """The side's head entry (a :data:`SLOT`).  Two slots, loaded in turn (``wr``)
             whenever the next is free, and the head the slot ``rd`` points at: a take moves
             ``rd`` and frees the slot, so the merge's comparison reaches ``rd`` and the
@@ -72,13 +85,16 @@ class StrideMerge(wiring.Component):
             p = Signal(18, name=f"{name}_p")
             m.d.comb += p.eq(run + e.value)
             loaded = {"valid": 1, "pos": p, "esc": ~e.none & (e.value == ESCAPE),
-                      "none": e.none, "base": e.base, "rank": kept}
+                      "none": e.none, "base": e.base}
+            if ranked:
+                loaded["rank"] = kept
             with m.If(port.valid & free):
                 for k, slot in enumerate(slots):
                     with m.If(wr == k):
                         m.d.sync += [getattr(slot, f).eq(v) for f, v in loaded.items()]
-                m.d.sync += [run.eq(Mux(e.none, 0, p)),
-                             kept.eq(Mux(e.none, 0, kept + ~loaded["esc"])), wr.eq(~wr)]
+                m.d.sync += [run.eq(Mux(e.none, 0, p)), wr.eq(~wr)]
+                if ranked:
+                    m.d.sync += kept.eq(Mux(e.none, 0, kept + ~loaded["esc"]))
             with m.If(take):
                 m.d.sync += rd.eq(~rd)
                 for k, slot in enumerate(slots):
@@ -89,7 +105,8 @@ class StrideMerge(wiring.Component):
             return head
 
         take_a, take_b = Signal(), Signal()
-        a, b = head(self.a, take_a, "a"), head(self.b, take_b, "b")
+        a = head(self.a, take_a, "a")
+        b = head(self.b, take_b, "b", ranked=not self._b_addressed)
 
         both = Signal()
         m.d.comb += both.eq(a.valid & b.valid & out_free)
@@ -104,7 +121,8 @@ class StrideMerge(wiring.Component):
                 self.o.valid.eq(0), self.o.payload.stride.eq(1), self.o.payload.pair.eq(~ends),
                 self.o.payload.last.eq(ends),
                 self.o.payload.n_base.eq(a.base + Mux(self.n_packed, a.rank, a.pos)),
-                self.o.payload.w_base.eq(b.base + Mux(self.w_packed, b.rank, b.pos)),
+                self.o.payload.w_base.eq(b.base if self._b_addressed else
+                                         b.base + Mux(self.w_packed, b.rank, b.pos)),
             ]
         with m.If(both):
             with m.If(ends):

@@ -100,15 +100,21 @@ def test_direct_to_stride_escapes():
         assert entries == want, np.flatnonzero(bits).tolist()
 
 
-def _entries(bits, base):
-    es = [{"value": int(v), "base": base, "none": 0, "last": 0}
-          for v in ix.stride_entries(ix.direct_to_stride(bits))]
-    return es + [{"value": 0, "base": base, "none": 1, "last": 1}]
+def _entries(bits, base, addressed=False):
+    """A row's stride entries and terminator, each with ``base`` -- or (``addressed``)
+    each element with its own value address ``base + rank`` (escapes and the terminator
+    with the next element's)."""
+    es, rank = [], 0
+    for v in ix.stride_entries(ix.direct_to_stride(bits)):
+        es.append({"value": int(v), "base": base + rank * addressed, "none": 0, "last": 0})
+        rank += int(v) != ix.STRIDE_ESCAPE
+    return es + [{"value": 0, "base": base + rank * addressed, "none": 1, "last": 1}]
 
 
+@pytest.mark.parametrize("b_addressed", [False, True])
 @pytest.mark.parametrize("seed", range(4))
 @seeded
-def test_stride_merge_selects_the_common_positions(seed):
+def test_stride_merge_selects_the_common_positions(seed, b_addressed):
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     pairs_of_rows = []
@@ -118,12 +124,12 @@ def test_stride_merge_selects_the_common_positions(seed):
         b = nrng.random(n) < rng.choice([0.0, 0.01, 0.3, 1.0])
         pairs_of_rows.append((a, b))
     n_packed, w_packed = rng.randrange(2), rng.randrange(2)
-    dut = StrideMerge()
+    dut = StrideMerge(b_addressed=b_addressed)
     got = []
 
     async def feed(ctx, port, side):
         for row in pairs_of_rows:
-            for e in _entries(row[side], 1000 * (side + 1)):
+            for e in _entries(row[side], 1000 * (side + 1), addressed=b_addressed and side == 1):
                 await stream_put(ctx, port, e, rng, 0.3)
 
     async def feed_a(ctx):
@@ -150,5 +156,6 @@ def test_stride_merge_selects_the_common_positions(seed):
     for (a, b), row in zip(pairs_of_rows, got):
         common = ix.positions_from_stride(ix.merge_stride(ix.direct_to_stride(a), ix.direct_to_stride(b)))
         na = ix.ranks(ix.Index.direct(a), common) if n_packed else common
-        wb = ix.ranks(ix.Index.direct(b), common) if w_packed else common
+        # (addressed weight entries: their addresses are the ranks, whatever w_packed says)
+        wb = ix.ranks(ix.Index.direct(b), common) if w_packed or b_addressed else common
         assert row == [(1000 + int(x), 2000 + int(y)) for x, y in zip(na, wb)]
