@@ -53,22 +53,29 @@ class ConnectionUnit(wiring.Component):
     weights_addressed:
         The weight entries' ``base`` is each one's value address (a lane's weight source;
         :class:`StrideMerge`'s ``b_addressed``).
+    weights_checked:
+        The merge checks the weight entries' positions against ``n``: ``w_beyond`` is high
+        in a cycle it takes one at ``n`` or beyond (:class:`StrideMerge`'s ``b_checked``).
+
+    Members
+    -------
+    n_items : In(stream(chunk_layout))
+    w_chunks : In(stream(chunk_layout))
+    w_entries : In(stream(entry_layout))
+    merge, n_packed, w_packed : In(1)
+        The fc's path and each side's storage (stable during an instruction).
+    o : Out(stream(combined_layout))
+    n : In(16), w_beyond : Out(1)
+        (``weights_checked`` only) the row length and the position check's pulse.
     """
 
-    n_items: In(stream.Signature(chunk_layout()))
-    w_chunks: In(stream.Signature(chunk_layout()))
-    w_entries: In(stream.Signature(entry_layout()))
-    merge: In(1)
-    n_packed: In(1)
-    w_packed: In(1)
-    o: Out(stream.Signature(combined_layout()))
-
     def __init__(self, neuron_depth: int = 4, weight_depth: int = 4, *,
-                 weights_addressed: bool = False):
+                 weights_addressed: bool = False, weights_checked: bool = False):
         if neuron_depth < 1 or weight_depth < 0:
             raise ValueError(f"queue depths must be at least 1 (neurons) and 0 (weights), got "
                              f"{neuron_depth} and {weight_depth}")
-        self._merger = StrideMerge(b_addressed=weights_addressed)
+        self._merger = StrideMerge(b_addressed=weights_addressed, b_checked=weights_checked)
+        self._weights_checked = weights_checked
         ewidth = len(Signal(entry_layout()).as_value())
         cwidth = len(Signal(chunk_layout()).as_value())
         # Registered queues on the inputs: decisions here (the merge's pops depend on the
@@ -85,11 +92,20 @@ class ConnectionUnit(wiring.Component):
         # 172 LUTs a lane (2026-12-07), and the compactor's ready is a function of six
         # registers; nor a LUT RAM queue (252 LUT sites)
         self._out_queue = PipeRegister(combined_layout())
-        super().__init__()
+        ports = {"n_items": In(stream.Signature(chunk_layout())),
+                 "w_chunks": In(stream.Signature(chunk_layout())),
+                 "w_entries": In(stream.Signature(entry_layout())),
+                 "merge": In(1), "n_packed": In(1), "w_packed": In(1),
+                 "o": Out(stream.Signature(combined_layout()))}
+        if weights_checked:
+            ports.update(n=In(16), w_beyond=Out(1))
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.merger = merger = self._merger
+        if self._weights_checked:
+            m.d.comb += [merger.n.eq(self.n), self.w_beyond.eq(merger.b_beyond)]
         m.d.comb += [merger.n_packed.eq(self.n_packed), merger.w_packed.eq(self.w_packed)]
         # the neuron side's head item: a chunk, or (merge) an entry
         m.submodules.n_queue = nq = self._n_queue

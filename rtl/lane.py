@@ -120,8 +120,9 @@ class MatrixLane(wiring.Component):
         # (no queue on the weight side: the source's chunks leave its FIFO's output
         # register, its entries a skid buffer)
         # (the weight source's entries carry their values' addresses: the merge keeps no
-        # rank for them)
-        self._conn = ConnectionUnit(NEURON_QUEUE_DEPTH, weight_depth=0, weights_addressed=True)
+        # rank for them), and the merge checks their positions (the source does not)
+        self._conn = ConnectionUnit(NEURON_QUEUE_DEPTH, weight_depth=0, weights_addressed=True,
+                                    weights_checked=True)
         self._compactor = Compactor(1)
         self._mac = MacUnit(1)
         # Skid buffers cut the backward ready chain of the lane's pipeline (their readies are
@@ -230,6 +231,14 @@ class MatrixLane(wiring.Component):
 
         # Bookkeeping: the pair pulse (the matrix unit counts them for all lanes, and the
         # results the lanes still owe).
+        # The weight index's errors: a stride position beyond n, which the merge finds
+        # (sticky until the next start; the source's own error covers the rest).
+        beyond = Signal()
+        m.d.comb += conn.n.eq(c.n_in)
+        with m.If(self.start):
+            m.d.sync += beyond.eq(0)
+        with m.Elif(conn.w_beyond):
+            m.d.sync += beyond.eq(1)
         m.d.comb += [self.paired.eq(mac.i.valid & mac.i.ready & s3_pair),
-                     self.error.eq(wsrc.error)]
+                     self.error.eq(wsrc.error | beyond)]
         return m

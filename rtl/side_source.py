@@ -99,7 +99,8 @@ class SideSource(wiring.Component):
         Begin an instruction; the configuration inputs must stay stable until ``busy`` falls.
     busy : Out(1)
     error : Out(1)
-        A stride position beyond ``n`` (sticky until the next ``start``).
+        A stride position beyond ``n`` (sticky until the next ``start``; without
+        ``convert`` the entries' positions are not checked here: a lane's merge does).
     mem_addr, mem_en, mem_data
         Synchronous read port of the side's 64-bit index memory.
     """
@@ -466,24 +467,27 @@ class SideSource(wiring.Component):
                         next_vector()
 
         # Position check of emitted entries, one cycle behind (off the fetcher's path).
-        chk_valid, chk_value = Signal(), Signal(8)
-        m.d.sync += [chk_valid.eq(emit_entry & entries_ready), chk_value.eq(fetch.bytes[0])]
-        # (an entry is counted as kept here too, a cycle after it goes: the row's end is
-        # read in ROW_DONE, two cycles after its last entry at the earliest)
+        # (Without the converter -- a lane's weight side -- the entries go only into the
+        # lane's merge, which works out their positions anyway and checks them there.)
+        chk_position = Signal()
         if convert:
+            chk_valid, chk_value = Signal(), Signal(8)
+            m.d.sync += [chk_valid.eq(emit_entry & entries_ready), chk_value.eq(fetch.bytes[0])]
+            # (an entry is counted as kept here too, a cycle after it goes: the row's end is
+            # read in ROW_DONE, two cycles after its last entry at the earliest)
             with m.If(chk_valid & (chk_value != ESCAPE)):
                 m.d.sync += s_kept.eq(s_kept + 1)
-        with m.If(stride_fsm.ongoing("COUNT")):
-            m.d.sync += cursor.eq(0)
-        with m.Elif(chk_valid):
-            m.d.sync += cursor.eq(cursor + chk_value)
-        # ... and the position against n a cycle later, on the cursor it moved to (no adder
-        # before the comparison; the next row's COUNT, which clears the cursor, comes four
-        # cycles after the row's last entry at the earliest: terminator, ROW_DONE, ROW_START)
-        chk_position = Signal()
-        m.d.sync += chk_position.eq(chk_valid & (chk_value != ESCAPE))
-        with m.If(chk_position & (cursor >= n_reg)):
-            m.d.sync += s_error.eq(1)
+            with m.If(stride_fsm.ongoing("COUNT")):
+                m.d.sync += cursor.eq(0)
+            with m.Elif(chk_valid):
+                m.d.sync += cursor.eq(cursor + chk_value)
+            # ... and the position against n a cycle later, on the cursor it moved to (no
+            # adder before the comparison; the next row's COUNT, which clears the cursor,
+            # comes four cycles after the row's last entry at the earliest: terminator,
+            # ROW_DONE, ROW_START)
+            m.d.sync += chk_position.eq(chk_valid & (chk_value != ESCAPE))
+            with m.If(chk_position & (cursor >= n_reg)):
+                m.d.sync += s_error.eq(1)
 
         m.d.comb += fetch.take.eq(take_own | (s2d.take if convert else 0))
         if convert:

@@ -45,21 +45,27 @@ class StrideMerge(wiring.Component):
         Neuron and weight entries (each row closed by a terminator).
     o : Out(stream(combined_layout))
     n_packed, w_packed : In(1)
+    With ``b_checked`` the merge checks the weight side's positions: ``b_beyond`` is high in
+    a cycle it takes a ``b`` element at a position ``>= n`` (a malformed index; the lane's
+    weight source checks nothing), compared on the head slot's registered position.
+
     Parameters
     ----------
     b_addressed:
         The ``b`` side's ``base`` is each entry's value address (see above).
+    b_checked:
+        Check the ``b`` side's positions against ``n`` (``n``, ``b_beyond``).
     """
 
-    a: In(stream.Signature(entry_layout()))
-    b: In(stream.Signature(entry_layout()))
-    o: Out(stream.Signature(combined_layout()))
-    n_packed: In(1)
-    w_packed: In(1)
-
-    def __init__(self, *, b_addressed: bool = False):
-        self._b_addressed = b_addressed
-        super().__init__()
+    def __init__(self, *, b_addressed: bool = False, b_checked: bool = False):
+        self._b_addressed, self._b_checked = b_addressed, b_checked
+        ports = {"a": In(stream.Signature(entry_layout())),
+                 "b": In(stream.Signature(entry_layout())),
+                 "o": Out(stream.Signature(combined_layout())),
+                 "n_packed": In(1), "w_packed": In(1)}
+        if b_checked:
+            ports.update(n=In(16), b_beyond=Out(1))
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -137,4 +143,6 @@ class StrideMerge(wiring.Component):
             with m.Else():  # equal heads: a pair
                 m.d.comb += [take_a.eq(1), take_b.eq(1)]
                 m.d.sync += self.o.valid.eq(1)
+        if self._b_checked:
+            m.d.comb += self.b_beyond.eq(take_b & ~b.esc & ~b.none & (b.pos >= self.n))
         return m

@@ -159,3 +159,49 @@ def test_stride_merge_selects_the_common_positions(seed, b_addressed):
         # (addressed weight entries: their addresses are the ranks, whatever w_packed says)
         wb = ix.ranks(ix.Index.direct(b), common) if w_packed or b_addressed else common
         assert row == [(1000 + int(x), 2000 + int(y)) for x, y in zip(na, wb)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+@seeded
+def test_stride_merge_checks_the_weight_positions(seed):
+    """With ``b_checked``, ``b_beyond`` pulses once for every weight element the merge takes
+    at a position ``>= n`` (rows whose weight list runs past ``n``, escapes among them), and
+    never for a neuron element or a well-formed row."""
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    n = rng.choice([8, 100, 300])
+    rows = []
+    for _ in range(6):
+        span = n + rng.choice([0, 0, 5, 400])        # the weight list's positions: 0..span-1
+        a = nrng.random(n) < rng.choice([0.0, 0.3, 1.0])
+        b = nrng.random(span) < rng.choice([0.01, 0.3, 1.0])
+        rows.append((a, b))
+    dut = StrideMerge(b_addressed=True, b_checked=True)
+    pulses = []
+
+    async def feed_a(ctx):
+        ctx.set(dut.n, n)
+        ctx.set(dut.n_packed, 1)
+        for a, _ in rows:
+            for e in _entries(a, 1000):
+                await stream_put(ctx, dut.a, e, rng, 0.3)
+
+    async def feed_b(ctx):
+        for _, b in rows:
+            for e in _entries(b, 2000, addressed=True):
+                await stream_put(ctx, dut.b, e, rng, 0.3)
+
+    async def consumer(ctx):
+        for _ in rows:
+            while True:
+                it = await stream_get(ctx, dut.o, rng, 0.3)
+                if it.last:
+                    break
+
+    async def watch(ctx):
+        while True:
+            _, _, beyond = await ctx.tick().sample(dut.b_beyond)
+            pulses.append(beyond)
+
+    simulate(dut, feed_a, feed_b, consumer, processes=[watch])
+    assert sum(pulses) == sum(int(b[n:].sum()) for _, b in rows)
