@@ -118,9 +118,9 @@ class MatrixLane(wiring.Component):
         # neuron source: the same n, started in the same cycle)
         self._wsrc = SideSource(convert=False, shared_shape=True)
         # (no queue on the weight side: the source's chunks leave its FIFO's output
-        # register, its entries a skid buffer)
-        # (the weight source's entries carry their values' addresses: the merge keeps no
-        # rank for them), and the merge checks their positions (the source does not)
+        # register, its entries a skid buffer; the entries carry their values' addresses,
+        # so the merge keeps no rank for them, and the merge checks their positions, which
+        # the source does not)
         self._conn = ConnectionUnit(NEURON_QUEUE_DEPTH, weight_depth=0, weights_addressed=True,
                                     weights_checked=True)
         self._compactor = Compactor(1)
@@ -229,16 +229,17 @@ class MatrixLane(wiring.Component):
         wiring.connect(m, mac.o, rq.i)
         wiring.connect(m, rq.o, wiring.flipped(self.results))
 
-        # Bookkeeping: the pair pulse (the matrix unit counts them for all lanes, and the
-        # results the lanes still owe).
-        # The weight index's errors: a stride position beyond n, which the merge finds
-        # (sticky until the next start; the source's own error covers the rest).
+        # The weight index's one fault: a stride position beyond n, which the merge finds
+        # (sticky until the next start; the source, which converts nothing and leaves the
+        # positions to the merge, finds none).
         beyond = Signal()
         m.d.comb += conn.n.eq(c.n_in)
         with m.If(self.start):
             m.d.sync += beyond.eq(0)
         with m.Elif(conn.w_beyond):
             m.d.sync += beyond.eq(1)
+        # Bookkeeping: the pair pulse (the matrix unit counts them for all lanes, and the
+        # results the lanes still owe).
         m.d.comb += [self.paired.eq(mac.i.valid & mac.i.ready & s3_pair),
-                     self.error.eq(wsrc.error | beyond)]
+                     self.error.eq(beyond)]
         return m

@@ -394,7 +394,7 @@ class SideSource(wiring.Component):
                 with m.State("COUNT_HIGH"):
                     with m.If(fetch.avail != 0):
                         m.d.comb += take_own.eq(1)
-                        m.d.sync += [remaining[8:].eq(fetch.bytes[0]), s_kept.eq(0),
+                        m.d.sync += [remaining[8:].eq(fetch.bytes[0]),
                                      rem_zero.eq(low_zero & fetch.zero[0])]
                         m.next = "EMIT"
             if convert:

@@ -45,9 +45,10 @@ class StrideMerge(wiring.Component):
         Neuron and weight entries (each row closed by a terminator).
     o : Out(stream(combined_layout))
     n_packed, w_packed : In(1)
-    With ``b_checked`` the merge checks the weight side's positions: ``b_beyond`` is high in
-    a cycle it takes a ``b`` element at a position ``>= n`` (a malformed index; the lane's
-    weight source checks nothing), compared on the head slot's registered position.
+    n : In(16), b_beyond : Out(1)
+        (``b_checked`` only) the row length, and a pulse in each cycle the merge takes a
+        ``b`` element at a position ``>= n`` (a malformed index; a lane's weight source
+        checks nothing), compared on the head slot's registered position.
 
     Parameters
     ----------
