@@ -104,14 +104,23 @@ class DmaReader(wiring.Component):
         room = room_flag(m, self._depth, accept, inflight.r_en)
         m.d.comb += self.req.ready.eq(~busy & room)
         m.d.comb += accept.eq(self.req.valid & self.req.ready)
+        # The accepted request is queued the cycle after, from a register: the requester's
+        # choice of address and length (the LD unit's) reaches a register, not the queue's
+        # distributed RAM through the flag below.  Its first beat comes two cycles after
+        # it is accepted at the earliest (its burst's address goes out the cycle after), by
+        # when the queue holds it.
+        queued = Signal(REQUEST, reset_less=True)
+        queued_valid = Signal()
+        m.d.sync += queued_valid.eq(accept)
+        with m.If(accept):
+            m.d.sync += queued.eq(self.req.payload)
         # a request whose bytes all lie in its first beat (its only one); decided as it is
         # queued, so the data side's last-beat decision is a multiplexer of two flags
         req_single = Signal()
-        m.d.comb += req_single.eq(
-            (self.req.payload.length[lg + 1:] == 0) &
-            (self.req.payload.addr[:lg] + self.req.payload.length[:lg + 1] <= B))
-        m.d.comb += [inflight.w_data.eq(Cat(self.req.payload.as_value(), req_single)),
-                     inflight.w_en.eq(accept)]
+        m.d.comb += req_single.eq((queued.length[lg + 1:] == 0) &
+                                  (queued.addr[:lg] + queued.length[:lg + 1] <= B))
+        m.d.comb += [inflight.w_data.eq(Cat(queued.as_value(), req_single)),
+                     inflight.w_en.eq(queued_valid)]
         first = self.req.payload.addr & ~(B - 1)
         decode = self._decode or (lambda addr: C(0, 1))
         with m.If(accept):
