@@ -84,17 +84,17 @@ class ByteFetcher(wiring.Component):
         for j in range(E):
             m.d.comb += self.bytes[j].eq(ring_array[idx[j]])
         # pair_zero: the window's first two bytes are both 0, from a zero flag per ring byte
-        # selected by the read pointer.  The flags (and the escape flags) are registers
-        # loaded with the ring's words, compared on the memory's data as it arrives: neither
-        # the comparison nor a ring register lies before the window's multiplexer (the
-        # neuron source's count read, into `rem_zero`, placed at 98.8 MHz with them after).
-        ring_zero_bits = Signal(RING_BYTES, init=(1 << RING_BYTES) - 1)  # (the ring's reset: 0)
-        ring_escape = Signal(RING_BYTES)
-        ring_zero = [ring_zero_bits[k] for k in range(RING_BYTES)]
+        # (compared on the ring's registers) selected by the read pointer: the comparison is
+        # not behind the window's multiplexer
+        ring_zero = [Signal(name=f"ring_zero{k}") for k in range(RING_BYTES)]
+        m.d.comb += [z.eq(b == 0) for z, b in zip(ring_zero, ring_bytes)]
         pair_zero = Cat(ring_zero[k] & ring_zero[(k + 1) % RING_BYTES] for k in range(RING_BYTES))
         m.d.comb += self.pair_zero.eq(pair_zero.bit_select(rp, 1))
+        ring_zero_bits = Cat(ring_zero)
         for j in range(E):
             m.d.comb += self.zero[j].eq(ring_zero_bits.bit_select(idx[j], 1))
+        ring_escape = Signal(RING_BYTES)
+        m.d.comb += [ring_escape[k].eq(b == 255) for k, b in enumerate(ring_bytes)]
         for j in range(E):
             m.d.comb += self.escape[j].eq(ring_escape.bit_select(idx[j], 1))
         # avail is a register (kept equal to min(window, fill)): consumers decide on it
@@ -135,15 +135,9 @@ class ByteFetcher(wiring.Component):
             with m.If(issue):
                 m.d.sync += next_word.eq(next_word + 1)
             with m.If(inflight):
-                word_zero = Cat(self.mem_data.word_select(b, 8) == 0 for b in range(WORD_BYTES))
-                word_escape = Cat(self.mem_data.word_select(b, 8) == 255
-                                  for b in range(WORD_BYTES))
                 m.d.sync += [ring[0].eq(Mux(slot, ring[0], self.mem_data)),
                              ring[1].eq(Mux(slot, self.mem_data, ring[1])),
                              slot.eq(~slot), skip.eq(0)]
-                for flags, word in ((ring_zero_bits, word_zero), (ring_escape, word_escape)):
-                    m.d.sync += [flags[:8].eq(Mux(slot, flags[:8], word)),
-                                 flags[8:].eq(Mux(slot, word, flags[8:]))]
         return m
 
 
