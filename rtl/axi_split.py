@@ -61,8 +61,17 @@ class ReadSplit(wiring.Component):
                          getattr(self, f"{side}_araddr").eq(self.m_araddr),
                          getattr(self, f"{side}_arlen").eq(self.m_arlen)]
         m.d.comb += [self.m_arready.eq(room & Mux(local, self.l_arready, self.e_arready)),
-                     accepted.eq(self.m_arvalid & self.m_arready),
-                     order.w_en.eq(accepted), order.w_data.eq(local)]
+                     accepted.eq(self.m_arvalid & self.m_arready)]
+        # A burst's side is queued the cycle after its address handshake, from registers:
+        # the handshake (the bus's arbitration between the instruction fetch and this
+        # master, then the slave's arready) reaches two flip-flops, not the queue's write
+        # (103.7 MHz placed at 35a5cba).  The queue holds it from the third cycle after the
+        # handshake, before either slave's first beat (local memory's comes four cycles
+        # after the handshake, the external bus's later); a beat that came sooner would
+        # wait for it.
+        queued, queued_local = Signal(), Signal()
+        m.d.sync += [queued.eq(accepted), queued_local.eq(local)]
+        m.d.comb += [order.w_en.eq(queued), order.w_data.eq(queued_local)]
         head_local = order.r_data
         for field in ("rdata", "rresp", "rlast"):
             m.d.comb += getattr(self, f"m_{field}").eq(
