@@ -108,12 +108,11 @@ class DmaReader(wiring.Component):
         # choice of address and length (the LD unit's) reaches a register, not the queue's
         # distributed RAM through the flag below.  Its first beat comes two cycles after
         # it is accepted at the earliest (its burst's address goes out the cycle after), by
-        # when the queue holds it.
+        # when the queue holds it.  (The register takes the request every cycle, with no
+        # enable: it is read only the cycle after an acceptance.)
         queued = Signal(REQUEST, reset_less=True)
         queued_valid = Signal()
-        m.d.sync += queued_valid.eq(accept)
-        with m.If(accept):
-            m.d.sync += queued.eq(self.req.payload)
+        m.d.sync += [queued_valid.eq(accept), queued.eq(self.req.payload)]
         # a request whose bytes all lie in its first beat (its only one); decided as it is
         # queued, so the data side's last-beat decision is a multiplexer of two flags
         req_single = Signal()
